@@ -1,0 +1,150 @@
+"""Correctness cases and their inputs, generated identically in every child from (case, seed).
+
+Runs inside judge children only. Imports torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+LARGE_SCALE = 100.0  # the "large" distribution: normal samples times this
+
+
+@dataclass(frozen=True)
+class Case:
+    """One set of correctness inputs."""
+
+    kind: str  # "native" (get_inputs as written), "normal", "uniform", "large", or "extra"
+    seed: int  # seed for get_inputs / get_test_inputs and for the distribution
+    index: int = 0  # which get_test_inputs() list, for kind "extra"
+
+    @property
+    def id(self) -> str:
+        """A short stable name, used in messages and file names."""
+        return f"{self.kind}-{self.index}-s{self.seed % 100000}" if self.kind == "extra" else f"{self.kind}-s{self.seed % 100000}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seed": self.seed, "index": self.index}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Case":
+        return Case(kind=d["kind"], seed=int(d["seed"]), index=int(d.get("index", 0)))
+
+
+def import_file(path: str | Path, module_name: str) -> ModuleType:
+    """Import a Python file as a module under a unique name, with its folder on sys.path."""
+    path = Path(path).resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    """Move tensors to the device (keeping their strides); leave other values alone."""
+    if isinstance(value, torch.Tensor) and value.device != device:
+        return value.to(device)
+    return value
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)  # seeds the CPU and every CUDA generator
+
+
+def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[Any]:
+    """Call get_inputs() or get_test_inputs()[index] under the case's seed, on the device."""
+    _seed_all(case.seed)
+    with device:
+        if case.kind == "extra":
+            values = list(problem.get_test_inputs()[case.index])
+        else:
+            values = list(problem.get_inputs())
+    return [_to_device(v, device) for v in values]
+
+
+def apply_distribution(values: list[Any], kind: str, seed: int) -> None:
+    """Overwrite every floating tensor in place with samples of the named distribution."""
+    if kind in ("native", "extra"):
+        return
+    for i, t in enumerate(values):
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+            continue
+        gen = torch.Generator(device=t.device).manual_seed(seed * 7919 + i)
+        sample = torch.randn(t.shape, generator=gen, device=t.device, dtype=torch.float32)
+        if kind == "uniform":
+            sample = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32) * 2 - 1
+        elif kind == "large":
+            sample = sample * LARGE_SCALE
+        t.copy_(sample.to(t.dtype))
+
+
+def make_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[Any]:
+    """The inputs of one correctness case, identical in every process on the same device."""
+    values = raw_inputs(problem, case, device)
+    apply_distribution(values, case.kind, case.seed)
+    return values
+
+
+def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, device: torch.device) -> None:
+    """Write fresh get_inputs() values for one timed call into a pool entry, keeping its tensors' identity."""
+    fresh = raw_inputs(problem, Case("native", call_seed), device)
+    for dst, src in zip(pool_entry, fresh):
+        if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor):
+            dst.copy_(src)
+
+
+def init_model(problem: ModuleType, cls: type, seed: int, device: torch.device) -> torch.nn.Module:
+    """Construct cls(*get_init_inputs()) under a seed, on the device, in eval mode."""
+    _seed_all(seed)
+    init = list(problem.get_init_inputs())
+    _seed_all(seed)
+    with device:
+        model = cls(*init)
+    return model.to(device).eval()
+
+
+def tensor_bytes(values: Any) -> int:
+    """Bytes of every tensor in a (nested) value."""
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    if isinstance(values, (list, tuple)):
+        return sum(tensor_bytes(v) for v in values)
+    return 0
+
+
+def clone_tensors(values: list[Any]) -> list[Any]:
+    """Bitwise copies of the tensors in a list (other values as they are)."""
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def changed_inputs(before: list[Any], after: list[Any]) -> list[int]:
+    """Positions of tensor inputs whose bytes changed."""
+    changed = []
+    for i, (a, b) in enumerate(zip(before, after)):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            same = a.shape == b.shape and a.dtype == b.dtype and _bitwise_equal(a, b)
+            if not same:
+                changed.append(i)
+    return changed
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0:
+        return True
+    a_c, b_c = a.contiguous(), b.contiguous()
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(a_c.view(torch.uint8), b_c.view(torch.uint8)))
+    return bool(torch.equal(a_c, b_c))

@@ -1,0 +1,134 @@
+"""Policy: what counts as correct and fair for one evaluation."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# Every protocol step of DESIGN.md, by name. Each may be switched off for ablation tests.
+CORRECTNESS_STEPS = (
+    "seeds",  # several secret seeds, not one
+    "distributions",  # normal, uniform [-1, 1] and large-magnitude inputs besides get_inputs()
+    "extra_shapes",  # the problem's get_test_inputs()
+    "inputs_unchanged",  # inputs cloned and checked unchanged after the call
+    "poison",  # free memory filled with NaN before every candidate call
+    "output_checks",  # exactly torch.Tensor, exact shape and dtype, all finite
+    "numerics_flags",  # TF32 / cuDNN flags pinned and checked unchanged
+    "timed_recheck",  # outputs of timed calls compared with the reference too
+)
+TIMING_STEPS = (
+    "l2_flush",  # L2 flushed before every timed call
+    "cuda_events",  # CUDA events around each call
+    "device_sync",  # device-wide synchronize before the end event
+    "fresh_inputs",  # fresh input values per timed call from a pool of distinct sets
+    "warmup",  # time-based warm-up
+    "adaptive_stop",  # stop on the standard error, between a minimum and maximum count
+    "interleave",  # baselines and candidate timed in alternating rounds
+    "wall_clock_check",  # judge-side wall clock around whole batches
+    "profiler_check",  # kernel-time sum from the torch profiler for one call
+    "physics_floor",  # refuse times below the H200 physics floor
+)
+ALL_STEPS = CORRECTNESS_STEPS + TIMING_STEPS
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+DISTRIBUTIONS = ("normal", "uniform", "large")
+BASELINE_MODES = ("measured", "cached", "skip")
+
+# Default tolerance per output dtype: atol is scaled by max(1, rms(reference)), rtol is per element.
+DEFAULT_TOLERANCE = {
+    "float32": {"atol": 1e-4, "rtol": 1e-4},
+    "float64": {"atol": 1e-8, "rtol": 1e-8},
+    "float16": {"atol": 1e-3, "rtol": 1e-3},
+    "bfloat16": {"atol": 1e-2, "rtol": 1e-2},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingConfig:
+    """How long and how often to time."""
+
+    warmup_ms: float = 100.0  # time-based warm-up per process before timed calls
+    min_runs: int = 20  # never stop before this many timed calls per contender
+    max_runs: int = 400  # never time more calls than this per contender
+    batch: int = 10  # timed calls per contender per interleaved round
+    target_rel_sem: float = 0.005  # stop when standard error of the median estimate / median falls below
+    budget_s: float = 20.0  # wall-clock budget for the timing phase
+    recheck: int = 3  # timed calls per round whose outputs are compared with the reference
+
+    def __post_init__(self) -> None:
+        if self.min_runs < 1 or self.max_runs < self.min_runs:
+            raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
+        if self.batch < 1:
+            raise ValueError(f"batch must be positive, got {self.batch}")
+        if self.warmup_ms < 0 or self.budget_s <= 0:
+            raise ValueError(f"warmup_ms >= 0 and budget_s > 0 needed, got {self.warmup_ms}, {self.budget_s}")
+        if not 0 < self.target_rel_sem < 1:
+            raise ValueError(f"target_rel_sem must be in (0, 1), got {self.target_rel_sem}")
+        if self.recheck < 0:
+            raise ValueError(f"recheck must be >= 0, got {self.recheck}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """What counts as correct and fair. Validated on construction; errors carry the values."""
+
+    precision: str = "fp32"  # strict fp32 unless asked; the baselines get the same allowance
+    atol: float | None = None  # overrides the problem's and the dtype default
+    rtol: float | None = None  # overrides the problem's and the dtype default
+    n_seeds: int = 3  # secret seeds for correctness
+    seeds: tuple[int, ...] | None = None  # fixed seeds (reproduction); None draws secret ones
+    distributions: tuple[str, ...] = DISTRIBUTIONS  # input distributions besides get_inputs()'s own
+    libraries: tuple[str, ...] = ()  # libraries a candidate may call (enforced by the guards)
+    baselines: str = "measured"  # measured now, cached, or skip
+    compile_baseline: bool = True  # time torch.compile too (tests switch it off)
+    timing: TimingConfig = field(default_factory=TimingConfig)  # timing budget
+    time_candidate: bool = True  # time at all (False: correctness only)
+    build_timeout_s: float = 300.0  # hard limit on one build
+    run_timeout_s: float = 120.0  # hard limit on one child command (import, one check, one timing round)
+    disabled_steps: frozenset[str] = frozenset()  # protocol steps switched off (ablation only)
+    gpu_index: int = 0  # which GPU the children are pinned to
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.n_seeds < 1:
+            raise ValueError(f"n_seeds must be at least 1, got {self.n_seeds}")
+        bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
+        if bad:
+            raise ValueError(f"unknown distributions {bad}; known: {DISTRIBUTIONS}")
+        if self.baselines not in BASELINE_MODES:
+            raise ValueError(f"baselines must be one of {BASELINE_MODES}, got {self.baselines!r}")
+        unknown = sorted(set(self.disabled_steps) - set(ALL_STEPS))
+        if unknown:
+            raise ValueError(f"unknown protocol steps {unknown}; known: {ALL_STEPS}")
+        if self.build_timeout_s <= 0 or self.run_timeout_s <= 0:
+            raise ValueError(f"timeouts must be positive, got {self.build_timeout_s}, {self.run_timeout_s}")
+        if self.gpu_index < 0:
+            raise ValueError(f"gpu_index must be >= 0, got {self.gpu_index}")
+
+    def enabled(self, step: str) -> bool:
+        """Whether a protocol step is on."""
+        assert step in ALL_STEPS, step
+        return step not in self.disabled_steps
+
+    def tolerance(self, dtype_name: str, problem_tolerance: dict[str, float] | None) -> tuple[float, float]:
+        """(atol, rtol): the policy's override, else the problem's TOLERANCE, else the dtype default."""
+        base = dict(DEFAULT_TOLERANCE.get(dtype_name, DEFAULT_TOLERANCE["float32"]))
+        base.update(problem_tolerance or {})
+        atol = self.atol if self.atol is not None else float(base["atol"])
+        rtol = self.rtol if self.rtol is not None else float(base["rtol"])
+        return atol, rtol
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form for the verdict (seeds are never included: they are secret)."""
+        d = dataclasses.asdict(self)
+        d["seeds"] = "fixed" if self.seeds is not None else "secret"
+        d["disabled_steps"] = sorted(self.disabled_steps)
+        d["distributions"] = list(self.distributions)
+        d["libraries"] = list(self.libraries)
+        return d

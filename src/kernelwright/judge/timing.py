@@ -1,0 +1,141 @@
+"""The one timing function, and the statistics and stopping rule the judge applies to its samples.
+
+`time_calls` runs inside a judge child (the reference child for baselines, the candidate child for
+the candidate); the judge interleaves batches from the children and decides when to stop.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+_FLUSH: dict[str, torch.Tensor] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingSwitches:
+    """Which timing steps are on for this batch."""
+
+    flush: bool  # zero a buffer of twice the L2 size before each call
+    events: bool  # CUDA events (else the host clock)
+    sync: bool  # device-wide synchronize before the end event
+
+
+def l2_bytes() -> int:
+    """The L2 size of the current device, read from the device."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+
+
+def flush_l2() -> None:
+    """Overwrite a buffer of at least twice the L2 size, evicting the inputs from L2."""
+    buf = _FLUSH.get("buf")
+    if buf is None:
+        buf = torch.empty(2 * l2_bytes() // 4, dtype=torch.int32, device="cuda")
+        _FLUSH["buf"] = buf
+    buf.zero_()
+
+
+def time_calls(
+    fn: Callable[..., Any],
+    get_args: Callable[[int], list[Any]],
+    n: int,
+    *,
+    cuda: bool,
+    switches: TimingSwitches,
+    on_output: Callable[[int, Any], None] | None = None,
+) -> list[float]:
+    """Time n calls of fn(*get_args(i)); returns per-call milliseconds.
+
+    Input preparation and on_output run outside the timed region.
+    """
+    times = []
+    for i in range(n):
+        args = get_args(i)
+        if cuda:
+            if switches.flush:
+                flush_l2()
+            torch.cuda.synchronize()
+        times.append(_one_call(fn, args, cuda, switches, on_output, i))
+    return times
+
+
+def _one_call(fn, args, cuda, switches, on_output, i) -> float:
+    if cuda and switches.events:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn(*args)
+        if switches.sync:
+            torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end)
+    else:
+        t0 = time.perf_counter()
+        out = fn(*args)
+        if cuda and switches.sync:
+            torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3
+    if on_output is not None:
+        on_output(i, out)
+    return ms
+
+
+def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> int:
+    """Call fn until warmup_ms of wall time have passed (at least 3 calls, at most 10,000)."""
+    t0 = time.perf_counter()
+    calls = 0
+    while calls < 3 or ((time.perf_counter() - t0) * 1e3 < warmup_ms and calls < 10_000):
+        fn(*get_args(calls))
+        if cuda:
+            torch.cuda.synchronize()
+        calls += 1
+    return calls
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of one contender's samples."""
+
+    n: int  # samples
+    median_ms: float  # median
+    iqr_ms: float  # interquartile range
+    rel_sem: float  # standard error of the median over the median (robust estimate)
+
+
+def summarize(samples: list[float]) -> Summary:
+    """Median, IQR and a robust relative standard error of the median."""
+    n = len(samples)
+    if n == 0:
+        return Summary(0, math.nan, math.nan, math.inf)
+    med = statistics.median(samples)
+    if n < 4:
+        return Summary(n, med, 0.0, math.inf)
+    q = statistics.quantiles(samples, n=4)
+    iqr = q[2] - q[0]
+    sigma = iqr / 1.349  # normal-equivalent spread, robust to outliers
+    sem = 1.2533 * sigma / math.sqrt(n)  # standard error of the median
+    return Summary(n, med, iqr, sem / med if med > 0 else math.inf)
+
+
+def should_stop(summaries: list[Summary], *, min_runs: int, max_runs: int, target: float, elapsed_s: float, budget_s: float, adaptive: bool) -> tuple[bool, str]:
+    """The stopping rule: every contender precise enough, or a count or time limit reached."""
+    fewest = min(s.n for s in summaries)
+    if fewest < min_runs:
+        if elapsed_s > budget_s:
+            return True, f"time budget {budget_s:g} s spent before {min_runs} runs"
+        return False, ""
+    if max(s.n for s in summaries) >= max_runs:
+        return True, f"reached max_runs={max_runs}"
+    if not adaptive:
+        return True, f"reached min_runs={min_runs} (adaptive stopping off)"
+    if all(s.rel_sem <= target for s in summaries):
+        return True, f"relative standard error <= {target:g} for every contender"
+    if elapsed_s > budget_s:
+        return True, f"time budget {budget_s:g} s spent"
+    return False, ""

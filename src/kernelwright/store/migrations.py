@@ -1,0 +1,137 @@
+"""The store's schema history: an ordered list of migrations, applied atomically on open.
+
+The schema version lives in `PRAGMA user_version`. To change the schema, append a `Migration` with
+the next version number; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass
+from typing import Callable, Union
+
+logger = logging.getLogger(__name__)
+
+MigrationStep = Union[str, Callable[[sqlite3.Connection], None]]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema history."""
+
+    version: int  # the schema version after this step; 1, 2, 3... with no gaps
+    step: MigrationStep  # an SQL script, or a callable run inside the open transaction (must not commit)
+    description: str = ""  # one line on what the step changes
+
+
+V1_SQL = """
+CREATE TABLE problems (
+    hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    path TEXT,
+    source TEXT NOT NULL,
+    created_at TEXT
+);
+CREATE TABLE candidates (
+    hash TEXT PRIMARY KEY,
+    build_path TEXT,
+    files_json TEXT NOT NULL,
+    created_at TEXT
+);
+CREATE TABLE verdicts (
+    id TEXT PRIMARY KEY,
+    problem_hash TEXT REFERENCES problems(hash),
+    candidate_hash TEXT REFERENCES candidates(hash),
+    status TEXT NOT NULL,
+    runtime_ms REAL,
+    speedup_vs_best REAL,
+    verdict_json TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX verdicts_problem_hash ON verdicts(problem_hash);
+CREATE INDEX verdicts_candidate_hash ON verdicts(candidate_hash);
+CREATE INDEX verdicts_status ON verdicts(status);
+"""
+
+MIGRATIONS: list[Migration] = [
+    Migration(1, V1_SQL, "problems, candidates and verdicts"),
+]
+
+
+def latest_version() -> int:
+    """The schema version this code writes (the last migration's)."""
+    return MIGRATIONS[-1].version if MIGRATIONS else 0
+
+
+def read_version(conn: sqlite3.Connection) -> int:
+    """The schema version recorded in the database file."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def check_not_newer(found: int, path: object) -> None:
+    """Refuse a store written by newer code than this."""
+    code = latest_version()
+    if found > code:
+        raise ValueError(
+            f"store {path} has schema version {found}, newer than this kernelwright's "
+            f"version {code}; upgrade kernelwright to open it"
+        )
+
+
+def pending(found: int) -> list[Migration]:
+    """The migrations a store at version `found` still needs, in order."""
+    versions = [m.version for m in MIGRATIONS]
+    assert versions == list(range(1, len(versions) + 1)), f"migration versions must be 1..n, got {versions}"
+    return [m for m in MIGRATIONS if m.version > found]
+
+
+def apply_pending(conn: sqlite3.Connection, path: object) -> int:
+    """Bring the store up to date in one transaction; returns the resulting version.
+
+    `conn` must be in autocommit mode (isolation_level=None). The version is re-read under the
+    write lock, so concurrent openers apply each migration exactly once.
+    """
+    found = read_version(conn)
+    check_not_newer(found, path)
+    if not pending(found):
+        return found
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = read_version(conn)
+        check_not_newer(found, path)
+        for migration in pending(found):
+            _apply_one(conn, migration)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return read_version(conn)
+
+
+def _apply_one(conn: sqlite3.Connection, migration: Migration) -> None:
+    """Run one migration's step and record its version (inside the caller's transaction)."""
+    logger.info("store: applying migration %d (%s)", migration.version, migration.description)
+    if isinstance(migration.step, str):
+        for statement in split_statements(migration.step):
+            conn.execute(statement)
+    else:
+        migration.step(conn)
+    conn.execute(f"PRAGMA user_version = {int(migration.version)}")
+
+
+def split_statements(script: str) -> list[str]:
+    """Split an SQL script into complete statements (trigger bodies stay whole).
+
+    `executescript` would commit the open transaction first, so scripts are run statement by statement.
+    """
+    statements: list[str] = []
+    buffer = ""
+    for piece in script.split(";"):
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip(" \t\r\n;"):
+                statements.append(buffer.strip())
+            buffer = ""
+    assert not buffer.strip(" \t\r\n;"), f"incomplete SQL statement at the end of a migration: {buffer!r}"
+    return statements

@@ -1,0 +1,234 @@
+"""The SQLite store: round trips, idempotence, filters, migrations, concurrency, location."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from kernelwright.judge.records import (
+    BaselineSource,
+    Guard,
+    Status,
+    Step,
+    SystemInfo,
+    Timing,
+    Verdict,
+)
+from kernelwright.store import Migration, Store, default_store_path, latest_version
+from kernelwright.store import migrations
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_verdict(status: Status = Status.CORRECT, problem: str = "h", candidate: str = "c", **extra) -> Verdict:
+    """A verdict with a spread of fields set."""
+    fields = dict(
+        runtime_ms=1.5,
+        eager_ms=3.0,
+        baseline_source=BaselineSource.MEASURED,
+        speedup_vs_best=2.0,
+        guards=(Guard("physics_floor", False, "ok"),),
+        steps=(Step("l2_flush", False, "cpu backend"),),
+        static_findings=({"rule": "sync", "line": 3},),
+        timing=Timing(n=10, median_ms=1.5, iqr_ms=0.1, wall_ms=None),
+        system=SystemInfo(gpu=None, driver=None, cuda=None, torch="2.13", python="3.11", kernelwright="0.1.0"),
+        log="built",
+        created_at="2025-01-01T00:00:00+00:00",
+    )
+    fields.update(extra)
+    return Verdict(
+        status=status,
+        problem={"name": "p", "hash": problem},
+        candidate={"hash": candidate, "build_path": "raw"},
+        policy={},
+        **fields,
+    )
+
+
+def seed(store: Store, problem: str = "h", candidate: str = "c") -> None:
+    """Store the problem and candidate rows a verdict refers to."""
+    store.put_problem(problem, "p", "/tmp/p.py", "class Model: ...")
+    store.put_candidate(candidate, "raw", {"model_new.py": "class ModelNew: ...", "kernels/k.cu": "//"})
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(tmp_path / "s.sqlite") as s:
+        yield s
+
+
+def test_verdict_round_trip(store: Store) -> None:
+    seed(store)
+    verdict = make_verdict()
+    vid = store.put_verdict(verdict)
+    assert vid.startswith("v-") and len(vid) == 14
+    assert store.get_verdict(vid) == verdict
+    assert store.get_verdict(vid) == Verdict.from_dict(verdict.to_dict())
+
+
+def test_wal_and_foreign_keys(store: Store) -> None:
+    assert store.journal_mode == "wal"
+    assert store.schema_version == latest_version() == 1
+    assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+
+
+def test_parent_dirs_created(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "a" / "b" / "s.sqlite") as s:
+        assert s.path.exists()
+
+
+def test_idempotent_puts(store: Store) -> None:
+    seed(store)
+    store.put_problem("h", "other-name", None, "changed")
+    store.put_candidate("c", "torch_extension", {"x.py": "changed"})
+    assert store.get_problem("h")["name"] == "p"
+    assert store.get_problem("h")["source"] == "class Model: ..."
+    assert store.get_candidate_files("c") == {"model_new.py": "class ModelNew: ...", "kernels/k.cu": "//"}
+    assert store._conn.execute("SELECT count(*) FROM problems").fetchone()[0] == 1
+    assert store._conn.execute("SELECT count(*) FROM candidates").fetchone()[0] == 1
+
+
+def test_unknown_lookups_raise(store: Store) -> None:
+    with pytest.raises(KeyError, match="nope"):
+        store.get_verdict("nope")
+    with pytest.raises(KeyError, match="nope"):
+        store.get_problem("nope")
+    with pytest.raises(KeyError, match="nope"):
+        store.get_candidate_files("nope")
+
+
+def test_verdict_requires_problem_and_candidate(store: Store) -> None:
+    with pytest.raises(ValueError, match="problem 'h'.*put_problem"):
+        store.put_verdict(make_verdict())
+    store.put_problem("h", "p", None, "src")
+    with pytest.raises(ValueError, match="candidate 'c'.*put_candidate"):
+        store.put_verdict(make_verdict())
+    assert store.verdicts_for() == []
+
+
+def test_filtering_newest_first(store: Store) -> None:
+    seed(store, "h1", "c1")
+    seed(store, "h2", "c2")
+    a = store.put_verdict(make_verdict(Status.CORRECT, "h1", "c1"))
+    b = store.put_verdict(make_verdict(Status.INCORRECT, "h1", "c2"))
+    c = store.put_verdict(make_verdict(Status.CORRECT, "h2", "c2"))
+    ids = lambda rows: [vid for vid, _ in rows]  # noqa: E731
+    assert ids(store.verdicts_for()) == [c, b, a]
+    assert ids(store.verdicts_for(problem_hash="h1")) == [b, a]
+    assert ids(store.verdicts_for(candidate_hash="c2")) == [c, b]
+    assert ids(store.verdicts_for(status="correct")) == [c, a]
+    assert ids(store.verdicts_for(status=Status.INCORRECT)) == [b]
+    assert ids(store.verdicts_for(problem_hash="h1", status="correct")) == [a]
+    assert ids(store.verdicts_for(limit=2)) == [c, b]
+    assert store.verdicts_for(problem_hash="h3") == []
+    with pytest.raises(ValueError, match="got 0"):
+        store.verdicts_for(limit=0)
+
+
+def _v1_db(path: Path) -> None:
+    """A store at version 1 made by hand, holding one problem."""
+    conn = sqlite3.connect(str(path))
+    conn.executescript(migrations.V1_SQL)
+    conn.execute("INSERT INTO problems (hash, name, source) VALUES ('h', 'p', 'src')")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+def test_migration_applies_once_and_data_survive(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "old.sqlite"
+    _v1_db(path)
+    calls: list[int] = []
+
+    def add_column(conn: sqlite3.Connection) -> None:
+        calls.append(1)
+        conn.execute("UPDATE problems SET note = 'migrated'")
+
+    fake = [
+        migrations.MIGRATIONS[0],
+        Migration(2, "ALTER TABLE problems ADD COLUMN note TEXT; CREATE TABLE runs (id TEXT PRIMARY KEY);"),
+        Migration(3, add_column, "fill note"),
+    ]
+    monkeypatch.setattr(migrations, "MIGRATIONS", fake)
+    with Store.open(path) as s:
+        assert s.schema_version == 3
+        assert s.get_problem("h") == {"hash": "h", "name": "p", "path": None, "source": "src",
+                                      "created_at": None, "note": "migrated"}
+    with Store.open(path) as s:
+        assert s.schema_version == 3
+    assert calls == [1]
+
+
+def test_failed_migration_rolls_back(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "old.sqlite"
+    _v1_db(path)
+
+    def crash(conn: sqlite3.Connection) -> None:
+        raise RuntimeError("boom")
+
+    fake = [migrations.MIGRATIONS[0], Migration(2, "CREATE TABLE runs (id TEXT);"), Migration(3, crash)]
+    monkeypatch.setattr(migrations, "MIGRATIONS", fake)
+    with pytest.raises(RuntimeError, match="boom"):
+        Store.open(path)
+    conn = sqlite3.connect(str(path))
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "runs" not in tables and "problems" in tables
+    conn.close()
+
+
+def test_newer_store_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.sqlite"
+    conn = sqlite3.connect(str(path))
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(ValueError, match=r"schema version 99.*version 1\b"):
+        Store.open(path)
+
+
+def test_split_statements_keeps_trigger_bodies() -> None:
+    script = "CREATE TABLE t (x TEXT);\nCREATE TRIGGER tr AFTER INSERT ON t BEGIN UPDATE t SET x = ';'; END;\n"
+    assert len(migrations.split_statements(script)) == 2
+
+
+def _write_many(path: str, tag: str, n: int) -> None:
+    """Child process: store n verdicts under one problem and a candidate of its own."""
+    with Store.open(path) as s:
+        seed(s, "shared", f"c-{tag}")
+        for i in range(n):
+            s.put_verdict(make_verdict(problem="shared", candidate=f"c-{tag}", runtime_ms=float(i)))
+
+
+def test_two_processes_write_concurrently(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.sqlite")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_many, args=(path, tag, 50)) for tag in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=50)
+    assert [p.exitcode for p in procs] == [0, 0]
+    with Store.open(path) as s:
+        assert len(s.verdicts_for(problem_hash="shared", limit=1000)) == 100
+        assert len(s.verdicts_for(candidate_hash="c-a", limit=1000)) == 50
+
+
+def test_env_var_respected(tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "env" / "store.sqlite"
+    monkeypatch.setenv("KERNELWRIGHT_STORE", str(target))
+    assert default_store_path() == target
+    with Store.open() as s:
+        assert s.path == target
+    assert target.exists()
+
+
+def test_xdg_default(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("KERNELWRIGHT_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_store_path() == tmp_path / "kernelwright" / "store.sqlite"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_store_path() == tmp_path / "home" / ".local" / "share" / "kernelwright" / "store.sqlite"

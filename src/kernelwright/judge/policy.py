@@ -117,12 +117,8 @@ class Policy:
         return step not in self.disabled_steps
 
     def tolerance(self, dtype_name: str, problem_tolerance: dict[str, float] | None) -> tuple[float, float]:
-        """(atol, rtol): the policy's override, else the problem's TOLERANCE, else the dtype default."""
-        base = dict(DEFAULT_TOLERANCE.get(dtype_name, DEFAULT_TOLERANCE["float32"]))
-        base.update(problem_tolerance or {})
-        atol = self.atol if self.atol is not None else float(base["atol"])
-        rtol = self.rtol if self.rtol is not None else float(base["rtol"])
-        return atol, rtol
+        """(atol, rtol) for an output dtype under this policy."""
+        return resolve_tolerance(dtype_name, problem_tolerance, self.atol, self.rtol)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for the verdict (seeds are never included: they are secret)."""
@@ -132,3 +128,10 @@ class Policy:
         d["distributions"] = list(self.distributions)
         d["libraries"] = list(self.libraries)
         return d
+
+
+def resolve_tolerance(dtype_name: str, problem_tolerance: dict[str, float] | None, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """(atol, rtol): the policy's override, else the problem's TOLERANCE, else the dtype default."""
+    base = dict(DEFAULT_TOLERANCE.get(dtype_name, DEFAULT_TOLERANCE["float32"]))
+    base.update(problem_tolerance or {})
+    return (atol if atol is not None else float(base["atol"]), rtol if rtol is not None else float(base["rtol"]))

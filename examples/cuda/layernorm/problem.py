@@ -1,0 +1,42 @@
+"""LayerNorm over the last dimension (nn.LayerNorm((8192,))), fp32.
+
+8192 x 8192 floats: 256 MiB read and 256 MiB written, about 9x the H200's 60 MB L2 (floor about
+0.125 ms at the measured 4.3 TB/s). The affine parameters are drawn at random (from the judge's
+seed) so that a kernel ignoring weight or bias fails.
+"""
+
+import torch
+import torch.nn as nn
+
+ROWS, COLS = 8192, 8192
+
+
+class Model(nn.Module):
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape)
+        with torch.no_grad():
+            self.ln.weight.normal_(1.0, 0.5)
+            self.ln.bias.normal_(0.0, 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS, dtype=torch.float32)]
+
+
+def get_init_inputs():
+    return [(COLS,)]
+
+
+def get_test_inputs():
+    """Further shapes for correctness only (the normalized width is fixed by the init inputs)."""
+    return [
+        [torch.randn(7, COLS, dtype=torch.float32)],
+        [torch.randn(3, 5, COLS, dtype=torch.float32)],
+        [torch.randn(70000, COLS, dtype=torch.float32)[::1000]],  # strided rows: 70 of them
+        [torch.randn(COLS, 33, dtype=torch.float32).t()],  # non-contiguous (33, 8192) view
+        [torch.randn(16, COLS, dtype=torch.float32) * 100.0 + 50.0],  # large mean: cancellation
+    ]

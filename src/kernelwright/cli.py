@@ -1,0 +1,163 @@
+"""The kernelwright command line (argparse). Results on stdout; progress and logs on stderr.
+
+Exit codes: 0 when the command did its job (an eval that reached any verdict), 2 for usage errors
+and malformed inputs, 1 for other failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from kernelwright.judge.policy import BASELINE_MODES, PRECISIONS, Policy, TimingConfig
+from kernelwright.problems.loader import ProblemError
+
+out = Console()
+err = Console(stderr=True)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+class UsageError(ValueError):
+    """Bad command-line input (exit code 2)."""
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    if args.baselines == "cached":
+        raise UsageError("cached baselines need the baseline cache, which is not built yet; use measured or skip")
+    try:
+        return Policy(
+            precision=args.precision, n_seeds=args.seeds, baselines=args.baselines,
+            compile_baseline=args.compile_baseline and args.baselines == "measured",
+            time_candidate=not args.correctness_only, timing=TimingConfig(budget_s=args.budget_s),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _candidate_files(path: Path) -> dict[str, str]:
+    """model_new.py and kernels/* as {relative name: text}."""
+    root = path if path.is_dir() else path.parent
+    main_file = root / "model_new.py" if path.is_dir() else path
+    files = {main_file.name: main_file.read_text(errors="replace")}
+    kernels = root / "kernels"
+    if kernels.is_dir():
+        files.update({f"kernels/{p.name}": p.read_text(errors="replace") for p in sorted(kernels.iterdir()) if p.is_file()})
+    return files
+
+
+def _store_verdict(verdict, problem, candidate_path: Path, store: Optional[Path]) -> Optional[str]:
+    """Keep the problem, the candidate's files and the verdict in the store; returns the verdict id."""
+    from kernelwright.store import Store
+
+    with Store.open(store) as db:
+        db.put_problem(problem.hash, problem.name, str(problem.path), problem.source)
+        if verdict.candidate.get("hash"):
+            db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], _candidate_files(candidate_path))
+            return db.put_verdict(verdict)
+    return None
+
+
+def _evaluate_one(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path], no_store: bool):
+    from kernelwright.judge.evaluate import evaluate
+    from kernelwright.problems.loader import load_problem
+
+    problem = load_problem(problem_spec)
+    with err.status(f"judging {candidate} on {problem.name}") as status:
+        verdict = evaluate(problem, candidate, policy, device=device, progress=lambda m: status.update(f"{problem.name}: {m}"))
+    verdict_id = None if no_store else _store_verdict(verdict, problem, candidate, store)
+    return verdict, verdict_id
+
+
+def eval_cmd(args: argparse.Namespace) -> int:
+    """Judge CANDIDATE against PROBLEM and print the verdict."""
+    policy = _policy(args)
+    candidate = Path(args.candidate)
+    if not candidate.exists():
+        raise UsageError(f"no such candidate: {candidate}")
+    verdict, verdict_id = _evaluate_one(args.problem, candidate, policy, args.device, args.store, args.no_store)
+    if args.json:
+        sys.stdout.write(verdict.to_json() + "\n")
+    else:
+        from kernelwright.report.summary import print_verdict
+
+        print_verdict(out, verdict, verdict_id)
+    return 0
+
+
+def demo_cmd(args: argparse.Namespace) -> int:
+    """Judge the shipped example candidates (CUDA on a GPU, C++ on the CPU)."""
+    from kernelwright.judge.evaluate import resolve_device
+    from kernelwright.report.summary import print_table
+
+    dev = resolve_device(args.device)
+    root = Path(args.examples or EXAMPLES) / dev
+    dirs = sorted(p for p in root.glob("*") if (p / "problem.py").is_file())
+    if not dirs:
+        raise UsageError(f"no examples under {root}")
+    verdicts = []
+    for d in dirs:
+        err.print(f"[bold]{d.name}[/bold] ({dev})")
+        verdict, _ = _evaluate_one(str(d / "problem.py"), d, Policy(), dev, args.store, args.no_store)
+        verdicts.append(verdict)
+    if args.json:
+        sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n")
+    else:
+        print_table(out, verdicts)
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    p.add_argument("--no-store", action="store_true", help="do not record anything in the store")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelwright", description="Write, verify and select kernels that beat PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("eval", help="judge a candidate against a problem")
+    e.add_argument("problem", help="a KernelBench-format .py file")
+    e.add_argument("candidate", help="a model_new.py file or a folder holding one")
+    _common(e)
+    e.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics allowed (default strict fp32)")
+    e.add_argument("--seeds", type=int, default=3, help="secret seeds for correctness (default 3)")
+    e.add_argument("--baselines", default="measured", choices=BASELINE_MODES, help="measure eager/compile now, or skip")
+    e.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false", help="do not time torch.compile")
+    e.add_argument("--correctness-only", action="store_true", help="check correctness, do not time")
+    e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
+    e.set_defaults(func=eval_cmd)
+    d = sub.add_parser("demo", help="judge the shipped example candidates")
+    _common(d)
+    d.add_argument("--examples", default=None, help="folder of examples (default: the repo's examples/)")
+    d.set_defaults(func=demo_cmd)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)  # exits 2 on usage errors
+    try:
+        sys.exit(args.func(args))
+    except ProblemError as exc:
+        err.print(f"malformed problem: {exc}", highlight=False, markup=False, style="red")
+        sys.exit(2)
+    except UsageError as exc:
+        err.print(f"usage error: {exc}", highlight=False, markup=False, style="red")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - a last resort with a clear message and exit code 1
+        err.print(f"error: {type(exc).__name__}: {exc}", highlight=False, markup=False, style="red")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

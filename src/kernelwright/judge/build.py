@@ -1,0 +1,422 @@
+"""The raw build path: compile extern "C" kernel sources with nvcc or g++ into a cached shared library.
+
+A build is keyed by the sha256 of everything that decides the binary (source text, headers, language,
+resolved arch, flags, compiler version and, for g++ -march=native, the CPU). The name never enters
+the key. Builds happen in a temporary folder inside the cache and are renamed into
+`<cache>/builds/<key>/` whole, so a build folder is either absent or complete; a file lock keeps
+concurrent builders of one key (threads or processes) from compiling twice. Failed builds are not
+cached.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelwright.judge.records import Resources, truncate
+
+log = logging.getLogger(__name__)
+
+LANGS = ("cuda", "cpp")
+KEY_VERSION = 1  # bump when the commands below change in a way the key does not see
+NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v")
+GXX_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
+DEFAULT_ARCH = "90"
+LIB_NAME = "lib.so"
+META_NAME = "meta.json"
+SOURCE_SUFFIXES = {".cu": "cuda", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c": "cpp"}
+HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inc", ".inl")
+_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(?:(\d{1,2})\.(\d)|(\d{2,3}))([a-z]?)$")
+_CUDA_INCLUDE_RE = re.compile(
+    r"#\s*include\s*[<\"](?:cuda|cub/|thrust/|cooperative_groups|mma\.h|cublas|cudnn|curand|cufft|cute/|cutlass/)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSpec:
+    """What to build."""
+
+    source: str  # the source text
+    lang: str  # "cuda" (nvcc) or "cpp" (g++)
+    name: str = "kernel"  # for messages and file names; never part of the key
+    arch: str | None = None  # e.g. "90" or "90a"; None detects (env, nvidia-smi, else "90")
+    extra_flags: tuple[str, ...] = ()  # appended to the compiler command
+    headers: tuple[tuple[str, str], ...] = ()  # (relative name, text) written beside the source
+
+    def __post_init__(self) -> None:
+        if self.lang not in LANGS:
+            raise ValueError(f"lang must be one of {LANGS}, got {self.lang!r}")
+        if self.arch is not None and not _ARCH_RE.match(self.arch):
+            raise ValueError(f"arch must look like '90', '90a' or '9.0', got {self.arch!r}")
+        object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
+        object.__setattr__(self, "headers", tuple((str(n), str(t)) for n, t in self.headers))
+        for rel, _ in self.headers:
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ValueError(f"header names must be relative and inside the build folder, got {rel!r}")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The outcome of one build call."""
+
+    ok: bool  # True when lib_path holds a loadable library
+    lib_path: Path | None  # the shared library, None when the build failed
+    cached: bool  # True when the library came from the cache without compiling
+    seconds: float  # wall time of this call
+    log: str  # compiler output, truncated; error lines first when there are errors
+    resources: Resources | None  # nvcc -Xptxas -v summary (worst kernel); None for cpp
+    key: str  # the cache key
+    timed_out: bool = False  # True when the compiler was killed at the time limit
+
+
+# ---- keys ---------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """The cache root: $KERNELWRIGHT_CACHE, else ~/.cache/kernelwright."""
+    env = os.environ.get("KERNELWRIGHT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kernelwright"
+
+
+def lang_of(source: str) -> str:
+    """"cuda" when the text defines kernels or includes CUDA headers, else "cpp"."""
+    if "__global__" in source or "__device__" in source or _CUDA_INCLUDE_RE.search(source):
+        return "cuda"
+    return "cpp"
+
+
+def normalise_arch(arch: str) -> str:
+    """'9.0' / 'sm_90' / '90' -> '90'; '90a' / 'sm_90a' -> '90a'."""
+    m = _ARCH_RE.match(arch.strip())
+    if not m:
+        raise ValueError(f"arch must look like '90', '90a' or '9.0', got {arch!r}")
+    major_minor = m.group(1) + m.group(2) if m.group(1) else m.group(3)
+    return major_minor + m.group(4)
+
+
+def resolve_arch(arch: str | None) -> str:
+    """The arch to compile for: the given one, else $KERNELWRIGHT_CUDA_ARCH, else nvidia-smi, else 90."""
+    if arch:
+        return normalise_arch(arch)
+    env = os.environ.get("KERNELWRIGHT_CUDA_ARCH")
+    if env:
+        return normalise_arch(env)
+    return _detected_arch(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _detected_arch(visible: str) -> str:
+    """The compute capability of the first visible GPU as nvidia-smi reports it, else DEFAULT_ARCH."""
+    cmd = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]
+    first = visible.split(",")[0].strip()
+    if first.isdigit():
+        cmd += ["-i", first]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
+        return normalise_arch(out.strip().splitlines()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        log.debug("arch detection via nvidia-smi failed (%s); using %s", exc, DEFAULT_ARCH)
+        return DEFAULT_ARCH
+
+
+def find_compiler(lang: str) -> str | None:
+    """The compiler executable for a language, or None when it is not installed."""
+    if lang == "cpp":
+        return shutil.which("g++")
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and os.access(Path(root) / "bin" / "nvcc", os.X_OK):
+            return str(Path(root) / "bin" / "nvcc")
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def compiler_version(compiler: str | None) -> str:
+    """The compiler's --version text (memoised), or 'missing'."""
+    if compiler is None:
+        return "missing"
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+        return f"{compiler}\n{out.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{compiler}: version unknown ({exc})"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_identity() -> str:
+    """Machine type plus CPU model and flags (g++ -march=native depends on them)."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            name = name.strip()
+            if name in ("model name", "flags", "Features", "CPU part") and name not in fields:
+                fields[name] = value.strip()
+    return json.dumps({"machine": platform.machine(), **fields}, sort_keys=True)
+
+
+def cache_key(spec: BuildSpec, compiler_id: str) -> str:
+    """sha256 over everything that decides the binary; the spec's name is not part of it."""
+    target = resolve_arch(spec.arch) if spec.lang == "cuda" else cpu_identity()
+    material = {
+        "v": KEY_VERSION,
+        "source": spec.source,
+        "headers": sorted(spec.headers),
+        "lang": spec.lang,
+        "target": target,
+        "base_flags": NVCC_FLAGS if spec.lang == "cuda" else GXX_FLAGS,
+        "flags": spec.extra_flags,
+        "compiler": compiler_id,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def key_for(spec: BuildSpec) -> str:
+    """The cache key this machine's compiler gives a spec."""
+    return cache_key(spec, compiler_version(find_compiler(spec.lang)))
+
+
+# ---- specs shared by runtime.load and the judge's prebuild (so their keys agree) -----------------
+
+
+def spec_from_text(
+    text: str, *, lang: str | None = None, name: str | None = None, flags: Sequence[str] = ()
+) -> BuildSpec:
+    """The spec runtime.load builds for source text."""
+    return BuildSpec(source=text, lang=lang or lang_of(text), name=name or "inline", extra_flags=tuple(flags))
+
+
+def spec_from_file(
+    path: str | os.PathLike[str], *, lang: str | None = None, name: str | None = None, flags: Sequence[str] = ()
+) -> BuildSpec:
+    """The spec runtime.load builds for a source file; headers beside it travel with it."""
+    path = Path(path)
+    text = path.read_text()
+    lang = lang or SOURCE_SUFFIXES.get(path.suffix.lower()) or lang_of(text)
+    headers = tuple(
+        (h.name, h.read_text(errors="replace"))
+        for h in sorted(path.parent.iterdir())
+        if h.is_file() and h.suffix.lower() in HEADER_SUFFIXES
+    )
+    return BuildSpec(source=text, lang=lang, name=name or path.stem, extra_flags=tuple(flags), headers=headers)
+
+
+# ---- building -----------------------------------------------------------------------------------
+
+
+def build(spec: BuildSpec, *, timeout_s: float = 300.0) -> BuildResult:
+    """Build a spec, or return the cached library. Never raises for compiler failures."""
+    start = time.perf_counter()
+    compiler = find_compiler(spec.lang)
+    key = cache_key(spec, compiler_version(compiler))
+    if compiler is None:
+        tool = "nvcc" if spec.lang == "cuda" else "g++"
+        msg = f"cannot build {spec.name}: {spec.lang} compiler {tool} not found on PATH"
+        return _failed(key, start, msg)
+    final = cache_dir() / "builds" / key
+    hit = _cached_result(final, key, start)
+    if hit is not None:
+        return hit
+    with _key_lock(final.parent, key):
+        hit = _cached_result(final, key, start)
+        if hit is not None:
+            return hit
+        return _compile_and_publish(spec, compiler, key, final, start, timeout_s)
+
+
+def build_many(
+    specs: Sequence[BuildSpec], *, timeout_s: float = 300.0, workers: int | None = None
+) -> list[BuildResult]:
+    """Build several specs in parallel threads; results in input order."""
+    if not specs:
+        return []
+    n = max(1, min(len(specs), workers or os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="kw-build") as pool:
+        return list(pool.map(lambda s: build(s, timeout_s=timeout_s), specs))
+
+
+def compile_command(spec: BuildSpec, compiler: str, source_name: str) -> list[str]:
+    """The compiler command line, run inside the build folder."""
+    if spec.lang == "cuda":
+        arch = resolve_arch(spec.arch)
+        gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
+        return [compiler, *NVCC_FLAGS, gencode, *spec.extra_flags, source_name, "-o", LIB_NAME]
+    return [compiler, *GXX_FLAGS, *spec.extra_flags, source_name, "-o", LIB_NAME]
+
+
+def _failed(key: str, start: float, log_text: str, *, timed_out: bool = False) -> BuildResult:
+    """A failed build result."""
+    seconds = time.perf_counter() - start
+    return BuildResult(False, None, False, seconds, truncate(log_text), None, key, timed_out)
+
+
+def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
+    """The cached build for a key, or None when there is none."""
+    lib = final / LIB_NAME
+    if not lib.is_file():
+        return None
+    try:
+        meta = json.loads((final / META_NAME).read_text())
+    except (OSError, ValueError):
+        meta = {}
+    res = meta.get("resources")
+    resources = Resources(**res) if isinstance(res, dict) else None
+    seconds = time.perf_counter() - start
+    return BuildResult(True, lib, True, seconds, meta.get("log", ""), resources, key, False)
+
+
+@contextlib.contextmanager
+def _key_lock(builds: Path, key: str) -> Iterator[None]:
+    """An exclusive lock on one key, across threads and processes."""
+    locks = builds / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{key}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _compile_and_publish(
+    spec: BuildSpec, compiler: str, key: str, final: Path, start: float, timeout_s: float
+) -> BuildResult:
+    """Compile in a temporary folder inside the cache and rename it into place on success."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{key[:12]}-", dir=final.parent))
+    try:
+        source_name = _write_sources(spec, tmp)
+        cmd = compile_command(spec, compiler, source_name)
+        log.debug("building %s: %s", spec.name, " ".join(cmd))
+        code, output, timed_out = _run_group(cmd, tmp, timeout_s)
+        if timed_out:
+            msg = f"build of {spec.name} timed out after {timeout_s:g} s; compiler process group killed\n"
+            return _failed(key, start, msg + output, timed_out=True)
+        if code != 0 or not (tmp / LIB_NAME).is_file():
+            return _failed(key, start, _error_log(output, cmd, code))
+        resources = parse_resources(output) if spec.lang == "cuda" else None
+        text = truncate(output)
+        _write_meta(tmp, spec, cmd, text, resources, time.perf_counter() - start)
+        _publish(tmp, final)
+        return BuildResult(True, final / LIB_NAME, False, time.perf_counter() - start, text, resources, key, False)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_sources(spec: BuildSpec, folder: Path) -> str:
+    """Write the source and its headers into the build folder; returns the source's file name."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name)[:64].strip(".") or "kernel"
+    source_name = f"{stem}{'.cu' if spec.lang == 'cuda' else '.cpp'}"
+    for rel, text in spec.headers:
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    (folder / source_name).write_text(spec.source)
+    return source_name
+
+
+def _run_group(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str, bool]:
+    """Run a command in its own process group: (exit code, combined output, timed out)."""
+    try:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, errors="replace", start_new_session=True,
+        )
+    except OSError as exc:
+        return None, f"could not start {cmd[0]}: {exc}", False
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, _ = proc.communicate()
+        return None, out or "", True
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+            proc.wait()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a child's whole process group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _error_log(output: str, cmd: list[str], code: int | None) -> str:
+    """Compiler output for a failed build, with lines mentioning errors first."""
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    head = "\n".join(errors[:40])
+    tail = f"$ {' '.join(cmd)}\n(exit code {code})\n{output}"
+    return truncate(f"{head}\n\n--- full compiler output ---\n{tail}" if errors else tail)
+
+
+def _write_meta(
+    folder: Path, spec: BuildSpec, cmd: list[str], text: str, resources: Resources | None, seconds: float
+) -> None:
+    """Save what a cached result needs beside the library."""
+    meta = {
+        "name": spec.name,
+        "lang": spec.lang,
+        "command": cmd,
+        "log": text,
+        "resources": None if resources is None else resources.__dict__,
+        "build_seconds": seconds,
+    }
+    (folder / META_NAME).write_text(json.dumps(meta, indent=1))
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename a finished build folder into place; a complete one already there wins."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if (final / LIB_NAME).is_file():
+            return
+        trash = final.with_name(f"{final.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+        os.rename(final, trash)  # incomplete folder left by hand: move it aside and retry once
+        shutil.rmtree(trash, ignore_errors=True)
+        os.rename(tmp, final)
+
+
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_resources(ptxas_output: str) -> Resources:
+    """Worst registers and static shared memory over kernels, total spill bytes, from -Xptxas -v."""
+    regs: list[int] = []
+    smem: list[int] = []
+    spills = 0
+    seen_spill = False
+    for line in ptxas_output.splitlines():
+        used = _USED.search(line)
+        if used:
+            regs.append(int(used.group(1)))
+            smem.append(int(used.group(2) or 0))
+        spill = _SPILL.search(line)
+        if spill:
+            seen_spill = True
+            spills += int(spill.group(1)) + int(spill.group(2))
+    return Resources(
+        registers=max(regs) if regs else None,
+        shared_bytes=max(smem) if smem else None,
+        spills=spills if seen_spill else None,
+    )

@@ -1,0 +1,114 @@
+"""Entry point of a judge child: `python -m kernelwright.judge.child ROLE FD`.
+
+Reads the channel key from stdin before anything else, then JSON commands, one a line; answers on
+the authenticated pipe FD. Imports only torch, numpy and the standard library (plus our own modules),
+so it runs unchanged on a bare GPU image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+from kernelwright.judge.channel import Writer
+from kernelwright.judge.records import truncate
+
+
+class CommandError(Exception):
+    """An error with a kind the judge maps to a verdict (problem, compile, runtime, oom)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def pin_flags(precision: str) -> None:
+    """Pin the numerics flags for reference and candidate alike."""
+    import torch
+
+    allow = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+
+
+def snapshot_flags() -> dict[str, Any]:
+    """The numerics flags a candidate could change to cut precision."""
+    import torch
+
+    return {
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+    }
+
+
+def error_kind(exc: BaseException) -> str:
+    """Classify an exception from model code: oom, cuda (context lost), or runtime."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return "oom"
+    text = str(exc)
+    accel = getattr(torch, "AcceleratorError", ())
+    if (accel and isinstance(exc, accel)) or "CUDA error" in text or "illegal memory access" in text:
+        return "cuda"
+    return "runtime"
+
+
+def describe(exc: BaseException) -> str:
+    """The exception and the end of its traceback, length-capped."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    return truncate(f"{type(exc).__name__}: {exc}\n{tb}", 4000)
+
+
+def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) -> None:
+    """Answer commands from stdin until 'exit' or end of input."""
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg["cmd"] == "exit":
+            return
+        handler = handlers.get(msg["cmd"])
+        if handler is None:
+            writer.send({"ok": False, "error": {"kind": "infra", "message": f"unknown command {msg['cmd']!r}"}})
+            continue
+        fatal = _answer(handler, msg.get("args", {}), writer)
+        if fatal:
+            os._exit(3)  # a CUDA context after an illegal access is unusable
+
+
+def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writer: Writer) -> bool:
+    try:
+        result = handler(args)
+    except CommandError as exc:
+        writer.send({"ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
+        return False
+    except BaseException as exc:  # noqa: BLE001 - every failure of model code becomes a reply
+        kind = error_kind(exc)
+        writer.send({"ok": False, "error": {"kind": kind, "message": describe(exc)}})
+        return kind == "cuda"
+    writer.send({"ok": True, "result": result})
+    return False
+
+
+def main(argv: list[str]) -> int:
+    role, fd = argv[1], int(argv[2])
+    key = bytes.fromhex(sys.stdin.readline().strip())
+    writer = Writer(fd, key)
+    del key
+    if role == "reference":
+        from kernelwright.judge.child_reference import handlers
+    else:
+        from kernelwright.judge.child_candidate import handlers
+    serve(handlers(), writer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,162 @@
+"""The candidate child: imports and runs the candidate, in a fresh GPU-pinned process.
+
+Nothing here decides correctness: outputs are saved to files that the reference child compares.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from kernelwright.judge import correctness, inputs, timing
+from kernelwright.judge.child import CommandError, describe, pin_flags, snapshot_flags
+from kernelwright.judge.inputs import Case
+
+POISON_EXTRA_MAX = 1 << 30  # at most 1 GiB of extra poisoned memory per call on the GPU
+
+
+class _State:
+    problem: Any = None  # the problem module (trusted code: inputs and weights)
+    device: torch.device = torch.device("cpu")
+    model: torch.nn.Module | None = None
+    pool: list[list[Any]] = []
+
+
+S = _State()
+
+
+def _is_compile_failure(exc: BaseException) -> bool:
+    if isinstance(exc, SyntaxError):
+        return True
+    if type(exc).__name__ == "BuildError" and type(exc).__module__.startswith("kernelwright.runtime"):
+        return True
+    text = str(exc)
+    return "Error building extension" in text or "error: command" in text and "nvcc" in text
+
+
+def _import_candidate(path: str) -> Any:
+    try:
+        return inputs.import_file(path, "kw_candidate")
+    except BaseException as exc:  # noqa: BLE001
+        kind = "compile" if _is_compile_failure(exc) else "import"
+        raise CommandError(kind, f"importing the candidate failed: {describe(exc)}") from None
+
+
+def _copy_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> bool:
+    """Load the reference's weights into the candidate when names and shapes match exactly."""
+    ref_sd, cand_sd = reference.state_dict(), candidate.state_dict()
+    same = ref_sd.keys() == cand_sd.keys() and all(ref_sd[k].shape == cand_sd[k].shape for k in ref_sd)
+    if same and ref_sd:
+        candidate.load_state_dict(ref_sd)
+    return same and bool(ref_sd)
+
+
+def setup(args: dict[str, Any]) -> dict[str, Any]:
+    """Import the problem (for inputs and weights) and the candidate; construct ModelNew."""
+    S.device = torch.device(args["device"])
+    pin_flags(args["precision"])
+    S.problem = inputs.import_file(args["problem_path"], "kw_problem")
+    reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
+    module = _import_candidate(args["candidate_path"])
+    cls = getattr(module, "ModelNew", None)
+    if cls is None:
+        raise CommandError("compile", "the candidate defines no class ModelNew")
+    try:
+        S.model = inputs.init_model(S.problem, cls, args["init_seed"], S.device)
+        copied = _copy_weights(reference, S.model)
+    except BaseException as exc:  # noqa: BLE001
+        raise CommandError("runtime", f"constructing ModelNew(*get_init_inputs()) failed: {describe(exc)}") from None
+    del reference
+    return {"weights_copied": copied}
+
+
+def _call(values: list[Any]) -> Any:
+    with torch.no_grad():
+        out = S.model(*values)
+    if S.device.type == "cuda":
+        torch.cuda.synchronize()
+    return out
+
+
+def _poison(output_bytes: list[int]) -> None:
+    extra = 0
+    if S.device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info()
+        extra = min(POISON_EXTRA_MAX, free // 4)
+    correctness.poison(S.device, output_bytes, extra)
+
+
+def _save(out: Any, path: str) -> None:
+    """Save the output as returned; a plain tensor viewing a larger storage is copied first."""
+    def shrink(t: Any) -> Any:
+        if type(t) is torch.Tensor and t.untyped_storage().nbytes() > t.numel() * t.element_size():
+            return t.clone()
+        return t
+
+    value = tuple(shrink(t) for t in out) if isinstance(out, (tuple, list)) else shrink(out)
+    torch.save(value, path)
+
+
+def run_case(args: dict[str, Any]) -> dict[str, Any]:
+    """Run one correctness case with the enabled checks; save the output for comparison."""
+    values = inputs.make_inputs(S.problem, Case.from_dict(args["case"]), S.device)
+    before = inputs.clone_tensors(values) if args["check_inputs"] else None
+    flags = snapshot_flags()
+    if args["poison"]:
+        _poison(args["output_bytes"])
+    out = _call(values)
+    if args["check_flags"] and snapshot_flags() != flags:
+        now = snapshot_flags()
+        return {"flags_changed": {k: [flags[k], now[k]] for k in flags if flags[k] != now[k]}}
+    if before is not None:
+        changed = inputs.changed_inputs(before, values)
+        if changed:
+            return {"inputs_changed": changed}
+    _save(out, args["path"])
+    return {"saved": True}
+
+
+def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
+    """Build the input pool and warm up."""
+    S.pool = [inputs.raw_inputs(S.problem, Case("native", s), S.device) for s in args["pool_seeds"]]
+    with torch.no_grad():
+        calls = timing.warm_up(S.model, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=S.device.type == "cuda")
+    return {"warmup_calls": calls}
+
+
+def time_batch(args: dict[str, Any]) -> dict[str, Any]:
+    """Time one batch of candidate calls; save the outputs the judge asked to re-check."""
+    calls, save = args["calls"], {int(k): v for k, v in args["save"].items()}
+
+    def get_args(i: int) -> list[Any]:
+        slot, seed = calls[i]
+        if seed is not None:
+            inputs.refresh_inputs(S.problem, S.pool[slot], seed, S.device)
+        return S.pool[slot]
+
+    def on_output(i: int, out: Any) -> None:
+        if i in save:
+            _save(out, save[i])
+
+    switches = timing.TimingSwitches(**args["switches"])
+    with torch.no_grad():
+        times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output)
+    return {"times_ms": times}
+
+
+def profile(args: dict[str, Any]) -> dict[str, Any]:
+    """Kernel time of one call, summed from the torch profiler (CUDA only)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    values = inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device)
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _call(values)
+    total_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
+    kernels = sorted(((e.key, getattr(e, "self_device_time_total", 0.0)) for e in prof.key_averages()), key=lambda kv: -kv[1])
+    return {"profiler_ms": total_us / 1e3, "kernels": [[k, us / 1e3] for k, us in kernels[:10]]}
+
+
+def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
+    return {"setup": setup, "run_case": run_case, "setup_timing": setup_timing, "time": time_batch, "profile": profile}

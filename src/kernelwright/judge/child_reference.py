@@ -1,0 +1,207 @@
+"""The reference child: runs only the problem's code, never the candidate's.
+
+It computes reference outputs (kept in its memory, never written to disk), compares candidate
+outputs read from files, and times the eager and torch.compile baselines.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from kernelwright.judge import correctness, inputs, timing
+from kernelwright.judge.child import CommandError, describe, pin_flags
+from kernelwright.judge.inputs import Case
+from kernelwright.judge.policy import resolve_tolerance
+
+
+class _State:
+    problem: Any = None  # the problem module
+    path: str = ""  # its file, for messages
+    device: torch.device = torch.device("cpu")
+    model: torch.nn.Module | None = None
+    compiled: Callable[..., Any] | None = None
+    refs: list[list[torch.Tensor] | None] = []  # per case; None when the case was skipped
+    atol: float = 1e-4
+    rtol: float = 1e-4
+    strict: bool = True
+    pool: list[list[Any]] = []
+    tol_args: tuple[Any, ...] = (None, None, None)  # (TOLERANCE, policy atol, policy rtol)
+
+
+S = _State()
+
+
+def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
+    detail = f": {describe(exc)}" if exc is not None else ""
+    return CommandError("problem", f"{S.path}: {what}{detail}")
+
+
+def _load_problem(path: str) -> None:
+    S.path = path
+    try:
+        S.problem = inputs.import_file(path, "kw_problem")
+    except BaseException as exc:  # noqa: BLE001
+        raise _problem_error("importing the problem failed", exc) from None
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(S.problem, n)]
+    if missing:
+        raise _problem_error(f"missing {', '.join(missing)} (a problem needs class Model, get_inputs() and get_init_inputs())")
+
+
+def _forward(values: list[Any]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        out = S.model(*values)
+    if S.device.type == "cuda":
+        torch.cuda.synchronize()
+    outs = correctness.as_output_list(out)
+    if not all(isinstance(o, torch.Tensor) for o in outs):
+        raise _problem_error(f"the reference's forward must return tensors, got {[type(o).__name__ for o in outs]}")
+    return outs
+
+
+def _checked(what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except CommandError:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        raise _problem_error(what, exc) from None
+
+
+def setup(args: dict[str, Any]) -> dict[str, Any]:
+    """Load and validate the problem; compute its metadata; check the reference is deterministic."""
+    S.device = torch.device(args["device"])
+    pin_flags(args["precision"])
+    _load_problem(args["problem_path"])
+    S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
+    tol = getattr(S.problem, "TOLERANCE", None)
+    if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"}):
+        raise _problem_error(f"TOLERANCE must be a dict with keys atol and/or rtol, got {tol!r}")
+    S.tol_args = (tol, args["atol"], args["rtol"])
+    S.strict = args["strict"]
+    first = Case("native", args["init_seed"])
+    meta = _metadata(first)
+    S.atol, S.rtol = resolve_tolerance(meta["outputs"][0]["dtype"], *S.tol_args)
+    _check_deterministic(first)
+    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra()}
+
+
+def references(args: dict[str, Any]) -> dict[str, Any]:
+    """Compute and keep the reference outputs of every correctness case."""
+    return {"skipped": _compute_refs([Case.from_dict(c) for c in args["cases"]])}
+
+
+def _n_extra() -> int:
+    fn = getattr(S.problem, "get_test_inputs", None)
+    if fn is None:
+        return 0
+    lists = _checked("get_test_inputs() failed", lambda: fn())
+    return len(lists)
+
+
+def _metadata(case: Case) -> dict[str, Any]:
+    values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, case, S.device))
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        outs = _checked("the reference forward failed", lambda: _forward(values))
+    params = inputs.tensor_bytes(list(S.model.parameters())) + inputs.tensor_bytes(list(S.model.buffers()))
+    n_bytes = inputs.tensor_bytes(values) + inputs.tensor_bytes(outs) + params
+    return {
+        "flops": int(counter.get_total_flops()),
+        "bytes": int(n_bytes),
+        "output_bytes": [o.numel() * o.element_size() for o in outs],
+        "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
+    }
+
+
+def _check_deterministic(case: Case) -> None:
+    first = _forward(inputs.make_inputs(S.problem, case, S.device))
+    second = _forward(inputs.make_inputs(S.problem, case, S.device))
+    result = correctness.compare_outputs(first, second, S.atol, S.rtol, strict=True)
+    if not result.ok:
+        raise _problem_error(f"the reference is not deterministic: two runs on the same seed differ ({result.message})")
+
+
+def _compute_refs(cases: list[Case]) -> list[int]:
+    """Reference outputs of every case; a non-native case whose reference is not finite is skipped."""
+    S.refs, skipped = [], []
+    for i, case in enumerate(cases):
+        outs = _checked(f"the reference failed on case {case.id}", lambda: _forward(inputs.make_inputs(S.problem, case, S.device)))
+        finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
+        if not finite and case.kind in ("normal", "uniform", "large"):
+            S.refs.append(None)
+            skipped.append(i)
+            continue
+        S.refs.append([o.detach().clone() for o in outs])
+    return skipped
+
+
+def _load_candidate_output(path: str) -> list[Any]:
+    try:
+        value = torch.load(path, map_location=S.device, weights_only=True)
+    except BaseException as exc:  # noqa: BLE001
+        raise CommandError("output", f"the output could not be read as plain tensors ({type(exc).__name__}: {str(exc)[:300]})") from None
+    return correctness.as_output_list(value)
+
+
+def compare(args: dict[str, Any]) -> dict[str, Any]:
+    """Compare a candidate's saved output for one case with the reference."""
+    refs = S.refs[args["case_index"]]
+    assert refs is not None, "compare on a skipped case"
+    try:
+        outs = _load_candidate_output(args["path"])
+    except CommandError as exc:
+        return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
+    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict).to_dict()
+
+
+def recheck(args: dict[str, Any]) -> dict[str, Any]:
+    """Compare a timed call's saved output with the reference on that call's inputs."""
+    refs = _forward(inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device))
+    try:
+        outs = _load_candidate_output(args["path"])
+    except CommandError as exc:
+        return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
+    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict).to_dict()
+
+
+def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
+    """Build the input pool, compile the baseline if asked, and warm up."""
+    S.pool = [inputs.raw_inputs(S.problem, Case("native", s), S.device) for s in args["pool_seeds"]]
+    compile_s = None
+    if args["compile"]:
+        t0 = time.perf_counter()
+        S.compiled = torch.compile(S.model)
+        with torch.no_grad():
+            S.compiled(*S.pool[0])
+        compile_s = time.perf_counter() - t0
+    cuda = S.device.type == "cuda"
+    for fn in filter(None, [S.model, S.compiled]):
+        with torch.no_grad():
+            timing.warm_up(fn, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=cuda)
+    return {"compile_s": compile_s}
+
+
+def time_batch(args: dict[str, Any]) -> dict[str, Any]:
+    """Time one batch of the eager or compiled reference."""
+    fn = S.compiled if args["contender"] == "compile" else S.model
+    calls = args["calls"]  # [[slot, input_seed or None], ...]
+
+    def get_args(i: int) -> list[Any]:
+        slot, seed = calls[i]
+        if seed is not None:
+            inputs.refresh_inputs(S.problem, S.pool[slot], seed, S.device)
+        return S.pool[slot]
+
+    switches = timing.TimingSwitches(**args["switches"])
+    with torch.no_grad():
+        times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches)
+    return {"times_ms": times}
+
+
+def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
+    return {"setup": setup, "references": references, "compare": compare, "recheck": recheck, "setup_timing": setup_timing, "time": time_batch}

@@ -1,0 +1,243 @@
+"""evaluate(problem, candidate, policy) -> Verdict: the judge's flow.
+
+Build in children (compilers, or a build child for torch extensions); reference outputs in the
+reference child; the candidate in a fresh GPU-pinned child; comparisons in the reference child,
+which never runs candidate code. Generated code never runs in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelwright.judge import roofline
+from kernelwright.judge.build import cache_dir
+from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
+from kernelwright.judge.inputs import Case
+from kernelwright.judge.policy import DISTRIBUTIONS, Policy
+from kernelwright.judge.records import BuildPath, Resources, Status, Verdict, truncate
+from kernelwright.judge.verdicts import Stop, VerdictBuilder
+from kernelwright.judge.workers import Child, ChildConfig, ChildError
+from kernelwright.problems.loader import Problem, ProblemError, load_problem
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when a GPU is visible, else cpu; validate the name."""
+    if device not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device must be auto, cuda or cpu, got {device!r}")
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _workdir() -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() else None
+    return Path(tempfile.mkdtemp(prefix="kw-eval-", dir=base))
+
+
+def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None) -> Verdict:
+    """Judge one candidate against one problem. Raises ProblemError for a malformed problem."""
+    policy = policy or Policy()
+    problem = problem if isinstance(problem, Problem) else load_problem(problem)
+    say = progress or (lambda _msg: None)
+    dev = resolve_device(device)
+    vb = VerdictBuilder(problem, policy, dev)
+    if dev == "cuda" and not _gpu_present():
+        return vb.finish(Status.INFRA_ERROR, "device cuda was asked for but no GPU is visible")
+    workdir = _workdir()
+    try:
+        return _Flow(problem, candidate, policy, dev, vb, workdir, say).run()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _gpu_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class _Flow:
+    """One evaluation, step by step."""
+
+    def __init__(self, problem: Problem, candidate: str | Path, policy: Policy, device: str, vb: VerdictBuilder, workdir: Path, say: Progress) -> None:
+        self.problem, self.candidate_path, self.policy, self.device = problem, candidate, policy, device
+        self.vb, self.workdir, self.say = vb, workdir, say
+        self.children: list[Child] = []
+        seeds = policy.seeds or tuple(secrets.randbelow(2**31 - 1) + 1 for _ in range(policy.n_seeds))
+        self.seeds = list(seeds) if policy.enabled("seeds") else list(seeds[:1])
+        self.meta: dict[str, Any] = {}
+
+    def run(self) -> Verdict:
+        try:
+            self._run()
+            return self.vb.finish(Status.CORRECT)
+        except Stop as stop:
+            return self.vb.finish(stop.status, str(stop))
+        finally:
+            for child in self.children:
+                child.close()
+
+    def _child(self, role: str, extra_env: dict[str, str] | None = None) -> Child:
+        env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
+        env.update(extra_env or {})
+        child = Child(ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env))
+        self.children.append(child)
+        return child
+
+    def _run(self) -> None:
+        files = self._discover()
+        self.say("starting the reference child")
+        ref = self._child("reference")
+        built = self._build(files)
+        self._reference_setup(ref)
+        if not built:
+            raise Stop(Status.COMPILE_ERROR, self.vb.log)
+        cand = self._candidate_setup(files)
+        self._correctness(ref, cand)
+        if self.policy.time_candidate:
+            from kernelwright.judge.phases import timing_phase
+
+            timing_phase(self, ref, cand)
+        else:
+            self.vb.timing_skipped("the policy asks for correctness only")
+
+    # -- discovery and build ------------------------------------------------------------------
+
+    def _discover(self) -> CandidateFiles:
+        try:
+            files = discover(self.candidate_path)
+        except CandidateSyntaxError as exc:
+            self.vb.candidate = {"hash": None, "build_path": BuildPath.NONE.value}
+            raise Stop(Status.COMPILE_ERROR, f"syntax error in the candidate: {exc}") from None
+        self.vb.candidate = {"hash": files.hash, "build_path": files.build_path.value}
+        self.files = files
+        return files
+
+    def _build(self, files: CandidateFiles) -> bool:
+        if files.build_path == BuildPath.RAW:
+            return self._build_raw(files)
+        if files.build_path == BuildPath.TORCH_EXTENSION:
+            return self._build_extension()
+        self.vb.build_s = 0.0
+        return True
+
+    def _build_raw(self, files: CandidateFiles) -> bool:
+        self.say(f"building {len(files.sources)} raw kernel source(s)")
+        t0 = time.perf_counter()
+        results = prebuild(files, timeout_s=self.policy.build_timeout_s)
+        self.vb.build_s = time.perf_counter() - t0
+        self.vb.resources = _worst_resources([r.resources for r in results if r.resources])
+        failed = [r for r in results if not r.ok]
+        if failed:
+            self.vb.log = truncate("\n".join(("build timed out\n" if r.timed_out else "") + r.log for r in failed))
+            return False
+        return True
+
+    def _extension_env(self) -> dict[str, str]:
+        folder = cache_dir() / "torch_extensions" / (self.vb.candidate["hash"] or "none")[:16]
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"TORCH_EXTENSIONS_DIR": str(folder)}
+
+    def _build_extension(self) -> bool:
+        """Import the candidate in a build child so load_inline compiles; the run child reuses it."""
+        self.say("building the torch extension (load_inline) in a build child")
+        child = self._child("candidate", self._extension_env())
+        t0 = time.perf_counter()
+        try:
+            child.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
+        except ChildError as exc:
+            self.vb.build_s = time.perf_counter() - t0
+            if exc.kind in ("compile", "timeout"):
+                self.vb.log = truncate(f"{exc}\n{exc.log_tail}")
+                return False
+            raise self.child_stop(exc, "building") from None
+        finally:
+            child.close()
+        self.vb.build_s = time.perf_counter() - t0
+        return True
+
+    # -- children -----------------------------------------------------------------------------
+
+    def _reference_setup(self, ref: Child) -> None:
+        args = {
+            "problem_path": str(self.problem.path), "device": self.device, "precision": self.policy.precision,
+            "init_seed": self.seeds[0], "atol": self.policy.atol, "rtol": self.policy.rtol,
+            "strict": self.policy.enabled("output_checks"),
+        }
+        try:
+            self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
+        except ChildError as exc:
+            if exc.kind == "problem":
+                raise ProblemError(str(exc)) from None
+            raise Stop(Status.INFRA_ERROR, f"the reference child failed: {exc}\n{exc.log_tail}") from None
+        self.vb.set_problem_meta(self.meta)
+
+    def _candidate_args(self) -> dict[str, Any]:
+        return {
+            "problem_path": str(self.problem.path), "candidate_path": str(self.files.model_new),
+            "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
+        }
+
+    def _candidate_setup(self, files: CandidateFiles) -> Child:
+        self.say("starting the candidate child")
+        env = self._extension_env() if files.build_path == BuildPath.TORCH_EXTENSION else {}
+        cand = self._child("candidate", env)
+        try:
+            cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
+        except ChildError as exc:
+            raise self.child_stop(exc, "importing the candidate") from None
+        return cand
+
+    def child_stop(self, exc: ChildError, doing: str) -> Stop:
+        """Map a child failure to a verdict status (a reference child's failure is the judge's)."""
+        if exc.role == "reference":
+            return Stop(Status.INFRA_ERROR, truncate(f"{doing}: the reference child failed: {exc}\n{exc.log_tail}"))
+        status = {
+            "timeout": Status.TIMEOUT, "compile": Status.COMPILE_ERROR, "forged": Status.REJECTED,
+            "infra": Status.INFRA_ERROR,
+        }.get(exc.kind, Status.RUNTIME_ERROR)
+        tail = f"\n--- child log ---\n{exc.log_tail}" if exc.log_tail.strip() else ""
+        return Stop(status, truncate(f"{doing}: {exc}{tail}"))
+
+    # -- correctness --------------------------------------------------------------------------
+
+    def cases(self) -> list[Case]:
+        cases = [Case("native", s) for s in self.seeds]
+        if self.policy.enabled("distributions"):
+            cases += [Case(d, s) for d in self.policy.distributions if d in DISTRIBUTIONS for s in self.seeds]
+        if self.policy.enabled("extra_shapes"):
+            cases += [Case("extra", self.seeds[0], k) for k in range(self.meta.get("n_extra", 0))]
+        return cases
+
+    def _correctness(self, ref: Child, cand: Child) -> None:
+        from kernelwright.judge.phases import correctness_phase
+
+        correctness_phase(self, ref, cand, self.cases())
+
+
+def _worst_resources(items: list[Resources]) -> Resources | None:
+    if not items:
+        return None
+    def worst(name: str) -> int | None:
+        values = [getattr(r, name) for r in items if getattr(r, name) is not None]
+        return max(values) if values else None
+    return Resources(registers=worst("registers"), shared_bytes=worst("shared_bytes"), spills=worst("spills"))
+
+
+def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str) -> tuple[float, float | None]:
+    """The physics floor and the efficiency for a measured runtime."""
+    floor = roofline.floor_ms(meta["bytes"], meta["flops"])
+    return floor, roofline.efficiency(meta["bytes"], meta["flops"], precision, runtime_ms)

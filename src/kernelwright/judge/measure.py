@@ -1,0 +1,144 @@
+"""The judge's side of the timing protocol: interleaved rounds across the children, re-checks of
+timed outputs, the wall-clock cross-check and the stopping rule.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelwright.judge import timing
+from kernelwright.judge.policy import Policy
+from kernelwright.judge.workers import Child
+
+POOL_SIZE = 3  # distinct input sets in the timing pool
+WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
+WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
+
+
+@dataclass
+class Samples:
+    """What one contender's rounds produced."""
+
+    times_ms: list[float] = field(default_factory=list)  # per-call event (or host) times
+    wall_ms: float = 0.0  # judge-side wall clock over the counted batches
+    wall_calls: int = 0  # calls inside wall_ms
+
+    def wall_per_call(self) -> float | None:
+        return self.wall_ms / self.wall_calls if self.wall_calls else None
+
+
+@dataclass
+class TimingOutcome:
+    """Everything the verdict needs from the timing phase."""
+
+    samples: dict[str, Samples]  # by contender: candidate, eager, compile
+    stop_reason: str  # why the rounds stopped
+    recheck_failure: str  # empty when every re-checked timed output matched
+    rechecked: int  # timed outputs compared with the reference
+    compile_s: float | None  # torch.compile warm-up time of the baseline (not a verdict field)
+
+
+class _Rounds:
+    """State of one timing phase."""
+
+    def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str]) -> None:
+        self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
+        self.contenders = contenders
+        self.rng = random.Random()
+        self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(POOL_SIZE)]
+        self.samples = {c: Samples() for c in contenders}
+        self.rechecked = 0
+        self.fresh = policy.enabled("fresh_inputs")
+        cuda_steps = {"flush": "l2_flush", "events": "cuda_events", "sync": "device_sync"}
+        self.switches = {k: policy.enabled(step) for k, step in cuda_steps.items()}
+
+    def calls(self, n: int) -> list[list[Any]]:
+        """[slot, input seed] per call; seed None when fresh inputs are off (the pool as built)."""
+        out = []
+        for _ in range(n):
+            slot = self.rng.randrange(POOL_SIZE)
+            out.append([slot, self.rng.randrange(1, 2**31) if self.fresh else None])
+        return out
+
+    def input_seed(self, call: list[Any]) -> int:
+        slot, seed = call
+        return seed if seed is not None else self.pool_seeds[slot]
+
+    def batch(self, contender: str, n: int) -> None:
+        child = self.cand if contender == "candidate" else self.ref
+        args = {"contender": contender, "calls": self.calls(n), "switches": self.switches, "save": {}}
+        t0 = time.perf_counter()
+        times = child.call("time", args, timeout_s=self.policy.run_timeout_s)["times_ms"]
+        wall = (time.perf_counter() - t0) * 1e3
+        s = self.samples[contender]
+        s.times_ms.extend(times)
+        s.wall_ms += wall
+        s.wall_calls += n
+
+    def recheck_one(self) -> str:
+        """Time one candidate call, save its output and compare it with the reference."""
+        call = self.calls(1)
+        path = str(self.workdir / f"timed-{self.rechecked}.pt")
+        args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}}
+        self.samples["candidate"].times_ms.extend(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s)["times_ms"])
+        result = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "path": path}, timeout_s=self.policy.run_timeout_s)
+        Path(path).unlink(missing_ok=True)
+        self.rechecked += 1
+        return "" if result["ok"] else f"timed call {self.rechecked}: {result['message']}"
+
+
+def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool) -> TimingOutcome:
+    """Warm up every contender, then time interleaved rounds until the stopping rule says stop."""
+    contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
+    r = _Rounds(policy, ref, cand, workdir, contenders)
+    cfg = policy.timing
+    compile_s = None
+    if baselines:
+        setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "warmup_ms": _warmup(policy)}
+        compile_s = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)["compile_s"]
+    cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy)}, timeout_s=policy.run_timeout_s)
+    t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
+    while True:
+        for contender in order:
+            r.batch(contender, cfg.batch)
+        if policy.enabled("timed_recheck"):
+            for _ in range(cfg.recheck):
+                failure = failure or r.recheck_one()
+        if failure:
+            reason = "a timed output failed its re-check"
+            break
+        if policy.enabled("interleave"):
+            order = order[1:] + order[:1]  # rotate who goes first
+        summaries = [timing.summarize(r.samples[c].times_ms) for c in contenders]
+        stop, reason = timing.should_stop(
+            summaries, min_runs=cfg.min_runs, max_runs=cfg.max_runs, target=cfg.target_rel_sem,
+            elapsed_s=time.perf_counter() - t0, budget_s=cfg.budget_s, adaptive=policy.enabled("adaptive_stop"),
+        )
+        if stop:
+            break
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s)
+
+
+def _warmup(policy: Policy) -> float:
+    return policy.timing.warmup_ms if policy.enabled("warmup") else 0.0
+
+
+def wall_clock_check(outcome: TimingOutcome) -> tuple[bool, str]:
+    """(fired, detail): the candidate's wall clock per call against its event time plus the eager overhead."""
+    cand, eager = outcome.samples.get("candidate"), outcome.samples.get("eager")
+    if cand is None or not cand.times_ms or cand.wall_per_call() is None:
+        return False, "no candidate samples"
+    event = statistics.median(cand.times_ms)
+    wall = cand.wall_per_call() or 0.0
+    if eager is None or not eager.times_ms:
+        return False, f"candidate wall {wall:.4g} ms/call vs event {event:.4g} ms (no eager overhead to compare)"
+    overhead = max(0.0, (eager.wall_per_call() or 0.0) - statistics.median(eager.times_ms))
+    expected = event + overhead
+    fired = wall > WALL_SLACK * expected + WALL_MARGIN_MS
+    detail = f"candidate wall {wall:.4g} ms/call; event {event:.4g} ms + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
+    return fired, detail

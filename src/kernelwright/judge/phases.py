@@ -1,0 +1,189 @@
+"""The correctness and timing phases of one evaluation (see judge.evaluate for the flow)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernelwright.judge import timing
+from kernelwright.judge.inputs import Case
+from kernelwright.judge.measure import run_timing, wall_clock_check
+from kernelwright.judge.records import Status, Timing
+from kernelwright.judge.verdicts import Stop
+from kernelwright.judge.workers import Child, ChildError
+
+if TYPE_CHECKING:
+    from kernelwright.judge.evaluate import _Flow
+
+
+def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[int]) -> None:
+    vb = flow.vb
+    if vb.off_or("seeds"):
+        vb.step("seeds", True, f"{len(flow.seeds)} secret seeds")
+    if vb.off_or("distributions"):
+        kinds = sorted({c.kind for c in cases if c.kind not in ("native", "extra")})
+        dropped = sorted({cases[i].id for i in skipped})
+        note = f"; skipped where the reference is not finite: {', '.join(dropped)}" if dropped else ""
+        vb.step("distributions", True, f"get_inputs() plus {', '.join(kinds)}{note}")
+    if vb.off_or("extra_shapes"):
+        n = sum(c.kind == "extra" for c in cases)
+        vb.step("extra_shapes", n > 0, f"{n} get_test_inputs() lists" if n else "the problem has no get_test_inputs()")
+    for name, note in (("inputs_unchanged", "bitwise after every call"), ("poison", "0xFF (NaN) fill of the allocator's free blocks before every call"),
+                       ("output_checks", "exact torch.Tensor, shape, dtype; non-finite values must match"),
+                       ("numerics_flags", "TF32 and reduced-precision flags pinned and checked after every call")):
+        if vb.off_or(name):
+            vb.step(name, True, note)
+
+
+def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case]) -> None:
+    """Run every case in the candidate child and compare in the reference child."""
+    policy, vb = flow.policy, flow.vb
+    flow.say(f"checking correctness on {len(cases)} input sets")
+    try:
+        skipped = ref.call("references", {"cases": [c.to_dict() for c in cases]}, timeout_s=policy.build_timeout_s)["skipped"]
+    except ChildError as exc:
+        raise Stop(Status.INFRA_ERROR, f"the reference child failed computing references: {exc}\n{exc.log_tail}") from None
+    _record_correctness_steps(flow, cases, skipped)
+    worst = [0.0, 0.0]
+    for i, case in enumerate(cases):
+        if i not in skipped:
+            _one_case(flow, ref, cand, i, case, worst)
+    vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
+    if policy.enabled("numerics_flags"):
+        vb.guard("numerics_flags", False, "flags unchanged after every call")
+
+
+def _one_case(flow: "_Flow", ref: Child, cand: Child, i: int, case: Case, worst: list[float]) -> None:
+    policy, vb = flow.policy, flow.vb
+    path = flow.workdir / f"case-{i}.pt"
+    args = {
+        "case": case.to_dict(), "path": str(path), "poison": policy.enabled("poison"),
+        "check_inputs": policy.enabled("inputs_unchanged"), "check_flags": policy.enabled("numerics_flags"),
+        "output_bytes": flow.meta.get("output_bytes", []),
+    }
+    try:
+        res = cand.call("run_case", args, timeout_s=policy.run_timeout_s)
+    except ChildError as exc:
+        raise flow.child_stop(exc, f"case {case.id}") from None
+    if "flags_changed" in res:
+        vb.guard("numerics_flags", True, f"case {case.id}: {res['flags_changed']}")
+        raise Stop(Status.REJECTED, f"case {case.id}: the candidate changed numerics flags {res['flags_changed']}")
+    if "inputs_changed" in res:
+        raise Stop(Status.INCORRECT, f"case {case.id}: the candidate modified its input(s) at position(s) {res['inputs_changed']}")
+    try:
+        cmp = ref.call("compare", {"case_index": i, "path": str(path)}, timeout_s=policy.run_timeout_s)
+    except ChildError as exc:
+        raise flow.child_stop(exc, f"comparing case {case.id}") from None
+    finally:
+        Path(path).unlink(missing_ok=True)
+    if cmp.get("max_abs_error") is not None:
+        worst[0], worst[1] = max(worst[0], cmp["max_abs_error"]), max(worst[1], cmp["max_rel_error"])
+    if not cmp["ok"]:
+        vb.numbers.update(max_abs_error=cmp.get("max_abs_error"), max_rel_error=cmp.get("max_rel_error"))
+        raise Stop(Status.INCORRECT, f"case {case.id}: {cmp['message']}")
+
+
+def _record_timing_steps(flow: "_Flow") -> None:
+    vb, cuda = flow.vb, flow.device == "cuda"
+    cpu = "CPU backend: not applicable (no L2 flush, events or streams; CPU times are never claims)"
+    notes = {
+        "l2_flush": "buffer of 2x the device's L2 zeroed before every timed call",
+        "cuda_events": "CUDA events around every call",
+        "device_sync": "device-wide synchronize before the end event",
+    }
+    for name, note in notes.items():
+        if vb.off_or(name, "" if cuda else cpu):
+            vb.step(name, True, note)
+    if vb.off_or("fresh_inputs"):
+        vb.step("fresh_inputs", True, "new get_inputs() values written into a pool of 3 input sets before every call")
+    if vb.off_or("warmup"):
+        vb.step("warmup", True, f"{flow.policy.timing.warmup_ms:g} ms per contender, at least 3 calls")
+    if vb.off_or("interleave"):
+        vb.step("interleave", True, "contenders alternate in rounds, the first one rotating")
+
+
+def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
+    """Time the candidate and the baselines; apply the timing guards; fill the numbers."""
+    policy, vb, cuda = flow.policy, flow.vb, flow.device == "cuda"
+    _record_timing_steps(flow)
+    baselines = policy.baselines == "measured"
+    flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
+    try:
+        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines)
+    except ChildError as exc:
+        raise flow.child_stop(exc, "timing") from None
+    if vb.off_or("timed_recheck"):
+        vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
+    if outcome.recheck_failure:
+        raise Stop(Status.INCORRECT, outcome.recheck_failure)
+    if vb.off_or("adaptive_stop"):
+        vb.step("adaptive_stop", True, outcome.stop_reason)
+    _fill_numbers(flow, outcome)
+    _profile(flow, cand)
+    _wall_guard(flow, outcome)
+    _floor_guard(flow)
+
+
+def _median(outcome: Any, name: str) -> float | None:
+    s = outcome.samples.get(name)
+    return statistics.median(s.times_ms) if s is not None and s.times_ms else None
+
+
+def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
+    vb = flow.vb
+    cand = timing.summarize(outcome.samples["candidate"].times_ms)
+    runtime, eager, comp = cand.median_ms, _median(outcome, "eager"), _median(outcome, "compile")
+    best = min([t for t in (eager, comp) if t is not None], default=None)
+    vb.numbers.update(
+        runtime_ms=runtime, eager_ms=eager, compile_ms=comp,
+        speedup_vs_eager=eager / runtime if eager else None, speedup_vs_compile=comp / runtime if comp else None,
+        speedup_vs_best=best / runtime if best else None,
+    )
+    wall = outcome.samples["candidate"].wall_per_call()
+    vb.timing = Timing(n=cand.n, median_ms=cand.median_ms, iqr_ms=cand.iqr_ms, wall_ms=wall, profiler_ms=None)
+
+
+def _profile(flow: "_Flow", cand: Child) -> None:
+    vb = flow.vb
+    if not vb.off_or("profiler_check", "" if flow.device == "cuda" else "CPU backend: the CUDA profiler does not apply"):
+        return
+    try:
+        res = cand.call("profile", {"input_seed": random.randrange(1, 2**31)}, timeout_s=flow.policy.run_timeout_s)
+    except ChildError as exc:
+        raise flow.child_stop(exc, "profiling") from None
+    prof = res["profiler_ms"]
+    vb.timing = Timing(**{**vb.timing.__dict__, "profiler_ms": prof})
+    top = ", ".join(f"{k} {ms:.4g} ms" for k, ms in res["kernels"][:5])
+    vb.step("profiler_check", True, f"kernel time sum {prof:.4g} ms vs event median {vb.timing.median_ms:.4g} ms; top: {top}")
+
+
+def _wall_guard(flow: "_Flow", outcome: Any) -> None:
+    vb = flow.vb
+    if not vb.off_or("wall_clock_check"):
+        return
+    fired, detail = wall_clock_check(outcome)
+    vb.step("wall_clock_check", True, detail)
+    vb.guard("wall_clock", fired, detail)
+    if fired:
+        raise Stop(Status.REJECTED, f"wall clock disagrees with the reported time: {detail}")
+
+
+def _floor_guard(flow: "_Flow") -> None:
+    from kernelwright.judge.evaluate import floor_and_efficiency
+
+    vb, meta = flow.vb, flow.meta
+    runtime = vb.numbers["runtime_ms"]
+    floor, eff = floor_and_efficiency(meta, runtime, flow.policy.precision)
+    vb.numbers["floor_ms"] = floor
+    cpu = "" if flow.device == "cuda" else "CPU backend: the floor is an H200 figure; CPU times are never claims"
+    if not vb.off_or("physics_floor", cpu):
+        return
+    vb.numbers["efficiency"] = eff
+    fired = runtime < floor
+    detail = f"runtime {runtime:.4g} ms vs floor {floor:.4g} ms ({meta['bytes']} bytes, {meta['flops']} FLOPs)"
+    vb.step("physics_floor", True, detail)
+    vb.guard("physics_floor", fired, detail)
+    if fired:
+        raise Stop(Status.REJECTED, f"faster than physics allows: {detail}")

@@ -1,0 +1,111 @@
+"""Assembling a Verdict as the flow goes: steps, guards, numbers, and the system it ran on."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import platform
+import shutil
+import subprocess
+from typing import Any
+
+import kernelwright
+from kernelwright.judge.policy import ALL_STEPS, Policy
+from kernelwright.judge.records import (
+    BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
+)
+from kernelwright.problems.loader import Problem
+
+
+class Stop(Exception):
+    """Ends the flow early with a verdict status and a message for the log."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@functools.lru_cache(maxsize=4)
+def system_info(device: str, gpu_index: int) -> SystemInfo:
+    """GPU name and driver from nvidia-smi (no CUDA context in the judge), versions from torch."""
+    import torch
+
+    gpu = driver = None
+    if device == "cuda" and shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", f"--id={gpu_index}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20,
+            ).stdout.strip()
+            gpu, driver = (s.strip() for s in out.split(",", 1))
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    return SystemInfo(
+        gpu=gpu, driver=driver, cuda=torch.version.cuda, torch=torch.__version__,
+        python=platform.python_version(), kernelwright=kernelwright.__version__,
+    )
+
+
+class VerdictBuilder:
+    """Collects what the flow learns; `finish` turns it into a Verdict."""
+
+    def __init__(self, problem: Problem, policy: Policy, device: str) -> None:
+        self.problem, self.policy, self.device = problem, policy, device
+        self.candidate: dict[str, Any] = {"hash": None, "build_path": None}
+        self.build_s: float | None = None
+        self.resources: Resources | None = None
+        self.log = ""
+        self.steps: dict[str, Step] = {}
+        self.guards: list[Guard] = []
+        self.meta: dict[str, Any] = {}
+        self.numbers: dict[str, Any] = {}
+        self.timing: Timing | None = None
+
+    def step(self, name: str, ran: bool, reason: str = "") -> None:
+        assert name in ALL_STEPS, name
+        self.steps[name] = Step(name, ran, reason)
+
+    def off_or(self, name: str, reason_if_on: str = "") -> bool:
+        """Record a step switched off by the policy; return whether it is on."""
+        if not self.policy.enabled(name):
+            self.step(name, False, "switched off by the policy (ablation)")
+            return False
+        if reason_if_on:
+            self.step(name, False, reason_if_on)
+            return False
+        return True
+
+    def guard(self, name: str, fired: bool, detail: str = "") -> None:
+        self.guards.append(Guard(name, fired, truncate(detail, 600)))
+
+    def set_problem_meta(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+
+    def timing_skipped(self, reason: str) -> None:
+        for name in ("l2_flush", "cuda_events", "device_sync", "fresh_inputs", "warmup", "adaptive_stop",
+                     "interleave", "wall_clock_check", "profiler_check", "physics_floor", "timed_recheck"):
+            self.steps.setdefault(name, Step(name, False, reason))
+
+    def finish(self, status: Status, message: str = "") -> Verdict:
+        if message:
+            self.log = truncate(message)
+        for name in ALL_STEPS:
+            self.steps.setdefault(name, Step(name, False, f"not reached: the evaluation ended as {status.value}"))
+        n = self.numbers
+        return Verdict(
+            status=status, problem=self.problem.to_dict(), candidate=self.candidate,
+            policy={**self.policy.to_dict(), "device": self.device}, build_s=_round(self.build_s),
+            runtime_ms=n.get("runtime_ms"), eager_ms=n.get("eager_ms"), compile_ms=n.get("compile_ms"),
+            baseline_source=BaselineSource.MEASURED if n.get("eager_ms") is not None else None,
+            speedup_vs_eager=n.get("speedup_vs_eager"), speedup_vs_compile=n.get("speedup_vs_compile"),
+            speedup_vs_best=n.get("speedup_vs_best"), max_abs_error=n.get("max_abs_error"),
+            max_rel_error=n.get("max_rel_error"), floor_ms=n.get("floor_ms"), efficiency=n.get("efficiency"),
+            guards=tuple(self.guards), static_findings=(), steps=tuple(self.steps[s] for s in ALL_STEPS),
+            timing=self.timing, resources=self.resources, log=self.log,
+            system=system_info(self.device, self.policy.gpu_index),
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        )
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,172 @@
+"""The one place that launches judge children: spawn, command, hard timeouts, kill.
+
+A child is `python -m kernelwright.judge.child ROLE FD` in its own process group, pinned to one GPU
+through CUDA_VISIBLE_DEVICES, its stdout and stderr going to a log file. Commands go in on stdin as
+JSON lines; results come back on an authenticated pipe (judge.channel).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, new_key
+from kernelwright.judge.records import truncate
+
+log = logging.getLogger(__name__)
+
+ROLES = ("reference", "candidate")
+
+
+class ChildError(RuntimeError):
+    """A child failed to answer a command; `kind` says how."""
+
+    def __init__(self, kind: str, message: str, log_tail: str = "", role: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind  # "timeout", "died", "forged", or an error kind the child reported
+        self.log_tail = log_tail  # the end of the child's stdout/stderr
+        self.role = role  # "reference" or "candidate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildConfig:
+    """How to start a child."""
+
+    role: str  # "reference" or "candidate"
+    device: str  # "cuda" or "cpu"
+    gpu_index: int  # GPU the child is pinned to
+    workdir: Path  # private folder for this evaluation
+    env: dict[str, str]  # extra environment variables
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Human words for a child's exit status."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exited with code {returncode}"
+
+
+class Child:
+    """One running judge child."""
+
+    def __init__(self, config: ChildConfig) -> None:
+        self.config = config
+        self.log_path = config.workdir / f"{config.role}.log"
+        self._key = new_key()
+        read_fd, write_fd = os.pipe()
+        self._proc = self._spawn(write_fd)
+        os.close(write_fd)
+        self._reader = Reader(read_fd, self._key)
+        self._read_fd = read_fd
+        self._send_line(self._key.hex())
+
+    def _spawn(self, write_fd: int) -> subprocess.Popen:
+        env = dict(os.environ)
+        env.update(self.config.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.config.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = str(self.config.gpu_index)
+        cmd = [sys.executable, "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
+        logfile = open(self.log_path, "ab")
+        try:
+            return subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=logfile, stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,), start_new_session=True, env=env, cwd=str(self.config.workdir),
+            )
+        finally:
+            logfile.close()
+
+    def _send_line(self, text: str) -> None:
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(text.encode() + b"\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the child is gone; the next read says how
+
+    def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float) -> Any:
+        """Send one command and wait for its result; raise ChildError on failure."""
+        self._send_line(json.dumps({"cmd": command, "args": args or {}}))
+        try:
+            reply = self._reader.recv(timeout_s)
+        except ChannelTimeout:
+            self.kill()
+            raise ChildError("timeout", f"{self.config.role} child: '{command}' exceeded {timeout_s:g} s and was killed", self.log_tail(), self.config.role) from None
+        except ChannelClosed:
+            code = self._wait_exit()
+            raise ChildError("died", f"{self.config.role} child {describe_exit(code)} during '{command}'", self.log_tail(), self.config.role) from None
+        except ChannelForged as exc:
+            self.kill()
+            raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None
+        if not reply.get("ok"):
+            err = reply.get("error") or {}
+            raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
+        return reply.get("result")
+
+    def _wait_exit(self) -> int | None:
+        try:
+            return self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self._proc.returncode
+
+    def log_tail(self, limit: int = 3000) -> str:
+        try:
+            text = self.log_path.read_bytes()[-4 * limit:].decode(errors="replace")
+        except OSError:
+            return ""
+        return truncate(text, limit)
+
+    def kill(self) -> None:
+        """Kill the child's whole process group and reap it."""
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)  # also whatever the child left running
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("child %s did not exit after SIGKILL", self._proc.pid)
+
+    def close(self) -> None:
+        """Ask the child to exit, then make sure it and its process group are gone."""
+        if self._proc.poll() is None:
+            self._send_line(json.dumps({"cmd": "exit", "args": {}}))
+            deadline = time.monotonic() + 2
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self.kill()
+        for stream in (self._proc.stdin,):
+            if stream:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            os.close(self._read_fd)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

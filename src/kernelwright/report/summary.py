@@ -1,0 +1,70 @@
+"""Readable summaries of verdicts for the terminal (rich)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from kernelwright.judge.records import Status, Verdict
+
+STATUS_STYLE = {
+    Status.CORRECT: "green", Status.INCORRECT: "red", Status.COMPILE_ERROR: "red", Status.RUNTIME_ERROR: "red",
+    Status.TIMEOUT: "red", Status.REJECTED: "magenta", Status.INFRA_ERROR: "yellow",
+}
+
+
+def _ms(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.4g} ms"
+
+
+def _x(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def _num(value: Optional[float], fmt: str = ".3g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None) -> None:
+    """Status, errors, times, speedups, floor and efficiency; steps not run; guards that fired."""
+    style = STATUS_STYLE.get(v.status, "white")
+    head = f"[bold {style}]{v.status.value}[/]  {v.problem['name']}  candidate {str(v.candidate.get('hash') or '-')[:12]} ({v.candidate.get('build_path')})"
+    console.print(head + (f"  [dim]{verdict_id}[/]" if verdict_id else ""), highlight=False)
+    t = Table(show_header=False, box=None, pad_edge=False)
+    rows = [
+        ("build", "-" if v.build_s is None else f"{v.build_s:.3g} s"),
+        ("candidate", _ms(v.runtime_ms) + (f"  (n={v.timing.n}, IQR {v.timing.iqr_ms:.3g} ms)" if v.timing else "")),
+        ("eager", _ms(v.eager_ms)), ("torch.compile", _ms(v.compile_ms)),
+        ("speedup vs eager", _x(v.speedup_vs_eager)), ("speedup vs compile", _x(v.speedup_vs_compile)),
+        ("speedup vs best", _x(v.speedup_vs_best)), ("floor (H200)", _ms(v.floor_ms)),
+        ("efficiency", "-" if v.efficiency is None else f"{v.efficiency:.1%}"),
+        ("max abs error", _num(v.max_abs_error)), ("max rel error", _num(v.max_rel_error)),
+        ("device", f"{v.system.gpu or 'cpu'} (torch {v.system.torch})" if v.system else "-"),
+    ]
+    for key, value in rows:
+        t.add_row(f"[dim]{key}[/]", value)
+    console.print(t)
+    fired = [g for g in v.guards if g.fired]
+    for g in fired:
+        console.print(f"[magenta]guard {g.name} fired:[/] {g.detail}", highlight=False)
+    skipped = [s for s in v.steps if not s.ran]
+    if skipped:
+        console.print("[dim]steps not run: " + "; ".join(f"{s.name} ({s.reason})" for s in skipped) + "[/]", highlight=False)
+    if v.log and v.status != Status.CORRECT:
+        console.print(v.log, highlight=False, markup=False)
+
+
+def print_table(console: Console, verdicts: list[Verdict]) -> None:
+    """One row per verdict."""
+    t = Table(title="verdicts")
+    for col in ("problem", "status", "candidate", "eager", "compile", "vs eager", "vs compile", "vs best", "floor", "efficiency"):
+        t.add_column(col)
+    for v in verdicts:
+        t.add_row(
+            v.problem["name"], f"[{STATUS_STYLE.get(v.status, 'white')}]{v.status.value}[/]", _ms(v.runtime_ms),
+            _ms(v.eager_ms), _ms(v.compile_ms), _x(v.speedup_vs_eager), _x(v.speedup_vs_compile),
+            _x(v.speedup_vs_best), _ms(v.floor_ms), "-" if v.efficiency is None else f"{v.efficiency:.1%}",
+        )
+    console.print(t)

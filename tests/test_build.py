@@ -1,0 +1,179 @@
+"""The raw build path: g++ and nvcc builds, the cache, timeouts, errors. CPU only (nvcc compiles, never runs)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from kernelwright.judge import build as b
+from kernelwright.judge.records import Resources
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+SAXPY = """
+#include <cstdint>
+extern "C" void saxpy(float a, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + y[i];
+}
+"""
+
+CUDA_OK = """
+#include <cuda_runtime.h>
+#include <cstdint>
+__global__ void twice(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+    __shared__ float tile[256];
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    tile[threadIdx.x] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n) y[i] = 2.f * tile[threadIdx.x];
+}
+extern "C" int launch(const float* x, float* y, int64_t n, cudaStream_t stream) {
+    twice<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(x, y, n);
+    return (int)cudaGetLastError();
+}
+"""
+
+# Constant evaluation that g++ would grind through for minutes: only a timeout ends it.
+SLOW_CPP = """
+constexpr long spin() { long s = 0; for (long i = 0; i < 4000000000L; ++i) s += i % 7; return s; }
+constexpr long value = spin();
+extern "C" long get() { return value; }
+"""
+SLOW_FLAGS = ("-fconstexpr-loop-limit=2147483647", "-fconstexpr-ops-limit=4611686018427387904")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """A private, empty build cache per test."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def cpp(source: str, name: str = "k", **kw) -> b.BuildSpec:
+    return b.BuildSpec(source=source, lang="cpp", name=name, **kw)
+
+
+@needs_gxx
+def test_gxx_build_then_cached(cache):
+    first = b.build(cpp(SAXPY))
+    assert first.ok and not first.cached and not first.timed_out, first.log
+    assert first.lib_path == cache / "builds" / first.key / "lib.so"
+    assert first.resources is None
+    second = b.build(cpp(SAXPY, name="other_name"))
+    assert second.ok and second.cached and second.key == first.key
+    assert second.lib_path == first.lib_path
+    assert second.seconds < 0.2
+    assert not [p for p in (cache / "builds").iterdir() if p.name.startswith("tmp-")]
+
+
+@needs_gxx
+def test_gxx_error_is_reported_first_and_not_cached(cache):
+    bad = "extern \"C\" void f(float* x) {\n  x[0] = undefined_name;\n}\n"
+    result = b.build(cpp(bad, name="broken"))
+    assert not result.ok and result.lib_path is None and not result.timed_out
+    first_line = result.log.splitlines()[0]
+    assert "error" in first_line and "undefined_name" in first_line
+    assert "broken.cpp:2" in result.log
+    assert not (cache / "builds" / result.key).exists()
+    again = b.build(cpp(bad, name="broken"))
+    assert not again.ok and not again.cached
+
+
+@needs_gxx
+def test_timeout_kills_the_compiler():
+    start = time.perf_counter()
+    result = b.build(cpp(SLOW_CPP, extra_flags=SLOW_FLAGS), timeout_s=1.0)
+    assert time.perf_counter() - start < 10
+    assert not result.ok and result.timed_out
+    assert "timed out after 1 s" in result.log
+
+
+def test_missing_compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = b.build(cpp(SAXPY))
+    assert not result.ok and "g++ not found" in result.log
+
+
+@needs_gxx
+def test_build_many_keeps_order():
+    specs = [cpp(SAXPY.replace("saxpy", f"saxpy{i}"), name=f"s{i}") for i in range(3)]
+    results = b.build_many(specs, workers=3)
+    assert [r.ok for r in results] == [True, True, True]
+    assert [r.key for r in results] == [b.key_for(s) for s in specs]
+    assert len({r.key for r in results}) == 3
+    again = b.build_many(specs + specs[:1])
+    assert all(r.cached for r in again) and again[3].key == results[0].key
+
+
+@needs_gxx
+def test_concurrent_builders_of_one_key_compile_once():
+    results = b.build_many([cpp(SAXPY)] * 4, workers=4)
+    assert all(r.ok for r in results)
+    assert sum(not r.cached for r in results) == 1
+
+
+def test_key_ignores_name_and_sees_everything_else():
+    base = cpp(SAXPY)
+    key = b.cache_key(base, "g++ 12")
+    assert b.cache_key(cpp(SAXPY, name="zzz"), "g++ 12") == key
+    assert b.cache_key(base, "g++ 13") != key
+    assert b.cache_key(cpp(SAXPY + " "), "g++ 12") != key
+    assert b.cache_key(cpp(SAXPY, extra_flags=("-DX",)), "g++ 12") != key
+    assert b.cache_key(cpp(SAXPY, headers=(("a.h", "x"),)), "g++ 12") != key
+    cu = b.BuildSpec(source=SAXPY, lang="cuda", arch="90")
+    assert b.cache_key(cu, "nvcc") != b.cache_key(b.BuildSpec(source=SAXPY, lang="cuda", arch="90a"), "nvcc")
+    assert b.cache_key(cu, "nvcc") == b.cache_key(b.BuildSpec(source=SAXPY, lang="cuda", arch="9.0"), "nvcc")
+
+
+def test_arch_resolution(monkeypatch):
+    assert b.normalise_arch("9.0") == "90" and b.normalise_arch("sm_90a") == "90a"
+    assert b.normalise_arch("100a") == "100a" and b.normalise_arch("12.0") == "120"
+    monkeypatch.setenv("KERNELWRIGHT_CUDA_ARCH", "8.9")
+    assert b.resolve_arch(None) == "89" and b.resolve_arch("90a") == "90a"
+    with pytest.raises(ValueError, match="arch must look like"):
+        b.BuildSpec(source="", lang="cuda", arch="hopper")
+    with pytest.raises(ValueError, match="lang must be one of"):
+        b.BuildSpec(source="", lang="rust")
+
+
+def test_lang_of():
+    assert b.lang_of("__global__ void k() {}") == "cuda"
+    assert b.lang_of("#include <cuda_fp16.h>\nextern \"C\" void f() {}") == "cuda"
+    assert b.lang_of(SAXPY) == "cpp"
+
+
+def test_parse_resources():
+    text = """ptxas info    : Compiling entry function '_Z1av' for 'sm_90'
+ptxas info    : Function properties for _Z1av
+    0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 1024 bytes smem, 368 bytes cmem[0]
+ptxas info    : Function properties for _Z1bv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 72 registers, used 0 barriers, 368 bytes cmem[0]
+"""
+    assert b.parse_resources(text) == Resources(registers=72, shared_bytes=1024, spills=12)
+    assert b.parse_resources("") == Resources()
+
+
+@needs_nvcc
+def test_nvcc_compile_error(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CUDA_ARCH", "90")
+    source = "__global__ void k(float* x) { x[0] = not_declared; }\n"
+    result = b.build(b.BuildSpec(source=source, lang="cuda", name="bad"))
+    assert not result.ok and not result.timed_out
+    assert "error" in result.log.splitlines()[0] and "not_declared" in result.log
+
+
+@needs_nvcc
+def test_nvcc_compile_ok_with_resources(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CUDA_ARCH", "9.0")
+    result = b.build(b.BuildSpec(source=CUDA_OK, lang="cuda", name="twice"))
+    assert result.ok, result.log
+    assert isinstance(result.resources.registers, int) and result.resources.registers > 0
+    assert result.resources.shared_bytes == 1024 and result.resources.spills == 0
+    assert "sm_90" in result.log
+    again = b.build(b.BuildSpec(source=CUDA_OK, lang="cuda", name="twice"))
+    assert again.cached and again.resources == result.resources

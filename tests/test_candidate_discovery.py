@@ -103,7 +103,8 @@ def test_kernels_folder_and_hash(tmp_path):
     write(root / "kernels" / "notes.txt", "not a kernel")
     files = discover(root)
     assert files.model_new == (root / "model_new.py").resolve()
-    assert [(s.name, s.lang, s.origin) for s in files.sources] == [("a", "cuda", "kernels_dir"), ("b", "cpp", "kernels_dir")]
+    found = [(s.name, s.lang, s.origin) for s in files.sources]
+    assert found == [("a", "cuda", "kernels_dir"), ("b", "cpp", "kernels_dir")]
     assert files.sources[0].headers == (("common.h", "#pragma once\n"),)
     assert files.build_path == BuildPath.RAW and len(files.hash) == 64
     assert discover(root).hash == files.hash

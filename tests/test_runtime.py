@@ -156,7 +156,9 @@ def test_argument_errors(lib):
 def test_load_is_memoised_and_accepts_paths(lib, tmp_path):
     assert runtime.load(KERNELS) is lib
     path = tmp_path / "twice.cpp"
-    path.write_text('#include "scale.h"\nextern "C" void twice(float* x, long n) { for (long i = 0; i < n; ++i) x[i] *= SCALE; }\n')
+    path.write_text(
+        '#include "scale.h"\nextern "C" void twice(float* x, long n) { for (long i = 0; i < n; ++i) x[i] *= SCALE; }\n'
+    )
     (tmp_path / "scale.h").write_text("#define SCALE 2.0f\n")
     t = torch.ones(3)
     runtime.load(path).twice(t, 3)
@@ -173,3 +175,25 @@ def test_build_error_carries_log():
     assert "error" in info.value.log and isinstance(info.value, RuntimeError)
     with pytest.raises(TypeError, match="source must be source text"):
         runtime.load(b"bytes")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_nvcc_library_loads_without_a_gpu(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CUDA_ARCH", "90")
+    source = r"""
+#include <cuda_runtime.h>
+#include <cstdint>
+__global__ void twice(const float* x, float* y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.f * x[i];
+}
+extern "C" int launch(const float* x, float* y, int64_t n, cudaStream_t stream) {
+    twice<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(x, y, n);
+    return (int)cudaGetLastError();
+}
+"""
+    lib = runtime.load(source)
+    assert lib.build.ok and isinstance(lib.build.resources.registers, int)
+    assert lib.names == ["launch"] and runtime.signature(lib, "launch").omittable_stream
+    with pytest.raises(TypeError, match="takes 3 or 4 arguments"):
+        lib.launch(torch.zeros(1))

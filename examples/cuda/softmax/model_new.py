@@ -229,7 +229,8 @@ void launch(const float* x, float* y, long rows, long cols, cudaStream_t stream)
 extern "C" int softmax_forward(const float* x, float* y, long rows, long cols,
                                cudaStream_t stream) {
     if (rows <= 0 || cols <= 0) return 0;
-    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y);
+    const bool aligned = (addr & 15) == 0;
     if (aligned && cols % 4 == 0) {
         launch<true>(x, y, rows, cols, stream);
     } else {

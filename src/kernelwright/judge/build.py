@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -150,12 +151,12 @@ def find_compiler(lang: str) -> str | None:
 
 @functools.lru_cache(maxsize=16)
 def compiler_version(compiler: str | None) -> str:
-    """The compiler's --version text (memoised), or 'missing'."""
+    """The compiler's --version text (memoised; the path is left out so installs agree), or 'missing'."""
     if compiler is None:
         return "missing"
     try:
         out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
-        return f"{compiler}\n{out.stdout.strip()}"
+        return out.stdout.strip() or f"{Path(compiler).name}: empty --version"
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{compiler}: version unknown ({exc})"
 
@@ -264,8 +265,7 @@ def compile_command(spec: BuildSpec, compiler: str, source_name: str) -> list[st
 
 def _failed(key: str, start: float, log_text: str, *, timed_out: bool = False) -> BuildResult:
     """A failed build result."""
-    seconds = time.perf_counter() - start
-    return BuildResult(False, None, False, seconds, truncate(log_text), None, key, timed_out)
+    return BuildResult(False, None, False, time.perf_counter() - start, truncate(log_text), None, key, timed_out)
 
 
 def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
@@ -372,14 +372,8 @@ def _write_meta(
     folder: Path, spec: BuildSpec, cmd: list[str], text: str, resources: Resources | None, seconds: float
 ) -> None:
     """Save what a cached result needs beside the library."""
-    meta = {
-        "name": spec.name,
-        "lang": spec.lang,
-        "command": cmd,
-        "log": text,
-        "resources": None if resources is None else resources.__dict__,
-        "build_seconds": seconds,
-    }
+    res = None if resources is None else dataclasses.asdict(resources)
+    meta = {"name": spec.name, "command": cmd, "log": text, "resources": res, "build_seconds": seconds}
     (folder / META_NAME).write_text(json.dumps(meta, indent=1))
 
 

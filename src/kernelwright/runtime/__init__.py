@@ -43,7 +43,7 @@ class KernelError(RuntimeError):
     """A kernel entry point returned a non-zero int / cudaError_t."""
 
     def __init__(self, function: str, code: int) -> None:
-        super().__init__(f"{function} returned error code {code}{_cuda_error_name(code)}")
+        super().__init__(f"{function} returned error code {code}")
         self.function = function
         self.code = code
 
@@ -201,7 +201,9 @@ def _integer(proto: Prototype, param: Param, value: Any) -> int:
     signed = param.ctype(-1).value == -1
     low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
     if not low <= number <= high and param.ctype is not ctypes.c_bool:
-        raise OverflowError(f"{proto.name}: parameter {param.name} ({param.type}) got {number}, outside [{low}, {high}]")
+        raise OverflowError(
+            f"{proto.name}: parameter {param.name} ({param.type}) got {number}, outside [{low}, {high}]"
+        )
     return number
 
 
@@ -235,14 +237,3 @@ def _current_stream() -> int:
     if not torch.cuda.is_available():
         return 0
     return int(torch.cuda.current_stream().cuda_stream)
-
-
-def _cuda_error_name(code: int) -> str:
-    """' (cudaErrorName)' when the CUDA runtime can say, else ''."""
-    torch = _torch()
-    if not torch.cuda.is_available():
-        return ""
-    try:
-        return f" ({torch.cuda.cudart().cudaGetErrorString(code)})"
-    except Exception:  # noqa: BLE001 - a nicety only; the code is already in the message
-        return ""

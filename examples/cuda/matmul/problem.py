@@ -1,0 +1,36 @@
+"""Square matrix multiply, strict fp32: C = A @ B with M = N = K = 4096.
+
+Strict fp32 means no TF32 and no tensor cores; cuBLAS takes about 2.68 ms here (about 51 TFLOP/s).
+"""
+
+import torch
+import torch.nn as nn
+
+M = N = K = 4096
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(M, K, dtype=torch.float32), torch.randn(K, N, dtype=torch.float32)]
+
+
+def get_init_inputs():
+    return []
+
+
+def get_test_inputs():
+    """Further shapes for correctness only: sizes that are not multiples of the tile (scalar and
+    float4 paths), a tiny product and a non-contiguous B."""
+    return [
+        [torch.randn(127, 61, dtype=torch.float32), torch.randn(61, 255, dtype=torch.float32)],
+        [torch.randn(200, 68, dtype=torch.float32), torch.randn(68, 132, dtype=torch.float32)],
+        [torch.randn(1, 5, dtype=torch.float32), torch.randn(5, 3, dtype=torch.float32)],
+        [torch.randn(96, 80, dtype=torch.float32), torch.randn(160, 80, dtype=torch.float32).t()],
+    ]

@@ -50,6 +50,10 @@ def run(cmd: list[str], log: Path, env: dict | None = None, timeout: float = 600
 
 
 def last_json(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
     for line in reversed(text.strip().splitlines()):
         line = line.strip()
         if line.startswith("{") or line.startswith("["):
@@ -136,7 +140,8 @@ def _kernel_regex(cand: Path) -> str:
 
     names = set()
     for s in discover(cand).sources:
-        names.update(re.findall(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)", s.text))
+        text = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", s.text)
+        names.update(re.findall(r"__global__\s+(?:static\s+)?void\s+(\w+)", text))
     return "regex:" + "|".join(sorted(names)) if names else "regex:.*"
 
 

@@ -28,7 +28,7 @@ def get_init_inputs():
 
 def get_test_inputs():
     """Further shapes for correctness only: tails, odd widths, rows wider than any on-chip
-    buffer, more than 65535 rows, more than two dimensions and a non-contiguous view."""
+    buffer, more than 65535 rows, three dimensions, a non-contiguous and a misaligned tensor."""
     return [
         [torch.randn(7, 1000, dtype=torch.float32)],
         [torch.randn(33, 4097, dtype=torch.float32)],  # cols % 4 != 0: scalar path
@@ -37,4 +37,5 @@ def get_test_inputs():
         [torch.randn(70000, 12, dtype=torch.float32)],  # more rows than a grid's y limit
         [torch.randn(2, 3, 777, dtype=torch.float32)],  # three dimensions
         [torch.randn(2048, 64, dtype=torch.float32).t()],  # non-contiguous (64, 2048) view
+        [torch.randn(4 * 1024 + 1, dtype=torch.float32)[1:].view(4, 1024)],  # not 16-byte aligned
     ]

@@ -180,7 +180,7 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
             S.compiled(*S.pool[0])
         compile_s = time.perf_counter() - t0
     cuda = S.device.type == "cuda"
-    for fn in filter(None, [S.model, S.compiled]):
+    for fn in [f for f in (S.model, S.compiled) if f is not None]:
         with torch.no_grad():
             timing.warm_up(fn, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=cuda)
     return {"compile_s": compile_s}

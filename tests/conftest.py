@@ -1,0 +1,93 @@
+"""Shared test fixtures: one build cache and one store per session, fixture paths, judge helpers.
+
+Every evaluate() spawns two Python children, so tests that judge share the build cache of the
+session (g++ builds happen once) and pass a correctness-only policy unless they are about timing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelwright.judge.policy import Policy, TimingConfig
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PROBLEMS = FIXTURES / "problems"
+CANDIDATES = FIXTURES / "candidates"
+
+# A watchdog for every test that runs generated code (children, compilers).
+JUDGE_TIMEOUT_S = 120
+
+# Timing small enough for the 2-core CPU box; only tests about timing use it.
+TINY_TIMING = TimingConfig(min_runs=5, max_runs=20, batch=5, budget_s=2, warmup_ms=10, recheck=1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def judge_env(tmp_path_factory: pytest.TempPathFactory):
+    """KERNELWRIGHT_CACHE and KERNELWRIGHT_STORE in temp paths shared by the whole session.
+
+    Children and CLI subprocesses inherit them, so builds are cached across tests and nothing
+    touches the user's cache or store. Tests that need a private cache still monkeypatch over it.
+    """
+    root = tmp_path_factory.mktemp("kw-session")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNELWRIGHT_CACHE", str(root / "cache"))
+        mp.setenv("KERNELWRIGHT_STORE", str(root / "store.sqlite"))
+        yield root
+
+
+def problem(name: str) -> Path:
+    """A fixture problem file by stem, e.g. problem("rowsum")."""
+    return PROBLEMS / f"{name}.py"
+
+
+def candidate(name: str) -> Path:
+    """A fixture candidate folder by name, e.g. candidate("rowsum_correct")."""
+    return CANDIDATES / name
+
+
+def correctness_policy(**kw) -> Policy:
+    """The default test policy: correctness only, no baselines."""
+    base = dict(time_candidate=False, compile_baseline=False, baselines="skip")
+    base.update(kw)
+    return Policy(**base)
+
+
+def timing_policy(**kw) -> Policy:
+    """Timing on (CPU) with the tiny timing config and measured eager baseline, no torch.compile."""
+    base = dict(time_candidate=True, compile_baseline=False, baselines="measured", timing=TINY_TIMING)
+    base.update(kw)
+    return Policy(**base)
+
+
+def judge(problem_name: str, candidate_name: str, policy: Policy | None = None, device: str = "cpu"):
+    """evaluate() a fixture candidate on a fixture problem."""
+    from kernelwright.judge.evaluate import evaluate
+
+    return evaluate(problem(problem_name), candidate(candidate_name), policy or correctness_policy(), device=device)
+
+
+def cli(*args: str, timeout: float = 110):
+    """Run `python -m kernelwright.cli ARGS` in a subprocess; returns the CompletedProcess."""
+    import subprocess
+
+    env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
+    return subprocess.run(
+        [sys.executable, "-m", "kernelwright.cli", *args], capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+@pytest.fixture(scope="session")
+def verdicts():
+    """A per-session memo of verdicts that several tests read: key -> Verdict."""
+    return {}
+
+
+def needs_gpu():
+    """Skip marker for tests that need a CUDA GPU."""
+    import torch
+
+    return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,0 +1,138 @@
+"""Each protocol step has a failing example: a candidate that passes only with that step switched off.
+
+For every correctness step the same candidate is judged twice with one policy difference,
+`disabled_steps={step}`, and must be CORRECT without the step and refused with the exact status
+with it. The GPU-only timing steps are tested on a CUDA GPU (skipped elsewhere, with the reason).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge, needs_gpu, timing_policy
+from kernelwright.judge.policy import CORRECTNESS_STEPS, TimingConfig
+from kernelwright.judge.records import Status
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
+
+# Steps that multiply the correctness cases; the seeds test disables the others in both runs.
+MULTI_CASE_STEPS = frozenset({"seeds", "distributions", "extra_shapes"})
+
+
+def ablation(problem: str, candidate: str, step: str, *, also_off: frozenset[str] = frozenset(), make=correctness_policy, device="cpu", **kw):
+    """(verdict with the step on, verdict with it off); every other setting identical."""
+    assert step in CORRECTNESS_STEPS or device == "cuda", step
+    on = judge(problem, candidate, make(disabled_steps=also_off, **kw), device=device)
+    off = judge(problem, candidate, make(disabled_steps=also_off | {step}, **kw), device=device)
+    return on, off
+
+
+def step_of(verdict, name: str):
+    return next(s for s in verdict.steps if s.name == name)
+
+
+def guard_of(verdict, name: str):
+    return next((g for g in verdict.guards if g.name == name), None)
+
+
+def test_every_correctness_step_has_an_ablation_test():
+    tested = {"seeds", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags", "timed_recheck"}
+    assert tested == set(CORRECTNESS_STEPS)
+
+
+def test_seeds_catches_a_replayed_first_answer():
+    on, off = ablation("rowsum", "rowsum_replay", "seeds", also_off=MULTI_CASE_STEPS - {"seeds"})
+    assert off.status is Status.CORRECT, off.log
+    assert step_of(off, "seeds").ran is False
+    assert on.status is Status.INCORRECT, on.log
+    assert "elements differ" in on.log
+
+
+def test_distributions_catch_identity_relu_on_nonnegative_inputs():
+    on, off = ablation("relu", "relu_identity", "distributions")
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.INCORRECT, on.log
+    assert any(kind in on.log for kind in ("normal", "uniform", "large"))
+
+
+def test_extra_shapes_catch_a_width_hard_coded_to_513():
+    on, off = ablation("rowsum", "rowsum_fixed_cols", "extra_shapes")
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.INCORRECT, on.log
+    assert "extra-" in on.log  # failed on a get_test_inputs() case
+
+
+def test_inputs_unchanged_catches_in_place_relu():
+    on, off = ablation("relu", "relu_inplace", "inputs_unchanged")
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.INCORRECT, on.log
+    assert "modified its input" in on.log
+
+
+def test_output_checks_catch_float64_output():
+    on, off = ablation("rowsum", "rowsum_float64", "output_checks")
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.INCORRECT, on.log
+    assert "dtype torch.float64" in on.log
+
+
+def test_numerics_flags_catch_tf32_switched_on_in_forward():
+    on, off = ablation("rowsum", "rowsum_sets_tf32", "numerics_flags")
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.REJECTED, on.log
+    g = guard_of(on, "numerics_flags")
+    assert g is not None and g.fired and "allow_tf32" in g.detail
+
+
+@pytest.mark.timeout(240)
+def test_timed_recheck_catches_a_candidate_that_goes_wrong_after_correctness():
+    # warmup_ms=0: exactly 3 warm-up calls, so calls 1..30 cover correctness (15) and warm-up;
+    # min_runs=40 forces timed rounds (each with one re-check) well past call 30.
+    cfg = TimingConfig(min_runs=40, max_runs=60, batch=5, budget_s=30, warmup_ms=0, recheck=1)
+    on, off = ablation("rowsum", "rowsum_goes_wrong", "timed_recheck", make=timing_policy, timing=cfg)
+    assert off.status is Status.CORRECT, off.log
+    assert step_of(off, "timed_recheck").ran is False
+    assert on.status is Status.INCORRECT, on.log
+    assert "timed call" in on.log
+
+
+# -- steps that only a GPU can show ------------------------------------------------------------
+
+
+@needs_gpu()
+@pytest.mark.gpu
+def test_poison_catches_an_uninitialised_output_that_holds_a_stale_answer():
+    # GPU only: glibc's CPU allocator does not hand the freed block back reliably (checked on the
+    # 2-core box with 256 B to 4 MiB outputs), the CUDA caching allocator does. Equal fixed seeds
+    # give every case the first call's inputs; only the poison step differs.
+    on, off = ablation("outer", "outer_stale_output", "poison", also_off=frozenset({"distributions", "extra_shapes"}), seeds=(7, 7, 7), device="cuda")
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.INCORRECT, on.log
+
+
+@needs_gpu()
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_gpu_timing_steps_run_for_an_honest_candidate():
+    v = judge("relu", "relu_cuda", timing_policy(), device="cuda")
+    assert v.status is Status.CORRECT, v.log
+    for name in ("l2_flush", "cuda_events", "device_sync", "profiler_check", "physics_floor"):
+        assert step_of(v, name).ran, step_of(v, name)
+    assert v.timing.profiler_ms is not None and v.timing.profiler_ms > 0
+    assert v.floor_ms > 0 and v.runtime_ms >= v.floor_ms
+    floor = guard_of(v, "physics_floor")
+    assert floor is not None and not floor.fired
+    assert v.efficiency is not None and v.efficiency > 0
+
+
+@needs_gpu()
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_device_sync_catches_work_on_a_side_stream():
+    on = judge("relu", "relu_side_stream", timing_policy(), device="cuda")
+    off = judge("relu", "relu_side_stream", timing_policy(disabled_steps=frozenset({"device_sync"})), device="cuda")
+    assert on.status is Status.CORRECT, on.log
+    assert on.runtime_ms >= 1.5  # the kernel spins 2 ms on its side stream: the time must show it
+    # Without the device-wide sync the event misses the side stream: the time is far too short,
+    # or the wall-clock guard refuses it.
+    assert off.status is Status.REJECTED or (off.runtime_ms is not None and off.runtime_ms < 0.5), (off.status, off.runtime_ms)

@@ -1,0 +1,72 @@
+"""The command line: `python -m kernelwright.cli eval ...` in a subprocess (JSON on stdout, exit codes,
+the store). Correctness only, so each judged eval costs one short evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import JUDGE_TIMEOUT_S, candidate, cli, problem
+from kernelwright.store import Store
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
+
+FAST = ("--device", "cpu", "--correctness-only", "--no-compile-baseline", "--baselines", "skip")
+
+
+@pytest.fixture(scope="module")
+def json_eval(tmp_path_factory):
+    """One `eval --json --store TMP` of the honest rowsum candidate: (CompletedProcess, store path)."""
+    store = tmp_path_factory.mktemp("cli") / "store.sqlite"
+    res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), *FAST, "--json", "--store", str(store))
+    return res, store
+
+
+def test_eval_json_prints_exactly_one_json_object(json_eval):
+    res, _ = json_eval
+    assert res.returncode == 0, res.stderr
+    verdict = json.loads(res.stdout)  # nothing else on stdout, or this fails
+    assert isinstance(verdict, dict)
+    assert res.stdout.strip().startswith("{") and res.stdout.strip().endswith("}")
+    assert verdict["status"] == "correct"
+    assert verdict["problem"]["name"] == "rowsum" and verdict["schema_version"] == 1
+
+
+def test_eval_verdict_lands_in_the_store(json_eval):
+    res, store = json_eval
+    verdict = json.loads(res.stdout)
+    with Store.open(store) as db:
+        rows = db.verdicts_for(candidate_hash=verdict["candidate"]["hash"])
+        assert len(rows) == 1
+        _, stored = rows[0]
+        assert stored.status.value == "correct"
+        assert stored.problem["hash"] == verdict["problem"]["hash"]
+        assert "model_new.py" in db.get_candidate_files(verdict["candidate"]["hash"])
+        assert db.get_problem(verdict["problem"]["hash"])["name"] == "rowsum"
+
+
+def test_incorrect_verdict_still_exits_0():
+    res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_wrong")), *FAST, "--json", "--no-store")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["status"] == "incorrect"
+
+
+def test_unknown_device_exits_2():
+    res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), "--device", "tpu", "--no-store")
+    assert res.returncode == 2
+    assert "tpu" in res.stderr and res.stdout == ""
+
+
+def test_missing_candidate_exits_2(tmp_path):
+    missing = tmp_path / "no_such_candidate"
+    res = cli("eval", str(problem("rowsum")), str(missing), *FAST, "--no-store")
+    assert res.returncode == 2
+    assert "no such candidate" in " ".join(res.stderr.split())
+    assert res.stdout == ""
+
+
+def test_cached_baselines_are_a_usage_error():
+    res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), "--device", "cpu", "--baselines", "cached", "--no-store")
+    assert res.returncode == 2
+    assert "usage error" in res.stderr

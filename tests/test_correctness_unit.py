@@ -1,0 +1,221 @@
+"""The one correctness function, unit-tested in process (no children): compare, check_output,
+compare_outputs, and the poison helper on the CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernelwright.judge.correctness import Comparison, as_output_list, check_output, compare, compare_outputs, poison
+
+ATOL = RTOL = 1e-4
+
+
+def ramp(*shape: int) -> torch.Tensor:
+    n = math.prod(shape)
+    return (torch.arange(n, dtype=torch.float32) / n - 0.5).reshape(shape)
+
+
+# -- compare -----------------------------------------------------------------------------------
+
+
+def test_exact_match():
+    r = ramp(4, 5)
+    c = compare(r, r.clone(), ATOL, RTOL)
+    assert c.ok and c.n_bad == 0 and c.n_total == 20 and c.max_abs_error == 0.0 and c.message == ""
+
+
+def test_within_tolerance():
+    r = ramp(4, 5)
+    c = compare(r, r + 5e-5, ATOL, RTOL)  # |r| <= 0.5, scale 1: allowed >= 1e-4
+    assert c.ok
+    assert c.max_abs_error == pytest.approx(5e-5, rel=1e-2)
+
+
+def test_out_of_tolerance_counts_and_first_indices():
+    r = ramp(4, 5)
+    out = r.clone()
+    out[1, 2] += 1.0
+    out[3, 0] -= 2.0
+    out[3, 4] += 0.5
+    c = compare(r, out, ATOL, RTOL)
+    assert not c.ok and c.n_bad == 3 and c.n_total == 20
+    assert c.message.startswith("3 of 20 elements differ")
+    assert "[1, 2]: got" in c.message and "[3, 0]" in c.message and "[3, 4]" in c.message
+    assert c.message.index("[1, 2]") < c.message.index("[3, 0]") < c.message.index("[3, 4]")  # row-major order
+    assert c.max_abs_error == pytest.approx(2.0)
+
+
+def test_message_names_at_most_five_indices():
+    r = torch.zeros(100)
+    c = compare(r, torch.ones(100), ATOL, RTOL)
+    assert c.n_bad == 100 and c.message.startswith("100 of 100 elements differ")
+    assert "[4]" in c.message and "[5]" not in c.message
+
+
+def test_nan_disagreement_is_counted():
+    r = ramp(10)
+    out = r.clone()
+    out[3] = float("nan")
+    out[7] = float("inf")
+    c = compare(r, out, ATOL, RTOL)
+    assert not c.ok and c.n_bad == 2
+    assert "NaN/Inf disagreements: 2 (1 NaN and 1 Inf in the output)" in c.message
+    assert math.isfinite(c.max_abs_error)  # non-finite pairs do not poison the error numbers
+
+
+def test_nan_in_reference_missing_from_output_is_counted():
+    r = ramp(10)
+    r[2] = float("nan")
+    out = r.clone()
+    out[2] = 0.0
+    c = compare(r, out, ATOL, RTOL)
+    assert not c.ok and c.n_bad == 1 and "NaN/Inf disagreements: 1" in c.message
+
+
+def test_nan_and_inf_agreement_is_accepted():
+    r = ramp(10)
+    r[1], r[2], r[3] = float("nan"), float("inf"), float("-inf")
+    c = compare(r, r.clone(), ATOL, RTOL)
+    assert c.ok and c.n_bad == 0
+
+
+def test_opposite_infinities_disagree():
+    r = torch.tensor([float("inf"), 1.0])
+    out = torch.tensor([float("-inf"), 1.0])
+    assert not compare(r, out, ATOL, RTOL).ok
+
+
+def test_atol_is_scaled_by_the_reference_rms():
+    # rms of the reference ~ 1000: an element near 0 may be off by up to atol * 1000 = 0.1.
+    big = torch.full((100,), 1000.0)
+    big[0] = 0.0
+    out = big.clone()
+    out[0] = 0.05
+    assert compare(big, out, ATOL, RTOL).ok
+    out[0] = 0.2
+    c = compare(big, out, ATOL, RTOL)
+    assert not c.ok and "scale 99" in c.message  # sqrt(99/100) * 1000 = 994.99
+    # Small references are not scaled down: scale is max(1, rms).
+    small = torch.zeros(100)
+    out = small.clone()
+    out[0] = 0.05
+    assert not compare(small, out, ATOL, RTOL).ok
+    out[0] = 5e-5
+    assert compare(small, out, ATOL, RTOL).ok
+
+
+def test_rtol_is_per_element():
+    r = torch.tensor([1e4, 1.0])
+    out = torch.tensor([1e4 + 0.5, 1.0])  # 0.5 <= atol * rms(7071) + rtol * 1e4 = 0.707 + 1.0
+    assert compare(r, out, ATOL, RTOL).ok
+    out = torch.tensor([1e4 + 2.0, 1.0])
+    assert not compare(r, out, ATOL, RTOL).ok
+
+
+def test_bf16_inputs_are_upcast_before_subtracting():
+    r = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    out = torch.tensor([1.0078125, 2.0], dtype=torch.bfloat16)  # one bf16 ulp off at 1.0
+    c = compare(r, out, 1e-2, 1e-2)
+    assert c.ok and c.max_abs_error == 0.0078125
+    c = compare(r, out, 1e-3, 1e-3)
+    assert not c.ok and c.n_bad == 1 and "[0]: got 1.00781, expected 1" in c.message
+    # 258 - 1 = 257 is not a bfloat16 number: only an upcast subtraction reports it exactly.
+    far = compare(torch.tensor([1.0], dtype=torch.bfloat16), torch.tensor([258.0], dtype=torch.bfloat16), 1e-2, 1e-2)
+    assert far.max_abs_error == 257.0
+
+
+def test_empty_tensors_match():
+    c = compare(torch.empty(0), torch.empty(0), ATOL, RTOL)
+    assert c.ok and c.n_total == 0
+
+
+def test_output_on_another_dtype_compares_by_value():
+    r = ramp(8)
+    assert compare(r, r.double(), ATOL, RTOL).ok
+
+
+# -- check_output ------------------------------------------------------------------------------
+
+
+class SneakyTensor(torch.Tensor):
+    """A tensor subclass: could override __eq__, allclose, etc."""
+
+
+def test_subclass_rejected_when_strict():
+    r = ramp(3)
+    sub = r.clone().as_subclass(SneakyTensor)
+    msg = check_output(r, sub, strict=True)
+    assert "exactly torch.Tensor" in msg and "SneakyTensor" in msg
+    assert check_output(r, sub, strict=False) == ""
+
+
+def test_dtype_mismatch():
+    r = ramp(3)
+    assert "dtype torch.float64 differs" in check_output(r, r.double(), strict=True)
+    assert check_output(r, r.double(), strict=False) == ""
+
+
+def test_shape_mismatch():
+    r = ramp(2, 3)
+    assert "shape (3, 2) differs from the reference's (2, 3)" in check_output(r, ramp(3, 2), strict=True)
+    assert check_output(r, ramp(3, 2), strict=False) == ""  # same numel: allowed when not strict
+    assert "shape (7,)" in check_output(r, ramp(7), strict=False)
+
+
+def test_non_tensor_output():
+    r = ramp(3)
+    assert "exactly torch.Tensor" in check_output(r, [0.0, 1.0, 2.0], strict=True)
+    assert "not a tensor" in check_output(r, [0.0, 1.0, 2.0], strict=False)
+
+
+def test_acceptable_output():
+    r = ramp(2, 3)
+    assert check_output(r, r.clone(), strict=True) == ""
+
+
+# -- compare_outputs ---------------------------------------------------------------------------
+
+
+def test_compare_outputs_on_tuples():
+    a, b = ramp(4), ramp(2, 3)
+    ok = compare_outputs([a, b], list((a.clone(), b.clone())), ATOL, RTOL, strict=True)
+    assert ok.ok and ok.n_total == 10
+    bad_b = b.clone()
+    bad_b[1, 1] += 1
+    res = compare_outputs([a, b], [a.clone(), bad_b], ATOL, RTOL, strict=True)
+    assert not res.ok and res.message.startswith("output 1: 1 of 6 elements differ") and "[1, 1]" in res.message
+
+
+def test_compare_outputs_count_mismatch():
+    a = ramp(4)
+    res = compare_outputs([a, a], [a], ATOL, RTOL, strict=True)
+    assert not res.ok and res.message == "1 outputs, expected 2"
+
+
+def test_compare_outputs_type_check_first():
+    a = ramp(4)
+    res = compare_outputs([a], [a.double()], ATOL, RTOL, strict=True)
+    assert not res.ok and res.message.startswith("output 0: dtype")
+    assert compare_outputs([a], [a.double()], ATOL, RTOL, strict=False).ok
+
+
+def test_single_output_message_has_no_prefix():
+    a = ramp(4)
+    res = compare_outputs([a], [a + 1], ATOL, RTOL, strict=True)
+    assert res.message.startswith("4 of 4 elements differ")
+
+
+def test_as_output_list_and_to_dict():
+    t = ramp(2)
+    assert as_output_list(t)[0] is t
+    assert as_output_list((t, t)) == [t, t]
+    d = compare(t, t, ATOL, RTOL).to_dict()
+    assert set(d) == {"ok", "max_abs_error", "max_rel_error", "n_bad", "n_total", "message"}
+    assert Comparison(**d).ok
+
+
+def test_poison_runs_on_cpu():
+    poison(torch.device("cpu"), [256, 4096], extra_bytes=1024)  # allocates, fills, frees: no error

@@ -111,4 +111,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    # Run the package's copy of this module, so that the handlers' CommandError is the class caught here.
+    from kernelwright.judge import child as _package_copy
+
+    sys.exit(_package_copy.main(sys.argv))

@@ -4,6 +4,7 @@ timed outputs, the wall-clock cross-check and the stopping rule.
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 import time
@@ -18,6 +19,7 @@ from kernelwright.judge.workers import Child
 POOL_SIZE = 3  # distinct input sets in the timing pool
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
+RECHECK_EVERY = 4  # re-check timed outputs in the first round, every 4th round, and after the last
 
 
 @dataclass
@@ -103,12 +105,12 @@ def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baseli
         compile_s = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)["compile_s"]
     cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy)}, timeout_s=policy.run_timeout_s)
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
-    while True:
+    recheck = policy.enabled("timed_recheck")
+    for round_no in itertools.count():
         for contender in order:
             r.batch(contender, cfg.batch)
-        if policy.enabled("timed_recheck"):
-            for _ in range(cfg.recheck):
-                failure = failure or r.recheck_one()
+        if recheck and round_no % RECHECK_EVERY == 0:
+            failure = _recheck(r, cfg.recheck)
         if failure:
             reason = "a timed output failed its re-check"
             break
@@ -120,8 +122,19 @@ def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baseli
             elapsed_s=time.perf_counter() - t0, budget_s=cfg.budget_s, adaptive=policy.enabled("adaptive_stop"),
         )
         if stop:
+            failure = _recheck(r, cfg.recheck) if recheck and round_no % RECHECK_EVERY else ""
+            reason = "a timed output failed its re-check" if failure else reason
             break
     return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s)
+
+
+def _recheck(r: _Rounds, n: int) -> str:
+    """Re-check n timed candidate outputs; the first failure's message, or empty."""
+    for _ in range(n):
+        failure = r.recheck_one()
+        if failure:
+            return failure
+    return ""
 
 
 def _warmup(policy: Policy) -> float:

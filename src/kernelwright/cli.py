@@ -18,7 +18,7 @@ from rich.console import Console
 from kernelwright.judge.policy import BASELINE_MODES, PRECISIONS, Policy, TimingConfig
 from kernelwright.problems.loader import ProblemError
 
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped when piped
 err = Console(stderr=True)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -16,6 +16,12 @@ import torch
 
 _FLUSH: dict[str, torch.Tensor] = {}
 
+# Bound when the child imports this module, before any candidate code runs: a candidate that later
+# replaces time.perf_counter or torch.cuda.Event.elapsed_time does not change what the judge reads.
+_perf_counter = time.perf_counter
+_elapsed_time = torch.cuda.Event.elapsed_time
+_synchronize = torch.cuda.synchronize
+
 
 @dataclass(frozen=True, kw_only=True)
 class TimingSwitches:
@@ -60,7 +66,7 @@ def time_calls(
         if cuda:
             if switches.flush:
                 flush_l2()
-            torch.cuda.synchronize()
+            _synchronize()
         times.append(_one_call(fn, args, cuda, switches, on_output, i))
     return times
 
@@ -71,16 +77,16 @@ def _one_call(fn, args, cuda, switches, on_output, i) -> float:
         start.record()
         out = fn(*args)
         if switches.sync:
-            torch.cuda.synchronize()
+            _synchronize()
         end.record()
         end.synchronize()
-        ms = start.elapsed_time(end)
+        ms = _elapsed_time(start, end)
     else:
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         out = fn(*args)
         if cuda and switches.sync:
-            torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1e3
+            _synchronize()
+        ms = (_perf_counter() - t0) * 1e3
     if on_output is not None:
         on_output(i, out)
     return ms
@@ -88,12 +94,12 @@ def _one_call(fn, args, cuda, switches, on_output, i) -> float:
 
 def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> int:
     """Call fn until warmup_ms of wall time have passed (at least 3 calls, at most 10,000)."""
-    t0 = time.perf_counter()
+    t0 = _perf_counter()
     calls = 0
-    while calls < 3 or ((time.perf_counter() - t0) * 1e3 < warmup_ms and calls < 10_000):
+    while calls < 3 or ((_perf_counter() - t0) * 1e3 < warmup_ms and calls < 10_000):
         fn(*get_args(calls))
         if cuda:
-            torch.cuda.synchronize()
+            _synchronize()
         calls += 1
     return calls
 

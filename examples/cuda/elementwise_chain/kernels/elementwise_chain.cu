@@ -3,8 +3,8 @@
 // Grid-stride over float4s; each thread issues kUnroll 16-byte loads before any math so enough
 // bytes are in flight per SM, then stores with streaming (evict-first) stores. The < 4 elements
 // after the last full float4 are done by the first threads of block 0. Tensors that are not
-// 16-byte aligned take a scalar grid-stride kernel. The math is torch's own: exact-erf GELU and
-// 1 / (1 + exp(-x)).
+// 16-byte aligned take a scalar grid-stride kernel. The math is torch's: exact-erf GELU and
+// 1 / (1 + exp(-x)), the sigmoid with the fast exp and divide (as Triton does).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -13,12 +13,15 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
-constexpr int kBlocksPerSm = 32;  // grid cap: 8 resident blocks of 256 threads, 4 rounds each
+// Grid cap: one chunk per thread up to about 0.5 G floats, grid-stride beyond. (A cap of 32
+// blocks per SM, 4 rounds each, measured 8 % slower on the H200.)
+constexpr int kBlocksPerSm = 1024;
 
 __device__ __forceinline__ float chain(float x, float scale, float shift) {
     const float z = fmaf(x, scale, shift);
     const float gelu = z * 0.5f * (1.0f + erff(z * 0.70710678118654752f));
-    const float sigmoid = 1.0f / (1.0f + expf(-x));
+    // __expf / __fdividef: a few ulp (more for large |x|); 1 / inf gives 0 for very negative x.
+    const float sigmoid = __fdividef(1.0f, 1.0f + __expf(-x));
     return gelu * sigmoid;
 }
 

@@ -1,0 +1,80 @@
+"""The timing guards: the judge-side wall clock and the physics floor, each with a candidate it
+refuses and an honest one it accepts. The refusals happen on the GPU; on the CPU backend the wall
+clock check is advisory (a shared CPU's host clock is too noisy to refuse on) and the floor does
+not apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import JUDGE_TIMEOUT_S, judge, needs_gpu, timing_policy
+from kernelwright.judge.measure import Samples, TimingOutcome, wall_clock_check
+from kernelwright.judge.records import Status
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
+
+
+def _outcome(cand_event: float, cand_wall: float, eager_event: float, eager_wall: float) -> TimingOutcome:
+    n = 10
+    samples = {
+        "candidate": Samples([cand_event] * n, cand_wall * n, n),
+        "eager": Samples([eager_event] * n, eager_wall * n, n),
+    }
+    return TimingOutcome(samples, "", "", 0, None)
+
+
+def test_wall_clock_check_fires_when_the_reported_time_hides_real_time():
+    fired, detail = wall_clock_check(_outcome(cand_event=0.001, cand_wall=5.0, eager_event=1.0, eager_wall=1.2))
+    assert fired, detail
+
+
+def test_wall_clock_check_accepts_an_honest_time_with_the_same_harness_overhead():
+    fired, detail = wall_clock_check(_outcome(cand_event=0.5, cand_wall=0.75, eager_event=1.0, eager_wall=1.25))
+    assert not fired, detail
+
+
+def _step(v, name):
+    return next(s for s in v.steps if s.name == name)
+
+
+def test_a_patched_perf_counter_does_not_reach_the_judges_timer():
+    v = judge("rowsum", "rowsum_patched_clock", timing_policy())
+    assert v.status is Status.CORRECT, v.log
+    assert v.runtime_ms is not None and v.runtime_ms >= 4.0, v.runtime_ms  # the 5 ms of work are seen
+
+
+def test_cpu_wall_clock_check_notices_a_replaced_timer_but_only_advises():
+    v = judge("rowsum", "rowsum_patched_timer", timing_policy())
+    assert v.status is Status.CORRECT, v.log
+    assert v.runtime_ms is not None and v.runtime_ms < 0.01
+    assert "would have fired" in _step(v, "wall_clock_check").reason
+
+
+def test_cpu_wall_clock_check_is_quiet_for_an_honest_candidate():
+    v = judge("rowsum", "rowsum_correct", timing_policy())
+    assert v.status is Status.CORRECT, v.log
+    assert "would have fired" not in _step(v, "wall_clock_check").reason
+
+
+@pytest.mark.gpu
+@needs_gpu()
+def test_gpu_wall_clock_refuses_a_patched_event_timer():
+    v = judge("relu", "relu_patched_event", timing_policy(), device="cuda")
+    assert v.status is Status.REJECTED, v.log
+    assert any(g.name == "wall_clock" and g.fired for g in v.guards)
+
+
+@pytest.mark.gpu
+@needs_gpu()
+def test_gpu_physics_floor_refuses_a_patched_event_timer_when_the_wall_clock_is_off():
+    v = judge("relu", "relu_patched_event", timing_policy(disabled_steps=frozenset({"wall_clock_check"})), device="cuda")
+    assert v.status is Status.REJECTED, v.log
+    assert any(g.name == "physics_floor" and g.fired for g in v.guards)
+
+
+@pytest.mark.gpu
+@needs_gpu()
+def test_gpu_timing_guards_accept_an_honest_kernel():
+    v = judge("relu", "relu_cuda", timing_policy(), device="cuda")
+    assert v.status is Status.CORRECT, v.log
+    assert not any(g.fired for g in v.guards), v.guards

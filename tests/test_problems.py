@@ -120,3 +120,39 @@ def test_cli_malformed_problem_exits_2_with_the_message_on_stderr():
     err = " ".join(res.stderr.split())  # rich may wrap long lines
     assert "malformed problem" in err and "no_get_inputs.py" in err and "get_inputs" in err
     assert res.stdout == ""
+
+
+
+NUMPY_INPUTS_PROBLEM = """
+import random
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    scale = random.uniform(0.5, 2.0)
+    return [torch.from_numpy((np.random.rand(128, 1024) - 0.5).astype("float32")) * scale]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.timeout(120)
+def test_inputs_drawn_from_python_and_numpy_generators_are_seeded(tmp_path):
+    """get_inputs() may use random and numpy's global generator: the judge seeds them in every child,
+    so the reference is deterministic and both children see the same inputs."""
+    from kernelwright.judge.records import Status
+
+    path = tmp_path / "relu_numpy.py"
+    path.write_text(NUMPY_INPUTS_PROBLEM)
+    v = evaluate(path, candidate("relu_correct"), correctness_policy(), device="cpu")
+    assert v.status is Status.CORRECT, v.log

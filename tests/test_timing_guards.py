@@ -17,8 +17,8 @@ pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 def _outcome(cand_event: float, cand_wall: float, eager_event: float, eager_wall: float) -> TimingOutcome:
     n = 10
     samples = {
-        "candidate": Samples([cand_event] * n, cand_wall * n, n),
-        "eager": Samples([eager_event] * n, eager_wall * n, n),
+        "candidate": Samples([cand_event] * n, cand_wall * n, n, cand_event * n),
+        "eager": Samples([eager_event] * n, eager_wall * n, n, eager_event * n),
     }
     return TimingOutcome(samples, "", "", 0, None)
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from kernelwright.judge.policy import BASELINE_MODES, PRECISIONS, Policy, TimingConfig
+from kernelwright.judge.policy import BASELINE_MODES, Policy, TimingConfig
 from kernelwright.problems.loader import ProblemError
 
 out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped when piped
@@ -41,38 +41,43 @@ def _policy(args: argparse.Namespace) -> Policy:
         raise UsageError(str(exc)) from None
 
 
-def _candidate_files(path: Path) -> dict[str, str]:
-    """model_new.py and kernels/* as {relative name: text}."""
-    root = path if path.is_dir() else path.parent
-    main_file = root / "model_new.py" if path.is_dir() else path
-    files = {main_file.name: main_file.read_text(errors="replace")}
-    kernels = root / "kernels"
-    if kernels.is_dir():
-        files.update({f"kernels/{p.name}": p.read_text(errors="replace") for p in sorted(kernels.iterdir()) if p.is_file()})
-    return files
-
-
-def _store_verdict(verdict, problem, candidate_path: Path, store: Optional[Path]) -> Optional[str]:
+def _store_verdict(verdict, problem, files: dict[str, str], store: Optional[Path]) -> Optional[str]:
     """Keep the problem, the candidate's files and the verdict in the store; returns the verdict id."""
     from kernelwright.store import Store
 
     with Store.open(store) as db:
         db.put_problem(problem.hash, problem.name, str(problem.path), problem.source)
         if verdict.candidate.get("hash"):
-            db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], _candidate_files(candidate_path))
+            db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files)
             return db.put_verdict(verdict)
     return None
 
 
-def _evaluate_one(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path], no_store: bool):
+def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str):
+    """Load the problem, read the candidate's files (what the store keeps), judge a copy of them."""
     from kernelwright.judge.evaluate import evaluate
+    from kernelwright.judge.snapshot import read_candidate
     from kernelwright.problems.loader import load_problem
 
     problem = load_problem(problem_spec)
+    try:
+        files = read_candidate(candidate)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
     with err.status(f"judging {candidate} on {problem.name}") as status:
         verdict = evaluate(problem, candidate, policy, device=device, progress=lambda m: status.update(f"{problem.name}: {m}"))
-    verdict_id = None if no_store else _store_verdict(verdict, problem, candidate, store)
-    return verdict, verdict_id
+    return problem, files, verdict
+
+
+def _keep(args: argparse.Namespace, problem, files: dict[str, str], verdict) -> Optional[str]:
+    """Store the verdict unless asked not to; a store failure is a warning, never a lost verdict."""
+    if args.no_store:
+        return None
+    try:
+        return _store_verdict(verdict, problem, files, args.store)
+    except Exception as exc:  # noqa: BLE001
+        err.print(f"warning: the verdict was not stored: {type(exc).__name__}: {exc}", style="yellow", markup=False, highlight=False)
+        return None
 
 
 def eval_cmd(args: argparse.Namespace) -> int:
@@ -81,13 +86,15 @@ def eval_cmd(args: argparse.Namespace) -> int:
     candidate = Path(args.candidate)
     if not candidate.exists():
         raise UsageError(f"no such candidate: {candidate}")
-    verdict, verdict_id = _evaluate_one(args.problem, candidate, policy, args.device, args.store, args.no_store)
+    problem, files, verdict = _judge(args.problem, candidate, policy, args.device)
     if args.json:
         sys.stdout.write(verdict.to_json() + "\n")
+        sys.stdout.flush()
+        _keep(args, problem, files, verdict)
     else:
         from kernelwright.report.summary import print_verdict
 
-        print_verdict(out, verdict, verdict_id)
+        print_verdict(out, verdict, _keep(args, problem, files, verdict))
     return 0
 
 
@@ -104,10 +111,11 @@ def demo_cmd(args: argparse.Namespace) -> int:
     verdicts = []
     for d in dirs:
         err.print(f"[bold]{d.name}[/bold] ({dev})")
-        verdict, _ = _evaluate_one(str(d / "problem.py"), d, Policy(), dev, args.store, args.no_store)
+        problem, files, verdict = _judge(str(d / "problem.py"), d, Policy(), dev)
+        _keep(args, problem, files, verdict)
         verdicts.append(verdict)
     if args.json:
-        sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n")
+        sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2, allow_nan=False) + "\n")
     else:
         print_table(out, verdicts)
     return 0
@@ -127,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("problem", help="a KernelBench-format .py file")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
     _common(e)
-    e.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics allowed (default strict fp32)")
+    e.add_argument("--precision", default="fp32", choices=("fp32", "tf32"), help="numerics allowed (default strict fp32; bf16/fp16 allowances arrive with the precision policy)")
     e.add_argument("--seeds", type=int, default=3, help="secret seeds for correctness (default 3)")
     e.add_argument("--baselines", default="measured", choices=BASELINE_MODES, help="measure eager/compile now, or skip")
     e.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false", help="do not time torch.compile")

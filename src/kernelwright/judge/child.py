@@ -46,7 +46,14 @@ def snapshot_flags() -> dict[str, Any]:
         "cuda.matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         "cudnn.deterministic": torch.backends.cudnn.deterministic,
         "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "cuda.matmul.allow_fp16_accumulation": getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", None),
     }
+
+
+def flags_diff(pinned: dict[str, Any]) -> dict[str, list[Any]]:
+    """{flag: [pinned, now]} for every numerics flag that moved from its pinned value."""
+    now = snapshot_flags()
+    return {k: [pinned[k], now[k]] for k in pinned if pinned[k] != now[k]}
 
 
 def error_kind(exc: BaseException) -> str:
@@ -97,7 +104,15 @@ def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writ
     return False
 
 
+def _private_sys_path() -> None:
+    """Drop the working folder (which `python -m` puts first) from sys.path: a candidate can write
+    there, and lazy imports (torch.compile's, for one) must not find its files."""
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+
+
 def main(argv: list[str]) -> int:
+    _private_sys_path()
     role, fd = argv[1], int(argv[2])
     key = bytes.fromhex(sys.stdin.readline().strip())
     writer = Writer(fd, key)

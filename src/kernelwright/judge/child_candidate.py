@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from kernelwright.judge import correctness, inputs, timing
-from kernelwright.judge.child import CommandError, describe, pin_flags, snapshot_flags
+from kernelwright.judge.child import CommandError, describe, flags_diff, pin_flags, snapshot_flags
 from kernelwright.judge.inputs import Case
 
 POISON_EXTRA_MAX = 1 << 30  # at most 1 GiB of extra poisoned memory per call on the GPU
@@ -21,6 +21,8 @@ class _State:
     device: torch.device = torch.device("cpu")
     model: torch.nn.Module | None = None
     pool: list[list[Any]] = []
+    pinned: dict[str, Any] = {}  # numerics flags as pinned before the candidate was imported
+    check_flags: bool = True  # whether timing batches report moved flags
 
 
 S = _State()
@@ -56,6 +58,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Import the problem (for inputs and weights) and the candidate; construct ModelNew."""
     S.device = torch.device(args["device"])
     pin_flags(args["precision"])
+    S.pinned = snapshot_flags()
     S.problem = inputs.import_file(args["problem_path"], "kw_problem")
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
     module = _import_candidate(args["candidate_path"])
@@ -102,13 +105,13 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
     """Run one correctness case with the enabled checks; save the output for comparison."""
     values = inputs.make_inputs(S.problem, Case.from_dict(args["case"]), S.device)
     before = inputs.clone_tensors(values) if args["check_inputs"] else None
-    flags = snapshot_flags()
+    S.check_flags = args["check_flags"]
     if args["poison"]:
         _poison(args["output_bytes"])
     out = _call(values)
-    if args["check_flags"] and snapshot_flags() != flags:
-        now = snapshot_flags()
-        return {"flags_changed": {k: [flags[k], now[k]] for k in flags if flags[k] != now[k]}}
+    moved = flags_diff(S.pinned) if args["check_flags"] else {}
+    if moved:
+        return {"flags_changed": moved}
     if before is not None:
         changed = inputs.changed_inputs(before, values)
         if changed:
@@ -121,8 +124,8 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     """Build the input pool and warm up."""
     S.pool = [inputs.raw_inputs(S.problem, Case("native", s), S.device) for s in args["pool_seeds"]]
     with torch.no_grad():
-        calls = timing.warm_up(S.model, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=S.device.type == "cuda")
-    return {"warmup_calls": calls}
+        calls, per_call = timing.warm_up(S.model, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=S.device.type == "cuda")
+    return {"warmup_calls": calls, "per_call_ms": per_call}
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +145,8 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     switches = timing.TimingSwitches(**args["switches"])
     with torch.no_grad():
         times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output)
-    return {"times_ms": times}
+    moved = flags_diff(S.pinned) if S.check_flags else {}
+    return {"times_ms": times, **({"flags_changed": moved} if moved else {})}
 
 
 def profile(args: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,10 @@ outputs read from files, and times the eager and torch.compile baselines.
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -39,12 +42,18 @@ def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
     return CommandError("problem", f"{S.path}: {what}{detail}")
 
 
-def _load_problem(path: str) -> None:
+def _load_problem(path: str) -> str:
+    """Import the problem; returns the sha256 of the text imported (the judge checks it)."""
     S.path = path
+    source = Path(path).read_bytes()
     try:
         S.problem = inputs.import_file(path, "kw_problem")
     except BaseException as exc:  # noqa: BLE001
         raise _problem_error("importing the problem failed", exc) from None
+    folder = str(Path(path).resolve().parent)
+    if folder in sys.path:
+        sys.path.remove(folder)  # a folder others can write to must not serve later lazy imports
+    return hashlib.sha256(source).hexdigest()
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(S.problem, n)]
     if missing:
         raise _problem_error(f"missing {', '.join(missing)} (a problem needs class Model, get_inputs() and get_init_inputs())")
@@ -74,7 +83,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Load and validate the problem; compute its metadata; check the reference is deterministic."""
     S.device = torch.device(args["device"])
     pin_flags(args["precision"])
-    _load_problem(args["problem_path"])
+    source_hash = _load_problem(args["problem_path"])
     S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
     tol = getattr(S.problem, "TOLERANCE", None)
     if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"}):
@@ -85,7 +94,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     meta = _metadata(first)
     S.atol, S.rtol = resolve_tolerance(meta["outputs"][0]["dtype"], *S.tol_args)
     _check_deterministic(first)
-    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra()}
+    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash}
 
 
 def references(args: dict[str, Any]) -> dict[str, Any]:
@@ -148,25 +157,25 @@ def _load_candidate_output(path: str) -> list[Any]:
     return correctness.as_output_list(value)
 
 
+def _compare_file(refs: list[torch.Tensor], path: str) -> dict[str, Any]:
+    try:
+        outs = _load_candidate_output(path)
+    except CommandError as exc:
+        return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
+    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict).to_dict()
+
+
 def compare(args: dict[str, Any]) -> dict[str, Any]:
     """Compare a candidate's saved output for one case with the reference."""
     refs = S.refs[args["case_index"]]
     assert refs is not None, "compare on a skipped case"
-    try:
-        outs = _load_candidate_output(args["path"])
-    except CommandError as exc:
-        return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
-    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict).to_dict()
+    return _compare_file(refs, args["path"])
 
 
 def recheck(args: dict[str, Any]) -> dict[str, Any]:
     """Compare a timed call's saved output with the reference on that call's inputs."""
     refs = _forward(inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device))
-    try:
-        outs = _load_candidate_output(args["path"])
-    except CommandError as exc:
-        return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
-    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict).to_dict()
+    return _compare_file(refs, args["path"])
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
@@ -180,10 +189,13 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
             S.compiled(*S.pool[0])
         compile_s = time.perf_counter() - t0
     cuda = S.device.type == "cuda"
-    for fn in [f for f in (S.model, S.compiled) if f is not None]:
+    per_call = {}
+    for name, fn in (("eager", S.model), ("compile", S.compiled)):
+        if fn is None:
+            continue
         with torch.no_grad():
-            timing.warm_up(fn, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=cuda)
-    return {"compile_s": compile_s}
+            _, per_call[name] = timing.warm_up(fn, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=cuda)
+    return {"compile_s": compile_s, "per_call_ms": per_call}
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:

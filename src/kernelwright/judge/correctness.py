@@ -20,8 +20,8 @@ class Comparison:
     """The result of comparing one output with its reference."""
 
     ok: bool  # every element within tolerance and non-finite values agreeing
-    max_abs_error: float  # worst |c - r| over finite pairs
-    max_rel_error: float  # worst |c - r| / max(|r|, atol * s)
+    max_abs_error: float | None  # worst |c - r| over finite pairs; None when not comparable
+    max_rel_error: float | None  # worst |c - r| / max(|r|, atol * s); None when not comparable
     n_bad: int  # elements out of tolerance
     n_total: int  # elements compared
     message: str  # empty when ok; else counts, first indices and NaN/Inf disagreements
@@ -52,7 +52,13 @@ def check_output(ref: torch.Tensor, out: Any, strict: bool) -> str:
 
 
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Comparison:
-    """Compare out with ref elementwise under the tolerance rule of this module."""
+    """Compare out with ref elementwise: exactly for integer and bool outputs, under the tolerance
+    rule of this module for floating ones (complex ones as their real and imaginary parts)."""
+    if ref.is_complex():
+        ref = torch.view_as_real(ref.detach().resolve_conj())
+        out = torch.view_as_real(out.detach().to(ref.device).resolve_conj()) if out.is_complex() else out
+    if not (ref.is_floating_point() or ref.is_complex()):
+        atol, rtol = 0.0, 0.0  # integers and booleans must match exactly
     r = ref.detach().to(torch.float64).reshape(-1)
     c = out.detach().to(device=ref.device, dtype=torch.float64).reshape(-1)
     n = r.numel()
@@ -60,7 +66,7 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
         return Comparison(True, 0.0, 0.0, 0, 0, "")
     fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
     both = fin_r & fin_c
-    scale = _rms(r[fin_r])
+    scale = _rms(r[fin_r]) if atol > 0 else 1.0
     allowed = atol * scale + rtol * r.abs()
     err = torch.where(both, (c - r).abs(), torch.zeros_like(r))
     same_nonfinite = (torch.isnan(r) & torch.isnan(c)) | (r == c)
@@ -68,7 +74,7 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
     bad = (both & (err > allowed)) | nonfinite_bad
     n_bad = int(bad.sum())
     max_abs = float(err.max())
-    max_rel = float((err / torch.clamp(r.abs(), min=atol * scale)).max())
+    max_rel = float((err / torch.clamp(r.abs(), min=max(atol * scale, 1e-30))).max())
     message = "" if n_bad == 0 else _mismatch_message(ref.shape, r, c, bad, nonfinite_bad, n_bad, atol, rtol, scale)
     return Comparison(n_bad == 0, max_abs, max_rel, n_bad, n, message)
 
@@ -107,12 +113,12 @@ def _unravel(index: int, shape: tuple[int, ...]) -> list[int]:
 def compare_outputs(refs: list[torch.Tensor], outs: list[Any], atol: float, rtol: float, strict: bool) -> Comparison:
     """Compare every output of a model; the first failing one decides the message."""
     if len(outs) != len(refs):
-        return Comparison(False, float("inf"), float("inf"), 0, 0, f"{len(outs)} outputs, expected {len(refs)}")
+        return Comparison(False, None, None, 0, 0, f"{len(outs)} outputs, expected {len(refs)}")
     worst_abs, worst_rel, total = 0.0, 0.0, 0
     for k, (ref, out) in enumerate(zip(refs, outs)):
         problem = check_output(ref, out, strict)
         if problem:
-            return Comparison(False, float("inf"), float("inf"), 0, ref.numel(), f"output {k}: {problem}")
+            return Comparison(False, None, None, 0, ref.numel(), f"output {k}: {problem}")
         result = compare(ref, out, atol, rtol)
         if not result.ok:
             prefix = f"output {k}: " if len(refs) > 1 else ""

@@ -12,6 +12,7 @@ import secrets
 import shutil
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
+from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
@@ -41,14 +43,25 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+SHM_MIN_FREE = 8 * 2**30  # use /dev/shm for outputs only when it has this much room (Docker gives 64 MiB)
+
+
 def _workdir() -> Path:
+    """A private folder for one evaluation: in memory when /dev/shm is roomy, else on disk."""
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() else None
-    return Path(tempfile.mkdtemp(prefix="kw-eval-", dir=base))
+    try:
+        roomy = shm.is_dir() and shutil.disk_usage(shm).free >= SHM_MIN_FREE
+    except OSError:
+        roomy = False
+    return Path(tempfile.mkdtemp(prefix="kw-eval-", dir=shm if roomy else None))
 
 
 def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None) -> Verdict:
-    """Judge one candidate against one problem. Raises ProblemError for a malformed problem."""
+    """Judge one candidate against one problem.
+
+    Raises ProblemError for a malformed problem and ValueError for a malformed candidate path; every
+    other outcome, a failure of the judge itself included, is a verdict.
+    """
     policy = policy or Policy()
     problem = problem if isinstance(problem, Problem) else load_problem(problem)
     say = progress or (lambda _msg: None)
@@ -58,7 +71,9 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         return vb.finish(Status.INFRA_ERROR, "device cuda was asked for but no GPU is visible")
     workdir = _workdir()
     try:
-        return _Flow(problem, candidate, policy, dev, vb, workdir, say).run()
+        main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
+        judged = main.parent if main.name == "model_new.py" else main
+        return _Flow(problem, judged, policy, dev, vb, workdir, say).run()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -86,6 +101,12 @@ class _Flow:
             return self.vb.finish(Status.CORRECT)
         except Stop as stop:
             return self.vb.finish(stop.status, str(stop))
+        except ProblemError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failure of the judge itself is a verdict too
+            log.exception("judge failure")
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
+            return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         finally:
             for child in self.children:
                 child.close()
@@ -101,8 +122,12 @@ class _Flow:
         files = self._discover()
         self.say("starting the reference child")
         ref = self._child("reference")
-        built = self._build(files)
-        self._reference_setup(ref)
+        if files.build_path == BuildPath.TORCH_EXTENSION:
+            self._reference_setup(ref)  # before the build child runs candidate code
+            built = self._build(files)
+        else:
+            built = self._build(files)  # compilers only: no candidate code runs
+            self._reference_setup(ref)
         if not built:
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cand = self._candidate_setup(files)
@@ -160,6 +185,8 @@ class _Flow:
             child.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:
             self.vb.build_s = time.perf_counter() - t0
+            if exc.kind in ("timeout", "died"):
+                shutil.rmtree(self._extension_env()["TORCH_EXTENSIONS_DIR"], ignore_errors=True)  # torch's lock file
             if exc.kind in ("compile", "timeout"):
                 self.vb.log = truncate(f"{exc}\n{exc.log_tail}")
                 return False
@@ -183,6 +210,8 @@ class _Flow:
             if exc.kind == "problem":
                 raise ProblemError(str(exc)) from None
             raise Stop(Status.INFRA_ERROR, f"the reference child failed: {exc}\n{exc.log_tail}") from None
+        if self.meta.get("source_hash") != self.problem.hash:
+            raise Stop(Status.INFRA_ERROR, f"the problem file changed on disk since it was loaded: {self.problem.path}")
         self.vb.set_problem_meta(self.meta)
 
     def _candidate_args(self) -> dict[str, Any]:
@@ -239,7 +268,19 @@ def _worst_resources(items: list[Resources]) -> Resources | None:
     return Resources(registers=worst("registers"), shared_bytes=worst("shared_bytes"), spills=worst("spills"))
 
 
-def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str) -> tuple[float, float | None]:
-    """The physics floor and the efficiency for a measured runtime."""
+CEILING_BY_DTYPE = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str) -> tuple[float, float, float | None]:
+    """(physics floor, write floor, efficiency) for a measured runtime.
+
+    The physics floor is DESIGN.md's max(bytes / peak bandwidth, FLOPs / peak rate) for the
+    reference's work; the write floor counts only the output bytes, which every correct kernel must
+    write. Efficiency uses the measured ceiling of the output dtype's matrix rate (half types) or of
+    the policy's precision.
+    """
     floor = roofline.floor_ms(meta["bytes"], meta["flops"])
-    return floor, roofline.efficiency(meta["bytes"], meta["flops"], precision, runtime_ms)
+    write_floor = roofline.floor_ms(sum(meta.get("output_bytes", [])), 0)
+    dtype = (meta.get("outputs") or [{}])[0].get("dtype", "float32")
+    eff = roofline.efficiency(meta["bytes"], meta["flops"], CEILING_BY_DTYPE.get(dtype, precision), runtime_ms)
+    return floor, write_floor, eff

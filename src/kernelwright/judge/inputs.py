@@ -6,6 +6,7 @@ Runs inside judge children only. Imports torch and the standard library.
 from __future__ import annotations
 
 import importlib.util
+import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,15 @@ def _to_device(value: Any, device: torch.device) -> Any:
 
 
 def _seed_all(seed: int) -> None:
-    torch.manual_seed(seed)  # seeds the CPU and every CUDA generator
+    """Seed torch (CPU and every CUDA generator), Python's random and numpy's global generator."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+    except ImportError:
+        pass
 
 
 def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[Any]:
@@ -99,11 +108,20 @@ def make_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[A
 
 
 def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, device: torch.device) -> None:
-    """Write fresh get_inputs() values for one timed call into a pool entry, keeping its tensors' identity."""
+    """Make a pool entry hold get_inputs() under call_seed: tensor values are written in place
+    (keeping the tensors' identity); other values, or tensors whose shape or layout changed, are
+    replaced."""
     fresh = raw_inputs(problem, Case("native", call_seed), device)
-    for dst, src in zip(pool_entry, fresh):
-        if isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor):
+    for i, src in enumerate(fresh):
+        dst = pool_entry[i] if i < len(pool_entry) else None
+        same_layout = isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor) and (
+            dst.shape == src.shape and dst.dtype == src.dtype and dst.stride() == src.stride())
+        if same_layout:
             dst.copy_(src)
+        elif i < len(pool_entry):
+            pool_entry[i] = src
+        else:
+            pool_entry.append(src)
 
 
 def init_model(problem: ModuleType, cls: type, seed: int, device: torch.device) -> torch.nn.Module:

@@ -29,9 +29,13 @@ class Samples:
     times_ms: list[float] = field(default_factory=list)  # per-call event (or host) times
     wall_ms: float = 0.0  # judge-side wall clock over the counted batches
     wall_calls: int = 0  # calls inside wall_ms
+    event_ms: float = 0.0  # sum of the reported times of the calls inside wall_ms
 
     def wall_per_call(self) -> float | None:
         return self.wall_ms / self.wall_calls if self.wall_calls else None
+
+    def event_per_call(self) -> float | None:
+        return self.event_ms / self.wall_calls if self.wall_calls else None
 
 
 @dataclass
@@ -45,6 +49,10 @@ class TimingOutcome:
     compile_s: float | None  # torch.compile warm-up time of the baseline (not a verdict field)
 
 
+class FlagsMoved(Exception):
+    """The candidate moved a numerics flag during timing."""
+
+
 class _Rounds:
     """State of one timing phase."""
 
@@ -55,6 +63,7 @@ class _Rounds:
         self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(POOL_SIZE)]
         self.samples = {c: Samples() for c in contenders}
         self.rechecked = 0
+        self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         cuda_steps = {"flush": "l2_flush", "events": "cuda_events", "sync": "device_sync"}
         self.switches = {k: policy.enabled(step) for k, step in cuda_steps.items()}
@@ -71,16 +80,26 @@ class _Rounds:
         slot, seed = call
         return seed if seed is not None else self.pool_seeds[slot]
 
+    def batch_size(self, contender: str) -> int:
+        """The configured batch, shrunk so that one batch stays well inside the command timeout."""
+        per_call = self.per_call_ms.get(contender) or 0.0
+        fit = int(self.policy.run_timeout_s * 1e3 / (3 * per_call)) if per_call > 0 else self.policy.timing.batch
+        return max(1, min(self.policy.timing.batch, fit))
+
     def batch(self, contender: str, n: int) -> None:
         child = self.cand if contender == "candidate" else self.ref
         args = {"contender": contender, "calls": self.calls(n), "switches": self.switches, "save": {}}
         t0 = time.perf_counter()
-        times = child.call("time", args, timeout_s=self.policy.run_timeout_s)["times_ms"]
+        reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
+        if reply.get("flags_changed"):
+            raise FlagsMoved(f"during timing: {reply['flags_changed']}")
+        times = reply["times_ms"]
         s = self.samples[contender]
         s.times_ms.extend(times)
         s.wall_ms += wall
         s.wall_calls += n
+        s.event_ms += sum(times)
 
     def recheck_one(self) -> str:
         """Time one candidate call, save its output and compare it with the reference."""
@@ -102,13 +121,16 @@ def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baseli
     compile_s = None
     if baselines:
         setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "warmup_ms": _warmup(policy)}
-        compile_s = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)["compile_s"]
-    cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy)}, timeout_s=policy.run_timeout_s)
+        ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
+        compile_s = ref_setup["compile_s"]
+        r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
+    cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy)}, timeout_s=policy.run_timeout_s)
+    r.per_call_ms["candidate"] = cand_setup.get("per_call_ms", 0.0)
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
     recheck = policy.enabled("timed_recheck")
     for round_no in itertools.count():
         for contender in order:
-            r.batch(contender, cfg.batch)
+            r.batch(contender, r.batch_size(contender))
         if recheck and round_no % RECHECK_EVERY == 0:
             failure = _recheck(r, cfg.recheck)
         if failure:
@@ -142,16 +164,16 @@ def _warmup(policy: Policy) -> float:
 
 
 def wall_clock_check(outcome: TimingOutcome) -> tuple[bool, str]:
-    """(fired, detail): the candidate's wall clock per call against its event time plus the eager overhead."""
+    """(fired, detail): the candidate's wall clock per call against its mean reported time plus the
+    eager baseline's harness overhead (all means over the same batches, so outliers count alike)."""
     cand, eager = outcome.samples.get("candidate"), outcome.samples.get("eager")
-    if cand is None or not cand.times_ms or cand.wall_per_call() is None:
-        return False, "no candidate samples"
-    event = statistics.median(cand.times_ms)
-    wall = cand.wall_per_call() or 0.0
-    if eager is None or not eager.times_ms:
-        return False, f"candidate wall {wall:.4g} ms/call vs event {event:.4g} ms (no eager overhead to compare)"
-    overhead = max(0.0, (eager.wall_per_call() or 0.0) - statistics.median(eager.times_ms))
+    if cand is None or cand.wall_per_call() is None:
+        return False, "no candidate batches"
+    event, wall = cand.event_per_call() or 0.0, cand.wall_per_call() or 0.0
+    if eager is None or eager.wall_per_call() is None:
+        return False, f"candidate wall {wall:.4g} ms/call vs reported {event:.4g} ms (no eager overhead to compare)"
+    overhead = max(0.0, (eager.wall_per_call() or 0.0) - (eager.event_per_call() or 0.0))
     expected = event + overhead
     fired = wall > WALL_SLACK * expected + WALL_MARGIN_MS
-    detail = f"candidate wall {wall:.4g} ms/call; event {event:.4g} ms + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
+    detail = f"candidate wall {wall:.4g} ms/call; reported {event:.4g} ms + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
     return fired, detail

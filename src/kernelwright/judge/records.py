@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,12 +123,12 @@ class Verdict:
     schema_version: int = SCHEMA_VERSION  # contract version
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready form, with every top-level key present."""
+        """The JSON-ready form, with every top-level key present (non-finite numbers as None)."""
         return _plain(dataclasses.asdict(self))
 
     def to_json(self, indent: int | None = 2) -> str:
-        """The verdict as JSON text."""
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+        """The verdict as strict JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, allow_nan=False)
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> "Verdict":
@@ -153,6 +154,8 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
 
 

@@ -92,8 +92,9 @@ def _one_call(fn, args, cuda, switches, on_output, i) -> float:
     return ms
 
 
-def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> int:
-    """Call fn until warmup_ms of wall time have passed (at least 3 calls, at most 10,000)."""
+def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> tuple[int, float]:
+    """Call fn until warmup_ms of wall time have passed (at least 3 calls, at most 10,000);
+    returns (calls, milliseconds per call)."""
     t0 = _perf_counter()
     calls = 0
     while calls < 3 or ((_perf_counter() - t0) * 1e3 < warmup_ms and calls < 10_000):
@@ -101,7 +102,7 @@ def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup
         if cuda:
             _synchronize()
         calls += 1
-    return calls
+    return calls, (_perf_counter() - t0) * 1e3 / calls
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ class VerdictBuilder:
         return True
 
     def guard(self, name: str, fired: bool, detail: str = "") -> None:
-        self.guards.append(Guard(name, fired, truncate(detail, 600)))
+        """Record a guard's outcome; a later outcome of the same guard replaces the earlier one."""
+        self.guards = [g for g in self.guards if g.name != name] + [Guard(name, fired, truncate(detail, 600))]
 
     def set_problem_meta(self, meta: dict[str, Any]) -> None:
         self.meta = meta

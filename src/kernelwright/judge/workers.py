@@ -129,8 +129,12 @@ class Child:
             return self._proc.returncode
 
     def log_tail(self, limit: int = 3000) -> str:
+        """The end of the child's output (read from the end: the log may be huge)."""
         try:
-            text = self.log_path.read_bytes()[-4 * limit:].decode(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4 * limit))
+                text = f.read().decode(errors="replace")
         except OSError:
             return ""
         return truncate(text, limit)

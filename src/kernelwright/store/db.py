@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,10 +54,25 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    mode = _enable_wal(conn)
     if str(mode).lower() != "wal":
         logger.warning("store %s: journal mode is %s, not wal", path, mode)
     return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> str:
+    """Switch to WAL, retrying while another process holds the lock: SQLite answers this pragma
+    with 'database is locked' at once, without waiting on the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
 
 class Store:

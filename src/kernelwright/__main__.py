@@ -1,0 +1,5 @@
+"""`python -m kernelwright ...` is the kernelwright command."""
+
+from kernelwright.cli import main
+
+main()

@@ -1,0 +1,52 @@
+"""A private copy of a candidate, taken before anything runs: the judge builds, imports and hashes
+the copy, so a candidate that rewrites its own files (through __file__) changes nothing it was
+judged on, and the store can keep exactly the files that were judged."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+SOURCE_SUFFIXES = {".py", ".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hh", ".hpp", ".inc", ".inl"}
+MAX_BYTES = 16 * 2**20  # a candidate larger than this is refused
+
+
+def candidate_files(path: str | Path) -> dict[str, Path]:
+    """{relative name: file} of a candidate: model_new.py (or the given .py file), source files
+    beside it, and everything under kernels/. Raises ValueError naming the path when malformed."""
+    path = Path(path)
+    if path.is_dir():
+        root, main = path, path / "model_new.py"
+        if not main.is_file():
+            raise ValueError(f"{path.resolve()}: a candidate folder must hold model_new.py")
+    elif path.is_file() and path.suffix == ".py":
+        root, main = path.parent, path
+    else:
+        raise ValueError(f"{path.resolve()}: a candidate is a .py file or a folder holding model_new.py")
+    files = {main.name: main}
+    if path.is_dir():
+        files.update({p.name: p for p in sorted(root.iterdir()) if p.is_file() and p.suffix in SOURCE_SUFFIXES})
+    kernels = root / "kernels"
+    if kernels.is_dir():
+        files.update({p.relative_to(root).as_posix(): p for p in sorted(kernels.rglob("*")) if p.is_file() and "__pycache__" not in p.parts})
+    total = sum(p.stat().st_size for p in files.values())
+    if total > MAX_BYTES:
+        raise ValueError(f"{path.resolve()}: candidate files add up to {total} bytes, over the {MAX_BYTES}-byte limit")
+    return files
+
+
+def read_candidate(path: str | Path) -> dict[str, str]:
+    """The candidate's files as text, for the store."""
+    return {name: p.read_text(errors="replace") for name, p in candidate_files(path).items()}
+
+
+def snapshot(path: str | Path, dest: Path) -> Path:
+    """Copy the candidate into dest; returns the copy's main .py file."""
+    files = candidate_files(path)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, src in files.items():
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+    main = next(iter(files))
+    return dest / main

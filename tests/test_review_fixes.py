@@ -1,0 +1,77 @@
+"""Behaviours added after review: flags checked against their pinned values (at import and during
+timing), the judged snapshot of the candidate, strict JSON, a verdict for a failure of the judge
+itself, and the write floor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import JUDGE_TIMEOUT_S, candidate, correctness_policy, judge, timing_policy
+from kernelwright.judge import evaluate as evaluate_module
+from kernelwright.judge.correctness import compare_outputs
+from kernelwright.judge.policy import TimingConfig
+from kernelwright.judge.records import Status
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
+
+
+def test_tf32_switched_on_at_import_is_rejected():
+    v = judge("rowsum", "rowsum_tf32_at_import")
+    assert v.status is Status.REJECTED, v.log
+    assert any(g.name == "numerics_flags" and g.fired for g in v.guards)
+
+
+def test_tf32_switched_on_during_timing_is_rejected():
+    timing = TimingConfig(min_runs=40, max_runs=60, batch=5, budget_s=5, warmup_ms=0, recheck=1)
+    v = judge("rowsum", "rowsum_tf32_later", timing_policy(timing=timing))
+    assert v.status is Status.REJECTED, v.log
+    assert "during timing" in v.log
+
+
+def test_honest_candidate_keeps_the_numerics_guard_quiet_through_timing():
+    timing = TimingConfig(min_runs=40, max_runs=60, batch=5, budget_s=5, warmup_ms=0, recheck=1)
+    v = judge("rowsum", "rowsum_correct", timing_policy(timing=timing))
+    assert v.status is Status.CORRECT, v.log
+    assert not any(g.fired for g in v.guards)
+
+
+def test_a_candidate_rewriting_its_own_file_changes_only_the_judges_copy():
+    path = candidate("rowsum_rewrites_itself") / "model_new.py"
+    before = path.read_bytes()
+    v = judge("rowsum", "rowsum_rewrites_itself")
+    assert v.status is Status.CORRECT, v.log
+    assert path.read_bytes() == before
+
+
+def test_shape_mismatch_verdict_is_strict_json():
+    result = compare_outputs([torch.zeros(3)], [torch.zeros(4)], 1e-4, 1e-4, strict=True)
+    assert not result.ok and result.max_abs_error is None
+    v = judge("rowsum", "rowsum_correct", correctness_policy())
+    def refuse(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    json.loads(v.to_json(), parse_constant=refuse)  # NaN / Infinity would land here
+
+
+def test_a_failure_of_the_judge_itself_is_an_infra_error_verdict(monkeypatch):
+    def broken(*_a, **_k):
+        raise RuntimeError("simulated judge bug")
+
+    monkeypatch.setattr(evaluate_module, "discover", broken)
+    v = judge("rowsum", "rowsum_correct")
+    assert v.status is Status.INFRA_ERROR
+    assert "simulated judge bug" in v.log
+
+
+def test_write_floor_refuses_only_what_no_correct_kernel_can_do():
+    from kernelwright.judge.evaluate import floor_and_efficiency
+
+    # diag(a) @ b at n = 4096: the reference does 2 n^3 FLOPs; a row scaling does n^2.
+    n = 4096
+    meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}]}
+    floor, write_floor, _ = floor_and_efficiency(meta, 0.03, "fp32")
+    assert write_floor < 0.03 < floor  # an honest row-scaling kernel sits between the two
+    assert write_floor == pytest.approx(n * n * 4 / 4.8e12 * 1e3)

@@ -136,3 +136,16 @@ def test_device_sync_catches_work_on_a_side_stream():
     # Without the device-wide sync the event misses the side stream: the time is far too short,
     # or the wall-clock guard refuses it.
     assert off.status is Status.REJECTED or (off.runtime_ms is not None and off.runtime_ms < 0.5), (off.status, off.runtime_ms)
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_fresh_inputs_catch_a_replay_keyed_on_tensor_identity():
+    """Timing step fresh_inputs: the pool's tensors keep their identity but get new values before
+    every timed call, so a replay keyed on identity returns stale answers that the re-check sees."""
+    from conftest import timing_policy
+
+    off = judge("rowsum", "rowsum_identity_cache", timing_policy(disabled_steps=frozenset({"fresh_inputs"})))
+    on = judge("rowsum", "rowsum_identity_cache", timing_policy())
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.INCORRECT, on.log
+    assert "timed call" in on.log

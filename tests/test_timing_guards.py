@@ -74,6 +74,15 @@ def test_gpu_physics_floor_refuses_a_patched_event_timer_when_the_wall_clock_is_
 
 @pytest.mark.gpu
 @needs_gpu()
+def test_gpu_patched_timer_passes_only_with_both_timing_guards_off():
+    both_off = timing_policy(disabled_steps=frozenset({"wall_clock_check", "physics_floor"}))
+    v = judge("relu", "relu_patched_event", both_off, device="cuda")
+    assert v.status is Status.CORRECT, v.log
+    assert v.runtime_ms is not None and v.runtime_ms < 0.001  # the inflated speedup the guards refuse
+
+
+@pytest.mark.gpu
+@needs_gpu()
 def test_gpu_timing_guards_accept_an_honest_kernel():
     v = judge("relu", "relu_cuda", timing_policy(), device="cuda")
     assert v.status is Status.CORRECT, v.log

@@ -51,14 +51,20 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
         console.print(f"[magenta]guard {g.name} fired:[/] {g.detail}", highlight=False)
     skipped = [s for s in v.steps if not s.ran]
     if skipped:
-        console.print("[dim]steps not run: " + "; ".join(f"{s.name} ({s.reason})" for s in skipped) + "[/]", highlight=False)
+        by_reason: dict[str, list[str]] = {}
+        for s in skipped:
+            by_reason.setdefault(s.reason, []).append(s.name)
+        lines = [f"  {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
+        console.print("steps not run:\n" + "\n".join(lines), style="dim", highlight=False, markup=False)
     if v.log and v.status != Status.CORRECT:
         console.print(v.log, highlight=False, markup=False)
 
 
 def print_table(console: Console, verdicts: list[Verdict]) -> None:
     """One row per verdict."""
-    t = Table(title="verdicts")
+    on_cpu = any(v.system and v.system.gpu is None for v in verdicts)
+    caption = "CPU backend: times are for checking the flow, never claims; the floor is an H200 figure" if on_cpu else None
+    t = Table(title="verdicts", caption=caption)
     for col in ("problem", "status", "candidate", "eager", "compile", "vs eager", "vs compile", "vs best", "floor", "efficiency"):
         t.add_column(col)
     for v in verdicts:

@@ -120,17 +120,23 @@ class _Flow:
 
     def _run(self) -> None:
         files = self._discover()
-        self.say("starting the reference child")
+        self.say("starting the children")
+        # Every child starts now, so their interpreter and torch start-ups overlap with each other
+        # and with the build; each waits for its first command. No candidate code runs before the
+        # reference child has loaded the problem.
+        ext = files.build_path == BuildPath.TORCH_EXTENSION
         ref = self._child("reference")
-        if files.build_path == BuildPath.TORCH_EXTENSION:
+        builder = self._child("candidate", self._extension_env()) if ext else None
+        cand = self._child("candidate", self._extension_env() if ext else {})
+        if builder is not None:
             self._reference_setup(ref)  # before the build child runs candidate code
-            built = self._build(files)
+            built = self._build_extension(builder)
         else:
             built = self._build(files)  # compilers only: no candidate code runs
             self._reference_setup(ref)
         if not built:
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
-        cand = self._candidate_setup(files)
+        self._candidate_setup(cand)
         self._correctness(ref, cand)
         if self.policy.time_candidate:
             from kernelwright.judge.phases import timing_phase
@@ -154,8 +160,6 @@ class _Flow:
     def _build(self, files: CandidateFiles) -> bool:
         if files.build_path == BuildPath.RAW:
             return self._build_raw(files)
-        if files.build_path == BuildPath.TORCH_EXTENSION:
-            return self._build_extension()
         self.vb.build_s = 0.0
         return True
 
@@ -176,10 +180,9 @@ class _Flow:
         folder.mkdir(parents=True, exist_ok=True)
         return {"TORCH_EXTENSIONS_DIR": str(folder)}
 
-    def _build_extension(self) -> bool:
+    def _build_extension(self, child: Child) -> bool:
         """Import the candidate in a build child so load_inline compiles; the run child reuses it."""
         self.say("building the torch extension (load_inline) in a build child")
-        child = self._child("candidate", self._extension_env())
         t0 = time.perf_counter()
         try:
             child.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
@@ -220,15 +223,12 @@ class _Flow:
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
         }
 
-    def _candidate_setup(self, files: CandidateFiles) -> Child:
-        self.say("starting the candidate child")
-        env = self._extension_env() if files.build_path == BuildPath.TORCH_EXTENSION else {}
-        cand = self._child("candidate", env)
+    def _candidate_setup(self, cand: Child) -> None:
+        self.say("importing the candidate")
         try:
             cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
-        return cand
 
     def child_stop(self, exc: ChildError, doing: str) -> Stop:
         """Map a child failure to a verdict status (a reference child's failure is the judge's)."""

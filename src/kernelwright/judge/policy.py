@@ -48,7 +48,7 @@ DEFAULT_TOLERANCE = {
 class TimingConfig:
     """How long and how often to time."""
 
-    warmup_ms: float = 100.0  # time-based warm-up per process before timed calls
+    warmup_ms: float = 250.0  # time-based warm-up per contender before timed calls (lets GPU clocks settle)
     min_runs: int = 20  # never stop before this many timed calls per contender
     max_runs: int = 400  # never time more calls than this per contender
     batch: int = 10  # timed calls per contender per interleaved round

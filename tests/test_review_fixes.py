@@ -75,3 +75,56 @@ def test_write_floor_refuses_only_what_no_correct_kernel_can_do():
     floor, write_floor, _ = floor_and_efficiency(meta, 0.03, "fp32")
     assert write_floor < 0.03 < floor  # an honest row-scaling kernel sits between the two
     assert write_floor == pytest.approx(n * n * 4 / 4.8e12 * 1e3)
+
+
+def test_int64_outputs_must_match_exactly_beyond_float64_precision():
+    from kernelwright.judge.correctness import compare
+
+    big = torch.tensor([2**60, 7])
+    assert not compare(big, big + torch.tensor([1, 0]), 1e-4, 1e-4).ok
+    assert compare(big, big.clone(), 1e-4, 1e-4).ok
+
+
+def test_each_output_gets_the_tolerance_of_its_dtype():
+    ref = [torch.ones(4), torch.ones(4, dtype=torch.bfloat16)]
+    out = [torch.ones(4), torch.full((4,), 1.0078125, dtype=torch.bfloat16)]  # one bf16 ulp above 1
+    assert compare_outputs(ref, out, 1e-4, 1e-4, True, [(1e-4, 1e-4), (1e-2, 1e-2)]).ok
+    assert not compare_outputs(ref, out, 1e-4, 1e-4, True).ok
+
+
+def test_a_problem_with_windows_line_endings_is_judged(tmp_path):
+    from kernelwright.judge.evaluate import evaluate
+
+    text = (candidate("rowsum_correct").parents[1] / "problems" / "rowsum.py").read_text()
+    crlf = tmp_path / "rowsum_crlf.py"
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    v = evaluate(crlf, candidate("rowsum_correct"), correctness_policy(), device="cpu")
+    assert v.status is Status.CORRECT, v.log
+
+
+def test_a_problem_that_sets_numerics_flags_itself_does_not_make_candidates_rejected(tmp_path):
+    from kernelwright.judge.evaluate import evaluate
+
+    text = (candidate("rowsum_correct").parents[1] / "problems" / "rowsum.py").read_text()
+    path = tmp_path / "rowsum_flags.py"
+    path.write_text('import torch\ntorch.set_float32_matmul_precision("high")\n' + text)
+    v = evaluate(path, candidate("rowsum_correct"), correctness_policy(), device="cpu")
+    assert v.status is Status.CORRECT, v.log
+
+
+def test_a_model_new_file_is_judged_with_the_modules_beside_it():
+    from kernelwright.judge.evaluate import evaluate
+
+    problem = candidate("rowsum_correct").parents[1] / "problems" / "rowsum.py"
+    v = evaluate(problem, candidate("rowsum_with_helper") / "model_new.py", correctness_policy(), device="cpu")
+    assert v.status is Status.CORRECT, v.log
+
+
+def test_write_floor_counts_what_an_output_really_occupies():
+    from kernelwright.judge.child_reference import _written_bytes
+
+    x = torch.randn(64, 1)
+    assert _written_bytes(x.expand(64, 4096), [torch.zeros(1)]) == 64 * 4  # a broadcast writes its storage only
+    assert _written_bytes(x.t(), [x]) == 0  # a view of an input writes nothing
+    y = torch.randn(8, 8)
+    assert _written_bytes(y, [x]) == 8 * 8 * 4

@@ -45,14 +45,18 @@ def snapshot_flags() -> dict[str, Any]:
         "cuda.matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
         "cuda.matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         "cudnn.deterministic": torch.backends.cudnn.deterministic,
-        "cudnn.benchmark": torch.backends.cudnn.benchmark,
         "cuda.matmul.allow_fp16_accumulation": getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", None),
     }
 
 
 def flags_diff(pinned: dict[str, Any]) -> dict[str, list[Any]]:
-    """{flag: [pinned, now]} for every numerics flag that moved from its pinned value."""
-    now = snapshot_flags()
+    """{flag: [pinned, now]} for every numerics flag that moved from its pinned value. A flag state
+    torch refuses to report (e.g. the newer fp32_precision API mixed with the legacy one) counts as
+    moved."""
+    try:
+        now = snapshot_flags()
+    except RuntimeError as exc:
+        return {"unreadable": [None, str(exc)[:200]]}
     return {k: [pinned[k], now[k]] for k in pinned if pinned[k] != now[k]}
 
 

@@ -58,9 +58,9 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Import the problem (for inputs and weights) and the candidate; construct ModelNew."""
     S.device = torch.device(args["device"])
     pin_flags(args["precision"])
-    S.pinned = snapshot_flags()
     S.problem = inputs.import_file(args["problem_path"], "kw_problem")
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
+    S.pinned = snapshot_flags()  # after the problem's own code (the reference child runs it too)
     module = _import_candidate(args["candidate_path"])
     cls = getattr(module, "ModelNew", None)
     if cls is None:

@@ -32,6 +32,7 @@ class _State:
     strict: bool = True
     pool: list[list[Any]] = []
     tol_args: tuple[Any, ...] = (None, None, None)  # (TOLERANCE, policy atol, policy rtol)
+    tols: list[tuple[float, float]] = []  # (atol, rtol) per output, by its dtype
 
 
 S = _State()
@@ -53,10 +54,10 @@ def _load_problem(path: str) -> str:
     folder = str(Path(path).resolve().parent)
     if folder in sys.path:
         sys.path.remove(folder)  # a folder others can write to must not serve later lazy imports
-    return hashlib.sha256(source).hexdigest()
     missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(S.problem, n)]
     if missing:
         raise _problem_error(f"missing {', '.join(missing)} (a problem needs class Model, get_inputs() and get_init_inputs())")
+    return hashlib.sha256(source).hexdigest()
 
 
 def _forward(values: list[Any]) -> list[torch.Tensor]:
@@ -92,7 +93,8 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.strict = args["strict"]
     first = Case("native", args["init_seed"])
     meta = _metadata(first)
-    S.atol, S.rtol = resolve_tolerance(meta["outputs"][0]["dtype"], *S.tol_args)
+    S.tols = [resolve_tolerance(o["dtype"], *S.tol_args) for o in meta["outputs"]]
+    S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash}
 
@@ -122,15 +124,24 @@ def _metadata(case: Case) -> dict[str, Any]:
     return {
         "flops": int(counter.get_total_flops()),
         "bytes": int(n_bytes),
-        "output_bytes": [o.numel() * o.element_size() for o in outs],
+        "output_bytes": [_written_bytes(o, values) for o in outs],
         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
     }
+
+
+def _written_bytes(out: torch.Tensor, values: list[Any]) -> int:
+    """Bytes an output occupies: its storage when that is smaller (expand, broadcast), 0 when it
+    aliases an input (a view returns without writing)."""
+    ptr = out.untyped_storage().data_ptr()
+    if any(isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == ptr for v in values):
+        return 0
+    return min(out.numel() * out.element_size(), out.untyped_storage().nbytes())
 
 
 def _check_deterministic(case: Case) -> None:
     first = _forward(inputs.make_inputs(S.problem, case, S.device))
     second = _forward(inputs.make_inputs(S.problem, case, S.device))
-    result = correctness.compare_outputs(first, second, S.atol, S.rtol, strict=True)
+    result = correctness.compare_outputs(first, second, S.atol, S.rtol, strict=True, per_output=S.tols)
     if not result.ok:
         raise _problem_error(f"the reference is not deterministic: two runs on the same seed differ ({result.message})")
 
@@ -162,7 +173,7 @@ def _compare_file(refs: list[torch.Tensor], path: str) -> dict[str, Any]:
         outs = _load_candidate_output(path)
     except CommandError as exc:
         return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
-    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict).to_dict()
+    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
 
 
 def compare(args: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
         ref = torch.view_as_real(ref.detach().resolve_conj())
         out = torch.view_as_real(out.detach().to(ref.device).resolve_conj()) if out.is_complex() else out
     if not (ref.is_floating_point() or ref.is_complex()):
-        atol, rtol = 0.0, 0.0  # integers and booleans must match exactly
+        return _compare_exact(ref, out)
     r = ref.detach().to(torch.float64).reshape(-1)
     c = out.detach().to(device=ref.device, dtype=torch.float64).reshape(-1)
     n = r.numel()
@@ -77,6 +77,21 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
     max_rel = float((err / torch.clamp(r.abs(), min=max(atol * scale, 1e-30))).max())
     message = "" if n_bad == 0 else _mismatch_message(ref.shape, r, c, bad, nonfinite_bad, n_bad, atol, rtol, scale)
     return Comparison(n_bad == 0, max_abs, max_rel, n_bad, n, message)
+
+
+def _compare_exact(ref: torch.Tensor, out: torch.Tensor) -> Comparison:
+    """Integers and booleans: equal in the reference's own dtype (no float64 detour past 2**53)."""
+    r = ref.detach().reshape(-1)
+    c = out.detach().to(device=ref.device, dtype=ref.dtype).reshape(-1)
+    bad = r != c
+    n_bad = int(bad.sum())
+    diff = (r.to(torch.float64) - c.to(torch.float64)).abs()
+    max_abs = float(diff.max()) if r.numel() else 0.0
+    if n_bad == 0:
+        return Comparison(True, max_abs, 0.0, 0, r.numel(), "")
+    none = torch.zeros_like(bad)
+    message = _mismatch_message(ref.shape, r.to(torch.float64), c.to(torch.float64), bad, none, n_bad, 0.0, 0.0, 1.0)
+    return Comparison(False, max_abs, max_abs, n_bad, r.numel(), message.replace("(atol=0 x scale 1, rtol=0)", "(must match exactly)"))
 
 
 def _rms(values: torch.Tensor) -> float:
@@ -110,8 +125,10 @@ def _unravel(index: int, shape: tuple[int, ...]) -> list[int]:
     return list(reversed(out))
 
 
-def compare_outputs(refs: list[torch.Tensor], outs: list[Any], atol: float, rtol: float, strict: bool) -> Comparison:
-    """Compare every output of a model; the first failing one decides the message."""
+def compare_outputs(refs: list[torch.Tensor], outs: list[Any], atol: float, rtol: float, strict: bool,
+                    per_output: list[tuple[float, float]] | None = None) -> Comparison:
+    """Compare every output of a model (with per_output[k] = (atol, rtol) when given); the first
+    failing one decides the message."""
     if len(outs) != len(refs):
         return Comparison(False, None, None, 0, 0, f"{len(outs)} outputs, expected {len(refs)}")
     worst_abs, worst_rel, total = 0.0, 0.0, 0
@@ -119,7 +136,8 @@ def compare_outputs(refs: list[torch.Tensor], outs: list[Any], atol: float, rtol
         problem = check_output(ref, out, strict)
         if problem:
             return Comparison(False, None, None, 0, ref.numel(), f"output {k}: {problem}")
-        result = compare(ref, out, atol, rtol)
+        a, r = per_output[k] if per_output and k < len(per_output) else (atol, rtol)
+        result = compare(ref, out, a, r)
         if not result.ok:
             prefix = f"output {k}: " if len(refs) > 1 else ""
             return Comparison(False, result.max_abs_error, result.max_rel_error, result.n_bad, result.n_total, prefix + result.message)

@@ -53,6 +53,13 @@ class FlagsMoved(Exception):
     """The candidate moved a numerics flag during timing."""
 
 
+def _times(reply: dict[str, Any]) -> list[float]:
+    """The per-call times of a 'time' reply; FlagsMoved when the child saw numerics flags move."""
+    if reply.get("flags_changed"):
+        raise FlagsMoved(f"during timing: {reply['flags_changed']}")
+    return reply["times_ms"]
+
+
 class _Rounds:
     """State of one timing phase."""
 
@@ -92,9 +99,7 @@ class _Rounds:
         t0 = time.perf_counter()
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
-        if reply.get("flags_changed"):
-            raise FlagsMoved(f"during timing: {reply['flags_changed']}")
-        times = reply["times_ms"]
+        times = _times(reply)
         s = self.samples[contender]
         s.times_ms.extend(times)
         s.wall_ms += wall
@@ -106,7 +111,7 @@ class _Rounds:
         call = self.calls(1)
         path = str(self.workdir / f"timed-{self.rechecked}.pt")
         args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}}
-        self.samples["candidate"].times_ms.extend(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s)["times_ms"])
+        self.samples["candidate"].times_ms.extend(_times(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s)))
         result = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "path": path}, timeout_s=self.policy.run_timeout_s)
         Path(path).unlink(missing_ok=True)
         self.rechecked += 1

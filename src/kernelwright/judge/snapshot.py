@@ -12,27 +12,33 @@ MAX_BYTES = 16 * 2**20  # a candidate larger than this is refused
 
 
 def candidate_files(path: str | Path) -> dict[str, Path]:
-    """{relative name: file} of a candidate: model_new.py (or the given .py file), source files
-    beside it, and everything under kernels/. Raises ValueError naming the path when malformed."""
+    """{relative name: file} of a candidate. A folder: everything in it (sub-folders too, but not
+    caches or hidden entries). A .py file: that file, the source files beside it, and kernels/.
+    Raises ValueError naming the path when malformed or too large."""
     path = Path(path)
     if path.is_dir():
         root, main = path, path / "model_new.py"
         if not main.is_file():
             raise ValueError(f"{path.resolve()}: a candidate folder must hold model_new.py")
+        others = [p for p in sorted(root.rglob("*")) if p.is_file() and not _skipped(p.relative_to(root))]
     elif path.is_file() and path.suffix == ".py":
         root, main = path.parent, path
+        others = [p for p in sorted(root.iterdir()) if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+        kernels = root / "kernels"
+        if kernels.is_dir():
+            others += [p for p in sorted(kernels.rglob("*")) if p.is_file() and not _skipped(p.relative_to(root))]
     else:
         raise ValueError(f"{path.resolve()}: a candidate is a .py file or a folder holding model_new.py")
     files = {main.name: main}
-    if path.is_dir():
-        files.update({p.name: p for p in sorted(root.iterdir()) if p.is_file() and p.suffix in SOURCE_SUFFIXES})
-    kernels = root / "kernels"
-    if kernels.is_dir():
-        files.update({p.relative_to(root).as_posix(): p for p in sorted(kernels.rglob("*")) if p.is_file() and "__pycache__" not in p.parts})
+    files.update({p.relative_to(root).as_posix(): p for p in others})
     total = sum(p.stat().st_size for p in files.values())
     if total > MAX_BYTES:
         raise ValueError(f"{path.resolve()}: candidate files add up to {total} bytes, over the {MAX_BYTES}-byte limit")
     return files
+
+
+def _skipped(rel: Path) -> bool:
+    return any(part == "__pycache__" or part.startswith(".") for part in rel.parts)
 
 
 def read_candidate(path: str | Path) -> dict[str, str]:

@@ -56,7 +56,8 @@ def load_problem(spec: str | Path) -> Problem:
         raise ProblemError(f"{path}: no such problem file")
     if path.suffix != ".py":
         raise ProblemError(f"{path}: a problem is a .py file")
-    source = path.read_text(encoding="utf-8", errors="replace")
+    raw = path.read_bytes()
+    source = raw.decode("utf-8", errors="replace")
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
@@ -65,7 +66,7 @@ def load_problem(spec: str | Path) -> Problem:
     if missing:
         raise ProblemError(f"{path}: missing {', '.join(missing)} (a problem needs class Model, get_inputs() and get_init_inputs())")
     name = path.parent.name if path.stem in ("problem", "model") else path.stem
-    return Problem(name=name, path=path, source=source, hash=hashlib.sha256(source.encode()).hexdigest())
+    return Problem(name=name, path=path, source=source, hash=hashlib.sha256(raw).hexdigest())
 
 
 def load_problems(spec: str | Path) -> list[Problem]:

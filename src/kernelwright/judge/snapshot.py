@@ -4,6 +4,7 @@ judged on, and the store can keep exactly the files that were judged."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -39,6 +40,14 @@ def candidate_files(path: str | Path) -> dict[str, Path]:
 
 def _skipped(rel: Path) -> bool:
     return any(part == "__pycache__" or part.startswith(".") for part in rel.parts)
+
+
+def files_hash(path: str | Path) -> str:
+    """sha256 over every file of the candidate, names included, in a stable order."""
+    digest = hashlib.sha256()
+    for name, file in sorted(candidate_files(path).items()):
+        digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def read_candidate(path: str | Path) -> dict[str, str]:

@@ -9,7 +9,6 @@ the cache.
 from __future__ import annotations
 
 import ast
-import hashlib
 import logging
 import textwrap
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 from kernelwright.judge import build as _build
 from kernelwright.judge.records import BuildPath
+from kernelwright.judge.snapshot import files_hash
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class CandidateFiles:
     root: Path  # the folder holding model_new
     sources: tuple[KernelSource, ...]  # raw kernel sources found
     build_path: BuildPath  # raw, torch_extension or none
-    hash: str  # sha256 over model_new bytes and every file under kernels/ with its relative name
+    hash: str  # sha256 over every file of the candidate (snapshot.files_hash), names included
 
 
 def discover(path: str | Path) -> CandidateFiles:
@@ -75,7 +75,7 @@ def discover(path: str | Path) -> CandidateFiles:
         build_path = BuildPath.TORCH_EXTENSION
     else:
         build_path = BuildPath.RAW if sources else BuildPath.NONE
-    return CandidateFiles(model_new, root, tuple(sources), build_path, candidate_hash(model_new))
+    return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path))
 
 
 def prebuild(files: CandidateFiles, *, timeout_s: float = 300.0) -> list[_build.BuildResult]:
@@ -90,20 +90,6 @@ def spec_of(source: KernelSource) -> _build.BuildSpec:
     return _build.BuildSpec(
         source=source.text, lang=source.lang, name=source.name, extra_flags=source.flags, headers=source.headers
     )
-
-
-def candidate_hash(model_new: Path) -> str:
-    """sha256 over model_new.py and every file under kernels/, each with its relative name."""
-    digest = hashlib.sha256()
-    root = model_new.parent
-    kernels = root / KERNELS_DIR
-    found = [p for p in kernels.rglob("*") if p.is_file()] if kernels.is_dir() else []
-    files = [model_new] + sorted(found, key=lambda p: p.relative_to(root).as_posix())
-    for file in files:
-        data = file.read_bytes()
-        rel = file.relative_to(root).as_posix().encode()
-        digest.update(len(rel).to_bytes(8, "little") + rel + len(data).to_bytes(8, "little") + data)
-    return digest.hexdigest()
 
 
 def _model_file(path: Path) -> Path:

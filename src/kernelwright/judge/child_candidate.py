@@ -122,21 +122,16 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     """Build the input pool and warm up."""
-    S.pool = [inputs.raw_inputs(S.problem, Case("native", s), S.device) for s in args["pool_seeds"]]
+    S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)
     with torch.no_grad():
-        calls, per_call = timing.warm_up(S.model, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=S.device.type == "cuda")
+        calls, per_call = timing.warm_up(S.model, inputs.cycle(S.pool), args["warmup_ms"], cuda=S.device.type == "cuda")
     return {"warmup_calls": calls, "per_call_ms": per_call}
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     """Time one batch of candidate calls; save the outputs the judge asked to re-check."""
     calls, save = args["calls"], {int(k): v for k, v in args["save"].items()}
-
-    def get_args(i: int) -> list[Any]:
-        slot, seed = calls[i]
-        if seed is not None:
-            inputs.refresh_inputs(S.problem, S.pool[slot], seed, S.device)
-        return S.pool[slot]
+    get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
 
     def on_output(i: int, out: Any) -> None:
         if i in save:

@@ -191,7 +191,7 @@ def recheck(args: dict[str, Any]) -> dict[str, Any]:
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     """Build the input pool, compile the baseline if asked, and warm up."""
-    S.pool = [inputs.raw_inputs(S.problem, Case("native", s), S.device) for s in args["pool_seeds"]]
+    S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)
     compile_s = None
     if args["compile"]:
         t0 = time.perf_counter()
@@ -205,7 +205,7 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
         if fn is None:
             continue
         with torch.no_grad():
-            _, per_call[name] = timing.warm_up(fn, lambda i: S.pool[i % len(S.pool)], args["warmup_ms"], cuda=cuda)
+            _, per_call[name] = timing.warm_up(fn, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
     return {"compile_s": compile_s, "per_call_ms": per_call}
 
 
@@ -213,13 +213,7 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     """Time one batch of the eager or compiled reference."""
     fn = S.compiled if args["contender"] == "compile" else S.model
     calls = args["calls"]  # [[slot, input_seed or None], ...]
-
-    def get_args(i: int) -> list[Any]:
-        slot, seed = calls[i]
-        if seed is not None:
-            inputs.refresh_inputs(S.problem, S.pool[slot], seed, S.device)
-        return S.pool[slot]
-
+    get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     switches = timing.TimingSwitches(**args["switches"])
     with torch.no_grad():
         times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches)

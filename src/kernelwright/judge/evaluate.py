@@ -21,7 +21,7 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
-from kernelwright.judge.snapshot import files_hash, snapshot
+from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
@@ -153,8 +153,7 @@ class _Flow:
         except CandidateSyntaxError as exc:
             self.vb.candidate = {"hash": None, "build_path": BuildPath.NONE.value}
             raise Stop(Status.COMPILE_ERROR, f"syntax error in the candidate: {exc}") from None
-        # the hash covers every judged file (helper modules too), as the store keeps them all
-        self.vb.candidate = {"hash": files_hash(self.candidate_path), "build_path": files.build_path.value}
+        self.vb.candidate = {"hash": files.hash, "build_path": files.build_path.value}
         self.files = files
         return files
 

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -122,6 +122,28 @@ def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, d
             pool_entry[i] = src
         else:
             pool_entry.append(src)
+
+
+def make_pool(problem: ModuleType, seeds: list[int], device: torch.device) -> list[list[Any]]:
+    """The timing pool: one get_inputs() set per seed."""
+    return [raw_inputs(problem, Case("native", s), device) for s in seeds]
+
+
+def pool_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], device: torch.device) -> Callable[[int], list[Any]]:
+    """get_args for timing.time_calls: call i uses pool slot calls[i][0], refreshed with the input
+    seed calls[i][1] first (None: the slot as it is)."""
+    def get_args(i: int) -> list[Any]:
+        slot, seed = calls[i]
+        if seed is not None:
+            refresh_inputs(problem, pool[slot], seed, device)
+        return pool[slot]
+
+    return get_args
+
+
+def cycle(pool: list[list[Any]]) -> Callable[[int], list[Any]]:
+    """get_args that walks the pool as it is (warm-up)."""
+    return lambda i: pool[i % len(pool)]
 
 
 def init_model(problem: ModuleType, cls: type, seed: int, device: torch.device) -> torch.nn.Module:

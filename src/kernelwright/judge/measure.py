@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -106,7 +106,7 @@ def _record_timing_steps(flow: "_Flow") -> None:
 
 def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     """Time the candidate and the baselines; apply the timing guards; fill the numbers."""
-    policy, vb, cuda = flow.policy, flow.vb, flow.device == "cuda"
+    policy, vb = flow.policy, flow.vb
     _record_timing_steps(flow)
     baselines = policy.baselines == "measured"
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))

@@ -116,10 +116,6 @@ class Policy:
         assert step in ALL_STEPS, step
         return step not in self.disabled_steps
 
-    def tolerance(self, dtype_name: str, problem_tolerance: dict[str, float] | None) -> tuple[float, float]:
-        """(atol, rtol) for an output dtype under this policy."""
-        return resolve_tolerance(dtype_name, problem_tolerance, self.atol, self.rtol)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for the verdict (seeds are never included: they are secret)."""
         d = dataclasses.asdict(self)

@@ -10,7 +10,7 @@ import subprocess
 from typing import Any
 
 import kernelwright
-from kernelwright.judge.policy import ALL_STEPS, Policy
+from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
 from kernelwright.judge.records import (
     BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
@@ -83,8 +83,7 @@ class VerdictBuilder:
         self.meta = meta
 
     def timing_skipped(self, reason: str) -> None:
-        for name in ("l2_flush", "cuda_events", "device_sync", "fresh_inputs", "warmup", "adaptive_stop",
-                     "interleave", "wall_clock_check", "profiler_check", "physics_floor", "timed_recheck"):
+        for name in TIMING_STEPS + ("timed_recheck",):
             self.steps.setdefault(name, Step(name, False, reason))
 
     def finish(self, status: Status, message: str = "") -> Verdict:

@@ -97,10 +97,16 @@ def sec_build(out: Path, rows: list) -> None:
     rows.append({"section": "build", "what": "load_inline, same kernel, fresh process", "cold_s": t, "python_torch_import_s": base, "ok": proc.returncode == 0})
 
 
+PHASE = re.compile(r"INFO kernelwright\.judge\.evaluate: ([0-9.]+) s: (.*)")
+
+
 def _ours(problem: Path, cand: Path, log: Path, env: dict) -> tuple[float, dict]:
+    """One fresh `kernelwright eval` process; its verdict, with the judge's phase start times added."""
     cmd = [sys.executable, "-m", "kernelwright.cli", "eval", str(problem), str(cand), "--device", "cuda", "--baselines", "skip", "--json", "--no-store"]
-    t, proc = run(cmd, log, env=env)
-    return t, (last_json(proc.stdout) or {})
+    t, proc = run(cmd, log, env={**env, "KERNELWRIGHT_LOG": "info"})
+    verdict = last_json(proc.stdout) or {}
+    verdict["_phases"] = [[float(m.group(1)), m.group(2)] for m in PHASE.finditer(proc.stderr)]
+    return t, verdict
 
 
 def sec_throughput(out: Path, rows: list) -> None:
@@ -119,7 +125,9 @@ def sec_throughput(out: Path, rows: list) -> None:
                          "ours_load_inline_s": t_li, "ours_load_inline_status": v_li.get("status"), "ours_load_inline_build_s": v_li.get("build_s"),
                          "ours_raw_s": t_raw, "ours_raw_status": v_raw.get("status"), "ours_raw_build_s": v_raw.get("build_s"),
                          "ratio_load_inline": t / t_li, "ratio_raw": t / t_raw,
-                         "note": "ours: full protocol (12 cases, isolation, poison, adaptive timing), baselines skipped as KernelBench precomputes them"})
+                         "ours_load_inline_phases": v_li.get("_phases"), "ours_raw_phases": v_raw.get("_phases"),
+                         "ours_raw_timing": v_raw.get("timing"),
+                         "note": "ours: full protocol (every correctness case, isolation, poison, adaptive timing), baselines skipped as KernelBench precomputes them"})
 
 
 def sec_repeatability(out: Path, rows: list) -> None:
@@ -132,6 +140,8 @@ def sec_repeatability(out: Path, rows: list) -> None:
         if v.get("runtime_ms"):
             row["runtime_ms"].append(v["runtime_ms"])
             row["seconds"].append(t)
+            row.setdefault("timing", []).append(v.get("timing"))
+            row.setdefault("phases", []).append(v.get("_phases"))
         times = row["runtime_ms"]
         if times:
             med = statistics.median(times)
@@ -155,13 +165,16 @@ def sec_ncu(out: Path, rows: list) -> None:
     for name in ("softmax", "elementwise_chain", "matmul"):
         prob, cand = EX / name / "problem.py", EX / name / "model_new.py"
         target = [sys.executable, str(ROOT / "benchmarks" / "ncu_target.py"), str(prob), str(cand)]
-        _, ev = run(target + ["--events", "--runs", "50"], log)
-        event = (last_json(ev.stdout) or {}).get("event_median_ms")
+        _, ev = run(target + ["--events", "--variants", "--runs", "50"], log)
+        evj = last_json(ev.stdout) or {}
+        event = evj.get("event_median_ms")
         _, proc = run([ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum", "-k", _kernel_regex(EX / name)] + target + ["--runs", "5"], log)
         durs = _ncu_ms(proc.stdout)
         ncu_ms = statistics.median(durs) if durs else None
         rows.append({"section": "ncu", "candidate": name, "event_median_ms": event, "ncu_median_ms": ncu_ms, "ncu_samples_ms": durs,
-                     "event_over_ncu": event / ncu_ms if event and ncu_ms else None})
+                     "event_over_ncu": event / ncu_ms if event and ncu_ms else None,
+                     **{k: v for k, v in evj.items() if k.endswith("_median_ms") and k != "event_median_ms"},
+                     **{f"{k[:-10]}_over_ncu": v / ncu_ms for k, v in evj.items() if k.endswith("_median_ms") and k != "event_median_ms" and v and ncu_ms}})
 
 
 def _ncu_ms(text: str) -> list[float]:

@@ -64,7 +64,14 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     """
     policy = policy or Policy()
     problem = problem if isinstance(problem, Problem) else load_problem(problem)
-    say = progress or (lambda _msg: None)
+    t_start = time.perf_counter()
+
+    def say(msg: str) -> None:
+        # every phase start, with the seconds since evaluate() began, in the log (INFO) too
+        log.info("%.2f s: %s", time.perf_counter() - t_start, msg)
+        if progress is not None:
+            progress(msg)
+
     dev = resolve_device(device)
     vb = VerdictBuilder(problem, policy, dev)
     if dev == "cuda" and not _gpu_present():
@@ -73,7 +80,9 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
         judged = main.parent if main.name == "model_new.py" else main
-        return _Flow(problem, judged, policy, dev, vb, workdir, say).run()
+        verdict = _Flow(problem, judged, policy, dev, vb, workdir, say).run()
+        say(f"verdict {verdict.status.value}")
+        return verdict
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -9,7 +9,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kernelwright.judge import timing
 from kernelwright.judge.policy import Policy
@@ -18,7 +18,13 @@ from kernelwright.judge.workers import Child
 POOL_SIZE = 3  # distinct input sets in the timing pool
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
-RECHECK_EVERY = 4  # re-check timed outputs in the first round, every 4th round, and after the last
+
+
+def recheck_round(round_no: int) -> bool:
+    """Re-check timed outputs in rounds 0, 1, 3, 7, 15, ... (and after the last round): early
+    enough to catch a candidate that turns wrong after a few calls, sparse enough that a long
+    timing phase does not spend its time moving outputs."""
+    return (round_no + 1) & round_no == 0
 
 
 @dataclass
@@ -117,7 +123,7 @@ class _Rounds:
         return "" if result["ok"] else f"timed call {self.rechecked}: {result['message']}"
 
 
-def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool) -> TimingOutcome:
+def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, say: Callable[[str], None] = lambda _m: None) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop."""
     contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
     r = _Rounds(policy, ref, cand, workdir, contenders)
@@ -128,6 +134,7 @@ def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baseli
         ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
+    say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
     cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy)}, timeout_s=policy.run_timeout_s)
     r.per_call_ms["candidate"] = cand_setup.get("per_call_ms", 0.0)
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
@@ -135,7 +142,7 @@ def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baseli
     for round_no in itertools.count():
         for contender in order:
             r.batch(contender, r.batch_size(contender))
-        if recheck and round_no % RECHECK_EVERY == 0:
+        if recheck and recheck_round(round_no):
             failure = _recheck(r, cfg.recheck)
         if failure:
             reason = "a timed output failed its re-check"
@@ -148,7 +155,7 @@ def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baseli
             elapsed_s=time.perf_counter() - t0, budget_s=cfg.budget_s, adaptive=policy.enabled("adaptive_stop"),
         )
         if stop:
-            failure = _recheck(r, cfg.recheck) if recheck and round_no % RECHECK_EVERY else ""
+            failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
     return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s)

@@ -111,7 +111,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     baselines = policy.baselines == "measured"
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
     try:
-        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines)
+        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, say=flow.say)
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -124,6 +124,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     if vb.off_or("adaptive_stop"):
         vb.step("adaptive_stop", True, outcome.stop_reason)
     _fill_numbers(flow, outcome)
+    flow.say(f"timed {len(outcome.samples['candidate'].times_ms)} candidate calls ({outcome.stop_reason}); profiling one call")
     _profile(flow, cand)
     _wall_guard(flow, outcome)
     _floor_guard(flow)

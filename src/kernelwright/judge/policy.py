@@ -54,7 +54,7 @@ class TimingConfig:
     batch: int = 10  # timed calls per contender per interleaved round
     target_rel_sem: float = 0.005  # stop when standard error of the median estimate / median falls below
     budget_s: float = 20.0  # wall-clock budget for the timing phase
-    recheck: int = 3  # timed calls per round whose outputs are compared with the reference
+    recheck: int = 1  # timed calls per re-check round whose outputs are compared with the reference
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:

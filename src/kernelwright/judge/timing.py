@@ -30,6 +30,8 @@ class TimingSwitches:
     flush: bool  # zero a buffer of twice the L2 size before each call
     events: bool  # CUDA events (else the host clock)
     sync: bool  # device-wide synchronize before the end event
+    lead_cycles: int = 0  # when > 0, a spin kernel of this many cycles runs before the start event,
+    # so the call's host-side launch latency overlaps it instead of counting (an experiment: off)
 
 
 def l2_bytes() -> int:
@@ -74,6 +76,8 @@ def time_calls(
 def _one_call(fn, args, cuda, switches, on_output, i) -> float:
     if cuda and switches.events:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if switches.lead_cycles > 0:
+            torch.cuda._sleep(switches.lead_cycles)
         start.record()
         out = fn(*args)
         if switches.sync:

@@ -1,7 +1,8 @@
 """Run one candidate's forward a few times, for ncu to measure (judge_bench.py --sections ncu).
 
-With --events it times the same calls with the judge's own timing function (L2 flush, events,
-device sync) and prints {"event_median_ms": ...}; without it, it only runs them (under ncu).
+With --events it times the same calls with the judge's own timing function and default protocol
+(L2 flush, lead spin, events, device sync) and prints {"event_median_ms": ...}; without it, it
+only runs them (under ncu).
 """
 
 from __future__ import annotations
@@ -16,17 +17,7 @@ import torch
 
 from kernelwright.judge import inputs, timing
 from kernelwright.judge.inputs import Case
-
-
-def _cycles_per_us() -> float:
-    """Spin-kernel cycles per microsecond, measured with events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1000)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    end.synchronize()
-    return 10_000_000 / (start.elapsed_time(end) * 1e3)
+from kernelwright.judge.policy import TimingConfig
 
 
 def main() -> int:
@@ -35,25 +26,28 @@ def main() -> int:
     ap.add_argument("candidate", type=Path, help="model_new.py")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--events", action="store_true")
-    ap.add_argument("--variants", action="store_true", help="with --events: also time without the device sync and with a lead spin kernel")
+    ap.add_argument("--variants", action="store_true", help="with --events: also time without the lead spin and without the device sync")
     args = ap.parse_args()
     dev = torch.device("cuda")
     problem = inputs.import_file(args.problem, "kw_problem")
     cand = inputs.import_file(args.candidate, "kw_candidate")
     model = inputs.init_model(problem, cand.ModelNew, 1, dev)
     values = inputs.raw_inputs(problem, Case("native", 1), dev)
-    switches = timing.TimingSwitches(flush=True, events=args.events, sync=True)
+    lead = TimingConfig().lead_us  # the judge's default protocol
+    protocol = timing.switches_from({"flush": True, "events": args.events, "sync": True, "lead_us": lead}, cuda=True)
+    result = {}
     with torch.no_grad():
-        timing.warm_up(model, lambda i: values, 50.0, cuda=True) if args.events else None
-        times = timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=switches)
-    result = {"event_median_ms": statistics.median(times), "n": len(times)}
-    if args.events and args.variants:
-        with torch.no_grad():
-            nosync = timing.TimingSwitches(flush=True, events=True, sync=False)
-            result["nosync_median_ms"] = statistics.median(timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=nosync))
-            cycles = _cycles_per_us() * 200  # a 200 us lead, longer than any Python launch path here
-            lead = timing.TimingSwitches(flush=True, events=True, sync=True, lead_cycles=int(cycles))
-            result["lead200us_median_ms"] = statistics.median(timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=lead))
+        if args.events:
+            timing.warm_up(model, lambda i: values, 50.0, cuda=True)
+        times = timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=protocol)
+        result.update(event_median_ms=statistics.median(times), n=len(times), lead_us=protocol.lead_us)
+        if args.events and args.variants:
+            variants = {
+                "nolead": timing.TimingSwitches(flush=True, events=True, sync=True),  # the protocol before the lead spin
+                "nosync": timing.TimingSwitches(flush=True, events=True, sync=False, lead_us=protocol.lead_us),
+            }
+            for name, sw in variants.items():
+                result[f"{name}_median_ms"] = statistics.median(timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=sw))
     if args.events:
         print(json.dumps(result))
     return 0

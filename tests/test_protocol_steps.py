@@ -130,12 +130,31 @@ def test_gpu_timing_steps_run_for_an_honest_candidate():
 @pytest.mark.timeout(300)
 def test_device_sync_catches_work_on_a_side_stream():
     on = judge("relu", "relu_side_stream", timing_policy(), device="cuda")
-    off = judge("relu", "relu_side_stream", timing_policy(disabled_steps=frozenset({"device_sync"})), device="cuda")
     assert on.status is Status.CORRECT, on.log
     assert on.runtime_ms >= 1.5  # the kernel spins 2 ms on its side stream: the time must show it
-    # Without the device-wide sync the event misses the side stream: the time is far too short,
-    # or the wall-clock guard refuses it.
-    assert off.status is Status.REJECTED or (off.runtime_ms is not None and off.runtime_ms < 0.5), (off.status, off.runtime_ms)
+    # Without the device-wide sync the end event misses the side stream. With the re-checks and the
+    # wall clock also off, nothing else stands in the way: the candidate passes with a time far too
+    # short (or under the physics floor, which refuses it).
+    alone = frozenset({"device_sync", "timed_recheck", "wall_clock_check"})
+    off = judge("relu", "relu_side_stream", timing_policy(disabled_steps=alone), device="cuda")
+    fooled = off.status is Status.CORRECT and off.runtime_ms is not None and off.runtime_ms < 0.5
+    assert fooled or (off.status is Status.REJECTED and guard_of(off, "physics_floor").fired), (off.status, off.runtime_ms, off.log)
+    # With only device_sync off, the other steps still refuse it: a timed output read before the
+    # side stream finished fails its re-check, or the wall clock sees the hidden 2 ms.
+    partly = judge("relu", "relu_side_stream", timing_policy(disabled_steps=frozenset({"device_sync"})), device="cuda")
+    assert partly.status in (Status.INCORRECT, Status.REJECTED), (partly.status, partly.runtime_ms)
+
+
+@needs_gpu()
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_side_stream_work_cannot_hide_in_the_lead_spin():
+    """The lead spin holds every thread slot: 150 us of side-stream work queued during the 200 us
+    lead still lands inside the timed interval."""
+    v = judge("relu", "relu_side_stream_short", timing_policy(), device="cuda")
+    assert v.status is Status.CORRECT, v.log
+    assert "spin" in step_of(v, "cuda_events").reason, step_of(v, "cuda_events")
+    assert v.runtime_ms >= 0.14, v.runtime_ms
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -253,3 +253,41 @@ def test_timeout_and_closed(pipe):
     os.close(w)
     with pytest.raises(ChannelClosed):
         reader.recv(1.0)
+
+
+# -- re-check schedule and the lead spin -----------------------------------------------------------
+
+
+def test_timed_outputs_are_rechecked_in_rounds_0_3_15_63():
+    from kernelwright.judge.measure import recheck_round
+
+    assert [r for r in range(300) if recheck_round(r)] == [0, 3, 15, 63, 255]
+
+
+def test_lead_spin_is_on_by_default_and_bounded():
+    assert TimingConfig().lead_us == 200.0
+    with pytest.raises(ValueError, match="lead_us"):
+        TimingConfig(lead_us=-1)
+    with pytest.raises(ValueError, match="lead_us"):
+        TimingConfig(lead_us=20_000)
+
+
+def test_no_lead_spin_on_the_cpu_backend():
+    from kernelwright.judge.timing import switches_from
+
+    sw = switches_from({"flush": True, "events": True, "sync": True, "lead_us": 200.0}, cuda=False)
+    assert sw.lead_us == 0.0
+
+
+def test_gpu_index_counts_within_the_judges_own_visible_devices(monkeypatch):
+    from kernelwright.judge.workers import physical_gpu
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert physical_gpu(1) == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert physical_gpu(0) == "3" and physical_gpu(1) == "5"
+    with pytest.raises(ValueError, match="not among"):
+        physical_gpu(2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ValueError, match="not among"):
+        physical_gpu(0)

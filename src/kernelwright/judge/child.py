@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any, Callable
 
 from kernelwright.judge.channel import Writer
 from kernelwright.judge.records import truncate
+
+STARTED = time.perf_counter()  # when this child's interpreter reached us (before torch)
 
 
 class CommandError(Exception):
@@ -60,6 +63,16 @@ def flags_diff(pinned: dict[str, Any]) -> dict[str, list[Any]]:
     return {k: [pinned[k], now[k]] for k in pinned if pinned[k] != now[k]}
 
 
+def lead_status(device: Any) -> dict[str, Any]:
+    """Load the timing protocol's lead spin (CUDA only) and say whether it loaded."""
+    if getattr(device, "type", device) != "cuda":
+        return {}
+    from kernelwright.judge import lead
+
+    spinner = lead.load()
+    return {"lead_ok": spinner is not None, "lead": spinner.describe() if spinner else lead.why()}
+
+
 def error_kind(exc: BaseException) -> str:
     """Classify an exception from model code: oom, cuda (context lost), or runtime."""
     import torch
@@ -89,14 +102,17 @@ def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) 
         if handler is None:
             writer.send({"ok": False, "error": {"kind": "infra", "message": f"unknown command {msg['cmd']!r}"}})
             continue
-        fatal = _answer(handler, msg.get("args", {}), writer)
+        fatal = _answer(handler, msg.get("args", {}), writer, timed=msg["cmd"] == "setup")
         if fatal:
             os._exit(3)  # a CUDA context after an illegal access is unusable
 
 
-def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writer: Writer) -> bool:
+def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writer: Writer, timed: bool = False) -> bool:
+    began = time.perf_counter()
     try:
         result = handler(args)
+        if timed and isinstance(result, dict):  # start-up cost, for the judge's log
+            result["child_seconds"] = {"before_command": began - STARTED, "command": time.perf_counter() - began}
     except CommandError as exc:
         writer.send({"ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
         return False

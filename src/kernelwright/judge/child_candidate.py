@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from kernelwright.judge import correctness, inputs, timing
-from kernelwright.judge.child import CommandError, describe, flags_diff, pin_flags, snapshot_flags
+from kernelwright.judge.child import CommandError, describe, flags_diff, lead_status, pin_flags, snapshot_flags
 from kernelwright.judge.inputs import Case
 
 POISON_EXTRA_MAX = 1 << 30  # at most 1 GiB of extra poisoned memory per call on the GPU
@@ -61,6 +61,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.problem = inputs.import_file(args["problem_path"], "kw_problem")
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
     S.pinned = snapshot_flags()  # after the problem's own code (the reference child runs it too)
+    lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
     module = _import_candidate(args["candidate_path"])
     cls = getattr(module, "ModelNew", None)
     if cls is None:
@@ -71,7 +72,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001
         raise CommandError("runtime", f"constructing ModelNew(*get_init_inputs()) failed: {describe(exc)}") from None
     del reference
-    return {"weights_copied": copied}
+    return {"weights_copied": copied, **lead_info}
 
 
 def _call(values: list[Any]) -> Any:
@@ -137,7 +138,7 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
         if i in save:
             _save(out, save[i])
 
-    switches = timing.TimingSwitches(**args["switches"])
+    switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
     with torch.no_grad():
         times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output)
     moved = flags_diff(S.pinned) if S.check_flags else {}

@@ -7,6 +7,7 @@ outputs read from files, and times the eager and torch.compile baselines.
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from kernelwright.judge import correctness, inputs, timing
-from kernelwright.judge.child import CommandError, describe, pin_flags
+from kernelwright.judge.child import CommandError, describe, lead_status, pin_flags
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
 
@@ -96,7 +97,18 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.tols = [resolve_tolerance(o["dtype"], *S.tol_args) for o in meta["outputs"]]
     S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
-    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash}
+    gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
+    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu}
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA kernel driver's version, as nvidia-smi reports it (read from /proc: no subprocess)."""
+    try:
+        text = open("/proc/driver/nvidia/version").read()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)", text)
+    return m.group(1) if m else None
 
 
 def references(args: dict[str, Any]) -> dict[str, Any]:
@@ -214,7 +226,7 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     fn = S.compiled if args["contender"] == "compile" else S.model
     calls = args["calls"]  # [[slot, input_seed or None], ...]
     get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
-    switches = timing.TimingSwitches(**args["switches"])
+    switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
     with torch.no_grad():
         times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches)
     return {"times_ms": times}

@@ -102,7 +102,8 @@ class _Flow:
         self.children: list[Child] = []
         seeds = policy.seeds or tuple(secrets.randbelow(2**31 - 1) + 1 for _ in range(policy.n_seeds))
         self.seeds = list(seeds) if policy.enabled("seeds") else list(seeds[:1])
-        self.meta: dict[str, Any] = {}
+        self.meta: dict[str, Any] = {}  # the reference child's setup reply
+        self.cand_meta: dict[str, Any] = {}  # the candidate child's setup reply
 
     def run(self) -> Verdict:
         try:
@@ -117,6 +118,8 @@ class _Flow:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
             return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         finally:
+            for child in self.children:
+                child.request_exit()  # all at once: a GPU child takes a moment to tear down
             for child in self.children:
                 child.close()
 
@@ -145,8 +148,12 @@ class _Flow:
             self._reference_setup(ref)
         if not built:
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
+        cases = self.cases()
+        # The reference child computes every case's reference while the candidate is imported.
+        self.say(f"problem loaded (reference child: {_seconds(self.meta)}); computing references while the candidate is imported")
+        ref.send("references", {"cases": [c.to_dict() for c in cases]})
         self._candidate_setup(cand)
-        self._correctness(ref, cand)
+        self._correctness(ref, cand, cases)
         if self.policy.time_candidate:
             from kernelwright.judge.phases import timing_phase
 
@@ -235,7 +242,8 @@ class _Flow:
     def _candidate_setup(self, cand: Child) -> None:
         self.say("importing the candidate")
         try:
-            cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
+            self.cand_meta = cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s) or {}
+            self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
 
@@ -252,6 +260,17 @@ class _Flow:
 
     # -- correctness --------------------------------------------------------------------------
 
+    def lead_us(self) -> tuple[float, str]:
+        """The lead spin for this evaluation and a note: on only when the policy asks for it and
+        both children loaded it, so every contender is timed the same way."""
+        want = self.policy.timing.lead_us
+        if self.device != "cuda" or want <= 0:
+            return 0.0, ""
+        for who, meta in (("reference", self.meta), ("candidate", self.cand_meta)):
+            if not meta.get("lead_ok"):
+                return 0.0, f"; lead spin off: the {who} child could not load it ({meta.get('lead', 'no reply')})"
+        return want, f", the start event queued behind a {want:g} us spin on {self.meta.get('lead')}, so host launch latency is not timed"
+
     def cases(self) -> list[Case]:
         """get_inputs() under every seed; each distribution once, under the seeds in turn; the extra shapes."""
         cases = [Case("native", s) for s in self.seeds]
@@ -262,10 +281,15 @@ class _Flow:
             cases += [Case("extra", self.seeds[0], k) for k in range(self.meta.get("n_extra", 0))]
         return cases
 
-    def _correctness(self, ref: Child, cand: Child) -> None:
+    def _correctness(self, ref: Child, cand: Child, cases: list[Case]) -> None:
         from kernelwright.judge.phases import correctness_phase
 
-        correctness_phase(self, ref, cand, self.cases())
+        correctness_phase(self, ref, cand, cases)
+
+
+def _seconds(reply: dict[str, Any]) -> str:
+    t = reply.get("child_seconds") or {}
+    return f"{t.get('before_command', float('nan')):.2f} s start-up, {t.get('command', float('nan')):.2f} s setup"
 
 
 def _worst_resources(items: list[Resources]) -> Resources | None:

@@ -21,10 +21,11 @@ WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
 
 
 def recheck_round(round_no: int) -> bool:
-    """Re-check timed outputs in rounds 0, 1, 3, 7, 15, ... (and after the last round): early
-    enough to catch a candidate that turns wrong after a few calls, sparse enough that a long
-    timing phase does not spend its time moving outputs."""
-    return (round_no + 1) & round_no == 0
+    """Re-check timed outputs in rounds 0, 3, 15, 63, ... (and after the last round): early enough
+    to catch a candidate that turns wrong after a few calls, sparse enough that a long timing phase
+    does not spend its time moving outputs (a 512 MB output takes about a second)."""
+    k = round_no + 1
+    return k & (k - 1) == 0 and (k.bit_length() - 1) % 2 == 0
 
 
 @dataclass
@@ -68,7 +69,7 @@ def _times(reply: dict[str, Any]) -> list[float]:
 class _Rounds:
     """State of one timing phase."""
 
-    def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str]) -> None:
+    def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0) -> None:
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
         self.contenders = contenders
         self.rng = random.Random()
@@ -78,7 +79,8 @@ class _Rounds:
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         cuda_steps = {"flush": "l2_flush", "events": "cuda_events", "sync": "device_sync"}
-        self.switches = {k: policy.enabled(step) for k, step in cuda_steps.items()}
+        self.switches: dict[str, Any] = {k: policy.enabled(step) for k, step in cuda_steps.items()}
+        self.switches["lead_us"] = lead_us
 
     def calls(self, n: int) -> list[list[Any]]:
         """[slot, input seed] per call; seed None when fresh inputs are off (the pool as built)."""
@@ -123,10 +125,13 @@ class _Rounds:
         return "" if result["ok"] else f"timed call {self.rechecked}: {result['message']}"
 
 
-def run_timing(policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, say: Callable[[str], None] = lambda _m: None) -> TimingOutcome:
+def run_timing(
+    policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
+    say: Callable[[str], None] = lambda _m: None,
+) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop."""
     contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
-    r = _Rounds(policy, ref, cand, workdir, contenders)
+    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us)
     cfg = policy.timing
     compile_s = None
     if baselines:

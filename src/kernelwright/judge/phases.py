@@ -40,11 +40,11 @@ def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[in
 def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case]) -> None:
     """Run every case in the candidate child and compare in the reference child."""
     policy, vb = flow.policy, flow.vb
-    flow.say(f"checking correctness on {len(cases)} input sets")
-    try:
-        skipped = ref.call("references", {"cases": [c.to_dict() for c in cases]}, timeout_s=policy.build_timeout_s)["skipped"]
+    try:  # sent before the candidate's import (judge.evaluate)
+        skipped = ref.wait("references", timeout_s=policy.build_timeout_s)["skipped"]
     except ChildError as exc:
         raise Stop(Status.INFRA_ERROR, f"the reference child failed computing references: {exc}\n{exc.log_tail}") from None
+    flow.say(f"checking correctness on {len(cases)} input sets")
     _record_correctness_steps(flow, cases, skipped)
     worst = [0.0, 0.0]
     for i, case in enumerate(cases):
@@ -90,7 +90,7 @@ def _record_timing_steps(flow: "_Flow") -> None:
     cpu = "CPU backend: not applicable (no L2 flush, events or streams; CPU times are never claims)"
     notes = {
         "l2_flush": "buffer of 2x the device's L2 zeroed before every timed call",
-        "cuda_events": "CUDA events around every call",
+        "cuda_events": "CUDA events around every call" + flow.lead_us()[1],
         "device_sync": "device-wide synchronize before the end event",
     }
     for name, note in notes.items():
@@ -111,7 +111,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     baselines = policy.baselines == "measured"
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
     try:
-        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, say=flow.say)
+        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say)
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -126,6 +126,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     _fill_numbers(flow, outcome)
     flow.say(f"timed {len(outcome.samples['candidate'].times_ms)} candidate calls ({outcome.stop_reason}); profiling one call")
     _profile(flow, cand)
+    flow.say("profiled; applying the timing guards")
     _wall_guard(flow, outcome)
     _floor_guard(flow)
 

@@ -55,6 +55,7 @@ class TimingConfig:
     target_rel_sem: float = 0.005  # stop when standard error of the median estimate / median falls below
     budget_s: float = 20.0  # wall-clock budget for the timing phase
     recheck: int = 1  # timed calls per re-check round whose outputs are compared with the reference
+    lead_us: float = 200.0  # GPU spin before each start event, so host launch latency is not timed (0: off)
 
     def __post_init__(self) -> None:
         if self.min_runs < 1 or self.max_runs < self.min_runs:
@@ -65,6 +66,8 @@ class TimingConfig:
             raise ValueError(f"warmup_ms >= 0 and budget_s > 0 needed, got {self.warmup_ms}, {self.budget_s}")
         if not 0 < self.target_rel_sem < 1:
             raise ValueError(f"target_rel_sem must be in (0, 1), got {self.target_rel_sem}")
+        if not 0 <= self.lead_us <= 10_000:
+            raise ValueError(f"lead_us must be in [0, 10000], got {self.lead_us}")
         if self.recheck < 0:
             raise ValueError(f"recheck must be >= 0, got {self.recheck}")
 

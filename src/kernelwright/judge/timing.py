@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from kernelwright.judge import lead
+
 _FLUSH: dict[str, torch.Tensor] = {}
 
 # Bound when the child imports this module, before any candidate code runs: a candidate that later
@@ -23,6 +25,12 @@ _elapsed_time = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 
 
+def _lead_spin(us: float) -> None:
+    spinner = lead.load()
+    if spinner is not None:
+        spinner.spin(us)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TimingSwitches:
     """Which timing steps are on for this batch."""
@@ -30,8 +38,13 @@ class TimingSwitches:
     flush: bool  # zero a buffer of twice the L2 size before each call
     events: bool  # CUDA events (else the host clock)
     sync: bool  # device-wide synchronize before the end event
-    lead_cycles: int = 0  # when > 0, a spin kernel of this many cycles runs before the start event,
-    # so the call's host-side launch latency overlaps it instead of counting (an experiment: off)
+    lead_us: float = 0.0  # when > 0, the lead spin (judge.lead) runs this long before the start event
+
+
+def switches_from(args: dict[str, Any], *, cuda: bool) -> TimingSwitches:
+    """The switches of a 'time' command; the lead spin only with events on a GPU where it loaded."""
+    lead_us = float(args.get("lead_us", 0.0)) if cuda and args.get("events") and lead.load() is not None else 0.0
+    return TimingSwitches(flush=bool(args["flush"]), events=bool(args["events"]), sync=bool(args["sync"]), lead_us=lead_us)
 
 
 def l2_bytes() -> int:
@@ -76,8 +89,8 @@ def time_calls(
 def _one_call(fn, args, cuda, switches, on_output, i) -> float:
     if cuda and switches.events:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if switches.lead_cycles > 0:
-            torch.cuda._sleep(switches.lead_cycles)
+        if switches.lead_us > 0:
+            _lead_spin(switches.lead_us)
         start.record()
         out = fn(*args)
         if switches.sync:

@@ -26,24 +26,32 @@ class Stop(Exception):
 
 
 @functools.lru_cache(maxsize=4)
-def system_info(device: str, gpu_index: int) -> SystemInfo:
-    """GPU name and driver from nvidia-smi (no CUDA context in the judge), versions from torch."""
+def system_info(device: str, gpu_index: int, gpu: str | None = None, driver: str | None = None) -> SystemInfo:
+    """Versions from torch; GPU name and driver as the reference child reported them, else from
+    nvidia-smi (no CUDA context in the judge)."""
     import torch
 
-    gpu = driver = None
-    if device == "cuda" and shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", f"--id={gpu_index}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20,
-            ).stdout.strip()
-            gpu, driver = (s.strip() for s in out.split(",", 1))
-        except (OSError, ValueError, subprocess.SubprocessError):
-            pass
+    if device == "cuda" and not (gpu and driver):
+        gpu, driver = _smi(gpu_index)
     return SystemInfo(
-        gpu=gpu, driver=driver, cuda=torch.version.cuda, torch=torch.__version__,
-        python=platform.python_version(), kernelwright=kernelwright.__version__,
+        gpu=gpu if device == "cuda" else None, driver=driver if device == "cuda" else None, cuda=torch.version.cuda,
+        torch=torch.__version__, python=platform.python_version(), kernelwright=kernelwright.__version__,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _smi(gpu_index: int) -> tuple[str | None, str | None]:
+    if not shutil.which("nvidia-smi"):
+        return None, None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={gpu_index}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout.strip()
+        gpu, driver = (s.strip() for s in out.split(",", 1))
+        return gpu, driver
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None, None
 
 
 class VerdictBuilder:
@@ -102,7 +110,7 @@ class VerdictBuilder:
             max_rel_error=n.get("max_rel_error"), floor_ms=n.get("floor_ms"), efficiency=n.get("efficiency"),
             guards=tuple(self.guards), static_findings=(), steps=tuple(self.steps[s] for s in ALL_STEPS),
             timing=self.timing, resources=self.resources, log=self.log,
-            system=system_info(self.device, self.policy.gpu_index),
+            system=system_info(self.device, self.policy.gpu_index, (self.meta or {}).get("gpu"), (self.meta or {}).get("driver")),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         )
 

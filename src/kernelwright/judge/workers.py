@@ -51,6 +51,18 @@ class ChildConfig:
             raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
 
 
+def physical_gpu(index: int) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for GPU `index` as this process counts GPUs: when the judge
+    itself runs with CUDA_VISIBLE_DEVICES set (a Ray worker, a shared machine), index 0 is the
+    first GPU it was given, not the machine's first."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        return str(index)
+    if not 0 <= index < len(visible):
+        raise ValueError(f"GPU index {index} is not among the {len(visible)} GPU(s) in CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}")
+    return visible[index]
+
+
 def describe_exit(returncode: int | None) -> str:
     """Human words for a child's exit status."""
     if returncode is None:
@@ -75,6 +87,7 @@ class Child:
         self._proc = self._spawn(write_fd)
         os.close(write_fd)
         self._reader = Reader(read_fd, self._key)
+        self._exit_sent = False
         self._read_fd = read_fd
         self._send_line(self._key.hex())
 
@@ -83,7 +96,7 @@ class Child:
         env.update(self.config.env)
         env["PYTHONUNBUFFERED"] = "1"
         if self.config.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = str(self.config.gpu_index)
+            env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.config.gpu_index)
         cmd = [sys.executable, "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
         logfile = open(self.log_path, "ab")
         try:
@@ -104,7 +117,16 @@ class Child:
 
     def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float) -> Any:
         """Send one command and wait for its result; raise ChildError on failure."""
+        self.send(command, args)
+        return self.wait(command, timeout_s=timeout_s)
+
+    def send(self, command: str, args: dict[str, Any] | None = None) -> None:
+        """Send one command without waiting: the child works on it while the judge does other
+        things; `wait` collects the result (one outstanding command at a time)."""
         self._send_line(json.dumps({"cmd": command, "args": args or {}}))
+
+    def wait(self, command: str, *, timeout_s: float) -> Any:
+        """The result of the command sent last; raise ChildError on failure."""
         try:
             reply = self._reader.recv(timeout_s)
         except ChannelTimeout:
@@ -150,10 +172,16 @@ class Child:
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
 
+    def request_exit(self) -> None:
+        """Ask the child to exit without waiting (close() waits); lets several children exit at once."""
+        if self._proc.poll() is None and not self._exit_sent:
+            self._send_line(json.dumps({"cmd": "exit", "args": {}}))
+            self._exit_sent = True
+
     def close(self) -> None:
         """Ask the child to exit, then make sure it and its process group are gone."""
         if self._proc.poll() is None:
-            self._send_line(json.dumps({"cmd": "exit", "args": {}}))
+            self.request_exit()
             deadline = time.monotonic() + 2
             while self._proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)

@@ -1,0 +1,83 @@
+"""The lead spin of the timing protocol (CUDA only).
+
+Before each start event the timing function queues a kernel that spins for `lead_us` on every
+thread slot of every SM. The call's own launches then queue behind it instead of leaving the GPU
+idle between the start event and the first kernel, so host launch latency is not timed. Because
+the spin holds every thread slot, work the candidate puts on another stream cannot run beside it
+either: nothing starts before the start event. (A one-thread sleep kernel such as
+`torch.cuda._sleep` would let a side stream work unseen during the lead.)
+
+Built with the raw runtime before any candidate code runs; the build is cached like any kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+SOURCE = r"""
+#include <cuda_runtime.h>
+
+__global__ void kw_lead_spin(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+}
+
+extern "C" int kw_lead(long long ns, int blocks, int threads, cudaStream_t stream) {
+    kw_lead_spin<<<blocks, threads, 0, stream>>>(ns);
+    return (int)cudaGetLastError();
+}
+"""
+
+THREADS = 1024  # per block
+
+
+@dataclass(frozen=True)
+class Lead:
+    """A loaded spin kernel sized to fill the current device."""
+
+    fn: ctypes._CFuncPtr  # kw_lead(ns, blocks, threads, stream)
+    blocks: int  # SMs x resident blocks per SM at THREADS threads
+
+    def spin(self, us: float) -> None:
+        code = self.fn(int(us * 1e3), self.blocks, THREADS, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if code != 0:
+            raise RuntimeError(f"the lead spin kernel failed to launch (CUDA error {code})")
+
+    def describe(self) -> str:
+        return f"{self.blocks} blocks x {THREADS} threads (every thread slot of every SM)"
+
+
+_STATE: dict[str, object] = {}
+
+
+def load() -> Lead | None:
+    """The spin kernel for the current device, built once per process; None when it cannot be
+    built (why() says why)."""
+    if "lead" in _STATE or "error" in _STATE:
+        return _STATE.get("lead")  # type: ignore[return-value]
+    try:
+        from kernelwright import runtime
+
+        lib = runtime.load(SOURCE, name="kw_lead")
+        fn = ctypes.CDLL(str(lib.path)).kw_lead
+        fn.argtypes = [ctypes.c_longlong, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        per_sm = max(1, int(getattr(props, "max_threads_per_multi_processor", 2048) or 2048) // THREADS)
+        lead = Lead(fn=fn, blocks=props.multi_processor_count * per_sm)
+        lead.spin(1.0)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - no lead is a reported degradation, not a failure
+        _STATE["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None
+    _STATE["lead"] = lead
+    return lead
+
+
+def why() -> str:
+    """Why load() gave None (empty when it did not)."""
+    return str(_STATE.get("error", ""))

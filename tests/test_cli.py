@@ -70,3 +70,22 @@ def test_cached_baselines_are_a_usage_error():
     res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), "--device", "cpu", "--baselines", "cached", "--no-store")
     assert res.returncode == 2
     assert "usage error" in res.stderr
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_the_judges_own_process_never_imports_torch_on_the_way_to_a_verdict():
+    """torch costs seconds to import; the judge's process needs none of it (children do the work)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from kernelwright.judge.evaluate import evaluate\n"
+        "from kernelwright.judge.policy import Policy\n"
+        f"v = evaluate({str(problem('rowsum'))!r}, {str(candidate('rowsum_correct'))!r}, Policy(time_candidate=False), device='cpu')\n"
+        "print(v.status.value, v.system.torch, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=JUDGE_TIMEOUT_S)
+    assert out.returncode == 0, out.stderr[-2000:]
+    status, torch_version, imported = out.stdout.split()
+    assert status == "correct" and torch_version != "None" and imported == "False", out.stdout

@@ -15,7 +15,7 @@ from kernelwright.judge.policy import ALL_STEPS, Policy, TimingConfig
 from kernelwright.judge.records import (
     BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
-from kernelwright.judge.timing import Summary, should_stop, summarize
+from kernelwright.judge.stats import Summary, should_stop, summarize
 
 # -- summarize ---------------------------------------------------------------------------------
 

@@ -98,7 +98,8 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
     gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
-    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu}
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 
 
 def _driver_version() -> str | None:

@@ -8,6 +8,7 @@ which never runs candidate code. Generated code never runs in this process.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import tempfile
@@ -19,10 +20,9 @@ from typing import Any, Callable
 from kernelwright.judge import roofline
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
-from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.snapshot import snapshot
-from kernelwright.judge.records import BuildPath, Resources, Status, Verdict, truncate
+from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
 from kernelwright.problems.loader import Problem, ProblemError, load_problem
@@ -38,9 +38,7 @@ def resolve_device(device: str) -> str:
         raise ValueError(f"device must be auto, cuda or cpu, got {device!r}")
     if device != "auto":
         return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if _gpu_present() else "cpu"
 
 
 SHM_MIN_FREE = 8 * 2**30  # use /dev/shm for outputs only when it has this much room (Docker gives 64 MiB)
@@ -88,6 +86,16 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
 
 
 def _gpu_present() -> bool:
+    """Whether an NVIDIA GPU is visible, without importing torch here when the driver's /proc
+    entries answer (importing torch costs the judge's process seconds it does not otherwise need)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    try:
+        if any(Path("/proc/driver/nvidia/gpus").iterdir()):
+            return True
+    except OSError:
+        pass
     import torch
 
     return torch.cuda.is_available()

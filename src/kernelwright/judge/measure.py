@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.judge import timing
+from kernelwright.judge import stats
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child
 
@@ -154,8 +154,8 @@ def run_timing(
             break
         if policy.enabled("interleave"):
             order = order[1:] + order[:1]  # rotate who goes first
-        summaries = [timing.summarize(r.samples[c].times_ms) for c in contenders]
-        stop, reason = timing.should_stop(
+        summaries = [stats.summarize(r.samples[c].times_ms) for c in contenders]
+        stop, reason = stats.should_stop(
             summaries, min_runs=cfg.min_runs, max_runs=cfg.max_runs, target=cfg.target_rel_sem,
             elapsed_s=time.perf_counter() - t0, budget_s=cfg.budget_s, adaptive=policy.enabled("adaptive_stop"),
         )

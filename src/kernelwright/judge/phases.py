@@ -7,10 +7,9 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelwright.judge import timing
-from kernelwright.judge.inputs import Case
+from kernelwright.judge import stats
 from kernelwright.judge.measure import FlagsMoved, run_timing, wall_clock_check
-from kernelwright.judge.records import Status, Timing
+from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
 from kernelwright.judge.workers import Child, ChildError
 
@@ -47,15 +46,31 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     flow.say(f"checking correctness on {len(cases)} input sets")
     _record_correctness_steps(flow, cases, skipped)
     worst = [0.0, 0.0]
+    # Pipelined: the candidate runs case i while the reference child compares case i - 1. The
+    # earliest failing case decides the verdict, as if the cases ran one after another.
+    pending: tuple[int, Case, Path] | None = None
     for i, case in enumerate(cases):
-        if i not in skipped:
-            _one_case(flow, ref, cand, i, case, worst)
+        if i in skipped:
+            continue
+        try:
+            path = _run_case(flow, cand, i, case)
+        except Stop:
+            if pending is not None:
+                _finish_compare(flow, ref, *pending, worst)
+            raise
+        if pending is not None:
+            _finish_compare(flow, ref, *pending, worst)
+        ref.send("compare", {"case_index": i, "path": str(path)})
+        pending = (i, case, path)
+    if pending is not None:
+        _finish_compare(flow, ref, *pending, worst)
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
 
 
-def _one_case(flow: "_Flow", ref: Child, cand: Child, i: int, case: Case, worst: list[float]) -> None:
+def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> Path:
+    """Run one case in the candidate child; the path of its saved output."""
     policy, vb = flow.policy, flow.vb
     path = flow.workdir / f"case-{i}.pt"
     args = {
@@ -72,8 +87,14 @@ def _one_case(flow: "_Flow", ref: Child, cand: Child, i: int, case: Case, worst:
         raise Stop(Status.REJECTED, f"case {case.id}: the candidate changed numerics flags {res['flags_changed']}")
     if "inputs_changed" in res:
         raise Stop(Status.INCORRECT, f"case {case.id}: the candidate modified its input(s) at position(s) {res['inputs_changed']}")
+    return path
+
+
+def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, path: Path, worst: list[float]) -> None:
+    """Collect the reference child's comparison of case i (sent earlier)."""
+    vb = flow.vb
     try:
-        cmp = ref.call("compare", {"case_index": i, "path": str(path)}, timeout_s=policy.run_timeout_s)
+        cmp = ref.wait("compare", timeout_s=flow.policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"comparing case {case.id}") from None
     finally:
@@ -138,7 +159,7 @@ def _median(outcome: Any, name: str) -> float | None:
 
 def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     vb = flow.vb
-    cand = timing.summarize(outcome.samples["candidate"].times_ms)
+    cand = stats.summarize(outcome.samples["candidate"].times_ms)
     runtime, eager, comp = cand.median_ms, _median(outcome, "eager"), _median(outcome, "compile")
     best = min([t for t in (eager, comp) if t is not None], default=None)
     vb.numbers.update(

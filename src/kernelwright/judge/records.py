@@ -168,3 +168,23 @@ def truncate(text: str, limit: int = 4000) -> str:
     cut = len(text) - head - tail
     return f"{text[:head]}\n... [{cut} characters cut] ...\n{text[-tail:]}"
 
+
+@dataclass(frozen=True)
+class Case:
+    """One set of correctness inputs."""
+
+    kind: str  # "native" (get_inputs as written), "normal", "uniform", "large", or "extra"
+    seed: int  # seed for get_inputs / get_test_inputs and for the distribution
+    index: int = 0  # which get_test_inputs() list, for kind "extra"
+
+    @property
+    def id(self) -> str:
+        """A short stable name, used in messages and file names."""
+        return f"{self.kind}-{self.index}-s{self.seed % 100000}" if self.kind == "extra" else f"{self.kind}-s{self.seed % 100000}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seed": self.seed, "index": self.index}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Case":
+        return Case(kind=d["kind"], seed=int(d["seed"]), index=int(d.get("index", 0)))

@@ -25,17 +25,21 @@ class Stop(Exception):
         self.status = status
 
 
-@functools.lru_cache(maxsize=4)
-def system_info(device: str, gpu_index: int, gpu: str | None = None, driver: str | None = None) -> SystemInfo:
-    """Versions from torch; GPU name and driver as the reference child reported them, else from
-    nvidia-smi (no CUDA context in the judge)."""
-    import torch
-
+def system_info(device: str, gpu_index: int, meta: dict[str, Any] | None = None) -> SystemInfo:
+    """Where the verdict was made. GPU name, driver, torch and CUDA versions as the reference child
+    reported them; before that child answered, from nvidia-smi and torch imported here."""
+    meta = meta or {}
+    gpu, driver = meta.get("gpu"), meta.get("driver")
     if device == "cuda" and not (gpu and driver):
         gpu, driver = _smi(gpu_index)
+    torch_version, cuda = meta.get("torch"), meta.get("cuda")
+    if not torch_version:
+        import torch
+
+        torch_version, cuda = torch.__version__, torch.version.cuda
     return SystemInfo(
-        gpu=gpu if device == "cuda" else None, driver=driver if device == "cuda" else None, cuda=torch.version.cuda,
-        torch=torch.__version__, python=platform.python_version(), kernelwright=kernelwright.__version__,
+        gpu=gpu if device == "cuda" else None, driver=driver if device == "cuda" else None, cuda=cuda,
+        torch=torch_version, python=platform.python_version(), kernelwright=kernelwright.__version__,
     )
 
 
@@ -110,7 +114,7 @@ class VerdictBuilder:
             max_rel_error=n.get("max_rel_error"), floor_ms=n.get("floor_ms"), efficiency=n.get("efficiency"),
             guards=tuple(self.guards), static_findings=(), steps=tuple(self.steps[s] for s in ALL_STEPS),
             timing=self.timing, resources=self.resources, log=self.log,
-            system=system_info(self.device, self.policy.gpu_index, (self.meta or {}).get("gpu"), (self.meta or {}).get("driver")),
+            system=system_info(self.device, self.policy.gpu_index, self.meta),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         )
 

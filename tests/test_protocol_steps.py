@@ -151,7 +151,7 @@ def test_device_sync_catches_work_on_a_side_stream():
 def test_side_stream_work_cannot_hide_in_the_lead_spin():
     """The lead spin holds every thread slot: 150 us of side-stream work queued during the 200 us
     lead still lands inside the timed interval."""
-    v = judge("relu", "relu_side_stream_short", timing_policy(), device="cuda")
+    v = judge("relu", "relu_side_stream/short_spin.py", timing_policy(), device="cuda")
     assert v.status is Status.CORRECT, v.log
     assert "spin" in step_of(v, "cuda_events").reason, step_of(v, "cuda_events")
     assert v.runtime_ms >= 0.14, v.runtime_ms

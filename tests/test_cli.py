@@ -89,3 +89,24 @@ def test_the_judges_own_process_never_imports_torch_on_the_way_to_a_verdict():
     assert out.returncode == 0, out.stderr[-2000:]
     status, torch_version, imported = out.stdout.split()
     assert status == "correct" and torch_version != "None" and imported == "False", out.stdout
+
+
+def test_gpu_presence_needs_the_driver_and_the_device_nodes(tmp_path, monkeypatch):
+    """A container on a GPU host sees the driver's /proc entries but, without GPUs passed in, no
+    device nodes: that is not a GPU (the check then asks torch, which on this CPU build says no)."""
+    from kernelwright.judge import evaluate as ev
+
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    (proc / "0000:01:00.0").mkdir(parents=True)
+    dev.mkdir()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(ev, "NVIDIA_PROC", str(proc))
+    monkeypatch.setattr(ev, "NVIDIA_CTL", str(dev / "nvidiactl"))
+    import torch
+
+    assert ev._gpu_present() is torch.cuda.is_available()
+    (dev / "nvidiactl").touch()
+    (dev / "nvidia0").touch()
+    assert ev._gpu_present() is True
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert ev._gpu_present() is False

@@ -128,3 +128,10 @@ def test_write_floor_counts_what_an_output_really_occupies():
     assert _written_bytes(x.t(), [x]) == 0  # a view of an input writes nothing
     y = torch.randn(8, 8)
     assert _written_bytes(y, [x]) == 8 * 8 * 4
+
+
+def test_pipelined_cases_report_the_earliest_failure_and_only_its_guards():
+    v = judge("rowsum", "rowsum_wrong_then_tf32")
+    assert v.status is Status.INCORRECT, (v.status, v.log)
+    assert v.log.startswith("case native-"), v.log
+    assert not any(g.fired for g in v.guards), v.guards

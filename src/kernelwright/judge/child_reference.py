@@ -175,7 +175,7 @@ def _compute_refs(cases: list[Case]) -> list[int]:
 
 def _load_candidate_output(path: str) -> list[Any]:
     try:
-        value = torch.load(path, map_location=S.device, weights_only=True, mmap=True)
+        value = torch.load(path, map_location=S.device, weights_only=True)  # read, not mapped: a truncated file is an error, not SIGBUS
     except BaseException as exc:  # noqa: BLE001
         raise CommandError("output", f"the output could not be read as plain tensors ({type(exc).__name__}: {str(exc)[:300]})") from None
     return correctness.as_output_list(value)

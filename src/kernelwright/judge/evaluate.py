@@ -24,7 +24,7 @@ from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
-from kernelwright.judge.workers import Child, ChildConfig, ChildError
+from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
 from kernelwright.problems.loader import Problem, ProblemError, load_problem
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,8 @@ def _workdir() -> Path:
 def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None) -> Verdict:
     """Judge one candidate against one problem.
 
-    Raises ProblemError for a malformed problem and ValueError for a malformed candidate path; every
+    Raises ProblemError for a malformed problem and ValueError for a malformed candidate path or a
+    GPU index outside the visible devices; every
     other outcome, a failure of the judge itself included, is a verdict.
     """
     policy = policy or Policy()
@@ -74,6 +75,8 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     vb = VerdictBuilder(problem, policy, dev)
     if dev == "cuda" and not _gpu_present():
         return vb.finish(Status.INFRA_ERROR, "device cuda was asked for but no GPU is visible")
+    if dev == "cuda":
+        physical_gpu(policy.gpu_index)  # ValueError for an index outside CUDA_VISIBLE_DEVICES
     workdir = _workdir()
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
@@ -85,6 +88,10 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+NVIDIA_PROC = "/proc/driver/nvidia/gpus"  # the driver's GPU list (kernel-wide)
+NVIDIA_CTL = "/dev/nvidiactl"  # device nodes: present only where GPUs are passed in
+
+
 def _gpu_present() -> bool:
     """Whether an NVIDIA GPU is visible, without importing torch here when the driver's /proc
     entries answer (importing torch costs the judge's process seconds it does not otherwise need)."""
@@ -92,7 +99,9 @@ def _gpu_present() -> bool:
     if visible is not None and visible.strip() in ("", "-1"):
         return False
     try:
-        if any(Path("/proc/driver/nvidia/gpus").iterdir()):
+        driver_sees_gpus = any(Path(NVIDIA_PROC).iterdir())
+        nodes = Path(NVIDIA_CTL).exists() and any(Path(NVIDIA_CTL).parent.glob("nvidia[0-9]*"))
+        if driver_sees_gpus and nodes:  # a container without GPUs lacks the device nodes
             return True
     except OSError:
         pass

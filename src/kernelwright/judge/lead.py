@@ -3,9 +3,9 @@
 Before each start event the timing function queues a kernel that spins for `lead_us` on every
 thread slot of every SM. The call's own launches then queue behind it instead of leaving the GPU
 idle between the start event and the first kernel, so host launch latency is not timed. Because
-the spin holds every thread slot, work the candidate puts on another stream cannot run beside it
-either: nothing starts before the start event. (A one-thread sleep kernel such as
-`torch.cuda._sleep` would let a side stream work unseen during the lead.)
+the spin holds every thread slot, a kernel the candidate puts on another stream cannot run beside
+it either (a one-thread sleep kernel such as `torch.cuda._sleep` would let it work unseen during
+the lead). It holds SMs only: copies on the copy engines are not held back (docs/judge.md).
 
 Built with the raw runtime before any candidate code runs; the build is cached like any kernel.
 """
@@ -67,8 +67,12 @@ def load() -> Lead | None:
         fn.argtypes = [ctypes.c_longlong, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         fn.restype = ctypes.c_int
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        per_sm = max(1, int(getattr(props, "max_threads_per_multi_processor", 2048) or 2048) // THREADS)
-        lead = Lead(fn=fn, blocks=props.multi_processor_count * per_sm)
+        slots = int(getattr(props, "max_threads_per_multi_processor", 0) or 0)
+        if slots <= 0 or slots % THREADS:
+            # 1536 slots per SM (sm_86, sm_89, sm_120) would leave 512 free beside the spin, where
+            # side-stream work could run unseen: no lead at all is the honest fallback.
+            raise RuntimeError(f"{slots} thread slots per SM are not a multiple of {THREADS}: the spin cannot fill them")
+        lead = Lead(fn=fn, blocks=props.multi_processor_count * (slots // THREADS))
         lead.spin(1.0)
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - no lead is a reported degradation, not a failure

@@ -53,13 +53,14 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
         if i in skipped:
             continue
         try:
-            path = _run_case(flow, cand, i, case)
+            path, res = _run_case(flow, cand, i, case)
         except Stop:
             if pending is not None:
                 _finish_compare(flow, ref, *pending, worst)
             raise
         if pending is not None:
             _finish_compare(flow, ref, *pending, worst)
+        _check_case_reply(flow, case, res)  # after case i - 1's verdict, so its guards come first
         ref.send("compare", {"case_index": i, "path": str(path)})
         pending = (i, case, path)
     if pending is not None:
@@ -69,9 +70,9 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
 
 
-def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> Path:
-    """Run one case in the candidate child; the path of its saved output."""
-    policy, vb = flow.policy, flow.vb
+def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dict[str, Any]]:
+    """Run one case in the candidate child; the path of its saved output and the child's reply."""
+    policy = flow.policy
     path = flow.workdir / f"case-{i}.pt"
     args = {
         "case": case.to_dict(), "path": str(path), "poison": policy.enabled("poison"),
@@ -82,12 +83,17 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> Path:
         res = cand.call("run_case", args, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"case {case.id}") from None
+    return path, res
+
+
+def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
+    """Refuse a case whose call moved numerics flags or changed its inputs."""
+    vb = flow.vb
     if "flags_changed" in res:
         vb.guard("numerics_flags", True, f"case {case.id}: {res['flags_changed']}")
         raise Stop(Status.REJECTED, f"case {case.id}: the candidate changed numerics flags {res['flags_changed']}")
     if "inputs_changed" in res:
         raise Stop(Status.INCORRECT, f"case {case.id}: the candidate modified its input(s) at position(s) {res['inputs_changed']}")
-    return path
 
 
 def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, path: Path, worst: list[float]) -> None:

@@ -14,6 +14,7 @@ from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
 from kernelwright.judge.records import (
     BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
+from kernelwright.judge.workers import physical_gpu
 from kernelwright.problems.loader import Problem
 
 
@@ -31,7 +32,8 @@ def system_info(device: str, gpu_index: int, meta: dict[str, Any] | None = None)
     meta = meta or {}
     gpu, driver = meta.get("gpu"), meta.get("driver")
     if device == "cuda" and not (gpu and driver):
-        gpu, driver = _smi(gpu_index)
+        smi_gpu, smi_driver = _smi(gpu_index)
+        gpu, driver = gpu or smi_gpu, driver or smi_driver
     torch_version, cuda = meta.get("torch"), meta.get("cuda")
     if not torch_version:
         import torch
@@ -49,12 +51,12 @@ def _smi(gpu_index: int) -> tuple[str | None, str | None]:
         return None, None
     try:
         out = subprocess.run(
-            ["nvidia-smi", f"--id={gpu_index}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", f"--id={physical_gpu(gpu_index)}", "--query-gpu=name,driver_version", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20,
         ).stdout.strip()
         gpu, driver = (s.strip() for s in out.split(",", 1))
         return gpu, driver
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except (OSError, ValueError, subprocess.SubprocessError):  # physical_gpu's ValueError too
         return None, None
 
 

@@ -188,6 +188,7 @@ class _Flow:
             raise Stop(Status.COMPILE_ERROR, f"syntax error in the candidate: {exc}") from None
         self.vb.candidate = {"hash": files.hash, "build_path": files.build_path.value}
         self.files = files
+        self.vb.static_findings = _static_findings(files)
         return files
 
     def _build(self, files: CandidateFiles) -> bool:
@@ -302,6 +303,17 @@ class _Flow:
         from kernelwright.judge.phases import correctness_phase
 
         correctness_phase(self, ref, cand, cases)
+
+
+def _static_findings(files: CandidateFiles) -> list[dict[str, Any]]:
+    """The static layer's advisory findings (reading only; a failure of the layer is a finding too)."""
+    from kernelwright.judge.static import scan_candidate
+
+    try:
+        return scan_candidate(files.model_new, [(s.name, s.text) for s in files.sources])
+    except Exception as exc:  # noqa: BLE001 - advisory: never stops a verdict
+        log.warning("static layer failed: %s", exc)
+        return [{"rule": "static_layer_failed", "file": files.model_new.name, "line": 0, "detail": f"{type(exc).__name__}: {exc}"[:200]}]
 
 
 def _seconds(reply: dict[str, Any]) -> str:

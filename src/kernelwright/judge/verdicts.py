@@ -69,6 +69,7 @@ class VerdictBuilder:
         self.build_s: float | None = None
         self.resources: Resources | None = None
         self.log = ""
+        self.static_findings: list[dict[str, Any]] = []  # advisory (judge.static)
         self.steps: dict[str, Step] = {}
         self.guards: list[Guard] = []
         self.meta: dict[str, Any] = {}
@@ -114,7 +115,7 @@ class VerdictBuilder:
             speedup_vs_eager=n.get("speedup_vs_eager"), speedup_vs_compile=n.get("speedup_vs_compile"),
             speedup_vs_best=n.get("speedup_vs_best"), max_abs_error=n.get("max_abs_error"),
             max_rel_error=n.get("max_rel_error"), floor_ms=n.get("floor_ms"), efficiency=n.get("efficiency"),
-            guards=tuple(self.guards), static_findings=(), steps=tuple(self.steps[s] for s in ALL_STEPS),
+            guards=tuple(self.guards), static_findings=tuple(self.static_findings), steps=tuple(self.steps[s] for s in ALL_STEPS),
             timing=self.timing, resources=self.resources, log=self.log,
             system=system_info(self.device, self.policy.gpu_index, self.meta),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

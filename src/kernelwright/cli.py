@@ -122,6 +122,37 @@ def demo_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def problems_check_cmd(args: argparse.Namespace) -> int:
+    """The degeneracy gate over one or more problems (files or folders)."""
+    from kernelwright.problems.check import check_problem
+    from kernelwright.problems.loader import load_problems
+
+    problems = [p for spec in args.problems for p in load_problems(spec)]
+    try:
+        policy = Policy(n_seeds=args.seeds)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    results = []
+    for i, problem in enumerate(problems, 1):
+        with err.status(f"[{i}/{len(problems)}] {problem.name}") as status:
+            results.append(check_problem(problem, device=args.device, policy=policy, progress=lambda m: status.update(f"[{i}/{len(problems)}] {problem.name}: {m}")))
+    if args.json:
+        sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2) + "\n")
+        return 0
+    from rich.table import Table
+
+    table = Table(title="degeneracy gate")
+    for col in ("problem", "degenerate", "findings"):
+        table.add_column(col)
+    for r in results:
+        text = "; ".join(f["detail"] for f in r.findings) or "none"
+        table.add_row(r.problem.name, "[red]yes[/red]" if r.degenerate else "no", text)
+    out.print(table)
+    flagged = sum(r.degenerate for r in results)
+    out.print(f"{flagged} of {len(results)} problem(s) degenerate")
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
@@ -143,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--correctness-only", action="store_true", help="check correctness, do not time")
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
     e.set_defaults(func=eval_cmd)
+    pr = sub.add_parser("problems", help="work with problems")
+    prsub = pr.add_subparsers(dest="problems_command", required=True)
+    pc = prsub.add_parser("check", help="the degeneracy gate: flag problems that accept a constant, zeros, the identity or another seed's output")
+    pc.add_argument("problems", nargs="+", help="problem files or folders of them")
+    pc.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
+    pc.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+    pc.add_argument("--seeds", type=int, default=3, help="seeds for get_inputs() (default 3, at least 2 are used)")
+    pc.set_defaults(func=problems_check_cmd)
     d = sub.add_parser("demo", help="judge the shipped example candidates")
     _common(d)
     d.add_argument("--examples", default=None, help="folder of examples (default: the repo's examples/)")

@@ -233,5 +233,46 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     return {"times_ms": times}
 
 
+def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
+    """Tricks that a degenerate problem would accept (the degeneracy gate, problems.check).
+
+    For every case, the reference output against: itself (constant, all zero), the output under
+    the next case's inputs (another seed), zeros, and each input of the same shape and dtype (the
+    identity). A trick counts where it passes on every case of a group: the native cases
+    (get_inputs() as written, under the seeds) or the judge's other distributions."""
+    cases = [Case.from_dict(c) for c in args["cases"]]
+    outs = [_checked(f"the reference failed on case {c.id}", lambda c=c: _forward(inputs.make_inputs(S.problem, c, S.device))) for c in cases]
+    values = [inputs.make_inputs(S.problem, c, S.device) for c in cases]
+    passes: dict[str, list[bool]] = {}
+
+    def note(check: str, ok: bool) -> None:
+        passes.setdefault(check, []).append(bool(ok))
+
+    def fits(ref: list[torch.Tensor], trial: list[Any]) -> bool:
+        return correctness.compare_outputs(ref, trial, S.atol, S.rtol, strict=True, per_output=S.tols).ok
+
+    group_of = ["native" if c.kind == "native" else "other" for c in cases]
+    for i, ref in enumerate(outs):
+        peers = [j for j in range(len(cases)) if group_of[j] == group_of[i]]
+        other = outs[peers[(peers.index(i) + 1) % len(peers)]]  # the next case of the same group
+        note("constant_output", all(o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) for o in ref))
+        note("all_zero_output", all(bool((o == 0).all()) for o in ref))
+        note("input_independent", other is not ref and all(torch.equal(a, b) for a, b in zip(ref, other)))
+        note("another_seed_passes", other is not ref and fits(ref, other))
+        note("zeros_pass", fits(ref, [torch.zeros_like(o) for o in ref]))
+        for k, o in enumerate(ref):
+            same = [v for v in values[i] if isinstance(v, torch.Tensor) and v.shape == o.shape and v.dtype == o.dtype]
+            tol = [S.tols[k]] if k < len(S.tols) else None
+            note(f"identity_passes:{k}", any(correctness.compare_outputs([o], [v], S.atol, S.rtol, True, tol).ok for v in same))
+    groups = [("native", [c.kind == "native" for c in cases]), ("distributions", [c.kind not in ("native", "extra") for c in cases])]
+    result = {}
+    for check, flags in passes.items():
+        result[check] = {name: bool(any(mask) and all(f for f, m in zip(flags, mask) if m)) for name, mask in groups}
+    return {"checks": result, "cases": [c.id for c in cases]}
+
+
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
-    return {"setup": setup, "references": references, "compare": compare, "recheck": recheck, "setup_timing": setup_timing, "time": time_batch}
+    return {
+        "setup": setup, "references": references, "compare": compare, "recheck": recheck, "setup_timing": setup_timing,
+        "time": time_batch, "degeneracy": degeneracy,
+    }

@@ -290,19 +290,23 @@ class _Flow:
         return want, f", the start event queued behind a {want:g} us spin on {self.meta.get('lead')}, so host launch latency is not timed"
 
     def cases(self) -> list[Case]:
-        """get_inputs() under every seed; each distribution once, under the seeds in turn; the extra shapes."""
-        cases = [Case("native", s) for s in self.seeds]
-        if self.policy.enabled("distributions"):
-            dists = [d for d in self.policy.distributions if d in DISTRIBUTIONS]
-            cases += [Case(d, self.seeds[i % len(self.seeds)]) for i, d in enumerate(dists)]
-        if self.policy.enabled("extra_shapes"):
-            cases += [Case("extra", self.seeds[0], k) for k in range(self.meta.get("n_extra", 0))]
-        return cases
+        return correctness_cases(self.seeds, self.policy, self.meta.get("n_extra", 0))
 
     def _correctness(self, ref: Child, cand: Child, cases: list[Case]) -> None:
         from kernelwright.judge.phases import correctness_phase
 
         correctness_phase(self, ref, cand, cases)
+
+
+def correctness_cases(seeds: list[int], policy: Policy, n_extra: int) -> list[Case]:
+    """get_inputs() under every seed; each distribution once, under the seeds in turn; the extra shapes."""
+    cases = [Case("native", s) for s in seeds]
+    if policy.enabled("distributions"):
+        dists = [d for d in policy.distributions if d in DISTRIBUTIONS]
+        cases += [Case(d, seeds[i % len(seeds)]) for i, d in enumerate(dists)]
+    if policy.enabled("extra_shapes"):
+        cases += [Case("extra", seeds[0], k) for k in range(n_extra)]
+    return cases
 
 
 def _static_findings(files: CandidateFiles) -> list[dict[str, Any]]:

@@ -36,8 +36,30 @@ def guard_of(verdict, name: str):
 
 
 def test_every_correctness_step_has_an_ablation_test():
-    tested = {"seeds", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags", "timed_recheck"}
+    tested = {"seeds", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
+              "function_identities", "timed_recheck"}
     assert tested == set(CORRECTNESS_STEPS)
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+@pytest.mark.parametrize("fixture,replaced", [
+    ("rowsum_patched_clock", "time.perf_counter"),  # at import
+    ("rowsum_patched_timer", "kernelwright.judge.timing._one_call"),  # the judge's own timing code
+    ("rowsum_patches_allclose_later", "torch.allclose"),  # from its second call, by a built name
+])
+def test_function_identities_catch_a_replaced_timing_or_checking_function(fixture, replaced):
+    on, off = ablation("rowsum", fixture, "function_identities")
+    assert off.status is Status.CORRECT, off.log
+    assert step_of(off, "function_identities").ran is False
+    assert on.status is Status.REJECTED and replaced in on.log, on.log
+    assert guard_of(on, "function_identities").fired
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_function_identities_stay_quiet_for_an_honest_kernel():
+    v = judge("rowsum", "rowsum_correct")
+    assert v.status is Status.CORRECT and step_of(v, "function_identities").ran, v.log
+    assert guard_of(v, "function_identities").fired is False
 
 
 def test_seeds_catches_a_replayed_first_answer():

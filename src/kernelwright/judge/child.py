@@ -73,6 +73,60 @@ def lead_status(device: Any) -> dict[str, Any]:
     return {"lead_ok": spinner is not None, "lead": spinner.describe() if spinner else lead.why()}
 
 
+# Functions whose identity the judge records before the candidate is imported and checks after its
+# import and every call: timing and checking functions of torch and the standard library, and the
+# judge's own code in this process. A candidate that replaces one is refused (guard
+# function_identities), whether or not the replacement would have fooled anything.
+WATCHED = (
+    "torch.allclose", "torch.isclose", "torch.equal", "torch.testing.assert_close",
+    "torch.cuda.synchronize", "torch.cuda.current_stream", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
+    "torch.cuda.Event.synchronize", "torch.cuda.Event.query", "torch.cuda.Stream.synchronize",
+    "torch.save", "torch.load", "torch.Tensor.__eq__",
+    "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time", "time.time_ns",
+    "kernelwright.judge.timing.time_calls", "kernelwright.judge.timing._one_call", "kernelwright.judge.timing.warm_up",
+    "kernelwright.judge.timing.flush_l2", "kernelwright.judge.timing.switches_from", "kernelwright.judge.timing._lead_spin",
+    "kernelwright.judge.timing._perf_counter", "kernelwright.judge.timing._elapsed_time", "kernelwright.judge.timing._synchronize",
+    "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
+    "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.clone_tensors",
+    "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
+    "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",
+    "kernelwright.judge.child.snapshot_flags",
+    "kernelwright.judge.child_candidate._call", "kernelwright.judge.child_candidate._save", "kernelwright.judge.child_candidate.run_case",
+    "kernelwright.judge.child_candidate.time_batch", "kernelwright.judge.child_candidate.profile",
+)
+
+
+def _resolve(dotted: str) -> Any:
+    """The object a dotted name points to now (module prefix imported), or a marker when missing."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, _MISSING)
+            if obj is _MISSING:
+                return _MISSING
+        return obj
+    return _MISSING
+
+
+_MISSING = object()
+
+
+def snapshot_identities() -> dict[str, Any]:
+    """The watched objects themselves (held, so their ids cannot be reused), by name."""
+    return {name: _resolve(name) for name in WATCHED}
+
+
+def identities_moved(snapshot: dict[str, Any]) -> list[str]:
+    """Names whose object is no longer the one recorded."""
+    return [name for name, obj in snapshot.items() if _resolve(name) is not obj]
+
+
 def error_kind(exc: BaseException) -> str:
     """Classify an exception from model code: oom, cuda (context lost), or runtime."""
     import torch

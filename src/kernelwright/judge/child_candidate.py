@@ -10,7 +10,9 @@ from typing import Any, Callable
 import torch
 
 from kernelwright.judge import correctness, inputs, timing
-from kernelwright.judge.child import CommandError, describe, flags_diff, lead_status, pin_flags, snapshot_flags
+from kernelwright.judge.child import (
+    CommandError, describe, flags_diff, identities_moved, lead_status, pin_flags, snapshot_flags, snapshot_identities,
+)
 from kernelwright.judge.inputs import Case
 
 POISON_EXTRA_MAX = 1 << 30  # at most 1 GiB of extra poisoned memory per call on the GPU
@@ -23,6 +25,8 @@ class _State:
     pool: list[list[Any]] = []
     pinned: dict[str, Any] = {}  # numerics flags as pinned before the candidate was imported
     check_flags: bool = True  # whether timing batches report moved flags
+    identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
+    check_identities: bool = True  # whether calls report replaced functions
 
 
 S = _State()
@@ -62,6 +66,8 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
     S.pinned = snapshot_flags()  # after the problem's own code (the reference child runs it too)
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
+    S.check_identities = args.get("check_identities", True)
+    S.identities = snapshot_identities() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])
     cls = getattr(module, "ModelNew", None)
     if cls is None:
@@ -72,7 +78,13 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001
         raise CommandError("runtime", f"constructing ModelNew(*get_init_inputs()) failed: {describe(exc)}") from None
     del reference
-    return {"weights_copied": copied, **lead_info}
+    return {"weights_copied": copied, **lead_info, **_replaced()}
+
+
+def _replaced() -> dict[str, Any]:
+    """{"identities_moved": [...]} when the candidate replaced a watched function, else {}."""
+    moved = identities_moved(S.identities) if S.check_identities else []
+    return {"identities_moved": moved} if moved else {}
 
 
 def _call(values: list[Any]) -> Any:
@@ -110,6 +122,9 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
     if args["poison"]:
         _poison(args["output_bytes"])
     out = _call(values)
+    replaced = _replaced()
+    if replaced:
+        return replaced
     moved = flags_diff(S.pinned) if args["check_flags"] else {}
     if moved:
         return {"flags_changed": moved}
@@ -142,7 +157,7 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output)
     moved = flags_diff(S.pinned) if S.check_flags else {}
-    return {"times_ms": times, **({"flags_changed": moved} if moved else {})}
+    return {"times_ms": times, **({"flags_changed": moved} if moved else {}), **_replaced()}
 
 
 def profile(args: dict[str, Any]) -> dict[str, Any]:

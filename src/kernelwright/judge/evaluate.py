@@ -255,6 +255,7 @@ class _Flow:
         return {
             "problem_path": str(self.problem.path), "candidate_path": str(self.files.model_new),
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
+            "check_identities": self.policy.enabled("function_identities"),
         }
 
     def _candidate_setup(self, cand: Child) -> None:
@@ -264,6 +265,10 @@ class _Flow:
             self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
+        if self.cand_meta.get("identities_moved"):
+            moved = ", ".join(self.cand_meta["identities_moved"])
+            self.vb.guard("function_identities", True, f"after the import: {moved}")
+            raise Stop(Status.REJECTED, f"the candidate replaced {moved} when imported")
 
     def child_stop(self, exc: ChildError, doing: str) -> Stop:
         """Map a child failure to a verdict status (a reference child's failure is the judge's)."""

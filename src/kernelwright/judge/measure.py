@@ -59,8 +59,15 @@ class FlagsMoved(Exception):
     """The candidate moved a numerics flag during timing."""
 
 
+class IdentitiesMoved(Exception):
+    """The candidate replaced a watched function during timing."""
+
+
 def _times(reply: dict[str, Any]) -> list[float]:
-    """The per-call times of a 'time' reply; FlagsMoved when the child saw numerics flags move."""
+    """The per-call times of a 'time' reply; FlagsMoved / IdentitiesMoved when the child saw
+    numerics flags move or watched functions replaced."""
+    if reply.get("identities_moved"):
+        raise IdentitiesMoved(f"during timing: {', '.join(reply['identities_moved'])}")
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
     return reply["times_ms"]

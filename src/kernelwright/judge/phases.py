@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import stats
-from kernelwright.judge.measure import FlagsMoved, run_timing, wall_clock_check
+from kernelwright.judge.measure import FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
 from kernelwright.judge.workers import Child, ChildError
@@ -31,7 +31,8 @@ def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[in
         vb.step("extra_shapes", n > 0, f"{n} get_test_inputs() lists" if n else "the problem has no get_test_inputs()")
     for name, note in (("inputs_unchanged", "bitwise after every call"), ("poison", "0xFF (NaN) fill of the allocator's free blocks before every call"),
                        ("output_checks", "exact torch.Tensor, shape, dtype; non-finite values must match"),
-                       ("numerics_flags", "TF32 and reduced-precision flags pinned and checked after every call")):
+                       ("numerics_flags", "TF32 and reduced-precision flags pinned and checked after every call"),
+                       ("function_identities", "timing, checking and judge functions recorded before the import, checked after it and after every call")):
         if vb.off_or(name):
             vb.step(name, True, note)
 
@@ -68,6 +69,8 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
+    if policy.enabled("function_identities"):
+        vb.guard("function_identities", False, "every watched function unchanged after the import and every call")
 
 
 def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dict[str, Any]]:
@@ -89,6 +92,10 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dic
 def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
     """Refuse a case whose call moved numerics flags or changed its inputs."""
     vb = flow.vb
+    if "identities_moved" in res:
+        moved = ", ".join(res["identities_moved"])
+        vb.guard("function_identities", True, f"case {case.id}: {moved}")
+        raise Stop(Status.REJECTED, f"case {case.id}: the candidate replaced {moved}")
     if "flags_changed" in res:
         vb.guard("numerics_flags", True, f"case {case.id}: {res['flags_changed']}")
         raise Stop(Status.REJECTED, f"case {case.id}: the candidate changed numerics flags {res['flags_changed']}")
@@ -144,6 +151,9 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     except FlagsMoved as exc:
         vb.guard("numerics_flags", True, str(exc))
         raise Stop(Status.REJECTED, f"the candidate changed numerics flags {exc}") from None
+    except IdentitiesMoved as exc:
+        vb.guard("function_identities", True, str(exc))
+        raise Stop(Status.REJECTED, f"the candidate replaced {exc}") from None
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
     if outcome.recheck_failure:

@@ -15,6 +15,7 @@ CORRECTNESS_STEPS = (
     "poison",  # free memory filled with NaN before every candidate call
     "output_checks",  # exactly torch.Tensor, exact shape and dtype, all finite
     "numerics_flags",  # TF32 / cuDNN flags pinned and checked unchanged
+    "function_identities",  # timing, checking and judge functions unchanged after import and every call
     "timed_recheck",  # outputs of timed calls compared with the reference too
 )
 TIMING_STEPS = (

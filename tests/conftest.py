@@ -49,16 +49,23 @@ def candidate(name: str) -> Path:
     return CANDIDATES / name
 
 
+# Most fixture exploits are written with torch operators for brevity, and each test isolates one
+# step or guard; the op audit, which would refuse them all first, has its own tests
+# (test_op_audit.py) under the default policy, where torch compute is refused.
+ALLOW_TORCH = dict(allow_torch_compute=True)
+
+
 def correctness_policy(**kw) -> Policy:
-    """The default test policy: correctness only, no baselines."""
-    base = dict(time_candidate=False, compile_baseline=False, baselines="skip")
+    """The default test policy: correctness only, no baselines, torch compute allowed (see ALLOW_TORCH)."""
+    base = dict(time_candidate=False, compile_baseline=False, baselines="skip", **ALLOW_TORCH)
     base.update(kw)
     return Policy(**base)
 
 
 def timing_policy(**kw) -> Policy:
-    """Timing on (CPU) with the tiny timing config and measured eager baseline, no torch.compile."""
-    base = dict(time_candidate=True, compile_baseline=False, baselines="measured", timing=TINY_TIMING)
+    """Timing on (CPU) with the tiny timing config and measured eager baseline, no torch.compile,
+    torch compute allowed (see ALLOW_TORCH)."""
+    base = dict(time_candidate=True, compile_baseline=False, baselines="measured", timing=TINY_TIMING, **ALLOW_TORCH)
     base.update(kw)
     return Policy(**base)
 

@@ -37,7 +37,8 @@ def guard_of(verdict, name: str):
 
 def test_every_correctness_step_has_an_ablation_test():
     tested = {"seeds", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
-              "function_identities", "timed_recheck"}
+              "function_identities", "timed_recheck",
+              "op_audit"}  # its ablation: test_op_audit.py
     assert tested == set(CORRECTNESS_STEPS)
 
 

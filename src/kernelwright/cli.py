@@ -37,6 +37,7 @@ def _policy(args: argparse.Namespace) -> Policy:
             precision=args.precision, n_seeds=args.seeds, baselines=args.baselines,
             compile_baseline=args.compile_baseline and args.baselines == "measured",
             time_candidate=not args.correctness_only, timing=TimingConfig(budget_s=args.budget_s),
+            allow_torch_compute=args.allow_torch_compute,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--baselines", default="measured", choices=BASELINE_MODES, help="measure eager/compile now, or skip")
     e.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false", help="do not time torch.compile")
     e.add_argument("--correctness-only", action="store_true", help="check correctness, do not time")
+    e.add_argument("--allow-torch-compute", action="store_true", help="let the candidate compute with torch operators (refused by default)")
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelwright.judge import stats
+from kernelwright.judge import ops, stats
 from kernelwright.judge.measure import FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
@@ -67,10 +67,34 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     if pending is not None:
         _finish_compare(flow, ref, *pending, worst)
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
+    _op_audit(flow, cand, cases)
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
     if policy.enabled("function_identities"):
         vb.guard("function_identities", False, "every watched function unchanged after the import and every call")
+
+
+def _op_audit(flow: "_Flow", cand: Child, cases: list[Case]) -> None:
+    """One more forward, on the first case's inputs, under the candidate child's dispatch mode."""
+    vb, policy = flow.vb, flow.policy
+    if not vb.off_or("op_audit"):
+        return
+    try:
+        res = cand.call("audit", {"case": cases[0].to_dict()}, timeout_s=policy.run_timeout_s)
+    except ChildError as exc:
+        raise flow.child_stop(exc, "the op audit") from None
+    _check_case_reply(flow, cases[0], res)
+    ops_seen = res.get("ops", {})
+    compute = ops.disallowed(ops_seen)
+    seen = ops.describe(ops_seen) or "no ATen operators"
+    if compute and not policy.allow_torch_compute:
+        vb.step("op_audit", True, f"ATen operators in one forward: {seen}")
+        vb.guard("op_audit", True, f"torch compute in the candidate's forward: {ops.describe(compute)}")
+        raise Stop(Status.REJECTED, f"the candidate computes with torch operators ({ops.describe(compute)}); "
+                                    "only allocation, views and layout copies are allowed unless the policy allows torch compute")
+    note = " (torch compute allowed by the policy)" if compute else ""
+    vb.step("op_audit", True, f"ATen operators in one forward: {seen}{note}")
+    vb.guard("op_audit", False, f"torch compute: {ops.describe(compute)}{note}" if compute else "allocation, views and layout copies only")
 
 
 def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dict[str, Any]]:

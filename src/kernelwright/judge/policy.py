@@ -16,6 +16,7 @@ CORRECTNESS_STEPS = (
     "output_checks",  # exactly torch.Tensor, exact shape and dtype, all finite
     "numerics_flags",  # TF32 / cuDNN flags pinned and checked unchanged
     "function_identities",  # timing, checking and judge functions unchanged after import and every call
+    "op_audit",  # one forward under a dispatch mode: torch compute refused unless the policy allows it
     "timed_recheck",  # outputs of timed calls compared with the reference too
 )
 TIMING_STEPS = (
@@ -90,6 +91,7 @@ class Policy:
     time_candidate: bool = True  # time at all (False: correctness only)
     build_timeout_s: float = 300.0  # hard limit on one build
     run_timeout_s: float = 120.0  # hard limit on one child command (import, one check, one timing round)
+    allow_torch_compute: bool = False  # let the candidate compute with torch operators (the op audit then only reports)
     disabled_steps: frozenset[str] = frozenset()  # protocol steps switched off (ablation only)
     gpu_index: int = 0  # which GPU the children are pinned to
 

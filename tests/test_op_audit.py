@@ -1,0 +1,52 @@
+"""The op audit: one forward under a dispatch mode in the candidate child; torch compute is refused
+unless the policy allows it, allocation and views are not. CPU, real children."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import JUDGE_TIMEOUT_S, judge
+from kernelwright.judge import ops
+from kernelwright.judge.policy import Policy
+from kernelwright.judge.records import Status
+
+STRICT = dict(time_candidate=False, compile_baseline=False, baselines="skip")  # the default: torch compute refused
+
+
+def _step(v, name):
+    return next(s for s in v.steps if s.name == name)
+
+
+def _guard(v, name):
+    return next((g for g in v.guards if g.name == name), None)
+
+
+def test_allow_list_keeps_allocation_views_and_copies_and_nothing_that_computes():
+    seen = {"aten::empty.memory_format": 1, "aten::t": 1, "aten::clone": 1, "aten::mm": 2, "aten::sum.dim_IntList": 1, "aten::_to_copy": 1}
+    assert ops.disallowed(seen) == {"aten::_to_copy": 1, "aten::mm": 2, "aten::sum.dim_IntList": 1}
+    assert ops.describe({"aten::mm": 2, "aten::add.Tensor": 1}) == "aten::mm x2, aten::add.Tensor x1"
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_a_raw_kernel_passes_the_audit():
+    v = judge("rowsum", "rowsum_correct", Policy(**STRICT))
+    assert v.status is Status.CORRECT, v.log
+    assert _guard(v, "op_audit").fired is False and "aten::empty" in _step(v, "op_audit").reason
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_torch_compute_is_refused_passes_with_the_step_off_and_is_reported_when_allowed():
+    on = judge("rowsum", "rowsum_torch", Policy(**STRICT))
+    assert on.status is Status.REJECTED and ("aten::mv" in on.log or "aten::mm" in on.log), on.log
+    assert _guard(on, "op_audit").fired
+    off = judge("rowsum", "rowsum_torch", Policy(**STRICT, disabled_steps=frozenset({"op_audit"})))
+    assert off.status is Status.CORRECT and _step(off, "op_audit").ran is False, off.log
+    allowed = judge("rowsum", "rowsum_torch", Policy(**STRICT, allow_torch_compute=True))
+    assert allowed.status is Status.CORRECT and "allowed by the policy" in _step(allowed, "op_audit").reason
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_aten_calls_from_a_cpp_extension_are_seen_too():
+    v = judge("relu", "relu_ext_aten", Policy(**STRICT))
+    assert v.status is Status.REJECTED and "aten::relu" in v.log, v.log

@@ -22,8 +22,9 @@ def _guard(v, name):
 
 
 def test_allow_list_keeps_allocation_views_and_copies_and_nothing_that_computes():
-    seen = {"aten::empty.memory_format": 1, "aten::t": 1, "aten::clone": 1, "aten::mm": 2, "aten::sum.dim_IntList": 1, "aten::_to_copy": 1}
-    assert ops.disallowed(seen) == {"aten::_to_copy": 1, "aten::mm": 2, "aten::sum.dim_IntList": 1}
+    seen = {"aten::empty.memory_format": 1, "aten::t": 1, "aten::clone": 1, "aten::mm": 2, "aten::sum.dim_IntList": 1,
+            "aten::_to_copy[convert]": 1, "aten::full": 1}
+    assert ops.disallowed(seen) == {"aten::_to_copy[convert]": 1, "aten::mm": 2, "aten::sum.dim_IntList": 1}
     assert ops.describe({"aten::mm": 2, "aten::add.Tensor": 1}) == "aten::mm x2, aten::add.Tensor x1"
 
 
@@ -50,3 +51,26 @@ def test_torch_compute_is_refused_passes_with_the_step_off_and_is_reported_when_
 def test_aten_calls_from_a_cpp_extension_are_seen_too():
     v = judge("relu", "relu_ext_aten", Policy(**STRICT))
     assert v.status is Status.REJECTED and "aten::relu" in v.log, v.log
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+@pytest.mark.parametrize("fixture,evidence", [
+    ("rowsum_audit_dodger", "aten::sum"),  # torch except on inputs seen before: the audit's are fresh
+    ("rowsum_thread_compute", "threads"),  # torch in a helper thread the dispatch mode does not watch
+])
+def test_audit_dodges_are_refused_and_pass_with_the_step_off(fixture, evidence):
+    on = judge("rowsum", fixture, Policy(**STRICT))
+    assert on.status is Status.REJECTED and evidence in on.log, on.log
+    off = judge("rowsum", fixture, Policy(**STRICT, disabled_steps=frozenset({"op_audit"})))
+    assert off.status is Status.CORRECT, off.log
+
+
+def test_conversions_are_compute_and_layout_copies_are_not():
+    import torch
+
+    x = torch.randn(4, 4)
+    assert ops.audit_name("aten::_to_copy", (x,), {"dtype": torch.float64}).endswith("[convert]")
+    assert ops.audit_name("aten::_to_copy", (x,), {"memory_format": torch.channels_last}) == "aten::_to_copy"
+    assert ops.audit_name("aten::copy_", (x, x.double()), {}).endswith("[convert]")
+    assert ops.audit_name("aten::copy_", (x, x.t()), {}) == "aten::copy_"
+    assert ops.disallowed({"aten::copy_[convert]": 1, "aten::copy_": 1}) == {"aten::copy_[convert]": 1}

@@ -14,6 +14,7 @@ DEGENERATE = {  # fixture -> checks that must pass on its own get_inputs()
     "zeros": {"all_zero_output", "zeros_pass", "constant_output"},
     "tiny": {"zeros_pass", "another_seed_passes"},
     "scaled_mean": {"another_seed_passes"},
+    "two_outputs": {"all_zero_output", "zeros_pass"},  # output 1 only
 }
 
 
@@ -30,6 +31,8 @@ def report():
 def test_degenerate_problem_is_flagged_by_its_trick(report, name):
     r = report[name]
     native = {f["check"] for f in r["findings"] if f["native"]}
+    if name == "two_outputs":
+        assert {f["output"] for f in r["findings"] if f["native"]} == {1}, r["findings"]
     assert r["degenerate"] and DEGENERATE[name] <= native, r["findings"]
     assert "identity_passes" not in native  # the input is never the answer here
 

@@ -16,7 +16,7 @@ from kernelwright.judge.records import Status
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 
 # Steps that multiply the correctness cases; the seeds test disables the others in both runs.
-MULTI_CASE_STEPS = frozenset({"seeds", "distributions", "extra_shapes"})
+MULTI_CASE_STEPS = frozenset({"seeds", "distributions", "extra_shapes", "op_audit"})  # the audit runs on fresh inputs too
 
 
 def ablation(problem: str, candidate: str, step: str, *, also_off: frozenset[str] = frozenset(), make=correctness_policy, device="cpu", **kw):

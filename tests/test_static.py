@@ -54,6 +54,8 @@ PYTHON_CASES = [
     ("reduced_precision", "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", "import torch\nx = torch.backends.cudnn.is_available()"),
     ("reduced_precision", "def f(x):\n    return x.half()", "def f(x):\n    return x.float()"),
     ("reduced_precision", "import torch\nwith torch.autocast('cuda'):\n    pass", "import torch\nwith torch.no_grad():\n    pass"),
+    ("graph_capture", "import torch\ng = torch.cuda.CUDAGraph()", "import torch\ne = torch.cuda.Event()"),
+    ("files", "import os\nos.remove('x')", "import pathlib\nsrc = (pathlib.Path(__file__).parent / 'k.cu').read_text()"),
 ]
 
 
@@ -95,11 +97,14 @@ extern "C" int run(float* x, cudaStream_t s) {
 CUDA_GOOD = r"""
 #include <cuda_runtime.h>
 #include <torch/extension.h>
+template <typename T> using acc_t = at::acc_type<T, true>;
 __global__ void k(const float* x, float* y, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 torch::Tensor relu(torch::Tensor x) {
+    TORCH_CHECK(x.scalar_type() == at::ScalarType::Float, "fp32 only");
+    for (auto i : c10::irange(x.dim())) { (void)i; }
     auto y = torch::empty_like(x);
     const c10::cuda::CUDAGuard guard(x.device());
     k<<<(x.numel() + 255) / 256, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
@@ -127,6 +132,15 @@ def test_without_the_cuda_parser_the_layer_says_so(monkeypatch):
     monkeypatch.setattr(static, "_cuda_parser", lambda: None)
     found = static.scan_candidate(ROOT / "examples" / "cuda" / "softmax" / "model_new.py", [("k.cu", CUDA_BAD)])
     assert [f["rule"] for f in found] == ["cuda_parser_unavailable"]
+
+
+def test_kernel_headers_and_sources_beside_the_model_are_scanned_by_relative_path(tmp_path):
+    pytest.importorskip("tree_sitter_cuda")
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "gemm.cuh").write_text("#include <cublas_v2.h>\nvoid f() { cublasSgemm(h); }\n")
+    (tmp_path / "model_new.py").write_text("import torch\n")
+    found = {(f["rule"], f["file"]) for f in scan_candidate(tmp_path / "model_new.py")}
+    assert ("cuda_vendor_library", "csrc/gemm.cuh") in found, found
 
 
 def test_shipped_examples_have_no_findings():

@@ -117,9 +117,32 @@ def _resolve(dotted: str) -> Any:
 _MISSING = object()
 
 
+WATCHED_EXTRA = ("json.dumps", "json.loads", "hmac.new", "hmac.compare_digest", "hashlib.sha256", "os.write", "os._exit")
+
+
+def _judge_functions() -> list[str]:
+    """Every function and method of the package bound in the judge's and the runtime's modules
+    loaded here (so replacing an imported name such as child_candidate.identities_moved shows)."""
+    names = []
+    for mod_name, mod in list(sys.modules.items()):
+        if not (mod_name.startswith("kernelwright.judge") or mod_name.startswith("kernelwright.runtime")) or mod is None:
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if not str(getattr(obj, "__module__", "") or "").startswith("kernelwright."):
+                continue  # the package's own functions, imported ones included
+            if callable(obj) and not isinstance(obj, type):
+                names.append(f"{mod_name}.{attr}")
+            elif isinstance(obj, type):
+                names += [f"{mod_name}.{attr}.{m}" for m, f in vars(obj).items() if callable(f) and not m.startswith("__")]
+    return names
+
+
 def snapshot_identities() -> dict[str, Any]:
-    """The watched objects themselves (held, so their ids cannot be reused), by name."""
-    return {name: _resolve(name) for name in WATCHED}
+    """The watched objects themselves (held, so their ids cannot be reused), by name: WATCHED, a
+    few standard-library functions the channel relies on, and every function of the judge's own
+    modules in this process."""
+    names = dict.fromkeys(WATCHED + WATCHED_EXTRA + tuple(_judge_functions()))
+    return {name: _resolve(name) for name in names}
 
 
 def identities_moved(snapshot: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernelwright.judge import correctness, inputs, timing
+from kernelwright.judge import correctness, inputs, ops, timing
 from kernelwright.judge.child import (
     CommandError, describe, flags_diff, identities_moved, lead_status, pin_flags, snapshot_flags, snapshot_identities,
 )
@@ -170,26 +170,32 @@ def profile(args: dict[str, Any]) -> dict[str, Any]:
         _call(values)
     total_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
     kernels = sorted(((e.key, getattr(e, "self_device_time_total", 0.0)) for e in prof.key_averages()), key=lambda kv: -kv[1])
-    return {"profiler_ms": total_us / 1e3, "kernels": [[k, us / 1e3] for k, us in kernels[:10]]}
+    return {"profiler_ms": total_us / 1e3, "kernels": [[k, us / 1e3] for k, us in kernels[:10]], **_replaced()}
 
 
 def audit(args: dict[str, Any]) -> dict[str, Any]:
-    """One forward under a dispatch mode that counts every ATen operator it reaches (from Python
-    and from C++ extension code); the judge decides which are compute (judge.ops)."""
+    """One forward, on inputs the candidate has not seen, under a dispatch mode that counts every
+    ATen operator it reaches (from Python and from C++ extension code); its output is saved for the
+    reference child to compare, and Python threads alive during the call are reported (a dispatch
+    mode sees only its own thread). The judge decides what counts as compute (judge.ops)."""
+    import threading
+
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen: dict[str, int] = {}
 
     class _Audit(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            name = func.name()
+            name = ops.audit_name(func.name(), args, kwargs or {})
             seen[name] = seen.get(name, 0) + 1
             return func(*args, **(kwargs or {}))
 
     values = inputs.make_inputs(S.problem, Case.from_dict(args["case"]), S.device)
     with _Audit():
-        _call(values)
-    return {"ops": seen, **_replaced()}
+        out = _call(values)
+    threads = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+    _save(out, args["path"])
+    return {"ops": seen, "threads": threads, **_replaced()}
 
 
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:

@@ -3,29 +3,48 @@
 A candidate is judged on its own kernels. One forward runs under a dispatch mode in the candidate
 child (child_candidate.audit) that counts every ATen operator it reaches, from Python and from C++
 extension code alike; the judge then refuses operators outside this list unless the policy allows
-torch compute. Allowed: allocation, views and layout copies, and metadata queries. Everything else
-(`F.*`, tensor methods, `@`, `torch.ops.aten.*`, dtype conversions) is compute.
+torch compute. Allowed: allocation (constant fills included), views and layout copies, and
+metadata queries. Everything else (`F.*`, tensor methods, `@`, `torch.ops.aten.*`, copies that
+convert dtype or device) is compute. Custom operators (`torch.library`) count as compute too: the
+audit cannot see inside them.
 """
 
 from __future__ import annotations
 
 ALLOCATION = {
     "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_",
+    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::zero_", "aten::ones", "aten::ones_like",
+    "aten::new_ones", "aten::full", "aten::full_like", "aten::new_full", "aten::fill_", "aten::arange",
 }
 VIEWS = {
     "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::t", "aten::transpose",
     "aten::permute", "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice",
     "aten::narrow", "aten::detach", "aten::alias", "aten::split", "aten::split_with_sizes", "aten::chunk",
     "aten::unbind", "aten::flatten", "aten::unflatten", "aten::view_as", "aten::expand_as", "aten::lift_fresh",
-    "aten::contiguous", "aten::clone", "aten::copy_", "aten::_reshape_alias",
-}
+    "aten::contiguous", "aten::clone", "aten::copy_", "aten::_reshape_alias", "aten::_to_copy",
+}  # copy_ and _to_copy only as layout copies: audit_name renames a conversion of dtype or device
 METADATA = {
     "aten::is_contiguous", "aten::sym_size", "aten::sym_stride", "aten::sym_numel", "aten::sym_storage_offset",
     "aten::size", "aten::stride", "aten::numel", "aten::dim", "aten::is_same_size", "aten::_local_scalar_dense",
     "aten::record_stream", "aten::set_",
 }
 ALLOWED = ALLOCATION | VIEWS | METADATA
+
+
+def audit_name(name: str, args: tuple, kwargs: dict) -> str:
+    """The name the audit records: a copy that converts dtype or device is compute and says so
+    (`aten::copy_[convert]`); a copy that only changes the layout keeps its name."""
+    import torch
+
+    base = base_name(name)
+    if base == "aten::copy_" and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2]):
+        if args[0].dtype != args[1].dtype or args[0].device != args[1].device:
+            return f"{name}[convert]"
+    if base == "aten::_to_copy" and args and isinstance(args[0], torch.Tensor):
+        src = args[0]
+        if kwargs.get("dtype", src.dtype) != src.dtype or torch.device(kwargs.get("device") or src.device) != src.device:
+            return f"{name}[convert]"
+    return name
 
 
 def base_name(op: str) -> str:
@@ -35,7 +54,7 @@ def base_name(op: str) -> str:
 
 def disallowed(ops: dict[str, int]) -> dict[str, int]:
     """The operators (with counts) that are torch compute."""
-    return {op: n for op, n in sorted(ops.items()) if base_name(op) not in ALLOWED}
+    return {op: n for op, n in sorted(ops.items()) if base_name(op) not in ALLOWED or op.endswith("[convert]")}
 
 
 def describe(ops: dict[str, int], limit: int = 12) -> str:

@@ -67,33 +67,50 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     if pending is not None:
         _finish_compare(flow, ref, *pending, worst)
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
-    _op_audit(flow, cand, cases)
+    _op_audit(flow, ref, cand)
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
     if policy.enabled("function_identities"):
         vb.guard("function_identities", False, "every watched function unchanged after the import and every call")
 
 
-def _op_audit(flow: "_Flow", cand: Child, cases: list[Case]) -> None:
-    """One more forward, on the first case's inputs, under the candidate child's dispatch mode."""
+def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
+    """One more forward, on fresh secret inputs, under the candidate child's dispatch mode; its
+    output is compared like a correctness case, so a candidate cannot recognise the audit's inputs
+    and answer from a cache."""
     vb, policy = flow.vb, flow.policy
     if not vb.off_or("op_audit"):
         return
+    case = Case("native", random.randrange(1, 2**31))
+    path = flow.workdir / "audit.pt"
     try:
-        res = cand.call("audit", {"case": cases[0].to_dict()}, timeout_s=policy.run_timeout_s)
+        res = cand.call("audit", {"case": case.to_dict(), "path": str(path)}, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "the op audit") from None
-    _check_case_reply(flow, cases[0], res)
+    _check_case_reply(flow, case, res)
+    try:
+        cmp = ref.call("recheck", {"input_seed": case.seed, "path": str(path)}, timeout_s=policy.run_timeout_s)
+    except ChildError as exc:
+        raise flow.child_stop(exc, "comparing the audited forward") from None
+    finally:
+        path.unlink(missing_ok=True)
+    if not cmp["ok"]:
+        raise Stop(Status.INCORRECT, f"the audited forward (fresh inputs): {cmp['message']}")
     ops_seen = res.get("ops", {})
     compute = ops.disallowed(ops_seen)
     seen = ops.describe(ops_seen) or "no ATen operators"
+    if res.get("threads") and not policy.allow_torch_compute:
+        vb.step("op_audit", True, f"ATen operators in one forward: {seen}")
+        vb.guard("op_audit", True, f"Python threads alive during the audited forward: {', '.join(res['threads'])}")
+        raise Stop(Status.REJECTED, f"Python threads were alive during the audited forward ({', '.join(res['threads'])}): "
+                                    "work there is out of the audit's sight")
     if compute and not policy.allow_torch_compute:
         vb.step("op_audit", True, f"ATen operators in one forward: {seen}")
         vb.guard("op_audit", True, f"torch compute in the candidate's forward: {ops.describe(compute)}")
         raise Stop(Status.REJECTED, f"the candidate computes with torch operators ({ops.describe(compute)}); "
                                     "only allocation, views and layout copies are allowed unless the policy allows torch compute")
     note = " (torch compute allowed by the policy)" if compute else ""
-    vb.step("op_audit", True, f"ATen operators in one forward: {seen}{note}")
+    vb.step("op_audit", True, f"ATen operators in one forward on fresh inputs: {seen}{note}")
     vb.guard("op_audit", False, f"torch compute: {ops.describe(compute)}{note}" if compute else "allocation, views and layout copies only")
 
 

@@ -32,6 +32,7 @@ RULES: dict[str, str] = {
     "threads": "starts threads (threading, _thread, concurrent.futures)",
     "ctypes": "loads native code with ctypes / cffi outside kernelwright.runtime",
     "side_stream": "creates or switches CUDA streams from Python",
+    "graph_capture": "captures or replays CUDA graphs from Python (work replayed from a graph is invisible to the op audit)",
     "inherits_reference": "ModelNew subclasses the reference Model",
     "exception_fallback": "a broad except or contextlib.suppress (a silent fallback to another path)",
     "reduced_precision": "TF32 / fp16 / bf16 switches, casts or autocast",
@@ -65,6 +66,8 @@ _NAME_RULES: dict[str, str] = {
     "ctypes": "ctypes", "cffi": "ctypes",
     "torch.cuda.Stream": "side_stream", "torch.cuda.stream": "side_stream", "torch.cuda.set_stream": "side_stream",
     "torch.cuda.ExternalStream": "side_stream", "torch.Stream": "side_stream",
+    "torch.cuda.graph": "graph_capture", "torch.cuda.CUDAGraph": "graph_capture", "torch.cuda.make_graphed_callables": "graph_capture",
+    "torch.cuda.graphs": "graph_capture",
     "torch.backends.cuda.matmul.allow_tf32": "reduced_precision", "torch.backends.cudnn.allow_tf32": "reduced_precision",
     "torch.set_float32_matmul_precision": "reduced_precision",
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": "reduced_precision",
@@ -73,7 +76,7 @@ _NAME_RULES: dict[str, str] = {
     "torch.autocast": "reduced_precision", "torch.cuda.amp": "reduced_precision", "torch.amp": "reduced_precision",
 }
 _PREFIX_RULES = {"os.exec": "subprocess", "os.spawn": "subprocess", "os.posix_spawn": "subprocess", "gc": "gc_access"}
-_PATH_IO = ("write_text", "write_bytes", "read_text", "read_bytes", "unlink", "touch", "rename")  # pathlib
+_PATH_IO = ("write_text", "write_bytes", "unlink", "touch", "rename")  # pathlib writes (reading one's own kernel file is common)
 _FRAME_ATTRS = ("f_back", "f_locals", "f_globals", "tb_frame", "gi_frame")
 # Functions whose identity the judge relies on: binding them to another name is an alias finding.
 _SENSITIVE = (
@@ -256,8 +259,11 @@ def embedded_sources(text: str) -> list[tuple[int, str]]:
     return out
 
 
+_C_MARKERS = ("#include", "__global__", "__device__", "extern \"C\"", "torch::", "at::", "c10::", "cublas", "cudnn", "std::")
+
+
 def _looks_like_c(s: str) -> bool:
-    return "\n" in s and ("#include" in s or "__global__" in s or "extern \"C\"" in s or "torch::Tensor" in s)
+    return "\n" in s and ("{" in s or "#include" in s) and any(m in s for m in _C_MARKERS)
 
 
 # -- CUDA / C++ -----------------------------------------------------------------------------------
@@ -296,13 +302,15 @@ def _cuda_parser() -> Any | None:
 # The plumbing every torch extension needs (types, dtype constants, allocation, guards, the current
 # stream) is not torch compute: a load_inline wrapper that only allocates and launches is clean.
 _TORCH_PLUMBING = re.compile(
-    r"^(at|torch|c10)::(cuda::)?(Tensor\w*|k[A-Z]\w*|empty\w*|zeros\w*|ones\w*|full\w*|Device\w*|device|dtype|"
-    r"ScalarType|Half|BFloat16|IntArrayRef|optional|nullopt|TensorOptions|Layout|MemoryFormat|\w*Guard|"
-    r"getCurrentCUDAStream|CUDAStream|getCurrentDeviceProperties|Scalar)$"
+    r"^(at|torch|c10)::(cuda::|native::)?(Tensor\w*|k[A-Z]\w*|empty\w*|zeros\w*|ones\w*|full\w*|Device\w*|device|dtype|"
+    r"ScalarType(::\w+)?|Half|BFloat16|IntArrayRef|ArrayRef|optional|nullopt|TensorOptions|Layout|MemoryFormat|\w*Guard|"
+    r"getCurrentCUDAStream|CUDAStream|getCurrentDeviceProperties|Scalar|irange|acc_type|opmath_type|"
+    r"elementSize|toString|typeMetaToScalarType|kernel_launch_check)$"
 )
 
 
 def _cuda_rule(name: str) -> str | None:
+    name = name.split("<", 1)[0].strip()  # template arguments do not change what a name is
     if _TORCH_PLUMBING.match(name):
         return None
     for prefix, rule in _CUDA_PREFIXES:
@@ -365,10 +373,14 @@ def scan_cuda(text: str, file: str, line_offset: int = 0, parser: Any | None = N
 # -- a whole candidate ----------------------------------------------------------------------------
 
 
+C_SUFFIXES = (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp")
+
+
 def scan_candidate(model_new: Path, kernel_sources: Iterable[tuple[str, str]] = ()) -> list[dict[str, Any]]:
-    """Findings for a candidate: every Python file under its folder (the judge passes its snapshot
-    copy, which holds only the candidate's files), the kernel sources discovery found ((name, text)
-    pairs), and C/CUDA text in Python strings."""
+    """Findings for a candidate: every Python and C/C++/CUDA file under its folder (the judge passes
+    its snapshot copy, which holds the candidate's files; for a single-file candidate, the files
+    beside it, which are judged with it), C/CUDA text in Python strings, and the kernel sources
+    discovery found ((name, text) pairs) that are none of those."""
     root = model_new.parent
     py_files = [model_new] + [p for p in sorted(root.rglob("*.py")) if p != model_new]
     parser = _cuda_parser()
@@ -381,6 +393,10 @@ def scan_candidate(model_new: Path, kernel_sources: Iterable[tuple[str, str]] = 
         for line, src in embedded_sources(text):
             seen_sources.add(src)
             findings += scan_cuda(src, rel, line - 1, parser)
+    for path in sorted(p for p in root.rglob("*") if p.suffix in C_SUFFIXES and p.is_file()):
+        src = path.read_text(errors="replace")
+        seen_sources.add(src)
+        findings += scan_cuda(src, str(path.relative_to(root)), 0, parser)
     for name, src in kernel_sources:
         if src not in seen_sources:
             findings += scan_cuda(src, name, 0, parser)

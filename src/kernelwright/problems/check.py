@@ -79,6 +79,7 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     findings = []
+    n_outputs = len({key.partition(":")[2] for key in reply["checks"]})
     for key, where in sorted(reply["checks"].items()):
         check, _, output = key.partition(":")
         if where["native"] or where["distributions"]:
@@ -86,6 +87,6 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
             findings.append({
                 "check": check, "output": int(output) if output else None, "native": where["native"],
                 "distributions": where["distributions"],
-                "detail": f"{CHECKS[check]}" + (f" (output {output})" if output else "") + (f" on get_inputs(); {caught}" if where["native"] else " on the judge's other distributions only"),
+                "detail": f"{CHECKS[check]}" + (f" (output {output})" if n_outputs > 1 else "") + (f" on get_inputs(); {caught}" if where["native"] else " on the judge's other distributions only"),
             })
     return CheckResult(problem, any(f["native"] for f in findings), findings, reply["cases"])

@@ -81,6 +81,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
     vb, policy = flow.vb, flow.policy
     if not vb.off_or("op_audit"):
         return
+    flow.say("auditing one forward on fresh inputs")
     case = Case("native", random.randrange(1, 2**31))
     path = flow.workdir / "audit.pt"
     try:

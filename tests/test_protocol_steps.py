@@ -136,7 +136,7 @@ def test_poison_catches_an_uninitialised_output_that_holds_a_stale_answer():
     # with poison off and the audit on, the audit's fresh inputs expose the stale answer
     audited = judge("outer", "outer_stale_output", correctness_policy(disabled_steps=frozenset({"distributions", "extra_shapes", "poison"}),
                                                                        seeds=(7, 7, 7)), device="cuda")
-    assert audited.status is Status.INCORRECT and "audited forward" in audited.reason, audited.log
+    assert audited.status is Status.INCORRECT and "audited forward" in audited.log, audited.log
 
 
 @needs_gpu()

@@ -96,22 +96,39 @@ WATCHED = (
 )
 
 
-def _resolve(dotted: str) -> Any:
-    """The object a dotted name points to now (module prefix imported), or a marker when missing."""
-    import importlib
-
+def _resolve(dotted: str, *, load: bool = False) -> Any:
+    """The object a dotted name points to now, or a marker when missing: attribute by attribute
+    from the top-level module, as the judge's own code reaches it (so `torch.cuda = fake` counts),
+    else from the longest module prefix. Modules are looked up in sys.modules (imported first
+    when load is set, as for the snapshot): a check is dictionary lookups only, about 0.1 ms for
+    every watched name against 4 ms with import_module on the 2-core box, so checking after every
+    timing batch does not load the candidate's wall clock with the judge's own work."""
     parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr, _MISSING)
-            if obj is _MISSING:
-                return _MISSING
+    if load:
+        import importlib
+
+        for cut in range(len(parts), 0, -1):
+            try:
+                importlib.import_module(".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+    obj = _walk(sys.modules.get(parts[0], _MISSING), parts[1:])
+    if obj is not _MISSING:
         return obj
+    for cut in range(len(parts), 1, -1):
+        mod = sys.modules.get(".".join(parts[:cut]))
+        if mod is not None:
+            return _walk(mod, parts[cut:])
     return _MISSING
+
+
+def _walk(obj: Any, attrs: list[str]) -> Any:
+    for attr in attrs:
+        if obj is _MISSING:
+            return _MISSING
+        obj = getattr(obj, attr, _MISSING)
+    return obj
 
 
 _MISSING = object()
@@ -142,7 +159,7 @@ def snapshot_identities() -> dict[str, Any]:
     few standard-library functions the channel relies on, and every function of the judge's own
     modules in this process."""
     names = dict.fromkeys(WATCHED + WATCHED_EXTRA + tuple(_judge_functions()))
-    return {name: _resolve(name) for name in names}
+    return {name: _resolve(name, load=True) for name in names}
 
 
 def identities_moved(snapshot: dict[str, Any]) -> list[str]:

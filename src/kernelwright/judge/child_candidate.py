@@ -115,25 +115,38 @@ def _save(out: Any, path: str) -> None:
 
 
 def run_case(args: dict[str, Any]) -> dict[str, Any]:
-    """Run one correctness case with the enabled checks; save the output for comparison."""
-    values = inputs.make_inputs(S.problem, Case.from_dict(args["case"]), S.device)
+    """Run one correctness case with the enabled checks; save the output for comparison. A "near"
+    case first calls the candidate on get_inputs() under its seed, then changes a few elements of
+    those same tensors in place (inputs.perturb) and runs the case on them."""
+    case = Case.from_dict(args["case"])
+    seen: dict[str, int] | None = {} if args.get("audit") else None  # every case under the op audit's mode
+    if case.kind == "near":
+        values = inputs.raw_inputs(S.problem, Case("native", case.seed), S.device)
+        _audited_call(values, seen)
+        replaced = _replaced()
+        if replaced:
+            return replaced
+        inputs.perturb(S.problem, values, case.seed, S.device)
+    else:
+        values = inputs.make_inputs(S.problem, case, S.device)
     before = inputs.clone_tensors(values) if args["check_inputs"] else None
     S.check_flags = args["check_flags"]
     if args["poison"]:
         _poison(args["output_bytes"])
-    out = _call(values)
+    out = _audited_call(values, seen)
     replaced = _replaced()
     if replaced:
         return replaced
+    audited = {"ops": seen} if seen is not None else {}
     moved = flags_diff(S.pinned) if args["check_flags"] else {}
     if moved:
-        return {"flags_changed": moved}
+        return {"flags_changed": moved, **audited}
     if before is not None:
         changed = inputs.changed_inputs(before, values)
         if changed:
-            return {"inputs_changed": changed}
+            return {"inputs_changed": changed, **audited}
     _save(out, args["path"])
-    return {"saved": True}
+    return {"saved": True, **audited}
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
@@ -173,16 +186,10 @@ def profile(args: dict[str, Any]) -> dict[str, Any]:
     return {"profiler_ms": total_us / 1e3, "kernels": [[k, us / 1e3] for k, us in kernels[:10]], **_replaced()}
 
 
-def audit(args: dict[str, Any]) -> dict[str, Any]:
-    """One forward, on inputs the candidate has not seen, under a dispatch mode that counts every
-    ATen operator it reaches (from Python and from C++ extension code); its output is saved for the
-    reference child to compare, and Python threads alive during the call are reported (a dispatch
-    mode sees only its own thread). The judge decides what counts as compute (judge.ops)."""
-    import threading
-
+def _audit_mode(seen: dict[str, int]) -> Any:
+    """A dispatch mode that counts every ATen operator it reaches (from Python and from C++
+    extension code) into seen; the judge decides what counts as compute (judge.ops)."""
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen: dict[str, int] = {}
 
     class _Audit(TorchDispatchMode):
         @classmethod
@@ -197,9 +204,26 @@ def audit(args: dict[str, Any]) -> dict[str, Any]:
             seen[name] = seen.get(name, 0) + 1
             return func(*args, **(kwargs or {}))
 
+    return _Audit()
+
+
+def _audited_call(values: list[Any], seen: dict[str, int] | None) -> Any:
+    """_call, under the audit mode when seen is a dict."""
+    if seen is None:
+        return _call(values)
+    with _audit_mode(seen):
+        return _call(values)
+
+
+def audit(args: dict[str, Any]) -> dict[str, Any]:
+    """One forward, on inputs the candidate has not seen, under the audit mode; its output is saved
+    for the reference child to compare, and Python threads alive during the call are reported (a
+    dispatch mode sees only its own thread)."""
+    import threading
+
+    seen: dict[str, int] = {}
     values = inputs.make_inputs(S.problem, Case.from_dict(args["case"]), S.device)
-    with _Audit():
-        out = _call(values)
+    out = _audited_call(values, seen)
     threads = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
     _save(out, args["path"])
     return {"ops": seen, "threads": threads, **_replaced()}

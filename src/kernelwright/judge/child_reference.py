@@ -248,7 +248,7 @@ def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
     def note(check: str, ok: bool) -> None:
         passes.setdefault(check, []).append(bool(ok))
 
-    group_of = ["native" if c.kind == "native" else "other" for c in cases]
+    group_of = ["native" if c.kind in ("native", "near") else "other" for c in cases]
     for i, ref in enumerate(outs):
         peers = [j for j in range(len(cases)) if group_of[j] == group_of[i]]
         other = outs[peers[(peers.index(i) + 1) % len(peers)]]  # the next case of the same group
@@ -265,7 +265,7 @@ def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
             note(f"another_seed_passes:{k}", other is not ref and fits(other[k]))
             note(f"zeros_pass:{k}", fits(torch.zeros_like(o)))
             note(f"identity_passes:{k}", any(fits(v) for v in same))
-    groups = [("native", [c.kind == "native" for c in cases]), ("distributions", [c.kind not in ("native", "extra") for c in cases])]
+    groups = [("native", [c.kind == "native" for c in cases]), ("distributions", [c.kind not in ("native", "extra", "near") for c in cases])]
     result = {}
     for check, flags in passes.items():
         result[check] = {name: bool(any(mask) and all(f for f, m in zip(flags, mask) if m)) for name, mask in groups}

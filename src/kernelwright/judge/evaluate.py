@@ -304,8 +304,11 @@ class _Flow:
 
 
 def correctness_cases(seeds: list[int], policy: Policy, n_extra: int) -> list[Case]:
-    """get_inputs() under every seed; each distribution once, under the seeds in turn; the extra shapes."""
+    """get_inputs() under every seed; the near duplicate; each distribution once, under the seeds in
+    turn; the extra shapes."""
     cases = [Case("native", s) for s in seeds]
+    if policy.enabled("near_duplicate"):
+        cases.append(Case("near", (seeds[-1] * 48271 + 11) % (2**31 - 1) + 1))
     if policy.enabled("distributions"):
         dists = [d for d in policy.distributions if d in DISTRIBUTIONS]
         cases += [Case(d, seeds[i % len(seeds)]) for i, d in enumerate(dists)]

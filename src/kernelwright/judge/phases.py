@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, stats
 from kernelwright.judge.measure import FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
+from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
 from kernelwright.judge.workers import Child, ChildError
@@ -22,10 +23,12 @@ def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[in
     if vb.off_or("seeds"):
         vb.step("seeds", True, f"{len(flow.seeds)} secret seeds")
     if vb.off_or("distributions"):
-        kinds = sorted({c.kind for c in cases if c.kind not in ("native", "extra")})
+        kinds = sorted({c.kind for c in cases if c.kind not in ("native", "extra", "near")})
         dropped = sorted({cases[i].id for i in skipped})
         note = f"; skipped where the reference is not finite: {', '.join(dropped)}" if dropped else ""
         vb.step("distributions", True, f"get_inputs() plus {', '.join(kinds)}{note}")
+    if vb.off_or("near_duplicate"):
+        vb.step("near_duplicate", True, f"{NEAR_POSITIONS} elements per floating input changed in place after a first call on the same tensors")
     if vb.off_or("extra_shapes"):
         n = sum(c.kind == "extra" for c in cases)
         vb.step("extra_shapes", n > 0, f"{n} get_test_inputs() lists" if n else "the problem has no get_test_inputs()")
@@ -88,7 +91,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
         res = cand.call("audit", {"case": case.to_dict(), "path": str(path)}, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "the op audit") from None
-    _check_case_reply(flow, case, res)
+    _check_case_reply(flow, case, {k: v for k, v in res.items() if k != "ops"})  # its operators are judged below
     try:
         cmp = ref.call("recheck", {"input_seed": case.seed, "path": str(path)}, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
@@ -96,6 +99,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
     finally:
         path.unlink(missing_ok=True)
     if not cmp["ok"]:
+        vb.guard("op_audit", True, f"the audited forward on fresh inputs was wrong: {cmp['message']}"[:300])
         raise Stop(Status.INCORRECT, f"the audited forward (fresh inputs): {cmp['message']}")
     ops_seen = res.get("ops", {})
     compute = ops.disallowed(ops_seen)
@@ -111,7 +115,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
         raise Stop(Status.REJECTED, f"the candidate computes with torch operators ({ops.describe(compute)}); "
                                     "only allocation, views and layout copies are allowed unless the policy allows torch compute")
     note = " (torch compute allowed by the policy)" if compute else ""
-    vb.step("op_audit", True, f"ATen operators in one forward on fresh inputs: {seen}{note}")
+    vb.step("op_audit", True, f"every correctness case and one forward on fresh inputs under a dispatch mode; operators of the fresh forward: {seen}{note}")
     vb.guard("op_audit", False, f"torch compute: {ops.describe(compute)}{note}" if compute else "allocation, views and layout copies only")
 
 
@@ -122,7 +126,7 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dic
     args = {
         "case": case.to_dict(), "path": str(path), "poison": policy.enabled("poison"),
         "check_inputs": policy.enabled("inputs_unchanged"), "check_flags": policy.enabled("numerics_flags"),
-        "output_bytes": flow.meta.get("output_bytes", []),
+        "output_bytes": flow.meta.get("output_bytes", []), "audit": policy.enabled("op_audit") and not policy.allow_torch_compute,
     }
     try:
         res = cand.call("run_case", args, timeout_s=policy.run_timeout_s)
@@ -132,16 +136,24 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dic
 
 
 def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
-    """Refuse a case whose call moved numerics flags or changed its inputs."""
+    """Refuse a case whose call replaced watched functions, computed with torch operators (every
+    case runs under the op audit's dispatch mode), moved numerics flags or changed its inputs."""
     vb = flow.vb
     if "identities_moved" in res:
         moved = ", ".join(res["identities_moved"])
         vb.guard("function_identities", True, f"case {case.id}: {moved}")
         raise Stop(Status.REJECTED, f"case {case.id}: the candidate replaced {moved}")
+    compute = ops.disallowed(res.get("ops") or {})
+    if compute and not flow.policy.allow_torch_compute:
+        vb.step("op_audit", True, f"ATen operators in case {case.id}: {ops.describe(res['ops'])}")
+        vb.guard("op_audit", True, f"case {case.id}: torch compute in the candidate's forward: {ops.describe(compute)}")
+        raise Stop(Status.REJECTED, f"case {case.id}: the candidate computes with torch operators ({ops.describe(compute)}); "
+                                    "only allocation, views and layout copies are allowed unless the policy allows torch compute")
     if "flags_changed" in res:
         vb.guard("numerics_flags", True, f"case {case.id}: {res['flags_changed']}")
         raise Stop(Status.REJECTED, f"case {case.id}: the candidate changed numerics flags {res['flags_changed']}")
     if "inputs_changed" in res:
+        vb.guard("inputs_unchanged", True, f"case {case.id}: input(s) at position(s) {res['inputs_changed']} modified")
         raise Stop(Status.INCORRECT, f"case {case.id}: the candidate modified its input(s) at position(s) {res['inputs_changed']}")
 
 
@@ -158,7 +170,18 @@ def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, path: Path, w
         worst[0], worst[1] = max(worst[0], cmp["max_abs_error"]), max(worst[1], cmp["max_rel_error"])
     if not cmp["ok"]:
         vb.numbers.update(max_abs_error=cmp.get("max_abs_error"), max_rel_error=cmp.get("max_rel_error"))
+        step = _case_step(i, case)
+        if step is not None:
+            vb.guard(step, True, f"case {case.id}: {cmp['message']}"[:300])
         raise Stop(Status.INCORRECT, f"case {case.id}: {cmp['message']}")
+
+
+def _case_step(i: int, case: Case) -> str | None:
+    """The correctness step a failing case belongs to; None for the first get_inputs() case, where
+    a wrong answer is just wrong and no guard was needed to see it."""
+    if case.kind == "native":
+        return "seeds" if i > 0 else None
+    return {"near": "near_duplicate", "extra": "extra_shapes"}.get(case.kind, "distributions")
 
 
 def _record_timing_steps(flow: "_Flow") -> None:
@@ -199,6 +222,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
     if outcome.recheck_failure:
+        vb.guard("timed_recheck", True, outcome.recheck_failure[:300])
         raise Stop(Status.INCORRECT, outcome.recheck_failure)
     if vb.off_or("adaptive_stop"):
         vb.step("adaptive_stop", True, outcome.stop_reason)

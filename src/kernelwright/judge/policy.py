@@ -9,6 +9,7 @@ from typing import Any
 # Every protocol step of DESIGN.md, by name. Each may be switched off for ablation tests.
 CORRECTNESS_STEPS = (
     "seeds",  # several secret seeds, not one
+    "near_duplicate",  # a call on fresh inputs, then on the same tensors with a few elements changed in place
     "distributions",  # normal, uniform [-1, 1] and large-magnitude inputs besides get_inputs()
     "extra_shapes",  # the problem's get_test_inputs()
     "inputs_unchanged",  # inputs cloned and checked unchanged after the call
@@ -32,6 +33,7 @@ TIMING_STEPS = (
     "physics_floor",  # refuse times below the H200 physics floor
 )
 ALL_STEPS = CORRECTNESS_STEPS + TIMING_STEPS
+NEAR_POSITIONS = 8  # elements changed per floating input in the near_duplicate case (judge.inputs.perturb)
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DISTRIBUTIONS = ("normal", "uniform", "large")

@@ -173,7 +173,7 @@ def truncate(text: str, limit: int = 4000) -> str:
 class Case:
     """One set of correctness inputs."""
 
-    kind: str  # "native" (get_inputs as written), "normal", "uniform", "large", or "extra"
+    kind: str  # "native" (get_inputs as written), "normal", "uniform", "large", "extra", or "near" (inputs.perturb)
     seed: int  # seed for get_inputs / get_test_inputs and for the distribution
     index: int = 0  # which get_test_inputs() list, for kind "extra"
 

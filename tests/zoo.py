@@ -1,0 +1,163 @@
+"""The exploit zoo: candidates that cheat, each with the guard that refuses it, and honest controls.
+
+Used by tests/test_zoo.py (the CPU entries on every run, the GPU entries with `-m gpu`) and by
+benchmarks/zoo_bench.py (the table in docs/zoo.md, on the CPU and on the H200).
+
+An exploit is judged twice under the zoo policy (default steps, short timing, eager baseline):
+with every step on it must be refused and `guard` must be among the verdict's fired guards; with
+the steps in `off` switched off it must get `off_status` (mostly `correct`, with the speedup the
+trick buys). Where more than one step catches a trick, `off` names them all. `guard` values that
+are not steps say what refuses the exploit without a switch:
+
+- "isolation": the reference, its outputs and the comparison live in another process;
+- "channel": results travel on an authenticated channel, never on stdout;
+- "tolerance": the strict fp32 tolerance (`off_policy` loosens it);
+- "degeneracy_gate": `kernelwright problems check` flags the problem itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate")
+
+
+@dataclass(frozen=True)
+class Exploit:
+    name: str  # the fixture candidate (tests/fixtures/candidates/NAME)
+    problem: str  # the fixture problem (tests/fixtures/problems/PROBLEM.py)
+    trick: str  # what it does, in words
+    guard: str  # the guard that fires with every step on (a step name, or one of STRUCTURAL)
+    off: frozenset[str] | None  # steps switched off for the ablation; None: nothing to switch off
+    device: str = "cpu"
+    refused: tuple[str, ...] = ("incorrect", "rejected")  # acceptable statuses with every step on
+    off_status: str = "correct"  # the status with `off` switched off
+    allow_torch: bool = False  # torch compute allowed (the trick computes with torch; the op audit would refuse it first)
+    off_policy: dict[str, Any] = field(default_factory=dict)  # policy fields changed for the ablation
+
+    @property
+    def problem_path(self) -> Path:
+        return FIXTURES / "problems" / f"{self.problem}.py"
+
+    @property
+    def candidate_path(self) -> Path:
+        return FIXTURES / "candidates" / self.name
+
+
+@dataclass(frozen=True)
+class Control:
+    name: str
+    problem_path: Path
+    candidate_path: Path
+    what: str
+    device: str = "cpu"
+
+
+def _f(*steps: str) -> frozenset[str]:
+    return frozenset(steps)
+
+
+REPLAY = _f("seeds", "near_duplicate", "distributions", "extra_shapes", "op_audit", "timed_recheck")  # the audit's fresh forward sees a replay too
+
+EXPLOITS: tuple[Exploit, ...] = (
+    # -- replays ------------------------------------------------------------------------------
+    Exploit("zoo_replay_identity", "rowsum", "replays the answer cached under the input tensor's id()", "near_duplicate", _f("near_duplicate", "timed_recheck")),
+    Exploit("zoo_replay_data_ptr", "rowsum", "replays the answer cached under the input's data_ptr()", "near_duplicate", _f("near_duplicate", "timed_recheck")),
+    Exploit("zoo_replay_shape", "rowsum", "replays the answer cached under the input's shape", "seeds", REPLAY),
+    Exploit("zoo_replay_version", "rowsum", "replays the answer cached under the input's shape and _version", "seeds", REPLAY | {"fresh_inputs"}),
+    Exploit("zoo_replay_element", "rowsum", "replays the answer cached under the input's first element (read with ctypes)", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
+    Exploit("zoo_file_cache", "rowsum", "writes answers to a file keyed on shape and first element, reads them back", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
+    Exploit("rowsum_replay", "rowsum", "computes once, then replays its first answer for every input", "seeds", REPLAY),
+    # -- reaching for the reference ------------------------------------------------------------
+    Exploit("zoo_frame_walk", "rowsum", "walks the caller's frames for a reference output", "isolation", None),
+    Exploit("zoo_gc_search", "rowsum", "searches gc.get_objects() for a reference output", "isolation", None),
+    Exploit("zoo_disk_reference", "rowsum", "loads every .pt under the temp dir and the judge's cache, looking for a reference", "isolation", None),
+    # -- the result channel -------------------------------------------------------------------
+    Exploit("rowsum_fd_spray", "rowsum", "writes forged result lines to every file descriptor", "channel", None, refused=("rejected", "runtime_error", "infra_error")),
+    Exploit("rowsum_fake_verdict", "rowsum", "prints a fake verdict on stdout, then os._exit(0)", "channel", None, refused=("runtime_error",)),
+    # -- patched functions ----------------------------------------------------------------------
+    Exploit("zoo_patched_allclose", "rowsum", "returns zeros; setattr replaces torch.allclose and torch.testing.assert_close", "function_identities",
+            _f("function_identities"), off_status="incorrect"),
+    Exploit("rowsum_patches_allclose_later", "rowsum", "replaces torch.allclose through setattr from its second call", "function_identities",
+            _f("function_identities"), allow_torch=True),
+    Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities")),
+    Exploit("rowsum_patched_timer", "rowsum", "replaces the judge's own per-call timer through sys.modules", "function_identities", _f("function_identities"), allow_torch=True),
+    # -- precision ------------------------------------------------------------------------------
+    Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
+    Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
+    Exploit("rowsum_tf32_later", "rowsum", "switches TF32 on from its 40th call, in the timing phase", "numerics_flags", _f("numerics_flags"), allow_torch=True),
+    Exploit("zoo_fp16_inside", "rowsum", "accumulates in half precision inside the C++ kernel", "tolerance", None,
+            off_policy={"atol": 5e-2, "rtol": 5e-2}),
+    # -- torch compute --------------------------------------------------------------------------
+    Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
+    Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
+    Exploit("rowsum_audit_dodger", "rowsum", "torch compute, except on inputs it has seen (where it runs a kernel)", "op_audit", _f("op_audit")),
+    Exploit("rowsum_thread_compute", "rowsum", "computes with torch in a helper thread kept alive", "op_audit", _f("op_audit")),
+    Exploit("zoo_try_fallback", "rowsum", "a kernel for contiguous inputs; try/except falls back to torch", "op_audit", _f("op_audit")),
+    Exploit("zoo_suppress_fallback", "rowsum", "a kernel inside contextlib.suppress; torch when it raises (wide rows)", "op_audit", _f("op_audit")),
+    Exploit("zoo_inherits_model", "rowsum", "class ModelNew(Model): the reference's own forward", "op_audit", _f("op_audit")),
+    Exploit("zoo_aten_ops", "rowsum", "calls torch.ops.aten.sum directly", "op_audit", _f("op_audit")),
+    # -- inputs and outputs ---------------------------------------------------------------------
+    Exploit("zoo_zeroes_input", "rowsum", "a correct kernel that zeroes its input afterwards", "inputs_unchanged", _f("inputs_unchanged", "near_duplicate")),
+    Exploit("relu_inplace", "relu", "ReLU in place into its input", "inputs_unchanged", _f("inputs_unchanged")),
+    Exploit("zoo_tensor_subclass", "rowsum", "returns zeros as a Tensor subclass whose __eq__ and allclose always agree", "output_checks",
+            _f("output_checks"), off_status="incorrect"),
+    Exploit("zoo_instance_override", "rowsum", "returns zeros with allclose and equal overridden on the instance", "isolation", None,
+            refused=("incorrect", "runtime_error")),
+    Exploit("rowsum_float64", "rowsum", "right values returned as float64", "output_checks", _f("output_checks"), allow_torch=True),
+    # -- inputs the candidate did not expect ----------------------------------------------------
+    Exploit("relu_identity", "relu", "returns its input unchanged (right for get_inputs()'s non-negative values)", "distributions", _f("distributions")),
+    Exploit("rowsum_fixed_cols", "rowsum", "sums at most get_inputs()'s 513 columns (a branch on the shape)", "extra_shapes", _f("extra_shapes")),
+    Exploit("rowsum_goes_wrong", "rowsum", "right for 30 calls, then off by one", "timed_recheck", _f("timed_recheck")),
+    Exploit("zoo_zeros_degenerate", "degenerate/zeros", "returns zeros where the output is x - x", "degeneracy_gate", None, refused=("correct",)),
+    # -- GPU ------------------------------------------------------------------------------------
+    Exploit("relu_side_stream", "relu", "spins 2 ms on a side stream from raw cudaStreamCreate, returns at once", "device_sync",
+            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
+    Exploit("zoo_side_stream_python", "relu", "the same on a torch.cuda.Stream()", "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
+    Exploit("zoo_side_stream_obfuscated", "relu", "the same with the stream reached through built names", "device_sync",
+            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
+    Exploit("zoo_super_batch", "relu", "launches the work of four calls at once on a side stream", "timed_recheck",
+            _f("device_sync", "timed_recheck", "wall_clock_check", "poison"), device="cuda", off_status="incorrect"),
+    Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "op_audit"), device="cuda"),
+    Exploit("zoo_patched_synchronize", "relu", "setattr replaces torch.cuda.synchronize", "function_identities", _f("function_identities"), device="cuda"),
+    Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda"),
+    Exploit("relu_patched_event", "relu", "replaces the judge's event timer through sys.modules", "function_identities",
+            _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda"),
+)
+
+
+def _ex(device: str, name: str) -> tuple[Path, Path]:
+    return ROOT / "examples" / device / name / "problem.py", ROOT / "examples" / device / name
+
+
+CONTROLS: tuple[Control, ...] = (
+    Control("rowsum_correct", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "rowsum_correct", "row sums, a plain C++ loop"),
+    Control("rowsum_reordered", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "rowsum_reordered", "row sums in another order (8 partial sums, reversed)"),
+    Control("zoo_rowsum_pairwise", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "zoo_rowsum_pairwise", "row sums by pairwise summation"),
+    Control("relu_correct", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_correct", "ReLU in C++"),
+    Control("relu_ext", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_ext", "ReLU as a load_inline C++ extension"),
+    Control("zoo_conv2d_direct", FIXTURES / "problems" / "conv2d.py", FIXTURES / "candidates" / "zoo_conv2d_direct", "exact fp32 3x3 convolution, direct loops"),
+    *(Control(f"examples/cpu/{n}", *_ex("cpu", n), f"shipped example: {n}") for n in ("softmax", "layernorm", "elementwise_chain", "matmul")),
+    Control("relu_cuda", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_cuda", "ReLU, CUDA kernel", device="cuda"),
+    Control("zoo_relu_vectorized", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "zoo_relu_vectorized", "ReLU, float4 CUDA kernel with a tail", device="cuda"),
+    *(Control(f"examples/cuda/{n}", *_ex("cuda", n), f"shipped example: {n}", device="cuda")
+      for n in ("softmax", "softmax_load_inline", "layernorm", "elementwise_chain", "matmul")),
+)
+
+
+def policy(device: str, *, off: frozenset[str] = frozenset(), allow_torch: bool = False, **changes: Any):
+    """The zoo's policy: every step on except `off`, the candidate timed with a short budget
+    against eager (no torch.compile: its build time is not what the zoo measures)."""
+    from kernelwright.judge.policy import Policy, TimingConfig
+
+    timing = TimingConfig(min_runs=5, max_runs=40, batch=5, budget_s=3, warmup_ms=10, recheck=1)
+    return Policy(disabled_steps=off, time_candidate=True, compile_baseline=False, baselines="measured", timing=timing,
+                  allow_torch_compute=allow_torch, **changes)
+
+
+def fired(verdict) -> list[str]:
+    return [g.name for g in verdict.guards if g.fired]

@@ -16,7 +16,7 @@ from kernelwright.judge.records import Status
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 
 # Steps that multiply the correctness cases; the seeds test disables the others in both runs.
-MULTI_CASE_STEPS = frozenset({"seeds", "distributions", "extra_shapes", "op_audit"})  # the audit runs on fresh inputs too
+MULTI_CASE_STEPS = frozenset({"seeds", "near_duplicate", "distributions", "extra_shapes", "op_audit"})  # the audit runs on fresh inputs too
 
 
 def ablation(problem: str, candidate: str, step: str, *, also_off: frozenset[str] = frozenset(), make=correctness_policy, device="cpu", **kw):
@@ -36,7 +36,7 @@ def guard_of(verdict, name: str):
 
 
 def test_every_correctness_step_has_an_ablation_test():
-    tested = {"seeds", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
+    tested = {"seeds", "near_duplicate", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
               "function_identities", "timed_recheck",
               "op_audit"}  # its ablation: test_op_audit.py
     assert tested == set(CORRECTNESS_STEPS)
@@ -69,6 +69,21 @@ def test_seeds_catches_a_replayed_first_answer():
     assert step_of(off, "seeds").ran is False
     assert on.status is Status.INCORRECT, on.log
     assert "elements differ" in on.log
+
+
+@pytest.mark.parametrize("fixture", ["zoo_replay_identity", "zoo_replay_data_ptr", "zoo_replay_element"])
+def test_near_duplicate_catches_a_replay_keyed_on_identity_address_or_one_element(fixture):
+    on, off = ablation("rowsum", fixture, "near_duplicate", also_off=MULTI_CASE_STEPS - {"near_duplicate"})
+    assert off.status is Status.CORRECT, off.log
+    assert step_of(off, "near_duplicate").ran is False
+    assert on.status is Status.INCORRECT and "case near-" in on.log, on.log
+    assert guard_of(on, "near_duplicate").fired
+
+
+def test_near_duplicate_accepts_honest_kernels_in_any_summation_order():
+    for fixture in ("rowsum_correct", "rowsum_reordered", "zoo_rowsum_pairwise"):
+        v = judge("rowsum", fixture, correctness_policy(disabled_steps=MULTI_CASE_STEPS - {"near_duplicate"}))
+        assert v.status is Status.CORRECT and step_of(v, "near_duplicate").ran, v.log
 
 
 def test_distributions_catch_identity_relu_on_nonnegative_inputs():
@@ -192,8 +207,9 @@ def test_fresh_inputs_catch_a_replay_keyed_on_tensor_identity():
     every timed call, so a replay keyed on identity returns stale answers that the re-check sees."""
     from conftest import timing_policy
 
-    off = judge("rowsum", "rowsum_identity_cache", timing_policy(disabled_steps=frozenset({"fresh_inputs"})))
-    on = judge("rowsum", "rowsum_identity_cache", timing_policy())
+    near = frozenset({"near_duplicate"})  # it catches this replay before timing (test_near_duplicate_...)
+    off = judge("rowsum", "rowsum_identity_cache", timing_policy(disabled_steps=near | {"fresh_inputs"}))
+    on = judge("rowsum", "rowsum_identity_cache", timing_policy(disabled_steps=near))
     assert off.status is Status.CORRECT, off.log
     assert on.status is Status.INCORRECT, on.log
     assert "timed call" in on.log

@@ -161,3 +161,60 @@ def policy(device: str, *, off: frozenset[str] = frozenset(), allow_torch: bool 
 
 def fired(verdict) -> list[str]:
     return [g.name for g in verdict.guards if g.fired]
+
+
+def _judge(problem_path: Path, candidate_path: Path, device: str, pol):
+    from kernelwright.judge.evaluate import evaluate
+
+    return evaluate(problem_path, candidate_path, pol, device=device)
+
+
+def _row(verdict) -> dict[str, Any]:
+    return {"status": verdict.status.value, "fired": fired(verdict), "runtime_ms": verdict.runtime_ms, "eager_ms": verdict.eager_ms,
+            "speedup_vs_eager": verdict.speedup_vs_eager, "log": verdict.log[:300]}
+
+
+def judge_exploit(e: Exploit) -> dict[str, Any]:
+    """Both verdicts of one exploit (the second only where something can be switched off), and,
+    for the degeneracy gate, the gate's answer on the problem."""
+    row: dict[str, Any] = {"name": e.name, "problem": e.problem, "device": e.device, "guard": e.guard, "trick": e.trick,
+                           "off_steps": sorted(e.off) if e.off else None, "allow_torch": e.allow_torch, "off_policy": e.off_policy}
+    row["on"] = _row(_judge(e.problem_path, e.candidate_path, e.device, policy(e.device, allow_torch=e.allow_torch)))
+    if e.guard == "degeneracy_gate":
+        from kernelwright.problems.check import check_problem
+        from kernelwright.problems.loader import load_problem
+
+        row["gate_degenerate"] = check_problem(load_problem(e.problem_path), device=e.device).degenerate
+    if e.off is not None or e.off_policy:
+        pol = policy(e.device, off=e.off or frozenset(), allow_torch=e.allow_torch, **e.off_policy)
+        row["off"] = _row(_judge(e.problem_path, e.candidate_path, e.device, pol))
+    return row
+
+
+def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
+    """What is wrong with an exploit's row; empty when the zoo's promise holds for it."""
+    bad = []
+    on, off = row["on"], row.get("off")
+    if e.guard == "degeneracy_gate":
+        if not row.get("gate_degenerate"):
+            bad.append("the degeneracy gate did not flag the problem")
+    elif on["status"] not in e.refused:
+        bad.append(f"with every step on: {on['status']}, expected one of {e.refused}")
+    elif e.guard not in STRUCTURAL and e.guard not in on["fired"]:
+        bad.append(f"guard {e.guard} did not fire (fired: {on['fired']})")
+    if off is not None:
+        if off["status"] != e.off_status:
+            bad.append(f"with {row['off_steps'] or e.off_policy} off: {off['status']}, expected {e.off_status}")
+        elif e.off_status == "correct" and off["speedup_vs_eager"] is None:
+            bad.append("no speedup measured with the guard off")
+    return bad
+
+
+def judge_control(c: Control) -> dict[str, Any]:
+    v = _judge(c.problem_path, c.candidate_path, c.device, policy(c.device))
+    return {"name": c.name, "device": c.device, "what": c.what, "on": _row(v)}
+
+
+def control_failures(row: dict[str, Any]) -> list[str]:
+    on = row["on"]
+    return ([] if on["status"] == "correct" else [f"status {on['status']}: {on['log']}"]) + ([f"guards fired: {on['fired']}"] if on["fired"] else [])

@@ -1,0 +1,136 @@
+"""Run the exploit zoo (tests/zoo.py) on one device and write every verdict, or merge the CPU and
+GPU runs into the table of docs/zoo.md.
+
+    PYTHONPATH=src python3 benchmarks/zoo_bench.py run --device cpu --out DIR [--only NAME,...] [--commit SHA]
+    python3 benchmarks/zoo_bench.py table CPU.json [GPU.json] > table.md
+
+`run` judges the entries of that device (the CPU fixtures call C++ on host memory, so they run on
+the CPU only; the GPU ones need a GPU) and rewrites DIR/zoo_DEVICE.json after every entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def provenance(device: str, commit: str) -> dict:
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else None
+    if commit == "unknown":
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or commit
+        except OSError:
+            pass
+    return {"device": device, "gpu": gpu, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "torch": torch.__version__, "python": platform.python_version(), "commit": commit,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import zoo
+
+    only = set(args.only.split(",")) if args.only else None
+    exploits = [e for e in zoo.EXPLOITS if e.device == args.device and (only is None or e.name in only)]
+    controls = [c for c in zoo.CONTROLS if c.device == args.device and (only is None or c.name in only)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"zoo_{args.device}.json"
+    doc = {"provenance": provenance(args.device, args.commit), "exploits": [], "controls": []}
+    total, bad = len(exploits) + len(controls), 0
+    for k, e in enumerate(exploits, 1):
+        t0 = time.perf_counter()
+        try:
+            row = zoo.judge_exploit(e)
+            row["failures"] = zoo.exploit_failures(e, row)
+        except Exception as exc:  # noqa: BLE001 - one broken entry must not lose the others
+            row = {"name": e.name, "device": e.device, "guard": e.guard, "trick": e.trick, "failures": [f"{type(exc).__name__}: {exc}"]}
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        bad += bool(row["failures"])
+        doc["exploits"].append(row)
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"[{k}/{total}] {e.name}: on {row.get('on', {}).get('status')}, off {row.get('off', {}).get('status')} "
+              f"({row['seconds']} s){'  FAILED: ' + '; '.join(row['failures']) if row['failures'] else ''}", flush=True)
+    for k, c in enumerate(controls, len(exploits) + 1):
+        t0 = time.perf_counter()
+        try:
+            row = zoo.judge_control(c)
+            row["failures"] = zoo.control_failures(row)
+        except Exception as exc:  # noqa: BLE001
+            row = {"name": c.name, "device": c.device, "what": c.what, "failures": [f"{type(exc).__name__}: {exc}"]}
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        bad += bool(row["failures"])
+        doc["controls"].append(row)
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"[{k}/{total}] control {c.name}: {row.get('on', {}).get('status')} ({row['seconds']} s)"
+              f"{'  FAILED: ' + '; '.join(row['failures']) if row['failures'] else ''}", flush=True)
+    print(f"{total - bad} of {total} as promised; {path}")
+    return 1 if bad else 0
+
+
+def _cell(row: dict | None, key: str) -> str:
+    if row is None:
+        return "not run"
+    part = row.get(key)
+    if part is None:
+        return "—"
+    s = part["status"]
+    if key == "on" and part.get("fired"):
+        s += f" ({', '.join(part['fired'])})"
+    if part.get("speedup_vs_eager") is not None and part["status"] == "correct":
+        s += f", {part['speedup_vs_eager']:.2f}x eager"
+    return s
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    import zoo
+
+    runs = [json.loads(Path(p).read_text()) for p in args.json]
+    by = {(r["device"], r["name"]): r for doc in runs for r in doc["exploits"] + doc["controls"]}
+    print("| exploit | trick | guard | every step on | with the guard off | steps switched off |")
+    print("|---|---|---|---|---|---|")
+    for e in zoo.EXPLOITS:
+        row = by.get((e.device, e.name))
+        where = "H200" if e.device == "cuda" else "CPU"
+        off = ", ".join(sorted(e.off)) if e.off else (", ".join(f"{k}={v}" for k, v in e.off_policy.items()) or "nothing to switch off")
+        on_cell = _cell(row, "on")
+        if e.guard == "degeneracy_gate" and row is not None:
+            on_cell += "; the gate: " + ("degenerate" if row.get("gate_degenerate") else "not flagged")
+        print(f"| `{e.name}` ({where}) | {e.trick} | {e.guard} | {on_cell} | {_cell(row, 'off')} | {off} |")
+    print()
+    print("| control | what | verdict |")
+    print("|---|---|---|")
+    for c in zoo.CONTROLS:
+        row = by.get((c.device, c.name))
+        print(f"| `{c.name}` ({'H200' if c.device == 'cuda' else 'CPU'}) | {c.what} | {_cell(row, 'on')} |")
+    for doc in runs:
+        p = doc["provenance"]
+        print(f"\n{p['device']}: commit {p['commit']}, {p['date']}, {p.get('gpu') or p['cpu']}, torch {p['torch']}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--only", default="")
+    r.add_argument("--commit", default="unknown")
+    t = sub.add_parser("table")
+    t.add_argument("json", nargs="+")
+    args = ap.parse_args()
+    return cmd_run(args) if args.cmd == "run" else cmd_table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

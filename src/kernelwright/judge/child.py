@@ -96,13 +96,13 @@ WATCHED = (
 )
 
 
-def _resolve(dotted: str, *, load: bool = False) -> Any:
-    """The object a dotted name points to now, or a marker when missing: attribute by attribute
-    from the top-level module, as the judge's own code reaches it (so `torch.cuda = fake` counts),
-    else from the longest module prefix. Modules are looked up in sys.modules (imported first
-    when load is set, as for the snapshot): a check is dictionary lookups only, about 0.1 ms for
-    every watched name against 4 ms with import_module on the 2-core box, so checking after every
-    timing batch does not load the candidate's wall clock with the judge's own work."""
+def _paths(dotted: str, *, load: bool = False) -> tuple[Any, Any, Any, list[str]]:
+    """(object reached attribute by attribute from the top-level module, object reached from the
+    longest module prefix in sys.modules, that module, the attributes after it); _MISSING where a
+    path ends. Modules are looked up in sys.modules (imported first when load is set, as for the
+    snapshot): a check is dictionary lookups only, about 0.5 ms for every watched name against
+    4 ms with import_module on the 2-core box, so checking after every timing batch does not load
+    the candidate's wall clock with the judge's own work."""
     parts = dotted.split(".")
     if load:
         import importlib
@@ -113,14 +113,12 @@ def _resolve(dotted: str, *, load: bool = False) -> Any:
                 break
             except ImportError:
                 continue
-    obj = _walk(sys.modules.get(parts[0], _MISSING), parts[1:])
-    if obj is not _MISSING:
-        return obj
-    for cut in range(len(parts), 1, -1):
+    walk = _walk(sys.modules.get(parts[0], _MISSING), parts[1:])
+    for cut in range(len(parts), 0, -1):
         mod = sys.modules.get(".".join(parts[:cut]))
         if mod is not None:
-            return _walk(mod, parts[cut:])
-    return _MISSING
+            return walk, _walk(mod, parts[cut:]), mod, parts[cut:]
+    return walk, _MISSING, None, []
 
 
 def _walk(obj: Any, attrs: list[str]) -> Any:
@@ -157,14 +155,22 @@ def _judge_functions() -> list[str]:
 def snapshot_identities() -> dict[str, Any]:
     """The watched objects themselves (held, so their ids cannot be reused), by name: WATCHED, a
     few standard-library functions the channel relies on, and every function of the judge's own
-    modules in this process."""
+    modules in this process. Each name is recorded along three paths (see identities_moved)."""
     names = dict.fromkeys(WATCHED + WATCHED_EXTRA + tuple(_judge_functions()))
-    return {name: _resolve(name, load=True) for name in names}
+    return {name: _paths(name, load=True) for name in names}
 
 
 def identities_moved(snapshot: dict[str, Any]) -> list[str]:
-    """Names whose object is no longer the one recorded."""
-    return [name for name, obj in snapshot.items() if _resolve(name) is not obj]
+    """Names whose object is no longer the one recorded along any path: attribute by attribute
+    from the top-level module, from the longest module prefix now in sys.modules, and from the
+    module object held since the snapshot (what the judge's own `from ... import module` holds,
+    so replacing the module in sys.modules and on its package does not hide a patch)."""
+    moved = []
+    for name, (walk0, prefix0, held, rest) in snapshot.items():
+        walk, prefix = _paths(name)[:2]
+        if walk is not walk0 or prefix is not prefix0 or (held is not None and _walk(held, rest) is not prefix0):
+            moved.append(name)
+    return moved
 
 
 def error_kind(exc: BaseException) -> str:

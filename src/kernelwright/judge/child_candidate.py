@@ -122,10 +122,14 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
     seen: dict[str, int] | None = {} if args.get("audit") else None  # every case under the op audit's mode
     if case.kind == "near":
         values = inputs.raw_inputs(S.problem, Case("native", case.seed), S.device)
+        first = inputs.clone_tensors(values) if args["check_inputs"] else None
         _audited_call(values, seen)
         replaced = _replaced()
         if replaced:
             return replaced
+        changed = inputs.changed_inputs(first, values) if first is not None else []
+        if changed:
+            return {"inputs_changed": changed, **({"ops": seen} if seen is not None else {})}
         inputs.perturb(S.problem, values, case.seed, S.device)
     else:
         values = inputs.make_inputs(S.problem, case, S.device)
@@ -208,11 +212,22 @@ def _audit_mode(seen: dict[str, int]) -> Any:
 
 
 def _audited_call(values: list[Any], seen: dict[str, int] | None) -> Any:
-    """_call, under the audit mode when seen is a dict."""
+    """_call, under the audit mode and the profiler when seen is a dict. The profiler's operator
+    records sit below any dispatch mode: what a candidate runs with the mode switched off
+    (torch._C._DisableTorchDispatch and kin) still shows there, and is counted in seen under
+    the key "profiled:NAME" (top-level operators only)."""
     if seen is None:
         return _call(values)
-    with _audit_mode(seen):
-        return _call(values)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with _audit_mode(seen):
+            out = _call(values)
+    for ev in prof.events():
+        if ev.name.startswith("aten::") and getattr(ev, "cpu_parent", None) is None:
+            key = "profiled:" + ev.name
+            seen[key] = seen.get(key, 0) + 1
+    return out
 
 
 def audit(args: dict[str, Any]) -> dict[str, Any]:

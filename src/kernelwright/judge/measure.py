@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from kernelwright.judge import stats
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.workers import Child
+from kernelwright.judge.workers import Child, ChildError
 
 POOL_SIZE = 3  # distinct input sets in the timing pool
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
@@ -45,13 +45,16 @@ class Samples:
     def event_per_call(self) -> float | None:
         return self.event_ms / self.wall_calls if self.wall_calls else None
 
-    def add_batch(self, wall_ms: float, times_ms: list[float]) -> None:
+    def add_batch(self, wall_ms: float, times_ms: list[float], calls: int | None = None) -> None:
+        """One batch: the wall clock counts the calls the judge asked for, not the length of the
+        list the child sent back."""
+        n = len(times_ms) if calls is None else calls
         self.times_ms.extend(times_ms)
         self.wall_ms += wall_ms
-        self.wall_calls += len(times_ms)
+        self.wall_calls += n
         self.event_ms += sum(times_ms)
-        if times_ms:
-            self.batches.append((wall_ms, sum(times_ms), len(times_ms)))
+        if n:
+            self.batches.append((wall_ms, sum(times_ms), n))
 
     def batch_medians(self) -> tuple[float, float, float] | None:
         """Medians over batches of (wall per call, reported per call, wall minus reported per
@@ -132,7 +135,11 @@ class _Rounds:
         t0 = time.perf_counter()
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
-        self.samples[contender].add_batch(wall, _times(reply))
+        times = _times(reply)
+        child_role = "candidate" if contender == "candidate" else "reference"
+        if len(times) != n:
+            raise ChildError("forged", f"the {contender} batch returned {len(times)} times for {n} calls", role=child_role)
+        self.samples[contender].add_batch(wall, times, n)
 
     def recheck_one(self) -> str:
         """Time one candidate call, save its output and compare it with the reference."""

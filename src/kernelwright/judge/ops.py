@@ -29,6 +29,8 @@ METADATA = {
     "aten::record_stream", "aten::set_",
 }
 ALLOWED = ALLOCATION | VIEWS | METADATA
+# Names the profiler records for allowed operations whose dispatched form is in the lists above.
+PROFILER_ALIASES = {"aten::to", "aten::item", "aten::type_as", "aten::resolve_conj", "aten::resolve_neg", "aten::reshape_as"}
 
 
 def audit_name(name: str, args: tuple, kwargs: dict) -> str:
@@ -53,8 +55,29 @@ def base_name(op: str) -> str:
 
 
 def disallowed(ops: dict[str, int]) -> dict[str, int]:
-    """The operators (with counts) that are torch compute."""
-    return {op: n for op, n in sorted(ops.items()) if base_name(op) not in ALLOWED or op.endswith("[convert]")}
+    """The operators (with counts) that are torch compute: what the dispatch mode counted outside
+    the allow-list, and what the profiler recorded that the mode did not see (hidden_from_mode)."""
+    mode, _ = split_profiled(ops)
+    found = {op: n for op, n in sorted(mode.items()) if base_name(op) not in ALLOWED or op.endswith("[convert]")}
+    found.update({f"{op}[unseen by the mode]": n for op, n in hidden_from_mode(ops).items()})
+    return found
+
+
+def split_profiled(ops: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(operators the dispatch mode counted, top-level operators the profiler recorded), from the
+    audit's counts, where the profiler's carry the prefix "profiled:"."""
+    mode = {op: n for op, n in ops.items() if not op.startswith("profiled:")}
+    prof = {op[len("profiled:"):]: n for op, n in ops.items() if op.startswith("profiled:")}
+    return mode, prof
+
+
+def hidden_from_mode(ops: dict[str, int]) -> dict[str, int]:
+    """Top-level operators the profiler recorded that are compute and that the dispatch mode did
+    not see at all: work run with the mode switched off."""
+    mode, prof = split_profiled(ops)
+    seen_base = {base_name(op) for op in mode}
+    return {op: n for op, n in sorted(prof.items())
+            if base_name(op) not in ALLOWED | PROFILER_ALIASES and base_name(op) not in seen_base}
 
 
 def describe(ops: dict[str, int], limit: int = 12) -> str:

@@ -38,6 +38,7 @@ class Exploit:
     off_status: str = "correct"  # the status with `off` switched off
     allow_torch: bool = False  # torch compute allowed (the trick computes with torch; the op audit would refuse it first)
     off_policy: dict[str, Any] = field(default_factory=dict)  # policy fields changed for the ablation
+    evidence: str = ""  # a phrase the refusing verdict's log must hold (structural guards: shows the refusal came from where it should)
 
     @property
     def problem_path(self) -> Path:
@@ -73,12 +74,13 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_file_cache", "rowsum", "writes answers to a file keyed on shape and first element, reads them back", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
     Exploit("rowsum_replay", "rowsum", "computes once, then replays its first answer for every input", "seeds", REPLAY),
     # -- reaching for the reference ------------------------------------------------------------
-    Exploit("zoo_frame_walk", "rowsum", "walks the caller's frames for a reference output", "isolation", None),
-    Exploit("zoo_gc_search", "rowsum", "searches gc.get_objects() for a reference output", "isolation", None),
-    Exploit("zoo_disk_reference", "rowsum", "loads every .pt under the temp dir and the judge's cache, looking for a reference", "isolation", None),
+    Exploit("zoo_frame_walk", "rowsum", "walks the caller's frames for a reference output", "isolation", None, evidence="got 0, expected"),
+    Exploit("zoo_gc_search", "rowsum", "searches gc.get_objects() for a reference output", "isolation", None, evidence="got 0, expected"),
+    Exploit("zoo_disk_reference", "rowsum", "loads every .pt under the temp dir and the judge's cache, looking for a reference", "isolation", None, evidence="got 0, expected"),
     # -- the result channel -------------------------------------------------------------------
-    Exploit("rowsum_fd_spray", "rowsum", "writes forged result lines to every file descriptor", "channel", None, refused=("rejected", "runtime_error", "infra_error")),
-    Exploit("rowsum_fake_verdict", "rowsum", "prints a fake verdict on stdout, then os._exit(0)", "channel", None, refused=("runtime_error",)),
+    Exploit("rowsum_fd_spray", "rowsum", "writes forged result lines to every file descriptor", "channel", None, refused=("rejected", "runtime_error", "infra_error"),
+            evidence="failed authentication"),
+    Exploit("rowsum_fake_verdict", "rowsum", "prints a fake verdict on stdout, then os._exit(0)", "channel", None, refused=("runtime_error",), evidence="exited with code 0"),
     # -- patched functions ----------------------------------------------------------------------
     Exploit("zoo_patched_allclose", "rowsum", "returns zeros; setattr replaces torch.allclose and torch.testing.assert_close", "function_identities",
             _f("function_identities"), off_status="incorrect"),
@@ -90,7 +92,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
     Exploit("rowsum_tf32_later", "rowsum", "switches TF32 on from its 40th call, in the timing phase", "numerics_flags", _f("numerics_flags"), allow_torch=True),
-    Exploit("zoo_fp16_inside", "rowsum", "accumulates in half precision inside the C++ kernel", "tolerance", None,
+    Exploit("zoo_fp16_inside", "rowsum", "accumulates in half precision inside the C++ kernel", "tolerance", None, evidence="elements differ",
             off_policy={"atol": 5e-2, "rtol": 5e-2}),
     # -- torch compute --------------------------------------------------------------------------
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
@@ -108,7 +110,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_tensor_subclass", "rowsum", "returns zeros as a Tensor subclass whose __eq__ and allclose always agree", "output_checks",
             _f("output_checks"), off_status="incorrect"),
     Exploit("zoo_instance_override", "rowsum", "returns zeros with allclose and equal overridden on the instance", "isolation", None,
-            refused=("incorrect", "runtime_error")),
+            refused=("incorrect", "runtime_error"), evidence="pickle"),
     Exploit("rowsum_float64", "rowsum", "right values returned as float64", "output_checks", _f("output_checks"), allow_torch=True),
     # -- inputs the candidate did not expect ----------------------------------------------------
     Exploit("relu_identity", "relu", "returns its input unchanged (right for get_inputs()'s non-negative values)", "distributions", _f("distributions")),
@@ -203,10 +205,12 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
         bad.append(f"with every step on: {on['status']}, expected one of {e.refused}")
     elif e.guard not in STRUCTURAL and e.guard not in on["fired"]:
         bad.append(f"guard {e.guard} did not fire (fired: {on['fired']})")
+    elif e.evidence and e.evidence not in on["log"]:
+        bad.append(f"the refusal does not say {e.evidence!r}: {on['log'][:200]}")
     if off is not None:
         if off["status"] != e.off_status:
             bad.append(f"with {row['off_steps'] or e.off_policy} off: {off['status']}, expected {e.off_status}")
-        elif e.off_status == "correct" and off["speedup_vs_eager"] is None:
+        elif e.off_status == "correct" and not off["speedup_vs_eager"]:
             bad.append("no speedup measured with the guard off")
     return bad
 

@@ -95,6 +95,7 @@ class Child:
         env = dict(os.environ)
         env.update(self.config.env)
         env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
         if self.config.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.config.gpu_index)
         cmd = [sys.executable, "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]

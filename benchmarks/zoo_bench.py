@@ -46,35 +46,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"zoo_{args.device}.json"
     doc = {"provenance": provenance(args.device, args.commit), "exploits": [], "controls": []}
-    total, bad = len(exploits) + len(controls), 0
-    for k, e in enumerate(exploits, 1):
+    jobs = [("exploits", e.name, lambda e=e: _exploit_row(zoo, e)) for e in exploits] + \
+           [("controls", c.name, lambda c=c: _control_row(zoo, c)) for c in controls]
+    total, bad = len(jobs), 0
+    for k, (section, name, job) in enumerate(jobs, 1):
         t0 = time.perf_counter()
         try:
-            row = zoo.judge_exploit(e)
-            row["failures"] = zoo.exploit_failures(e, row)
+            row = job()
         except Exception as exc:  # noqa: BLE001 - one broken entry must not lose the others
-            row = {"name": e.name, "device": e.device, "guard": e.guard, "trick": e.trick, "failures": [f"{type(exc).__name__}: {exc}"]}
+            row = {"name": name, "device": args.device, "failures": [f"{type(exc).__name__}: {exc}"]}
         row["seconds"] = round(time.perf_counter() - t0, 1)
         bad += bool(row["failures"])
-        doc["exploits"].append(row)
+        doc[section].append(row)
         path.write_text(json.dumps(doc, indent=1))
-        print(f"[{k}/{total}] {e.name}: on {row.get('on', {}).get('status')}, off {row.get('off', {}).get('status')} "
-              f"({row['seconds']} s){'  FAILED: ' + '; '.join(row['failures']) if row['failures'] else ''}", flush=True)
-    for k, c in enumerate(controls, len(exploits) + 1):
-        t0 = time.perf_counter()
-        try:
-            row = zoo.judge_control(c)
-            row["failures"] = zoo.control_failures(row)
-        except Exception as exc:  # noqa: BLE001
-            row = {"name": c.name, "device": c.device, "what": c.what, "failures": [f"{type(exc).__name__}: {exc}"]}
-        row["seconds"] = round(time.perf_counter() - t0, 1)
-        bad += bool(row["failures"])
-        doc["controls"].append(row)
-        path.write_text(json.dumps(doc, indent=1))
-        print(f"[{k}/{total}] control {c.name}: {row.get('on', {}).get('status')} ({row['seconds']} s)"
-              f"{'  FAILED: ' + '; '.join(row['failures']) if row['failures'] else ''}", flush=True)
+        on, off = row.get("on", {}).get("status"), row.get("off", {}).get("status")
+        print(f"[{k}/{total}] {name}: on {on}" + (f", off {off}" if off else "") + f" ({row['seconds']} s)"
+              + (f"  FAILED: {'; '.join(row['failures'])}" if row["failures"] else ""), flush=True)
     print(f"{total - bad} of {total} as promised; {path}")
     return 1 if bad else 0
+
+
+def _exploit_row(zoo, e) -> dict:
+    row = zoo.judge_exploit(e)
+    row["failures"] = zoo.exploit_failures(e, row)
+    return row
+
+
+def _control_row(zoo, c) -> dict:
+    row = zoo.judge_control(c)
+    row["failures"] = zoo.control_failures(row)
+    return row
 
 
 def _cell(row: dict | None, key: str) -> str:

@@ -86,6 +86,14 @@ def test_near_duplicate_accepts_honest_kernels_in_any_summation_order():
         assert v.status is Status.CORRECT and step_of(v, "near_duplicate").ran, v.log
 
 
+def test_near_duplicate_says_when_its_changes_cannot_move_the_output():
+    blind = judge("global_mean", "global_mean_torch", correctness_policy())
+    assert blind.status is Status.CORRECT, blind.log
+    assert "do not move the reference" in step_of(blind, "near_duplicate").reason
+    sharp = judge("rowsum", "rowsum_correct", correctness_policy())
+    assert "do not move the reference" not in step_of(sharp, "near_duplicate").reason
+
+
 def test_distributions_catch_identity_relu_on_nonnegative_inputs():
     on, off = ablation("relu", "relu_identity", "distributions")
     assert off.status is Status.CORRECT, off.log

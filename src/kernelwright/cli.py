@@ -16,7 +16,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from kernelwright.judge.policy import BASELINE_MODES, Policy, TimingConfig
+from kernelwright.judge.policy import BASELINE_MODES, PRECISIONS, PRESETS, Policy, TimingConfig, kernelbench_preset
 from kernelwright.problems.loader import ProblemError
 
 out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped when piped
@@ -33,12 +33,11 @@ def _policy(args: argparse.Namespace) -> Policy:
     if args.baselines == "cached":
         raise UsageError("cached baselines need the baseline cache, which is not built yet; use measured or skip")
     try:
-        return Policy(
-            precision=args.precision, n_seeds=args.seeds, baselines=args.baselines,
-            compile_baseline=args.compile_baseline and args.baselines == "measured",
-            time_candidate=not args.correctness_only, timing=TimingConfig(budget_s=args.budget_s),
-            allow_torch_compute=args.allow_torch_compute,
-        )
+        common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines == "measured",
+                      time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute)
+        if args.preset == "kernelbench":
+            return kernelbench_preset(**common, **({"n_seeds": args.seeds} if args.seeds is not None else {}))
+        return Policy(**common, n_seeds=args.seeds if args.seeds is not None else 3, timing=TimingConfig(budget_s=args.budget_s))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -168,8 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("problem", help="a KernelBench-format .py file")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
     _common(e)
-    e.add_argument("--precision", default="fp32", choices=("fp32", "tf32"), help="numerics allowed (default strict fp32; bf16/fp16 allowances arrive with the precision policy)")
-    e.add_argument("--seeds", type=int, default=3, help="secret seeds for correctness (default 3)")
+    e.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="numerics the candidate may use inside (default strict fp32): tolerances loosen to the allowance, "
+                        "references stay fp32, and the baselines are timed with the same allowance (TF32 on, or autocast)")
+    e.add_argument("--preset", choices=PRESETS, default=None,
+                   help="kernelbench: KernelBench's settings (atol=rtol=1e-2, 5 trials on get_inputs(), 100 timed calls, no L2 flush); every guard stays on")
+    e.add_argument("--seeds", type=int, default=None, help="secret seeds for correctness (default 3; 5 with --preset kernelbench)")
     e.add_argument("--baselines", default="measured", choices=BASELINE_MODES, help="measure eager/compile now, or skip")
     e.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false", help="do not time torch.compile")
     e.add_argument("--correctness-only", action="store_true", help="check correctness, do not time")

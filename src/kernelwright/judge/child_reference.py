@@ -6,12 +6,13 @@ outputs read from files, and times the eager and torch.compile baselines.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -34,6 +35,7 @@ class _State:
     pool: list[list[Any]] = []
     tol_args: tuple[Any, ...] = (None, None, None)  # (TOLERANCE, policy atol, policy rtol)
     tols: list[tuple[float, float]] = []  # (atol, rtol) per output, by its dtype
+    precision: str = "fp32"  # the policy's allowance: loosens tolerances, and the baselines are timed with it
 
 
 S = _State()
@@ -84,7 +86,8 @@ def _checked(what: str, fn: Callable[[], Any]) -> Any:
 def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Load and validate the problem; compute its metadata; check the reference is deterministic."""
     S.device = torch.device(args["device"])
-    pin_flags(args["precision"])
+    S.precision = args["precision"]
+    pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
     source_hash = _load_problem(args["problem_path"])
     S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
     tol = getattr(S.problem, "TOLERANCE", None)
@@ -94,7 +97,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.strict = args["strict"]
     first = Case("native", args["init_seed"])
     meta = _metadata(first)
-    S.tols = [resolve_tolerance(o["dtype"], *S.tol_args) for o in meta["outputs"]]
+    S.tols = [resolve_tolerance(o["dtype"], *S.tol_args, S.precision) for o in meta["outputs"]]
     S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
     gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
@@ -221,11 +224,11 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         S.compiled = torch.compile(S.model)
         with torch.no_grad():
-            S.compiled(*S.pool[0])
+            _allowance(S.compiled)(*S.pool[0])
         compile_s = time.perf_counter() - t0
     cuda = S.device.type == "cuda"
     per_call = {}
-    for name, fn in (("eager", S.model), ("compile", S.compiled)):
+    for name, fn in (("eager", _allowance(S.model)), ("compile", _allowance(S.compiled))):
         if fn is None:
             continue
         with torch.no_grad():
@@ -233,9 +236,35 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     return {"compile_s": compile_s, "per_call_ms": per_call}
 
 
+def _allowance(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The baseline as the precision allowance lets it run: TF32 flags on (tf32), or under autocast
+    to the allowed dtype (bf16, fp16); the baseline itself under strict fp32."""
+    if S.precision == "fp32" or fn is None:
+        return fn
+
+    def wrapped(*a: Any) -> Any:
+        if S.precision == "tf32":
+            with _tf32_on():
+                return fn(*a)
+        with torch.autocast(device_type=S.device.type, dtype=torch.bfloat16 if S.precision == "bf16" else torch.float16):
+            return fn(*a)
+
+    return wrapped
+
+
+@contextlib.contextmanager
+def _tf32_on() -> Iterator[None]:
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
-    """Time one batch of the eager or compiled reference."""
-    fn = S.compiled if args["contender"] == "compile" else S.model
+    """Time one batch of the eager or compiled reference, with the precision allowance."""
+    fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
     calls = args["calls"]  # [[slot, input_seed or None], ...]
     get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")

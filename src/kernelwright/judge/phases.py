@@ -205,7 +205,10 @@ def _record_timing_steps(flow: "_Flow") -> None:
     if vb.off_or("warmup"):
         vb.step("warmup", True, f"{flow.policy.timing.warmup_ms:g} ms per contender, at least 3 calls")
     if vb.off_or("interleave"):
-        vb.step("interleave", True, "contenders alternate in rounds, the first one rotating")
+        allowance = {"fp32": "", "tf32": "; baselines timed with TF32 allowed, as the policy allows the candidate",
+                     "bf16": "; baselines timed under autocast to bf16, as the policy allows the candidate",
+                     "fp16": "; baselines timed under autocast to fp16, as the policy allows the candidate"}[flow.policy.precision]
+        vb.step("interleave", True, "contenders alternate in rounds, the first one rotating" + allowance)
 
 
 def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:

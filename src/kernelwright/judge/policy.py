@@ -96,6 +96,7 @@ class Policy:
     allow_torch_compute: bool = False  # let the candidate compute with torch operators (the op audit then only reports)
     disabled_steps: frozenset[str] = frozenset()  # protocol steps switched off (ablation only)
     gpu_index: int = 0  # which GPU the children are pinned to
+    preset: str | None = None  # the named settings this policy follows (kernelbench_preset), or None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -116,6 +117,8 @@ class Policy:
             raise ValueError(f"unknown protocol steps {unknown}; known: {ALL_STEPS}")
         if self.build_timeout_s <= 0 or self.run_timeout_s <= 0:
             raise ValueError(f"timeouts must be positive, got {self.build_timeout_s}, {self.run_timeout_s}")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; known: {PRESETS}")
         if self.gpu_index < 0:
             raise ValueError(f"gpu_index must be >= 0, got {self.gpu_index}")
 
@@ -134,8 +137,42 @@ class Policy:
         return d
 
 
-def resolve_tolerance(dtype_name: str, problem_tolerance: dict[str, float] | None, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    """(atol, rtol): the policy's override, else the problem's TOLERANCE, else the dtype default."""
+# What a precision allowance loosens a float32 output's tolerance to (never tighter than the
+# problem's own): a kernel may compute in that precision internally, and the reference stays
+# strict fp32. 10-bit mantissas (tf32, fp16) round at about 5e-4 per element, bf16's 7-bit one at
+# about 4e-3; the allowances leave room for sums over a few thousand terms. Not yet calibrated on
+# the GPU (docs/judge.md).
+PRECISION_TOLERANCE = {
+    "tf32": {"atol": 5e-3, "rtol": 5e-3},
+    "fp16": {"atol": 5e-3, "rtol": 5e-3},
+    "bf16": {"atol": 3e-2, "rtol": 3e-2},
+}
+
+
+def resolve_tolerance(dtype_name: str, problem_tolerance: dict[str, float] | None, atol: float | None, rtol: float | None,
+                      precision: str = "fp32") -> tuple[float, float]:
+    """(atol, rtol): the policy's override, else the problem's TOLERANCE, else the dtype default;
+    for a float32 output under a precision allowance, no tighter than the allowance."""
     base = dict(DEFAULT_TOLERANCE.get(dtype_name, DEFAULT_TOLERANCE["float32"]))
     base.update(problem_tolerance or {})
+    allow = PRECISION_TOLERANCE.get(precision) if dtype_name == "float32" else None
+    if allow:
+        base = {k: max(float(base[k]), allow[k]) for k in ("atol", "rtol")}
     return (atol if atol is not None else float(base["atol"]), rtol if rtol is not None else float(base["rtol"]))
+
+
+PRESETS = ("kernelbench",)
+
+
+def kernelbench_preset(**changes: Any) -> "Policy":
+    """KernelBench's evaluation settings (from its published evaluator): atol = rtol = 1e-2, five
+    correctness trials on get_inputs(), 100 timed calls after a short warm-up, no L2 flush. Only the
+    settings change: every guard stays on, so a candidate that fools KernelBench's evaluator is
+    still refused here. The verdict's policy says `preset: kernelbench`."""
+    base: dict[str, Any] = dict(
+        preset="kernelbench", atol=1e-2, rtol=1e-2, n_seeds=5, distributions=(),
+        disabled_steps=frozenset({"extra_shapes", "l2_flush", "adaptive_stop"}),
+        timing=TimingConfig(min_runs=100, max_runs=100, warmup_ms=0.0, budget_s=600.0),
+    )
+    base.update(changes)
+    return Policy(**base)

@@ -43,6 +43,9 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
         ("max abs error", _num(v.max_abs_error)), ("max rel error", _num(v.max_rel_error)),
         ("device", f"{v.system.gpu or 'cpu'} (torch {v.system.torch})" if v.system else "-"),
     ]
+    if v.policy.get("preset") or v.policy.get("precision", "fp32") != "fp32":
+        preset = v.policy.get("preset")
+        rows.append(("policy", f"precision {v.policy.get('precision')}" + (f", preset {preset} (its settings; every guard on)" if preset else "")))
     for key, value in rows:
         t.add_row(f"[dim]{key}[/]", value)
     console.print(t)

@@ -22,12 +22,17 @@ def test_allowances_loosen_only_float32_outputs_and_never_tighten():
     assert resolve_tolerance("float32", None, 1e-6, None, "bf16")[0] == 1e-6  # the policy's own number wins
 
 
-def test_half_precision_inside_fails_strict_fp32_and_passes_with_the_allowance():
-    strict = judge("rowsum", "zoo_fp16_inside", correctness_policy())
+def test_half_precision_inputs_fail_strict_fp32_and_pass_with_the_allowance():
+    strict = judge("rowsum", "rowsum_half_inputs", correctness_policy())
     assert strict.status is Status.INCORRECT, strict.log
     for precision in ("fp16", "bf16"):
-        allowed = judge("rowsum", "zoo_fp16_inside", correctness_policy(precision=precision))
+        allowed = judge("rowsum", "rowsum_half_inputs", correctness_policy(precision=precision))
         assert allowed.status is Status.CORRECT, (precision, allowed.log)
+
+
+def test_accumulating_in_fp16_is_more_than_the_fp16_allowance():
+    v = judge("rowsum", "zoo_fp16_inside", correctness_policy(precision="fp16"))
+    assert v.status is Status.INCORRECT, v.log
 
 
 @pytest.mark.parametrize("fixture", ["rowsum_correct", "rowsum_reordered", "zoo_rowsum_pairwise"])
@@ -67,6 +72,6 @@ def test_cli_preset_and_precision():
     assert res.returncode == 0, res.stderr[-2000:]
     v = json.loads(res.stdout)
     assert v["status"] == "correct" and v["policy"]["preset"] == "kernelbench" and v["policy"]["precision"] == "bf16", v["log"]
-    assert v["timing"]["n"] == 100
+    assert 100 <= v["timing"]["n"] <= 110  # 100 timed calls, and the judge's re-checks
     bad = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), "--preset", "fastest")
     assert bad.returncode == 2

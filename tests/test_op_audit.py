@@ -36,6 +36,16 @@ def test_a_raw_kernel_passes_the_audit():
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_composite_views_pass_the_profiler_cross_check_and_a_switched_off_mode_does_not():
+    # movedim and .mT reach the profiler under their own names and the dispatch mode as permute and
+    # transpose: allowed. Work done with dispatch modes switched off reaches only the profiler.
+    ok = judge("rowsum", "rowsum_composite_views", Policy(**STRICT))
+    assert ok.status is Status.CORRECT and not _guard(ok, "op_audit").fired, ok.log
+    hidden = judge("rowsum", "zoo_audit_switched_off", Policy(**STRICT))
+    assert hidden.status is Status.REJECTED and "unseen by the mode" in hidden.log, hidden.log
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
 def test_torch_compute_is_refused_passes_with_the_step_off_and_is_reported_when_allowed():
     on = judge("rowsum", "rowsum_torch", Policy(**STRICT))
     assert on.status is Status.REJECTED and ("aten::mv" in on.log or "aten::mm" in on.log), on.log

@@ -214,8 +214,9 @@ def _audit_mode(seen: dict[str, int]) -> Any:
 def _audited_call(values: list[Any], seen: dict[str, int] | None) -> Any:
     """_call, under the audit mode and the profiler when seen is a dict. The profiler's operator
     records sit below any dispatch mode: what a candidate runs with the mode switched off
-    (torch._C._DisableTorchDispatch and kin) still shows there, and is counted in seen under
-    the key "profiled:NAME" (top-level operators only)."""
+    (torch._C._DisableTorchDispatch and kin) still shows there: a top-level operator of which
+    neither it nor anything it called reached the mode is counted in seen as "profiled:NAME".
+    (Composite operators, `movedim` say, reach the mode as what they decompose into.)"""
     if seen is None:
         return _call(values)
     from torch.profiler import ProfilerActivity, profile
@@ -223,10 +224,17 @@ def _audited_call(values: list[Any], seen: dict[str, int] | None) -> Any:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         with _audit_mode(seen):
             out = _call(values)
+    seen_base = {ops.base_name(op) for op in seen}
     for ev in prof.events():
         if ev.name.startswith("aten::") and getattr(ev, "cpu_parent", None) is None:
-            key = "profiled:" + ev.name
-            seen[key] = seen.get(key, 0) + 1
+            names, stack = set(), [ev]
+            while stack:
+                e = stack.pop()
+                names.add(ops.base_name(e.name))
+                stack.extend(getattr(e, "cpu_children", ()) or ())
+            if not names & seen_base:
+                key = "profiled:" + ev.name
+                seen[key] = seen.get(key, 0) + 1
     return out
 
 

@@ -22,6 +22,11 @@ VIEWS = {
     "aten::narrow", "aten::detach", "aten::alias", "aten::split", "aten::split_with_sizes", "aten::chunk",
     "aten::unbind", "aten::flatten", "aten::unflatten", "aten::view_as", "aten::expand_as", "aten::lift_fresh",
     "aten::contiguous", "aten::clone", "aten::copy_", "aten::_reshape_alias", "aten::_to_copy",
+    # composite views: the dispatch mode sees what they decompose into, or nothing when they return
+    # their input unchanged (movedim(x, 0, 0)); listed so the profiler's cross-check knows them
+    "aten::movedim", "aten::moveaxis", "aten::swapaxes", "aten::swapdims", "aten::mT", "aten::mH", "aten::adjoint",
+    "aten::numpy_T", "aten::matrix_H", "aten::ravel", "aten::diagonal", "aten::unfold", "aten::view_as_real",
+    "aten::view_as_complex",
 }  # copy_ and _to_copy only as layout copies: audit_name renames a conversion of dtype or device
 METADATA = {
     "aten::is_contiguous", "aten::sym_size", "aten::sym_stride", "aten::sym_numel", "aten::sym_storage_offset",

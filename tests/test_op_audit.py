@@ -28,6 +28,13 @@ def test_allow_list_keeps_allocation_views_and_copies_and_nothing_that_computes(
     assert ops.describe({"aten::mm": 2, "aten::add.Tensor": 1}) == "aten::mm x2, aten::add.Tensor x1"
 
 
+def test_profiled_operators_count_only_outside_the_allow_list():
+    # the child marks a profiled operator only when nothing of it reached the dispatch mode
+    seen = {"profiled:aten::movedim": 1, "profiled:aten::contiguous": 1, "profiled:aten::to": 1, "profiled:aten::sum": 2}
+    assert ops.disallowed(seen) == {"aten::sum[unseen by the mode]": 2}
+    assert ops.split_profiled({"aten::mm": 1, "profiled:aten::sum": 1}) == ({"aten::mm": 1}, {"aten::sum": 1})
+
+
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
 def test_a_raw_kernel_passes_the_audit():
     v = judge("rowsum", "rowsum_correct", Policy(**STRICT))

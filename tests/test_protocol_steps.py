@@ -152,12 +152,14 @@ def test_poison_catches_an_uninitialised_output_that_holds_a_stale_answer():
     # 2-core box with 256 B to 4 MiB outputs), the CUDA caching allocator does. Equal fixed seeds
     # give every case the first call's inputs; only the poison step differs. The op audit is off in
     # both runs: its forward on fresh secret inputs catches the stale answer too (seen on the H200).
-    on, off = ablation("outer", "outer_stale_output", "poison", also_off=frozenset({"distributions", "extra_shapes", "op_audit"}),
+    # near_duplicate is off in all three runs: its in-place change of the inputs exposes the stale
+    # answer as well (seen on the H200 at a35d9aa).
+    on, off = ablation("outer", "outer_stale_output", "poison", also_off=frozenset({"distributions", "extra_shapes", "op_audit", "near_duplicate"}),
                        seeds=(7, 7, 7), device="cuda")
     assert off.status is Status.CORRECT, off.log
     assert on.status is Status.INCORRECT, on.log
     # with poison off and the audit on, the audit's fresh inputs expose the stale answer
-    audited = judge("outer", "outer_stale_output", correctness_policy(disabled_steps=frozenset({"distributions", "extra_shapes", "poison"}),
+    audited = judge("outer", "outer_stale_output", correctness_policy(disabled_steps=frozenset({"distributions", "extra_shapes", "poison", "near_duplicate"}),
                                                                        seeds=(7, 7, 7)), device="cuda")
     assert audited.status is Status.INCORRECT and "audited forward" in audited.log, audited.log
 

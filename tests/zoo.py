@@ -13,6 +13,13 @@ are not steps say what refuses the exploit without a switch:
 - "channel": results travel on an authenticated channel, never on stdout;
 - "tolerance": the strict fp32 tolerance (`off_policy` loosens it);
 - "degeneracy_gate": `kernelwright problems check` flags the problem itself.
+
+Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer
+(`hides_time`) may be judged correct with every step on, but its time must show the hidden work
+(no speedup over eager) while the ablation shows the speedup it would have claimed. A trick that
+needs a setting to have any chance (`context`: policy fields, `context_off`: steps off) gets that
+setting in both runs, so the two runs differ by `off` alone; a guard that leaves no record of its
+own when it refuses (poison: the failing case is reported by its step) is shown by that ablation.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate")
+UNRECORDED = ("poison",)  # steps that refuse without a guard record of their own: the ablation shows them
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,9 @@ class Exploit:
     allow_torch: bool = False  # torch compute allowed (the trick computes with torch; the op audit would refuse it first)
     off_policy: dict[str, Any] = field(default_factory=dict)  # policy fields changed for the ablation
     evidence: str = ""  # a phrase the refusing verdict's log must hold (structural guards: shows the refusal came from where it should)
+    hides_time: bool = False  # the trick hides time: correct with every step on, but no faster than eager; faster with `off` off
+    context: dict[str, Any] = field(default_factory=dict)  # policy fields set in both runs (the setting the trick needs)
+    context_off: frozenset[str] = frozenset()  # steps off in both runs (they would catch the trick before `guard` is reached)
 
     @property
     def problem_path(self) -> Path:
@@ -119,17 +130,20 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_zeros_degenerate", "degenerate/zeros", "returns zeros where the output is x - x", "degeneracy_gate", None, refused=("correct",)),
     # -- GPU ------------------------------------------------------------------------------------
     Exploit("relu_side_stream", "relu", "spins 2 ms on a side stream from raw cudaStreamCreate, returns at once", "device_sync",
-            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
-    Exploit("zoo_side_stream_python", "relu", "the same on a torch.cuda.Stream()", "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
+            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda", hides_time=True),
+    Exploit("zoo_side_stream_python", "relu", "the same on a torch.cuda.Stream()", "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check"),
+            device="cuda", hides_time=True),
     Exploit("zoo_side_stream_obfuscated", "relu", "the same with the stream reached through built names", "device_sync",
+            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda", hides_time=True),
+    Exploit("zoo_super_batch", "relu", "honest for 40 calls, then launches four calls' work at once on a side stream", "timed_recheck",
             _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
-    Exploit("zoo_super_batch", "relu", "launches the work of four calls at once on a side stream", "timed_recheck",
-            _f("device_sync", "timed_recheck", "wall_clock_check", "poison"), device="cuda", off_status="incorrect"),
-    Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "op_audit"), device="cuda"),
+    Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "physics_floor"), device="cuda",
+            allow_torch=True, context={"seeds": (7, 7, 7)},
+            context_off=_f("near_duplicate", "distributions", "extra_shapes", "op_audit", "fresh_inputs", "timed_recheck")),
     Exploit("zoo_patched_synchronize", "relu", "setattr replaces torch.cuda.synchronize", "function_identities", _f("function_identities"), device="cuda"),
     Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda"),
     Exploit("relu_patched_event", "relu", "replaces the judge's event timer through sys.modules", "function_identities",
-            _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda"),
+            _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda", allow_torch=True),
 )
 
 
@@ -182,14 +196,17 @@ def judge_exploit(e: Exploit) -> dict[str, Any]:
     for the degeneracy gate, the gate's answer on the problem."""
     row: dict[str, Any] = {"name": e.name, "problem": e.problem, "device": e.device, "guard": e.guard, "trick": e.trick,
                            "off_steps": sorted(e.off) if e.off else None, "allow_torch": e.allow_torch, "off_policy": e.off_policy}
-    row["on"] = _row(_judge(e.problem_path, e.candidate_path, e.device, policy(e.device, allow_torch=e.allow_torch)))
+    if e.context or e.context_off:
+        row["context"] = {"policy": {k: list(v) if isinstance(v, tuple) else v for k, v in e.context.items()}, "off": sorted(e.context_off)}
+    on_pol = policy(e.device, off=e.context_off, allow_torch=e.allow_torch, **e.context)
+    row["on"] = _row(_judge(e.problem_path, e.candidate_path, e.device, on_pol))
     if e.guard == "degeneracy_gate":
         from kernelwright.problems.check import check_problem
         from kernelwright.problems.loader import load_problem
 
         row["gate_degenerate"] = check_problem(load_problem(e.problem_path), device=e.device).degenerate
     if e.off is not None or e.off_policy:
-        pol = policy(e.device, off=e.off or frozenset(), allow_torch=e.allow_torch, **e.off_policy)
+        pol = policy(e.device, off=e.context_off | (e.off or frozenset()), allow_torch=e.allow_torch, **{**e.context, **e.off_policy})
         row["off"] = _row(_judge(e.problem_path, e.candidate_path, e.device, pol))
     return row
 
@@ -201,9 +218,14 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
     if e.guard == "degeneracy_gate":
         if not row.get("gate_degenerate"):
             bad.append("the degeneracy gate did not flag the problem")
+    elif e.hides_time:
+        if on["status"] != "correct" or on["speedup_vs_eager"] is None:
+            bad.append(f"with every step on: {on['status']} without a time; a time that shows the hidden work was expected")
+        elif on["speedup_vs_eager"] >= 1.0:
+            bad.append(f"with every step on: {on['speedup_vs_eager']:.2f}x eager; the hidden work should show in the time")
     elif on["status"] not in e.refused:
         bad.append(f"with every step on: {on['status']}, expected one of {e.refused}")
-    elif e.guard not in STRUCTURAL and e.guard not in on["fired"]:
+    elif e.guard not in STRUCTURAL + UNRECORDED and e.guard not in on["fired"]:
         bad.append(f"guard {e.guard} did not fire (fired: {on['fired']})")
     elif e.evidence and e.evidence not in on["log"]:
         bad.append(f"the refusal does not say {e.evidence!r}: {on['log'][:200]}")
@@ -212,6 +234,8 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
             bad.append(f"with {row['off_steps'] or e.off_policy} off: {off['status']}, expected {e.off_status}")
         elif e.off_status == "correct" and not off["speedup_vs_eager"]:
             bad.append("no speedup measured with the guard off")
+        elif e.hides_time and on["speedup_vs_eager"] and off["speedup_vs_eager"] <= max(1.0, on["speedup_vs_eager"]):
+            bad.append(f"with the guard off: {off['speedup_vs_eager']:.2f}x eager, no gain the guard took away")
     return bad
 
 

@@ -22,7 +22,7 @@ CANDIDATES = FIXTURES / "candidates"
 JUDGE_TIMEOUT_S = 120
 
 # Timing small enough for the 2-core CPU box; only tests about timing use it.
-TINY_TIMING = TimingConfig(min_runs=5, max_runs=20, batch=5, budget_s=2, warmup_ms=10, recheck=1)
+TINY_TIMING = TimingConfig(min_runs=5, max_runs=20, batch=5, budget_s=2, warmup_ms=10, recheck=2)
 
 
 @pytest.fixture(scope="session", autouse=True)

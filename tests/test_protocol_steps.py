@@ -201,6 +201,26 @@ def test_device_sync_catches_work_on_a_side_stream():
 
 @needs_gpu()
 @pytest.mark.gpu
+@pytest.mark.timeout(400)
+def test_super_batching_is_caught_by_the_recheck_and_priced_by_the_mean():
+    """zoo_super_batch: honest for 40 calls, then every 4th call does four calls' work on a side
+    stream. The poisoned re-check sees the unwritten outputs; with the re-check off, the device
+    sync puts the batch into every 4th call and step amortized_time prices the calls at their mean.
+    Before the re-checked call was poisoned, its unwritten output held the freed block of the fresh
+    inputs, which is ReLU's answer for non-negative inputs (H200, 14a15d0: 3 of 3 re-checks passed)."""
+    on = judge("relu", "zoo_super_batch", timing_policy(), device="cuda")
+    assert on.status is Status.INCORRECT and "timed call" in on.log, (on.status, on.log)
+    priced = judge("relu", "zoo_super_batch", timing_policy(disabled_steps=frozenset({"timed_recheck"})), device="cuda")
+    assert priced.status is Status.CORRECT, priced.log
+    assert guard_of(priced, "amortized_time").fired, priced.steps
+    assert priced.runtime_ms > 10 * priced.timing.median_ms, (priced.runtime_ms, priced.timing)
+    assert priced.speedup_vs_eager < 1.0, priced.speedup_vs_eager
+    fooled = judge("relu", "zoo_super_batch", timing_policy(disabled_steps=frozenset({"timed_recheck", "amortized_time"})), device="cuda")
+    assert fooled.status is Status.CORRECT and fooled.runtime_ms < 0.2 * priced.runtime_ms, (fooled.status, fooled.runtime_ms)
+
+
+@needs_gpu()
+@pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_side_stream_work_cannot_hide_in_the_lead_spin():
     """The lead spin holds every thread slot: 150 us of side-stream work queued during the 200 us

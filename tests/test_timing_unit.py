@@ -15,7 +15,7 @@ from kernelwright.judge.policy import ALL_STEPS, Policy, TimingConfig
 from kernelwright.judge.records import (
     BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
-from kernelwright.judge.stats import Summary, should_stop, summarize
+from kernelwright.judge.stats import AMORTIZED_SLACK, Summary, amortized, should_stop, summarize
 
 # -- summarize ---------------------------------------------------------------------------------
 
@@ -42,6 +42,23 @@ def test_summarize_median_iqr_and_rel_sem():
 def test_summarize_is_robust_to_one_outlier():
     s = summarize([1.0] * 20 + [1000.0])
     assert s.median_ms == 1.0 and s.iqr_ms == 0.0 and s.rel_sem == 0.0
+
+
+def test_amortized_keeps_the_median_despite_one_honest_outlier():
+    # 40 calls of 1 ms and one 15 ms hiccup: the mean moves to 1.34 ms, inside the slack
+    med, mean, concentrated = amortized([1.0] * 40 + [15.0])
+    assert med == 1.0 and not concentrated and mean < AMORTIZED_SLACK
+
+
+def test_amortized_flags_time_concentrated_in_every_fourth_call():
+    # the work of four calls done in every fourth: median 0.03 ms, mean about 1 ms
+    med, mean, concentrated = amortized([0.03, 0.03, 0.03, 4.0] * 10)
+    assert concentrated and med == 0.03 and mean == pytest.approx(1.0225)
+
+
+def test_amortized_of_no_samples():
+    med, mean, concentrated = amortized([])
+    assert math.isnan(med) and math.isnan(mean) and not concentrated
 
 
 def test_summarize_zero_median_gives_infinite_rel_sem():

@@ -171,7 +171,7 @@ def policy(device: str, *, off: frozenset[str] = frozenset(), allow_torch: bool 
     against eager (no torch.compile: its build time is not what the zoo measures)."""
     from kernelwright.judge.policy import Policy, TimingConfig
 
-    timing = TimingConfig(min_runs=5, max_runs=40, batch=5, budget_s=3, warmup_ms=10, recheck=1)
+    timing = TimingConfig(min_runs=5, max_runs=40, batch=5, budget_s=3, warmup_ms=10, recheck=2)
     return Policy(disabled_steps=off, time_candidate=True, compile_baseline=False, baselines="measured", timing=timing,
                   allow_torch_compute=allow_torch, **changes)
 

@@ -164,7 +164,14 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     """Time one batch of candidate calls; save the outputs the judge asked to re-check."""
     calls, save = args["calls"], {int(k): v for k, v in args["save"].items()}
-    get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
+    fresh_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
+    poison_bytes = args.get("poison")
+
+    def get_args(i: int) -> list[Any]:
+        values = fresh_args(i)
+        if i in save and poison_bytes is not None:
+            _poison(poison_bytes)  # after the inputs are written, before the call: outside the timed region
+        return values
 
     def on_output(i: int, out: Any) -> None:
         if i in save:

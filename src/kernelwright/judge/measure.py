@@ -98,8 +98,10 @@ def _times(reply: dict[str, Any]) -> list[float]:
 class _Rounds:
     """State of one timing phase."""
 
-    def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0) -> None:
+    def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0,
+                 poison_bytes: list[int] | None = None) -> None:
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
+        self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
         self.contenders = contenders
         self.rng = random.Random()
         self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(POOL_SIZE)]
@@ -142,10 +144,14 @@ class _Rounds:
         self.samples[contender].add_batch(wall, times, n)
 
     def recheck_one(self) -> str:
-        """Time one candidate call, save its output and compare it with the reference."""
+        """Time one candidate call, save its output and compare it with the reference. With poison
+        on, free memory is filled with NaN after the call's inputs are written and before it runs
+        (outside the timed region): an output the call never wrote cannot hold the answer, not
+        even the fresh inputs' values left in a freed block (seen on the H200: ReLU of non-negative
+        inputs)."""
         call = self.calls(1)
         path = str(self.workdir / f"timed-{self.rechecked}.pt")
-        args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}}
+        args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}, "poison": self.poison_bytes}
         self.samples["candidate"].times_ms.extend(_times(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s)))
         result = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "path": path}, timeout_s=self.policy.run_timeout_s)
         Path(path).unlink(missing_ok=True)
@@ -155,11 +161,11 @@ class _Rounds:
 
 def run_timing(
     policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
-    say: Callable[[str], None] = lambda _m: None,
+    say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None,
 ) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop."""
     contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
-    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us)
+    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None)
     cfg = policy.timing
     compile_s = None
     if baselines:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,7 @@ def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[in
     if vb.off_or("extra_shapes"):
         n = sum(c.kind == "extra" for c in cases)
         vb.step("extra_shapes", n > 0, f"{n} get_test_inputs() lists" if n else "the problem has no get_test_inputs()")
-    for name, note in (("inputs_unchanged", "bitwise after every call"), ("poison", "0xFF (NaN) fill of the allocator's free blocks before every call"),
+    for name, note in (("inputs_unchanged", "bitwise after every call"), ("poison", "0xFF (NaN) fill of the allocator's free blocks before every call and every re-checked timed call"),
                        ("output_checks", "exact torch.Tensor, shape, dtype; non-finite values must match"),
                        ("numerics_flags", "TF32 and reduced-precision flags pinned and checked after every call"),
                        ("function_identities", "timing, checking and judge functions recorded before the import, checked after it and after every call")):
@@ -218,7 +217,8 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     baselines = policy.baselines == "measured"
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
     try:
-        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say)
+        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
+                             poison_bytes=flow.meta.get("output_bytes", []))
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -242,21 +242,39 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     _floor_guard(flow)
 
 
-def _median(outcome: Any, name: str) -> float | None:
+def _runtime(flow: "_Flow", outcome: Any, name: str, notes: list[str]) -> float | None:
+    """A contender's time: the median of its calls, or their mean where step amortized_time
+    finds the time concentrated in a minority of calls (GPU only; on the CPU backend the host's
+    noise moves means, so there the note says what the rule would have done)."""
     s = outcome.samples.get(name)
-    return statistics.median(s.times_ms) if s is not None and s.times_ms else None
+    if s is None or not s.times_ms:
+        return None
+    med, mean, concentrated = stats.amortized(s.times_ms)
+    if not concentrated:
+        return med
+    applies = flow.device == "cuda" and flow.policy.enabled("amortized_time")
+    notes.append(f"{name}: mean {mean:.4g} ms over {len(s.times_ms)} calls is more than {stats.AMORTIZED_SLACK:g}x the median "
+                 f"{med:.4g} ms" + ("; the mean is its time" if applies else "; the median kept"))
+    return mean if applies else med
 
 
 def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     vb = flow.vb
     cand = stats.summarize(outcome.samples["candidate"].times_ms)
-    runtime, eager, comp = cand.median_ms, _median(outcome, "eager"), _median(outcome, "compile")
+    notes: list[str] = []
+    runtime, eager, comp = (_runtime(flow, outcome, c, notes) for c in ("candidate", "eager", "compile"))
     best = min([t for t in (eager, comp) if t is not None], default=None)
     vb.numbers.update(
         runtime_ms=runtime, eager_ms=eager, compile_ms=comp,
         speedup_vs_eager=eager / runtime if eager else None, speedup_vs_compile=comp / runtime if comp else None,
         speedup_vs_best=best / runtime if best else None,
     )
+    cpu = "CPU backend: advisory (host noise moves means); " if flow.device != "cuda" else ""
+    if vb.off_or("amortized_time"):
+        vb.step("amortized_time", flow.device == "cuda", cpu + ("; ".join(notes) if notes else
+                f"every contender's mean within {stats.AMORTIZED_SLACK:g}x its median: medians are the times"))
+        concentrated = [n for n in notes if n.startswith("candidate:")]
+        vb.guard("amortized_time", bool(concentrated) and flow.device == "cuda", concentrated[0] if concentrated else "")
     wall = outcome.samples["candidate"].wall_per_call()
     vb.timing = Timing(n=cand.n, median_ms=cand.median_ms, iqr_ms=cand.iqr_ms, wall_ms=wall, profiler_ms=None)
 

@@ -96,14 +96,24 @@ def cmd_table(args: argparse.Namespace) -> int:
     import zoo
 
     runs = [json.loads(Path(p).read_text()) for p in args.json]
-    by = {(r["device"], r["name"]): r for doc in runs for r in doc["exploits"] + doc["controls"]}
+    by = {(r["device"], r["name"]): {**r, "commit": doc["provenance"]["commit"]} for doc in runs for r in doc["exploits"] + doc["controls"]}
+    commits: dict[str, set[str]] = {}
+    for doc in runs:
+        commits.setdefault(doc["provenance"]["device"], set()).add(doc["provenance"]["commit"])
+
+    def at(row: dict | None, device: str) -> str:  # names the run where one device's rows come from several
+        return f" [{row['commit']}]" if row is not None and len(commits.get(device, ())) > 1 else ""
+
     print("| exploit | trick | guard | every step on | with the guard off | steps switched off |")
     print("|---|---|---|---|---|---|")
     for e in zoo.EXPLOITS:
         row = by.get((e.device, e.name))
         where = "H200" if e.device == "cuda" else "CPU"
         off = ", ".join(sorted(e.off)) if e.off else (", ".join(f"{k}={v}" for k, v in e.off_policy.items()) or "nothing to switch off")
-        on_cell = _cell(row, "on")
+        if e.context or e.context_off:
+            both = [f"{k}={v}" for k, v in e.context.items()] + sorted(e.context_off)
+            off += f" (in both runs: {', '.join(both)})"
+        on_cell = _cell(row, "on") + at(row, e.device)
         if e.guard == "degeneracy_gate" and row is not None:
             on_cell += "; the gate: " + ("degenerate" if row.get("gate_degenerate") else "not flagged")
         print(f"| `{e.name}` ({where}) | {e.trick} | {e.guard} | {on_cell} | {_cell(row, 'off')} | {off} |")
@@ -112,7 +122,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     print("|---|---|---|")
     for c in zoo.CONTROLS:
         row = by.get((c.device, c.name))
-        print(f"| `{c.name}` ({'H200' if c.device == 'cuda' else 'CPU'}) | {c.what} | {_cell(row, 'on')} |")
+        print(f"| `{c.name}` ({'H200' if c.device == 'cuda' else 'CPU'}) | {c.what} | {_cell(row, 'on')}{at(row, c.device)} |")
     for doc in runs:
         p = doc["provenance"]
         print(f"\n{p['device']}: commit {p['commit']}, {p['date']}, {p.get('gpu') or p['cpu']}, torch {p['torch']}")

@@ -44,21 +44,29 @@ def test_summarize_is_robust_to_one_outlier():
     assert s.median_ms == 1.0 and s.iqr_ms == 0.0 and s.rel_sem == 0.0
 
 
-def test_amortized_keeps_the_median_despite_one_honest_outlier():
-    # 40 calls of 1 ms and one 15 ms hiccup: the mean moves to 1.34 ms, inside the slack
-    med, mean, concentrated = amortized([1.0] * 40 + [15.0])
-    assert med == 1.0 and not concentrated and mean < AMORTIZED_SLACK
+def test_amortized_keeps_the_median_despite_honest_stalls():
+    # 40 calls of 1 ms and two 30 ms stalls (5 %): the trimmed mean leaves both out
+    med, trimmed, concentrated = amortized([1.0] * 38 + [30.0, 30.0])
+    assert med == 1.0 and trimmed == 1.0 and not concentrated
 
 
 def test_amortized_flags_time_concentrated_in_every_fourth_call():
-    # the work of four calls done in every fourth: median 0.03 ms, mean about 1 ms
-    med, mean, concentrated = amortized([0.03, 0.03, 0.03, 4.0] * 10)
-    assert concentrated and med == 0.03 and mean == pytest.approx(1.0225)
+    # the work of four calls done in every fourth: median 0.03 ms, the heavy quarter is not trimmed
+    samples = [0.03, 0.03, 0.03, 4.0] * 10
+    med, trimmed, concentrated = amortized(samples)
+    assert concentrated and med == 0.03
+    assert trimmed == pytest.approx((27 * 0.03 + 8 * 4.0) / 35)  # the two slowest left out
+    assert trimmed > AMORTIZED_SLACK * med
+
+
+def test_amortized_of_even_calls_is_the_median():
+    med, trimmed, concentrated = amortized([0.9, 1.0, 1.1] * 10)
+    assert med == 1.0 and not concentrated and trimmed < AMORTIZED_SLACK * med
 
 
 def test_amortized_of_no_samples():
-    med, mean, concentrated = amortized([])
-    assert math.isnan(med) and math.isnan(mean) and not concentrated
+    med, trimmed, concentrated = amortized([])
+    assert math.isnan(med) and math.isnan(trimmed) and not concentrated
 
 
 def test_summarize_zero_median_gives_infinite_rel_sem():

@@ -15,8 +15,9 @@ are not steps say what refuses the exploit without a switch:
 - "degeneracy_gate": `kernelwright problems check` flags the problem itself.
 
 Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer
-(`hides_time`) may be judged correct with every step on, but its time must show the hidden work
-(no speedup over eager) while the ablation shows the speedup it would have claimed. A trick that
+(`hides_time`) may be judged correct with every step on (or refused), but a correct verdict's time
+must show the hidden work (no speedup over eager) while the ablation shows the speedup it would
+have claimed. A trick that
 needs a setting to have any chance (`context`: policy fields, `context_off`: steps off) gets that
 setting in both runs, so the two runs differ by `off` alone; a guard that leaves no record of its
 own when it refuses (poison: the failing case is reported by its step) is shown by that ablation.
@@ -138,7 +139,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_super_batch", "relu", "honest for 40 calls, then launches four calls' work at once on a side stream", "timed_recheck",
             _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
     Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "physics_floor"), device="cuda",
-            allow_torch=True, context={"seeds": (7, 7, 7)},
+            refused=("incorrect",), evidence="got nan", allow_torch=True, context={"seeds": (7, 7, 7)},
             context_off=_f("near_duplicate", "distributions", "extra_shapes", "op_audit", "fresh_inputs", "timed_recheck")),
     Exploit("zoo_patched_synchronize", "relu", "setattr replaces torch.cuda.synchronize", "function_identities", _f("function_identities"), device="cuda"),
     Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda"),
@@ -218,6 +219,8 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
     if e.guard == "degeneracy_gate":
         if not row.get("gate_degenerate"):
             bad.append("the degeneracy gate did not flag the problem")
+    elif e.hides_time and on["status"] in e.refused:
+        pass  # refused outright: more than the entry promised
     elif e.hides_time:
         if on["status"] != "correct" or on["speedup_vs_eager"] is None:
             bad.append(f"with every step on: {on['status']} without a time; a time that shows the hidden work was expected")

@@ -33,19 +33,23 @@ def summarize(samples: list[float]) -> Summary:
     return Summary(n, med, iqr, sem / med if med > 0 else math.inf)
 
 
-AMORTIZED_SLACK = 1.5  # a mean over all timed calls above this multiple of the median replaces it
+AMORTIZED_SLACK = 1.5  # a trimmed mean above this multiple of the median replaces it (candidate only)
+AMORTIZED_TRIM = 0.05  # share of the slowest calls the trimmed mean leaves out (at least one call)
 
 
 def amortized(samples: list[float]) -> tuple[float, float, bool]:
-    """(median, mean, concentrated) of per-call times. `concentrated` when the mean exceeds
-    AMORTIZED_SLACK x the median: the time sits in a minority of calls. The median alone would
-    then report the cheap calls and hide the rest, as a candidate that does the work of four
-    calls in every fourth one does (seen on the H200: median 0.026 ms, mean 0.84 ms per call).
-    Honest noise rarely moves a mean that far: one outlier must be about n/2 medians long."""
+    """(median, trimmed mean, concentrated) of per-call times. The trimmed mean leaves out the
+    slowest 5 % of calls (at least one), so a stall or two of an honest candidate does not move it;
+    `concentrated` when it still exceeds AMORTIZED_SLACK x the median: the time sits in a minority
+    of calls, and the median alone would report the cheap ones, as for a candidate that does the
+    work of four calls in every fourth one (seen on the H200: median 0.026 ms, mean 0.84 ms)."""
     if not samples:
         return math.nan, math.nan, False
-    med, mean = statistics.median(samples), statistics.fmean(samples)
-    return med, mean, mean > AMORTIZED_SLACK * med
+    med = statistics.median(samples)
+    drop = max(1, math.ceil(AMORTIZED_TRIM * len(samples))) if len(samples) > 1 else 0
+    kept = sorted(samples)[: len(samples) - drop]
+    trimmed = statistics.fmean(kept)
+    return med, trimmed, trimmed > AMORTIZED_SLACK * med
 
 
 def should_stop(summaries: list[Summary], *, min_runs: int, max_runs: int, target: float, elapsed_s: float, budget_s: float, adaptive: bool) -> tuple[bool, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,25 +53,35 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     flow.say(f"checking correctness on {len(cases)} input sets")
     _record_correctness_steps(flow, cases, skipped, bool(refs_reply.get("near_blind")))
     worst = [0.0, 0.0]
+    spent = [0.0, 0.0]  # seconds waiting for the candidate child's cases, for the reference child's comparisons
+    t_phase = time.perf_counter()
     # Pipelined: the candidate runs case i while the reference child compares case i - 1. The
     # earliest failing case decides the verdict, as if the cases ran one after another.
     pending: tuple[int, Case, Path] | None = None
     for i, case in enumerate(cases):
         if i in skipped:
             continue
+        t0 = time.perf_counter()
         try:
             path, res = _run_case(flow, cand, i, case)
         except Stop:
             if pending is not None:
                 _finish_compare(flow, ref, *pending, worst)
             raise
+        t1 = time.perf_counter()
+        spent[0] += t1 - t0
         if pending is not None:
             _finish_compare(flow, ref, *pending, worst)
+        spent[1] += time.perf_counter() - t1
         _check_case_reply(flow, case, res)  # after case i - 1's verdict, so its guards come first
         ref.send("compare", {"case_index": i, "path": str(path)})
         pending = (i, case, path)
     if pending is not None:
+        t1 = time.perf_counter()
         _finish_compare(flow, ref, *pending, worst)
+        spent[1] += time.perf_counter() - t1
+    flow.say(f"correctness cases done in {time.perf_counter() - t_phase:.2f} s: {spent[0]:.2f} s in the candidate child's calls "
+             f"(poison, the audited call, input checks, saving), {spent[1]:.2f} s more waiting for comparisons")
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
     _op_audit(flow, ref, cand)
     if policy.enabled("numerics_flags"):

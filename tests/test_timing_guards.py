@@ -74,9 +74,18 @@ def test_cpu_wall_clock_check_notices_a_replaced_timer_but_only_advises():
 
 
 def test_cpu_wall_clock_check_is_quiet_for_an_honest_candidate():
-    v = judge("rowsum", "rowsum_correct", timing_policy())
-    assert v.status is Status.CORRECT, v.log
-    assert "would have fired" not in _step(v, "wall_clock_check").reason
+    # The CPU check reads a shared 2-core host's clock around 5-call batches of a 0.03 ms kernel:
+    # one loaded moment can trip it (seen once in CI at 6915bc7, in 4 full runs). What must hold is
+    # that an honest candidate is not flagged systematically, so one quiet judgement of three
+    # suffices; the replaced timer above is flagged in every one.
+    reasons = []
+    for _ in range(3):
+        v = judge("rowsum", "rowsum_correct", timing_policy())
+        assert v.status is Status.CORRECT, v.log
+        reasons.append(_step(v, "wall_clock_check").reason)
+        if "would have fired" not in reasons[-1]:
+            return
+    pytest.fail(f"flagged in 3 of 3 judgements: {reasons}")
 
 
 def test_cpu_amortized_time_notices_time_in_every_fourth_call_but_only_advises():

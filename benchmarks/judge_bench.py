@@ -146,6 +146,10 @@ def sec_repeatability(out: Path, rows: list) -> None:
         if times:
             med = statistics.median(times)
             row.update(median_ms=med, spread=(max(times) - min(times)) / med, n=len(times))
+            raw = [t["raw_median_ms"] for t in row["timing"] if t and t.get("raw_median_ms")]
+            if raw:  # before step harness_overhead's subtraction
+                row.update(raw_median_ms=raw, raw_spread=(max(raw) - min(raw)) / statistics.median(raw),
+                           overhead_ms=[t.get("overhead_ms") for t in row["timing"] if t])
         (out / "repeat_partial.json").write_text(json.dumps(row, indent=2))
 
 

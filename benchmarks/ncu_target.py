@@ -1,8 +1,9 @@
 """Run one candidate's forward a few times, for ncu to measure (judge_bench.py --sections ncu).
 
 With --events it times the same calls with the judge's own timing function and default protocol
-(L2 flush, lead spin, events, device sync) and prints {"event_median_ms": ...}; without it, it
-only runs them (under ncu).
+(L2 flush, lead spin, events, device sync) and prints {"event_median_ms": ...}, with the empty
+call's median under the same protocol ("null_median_ms") and the difference ("corrected_median_ms",
+what step harness_overhead reports); without --events, it only runs them (under ncu).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ import torch
 from kernelwright.judge import inputs, timing
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import TimingConfig
+
+
+def _zero_flush() -> None:
+    buf = timing._FLUSH.get("zero")
+    if buf is None:
+        buf = timing._FLUSH["zero"] = torch.empty(2 * timing.l2_bytes() // 4, dtype=torch.int32, device="cuda")
+    buf.zero_()
 
 
 def main() -> int:
@@ -41,6 +49,9 @@ def main() -> int:
             timing.warm_up(model, lambda i: values, 50.0, cuda=True)
         times = timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=protocol)
         result.update(event_median_ms=statistics.median(times), n=len(times), lead_us=protocol.lead_us)
+        if args.events:
+            null = statistics.median(timing.time_null(args.runs, cuda=True, switches={"flush": True, "events": True, "sync": True, "lead_us": lead}))
+            result.update(null_median_ms=null, corrected_median_ms=result["event_median_ms"] - null)
         if args.events and args.variants:
             variants = {
                 "nolead": timing.TimingSwitches(flush=True, events=True, sync=True),  # the protocol before the lead spin
@@ -48,6 +59,12 @@ def main() -> int:
             }
             for name, sw in variants.items():
                 result[f"{name}_median_ms"] = statistics.median(timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=sw))
+            read_flush = timing.flush_l2
+            timing.flush_l2 = _zero_flush  # the flush before 2026-11-30: a write that leaves L2 dirty
+            try:
+                result["zeroflush_median_ms"] = statistics.median(timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=protocol))
+            finally:
+                timing.flush_l2 = read_flush
     if args.events:
         print(json.dumps(result))
     return 0

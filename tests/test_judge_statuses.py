@@ -25,7 +25,7 @@ VERDICT_KEYS = (
     "max_abs_error", "max_rel_error", "floor_ms", "efficiency", "guards", "static_findings", "steps",
     "timing", "resources", "log", "system", "created_at",
 )
-CPU_ONLY_TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync")
+CPU_ONLY_TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead")
 
 
 @pytest.fixture(scope="module")

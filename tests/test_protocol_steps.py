@@ -174,6 +174,11 @@ def test_gpu_timing_steps_run_for_an_honest_candidate():
         assert step_of(v, name).ran, step_of(v, name)
     assert v.timing.profiler_ms is not None and v.timing.profiler_ms > 0
     assert v.floor_ms > 0 and v.runtime_ms >= v.floor_ms
+    # the empty call's time was measured in both children and taken off every contender
+    assert step_of(v, "harness_overhead").ran, step_of(v, "harness_overhead")
+    o = v.timing.overhead_ms
+    assert o is not None and 0 < o < v.timing.raw_median_ms, v.timing
+    assert v.timing.median_ms == pytest.approx(v.timing.raw_median_ms - o)
     floor = guard_of(v, "physics_floor")
     assert floor is not None and not floor.fired
     assert v.efficiency is not None and v.efficiency > 0

@@ -69,6 +69,29 @@ def test_amortized_of_no_samples():
     assert math.isnan(med) and math.isnan(trimmed) and not concentrated
 
 
+def _outcome(null_ms):
+    from kernelwright.judge.measure import TimingOutcome
+
+    return TimingOutcome(samples={}, stop_reason="", recheck_failure="", rechecked=0, compile_s=None, null_ms=null_ms)
+
+
+def test_harness_overhead_is_each_childs_empty_call_median():
+    o = _outcome({"reference": [0.030, 0.031, 0.029], "candidate": [0.026, 0.027, 0.025]})
+    assert o.overheads() == pytest.approx({"candidate": 0.026, "eager": 0.030, "compile": 0.030})
+
+
+def test_harness_overhead_of_the_candidate_never_exceeds_the_reference_childs():
+    # empty calls slowed inside the candidate's process (by code of its own running beside them)
+    # would buy it a larger subtraction: the reference child's median caps it
+    o = _outcome({"reference": [0.030, 0.030, 0.031], "candidate": [0.500, 0.400, 0.450]})
+    assert o.overheads()["candidate"] == pytest.approx(0.030)
+
+
+def test_harness_overhead_needs_empty_calls_from_both_children():
+    assert _outcome({}).overheads() is None
+    assert _outcome({"reference": [0.03]}).overheads() is None
+
+
 def test_summarize_zero_median_gives_infinite_rel_sem():
     assert math.isinf(summarize([0.0, 0.0, 0.0, 0.0, 0.0]).rel_sem)
 

@@ -162,7 +162,10 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
-    """Time one batch of candidate calls; save the outputs the judge asked to re-check."""
+    """Time one batch of candidate calls; save the outputs the judge asked to re-check. Contender
+    "null" times the protocol around an empty call instead (step harness_overhead)."""
+    if args["contender"] == "null":
+        return {"times_ms": timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"]), **_replaced()}
     calls, save = args["calls"], {int(k): v for k, v in args["save"].items()}
     fresh_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     poison_bytes = args.get("poison")

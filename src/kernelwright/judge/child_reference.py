@@ -263,7 +263,10 @@ def _tf32_on() -> Iterator[None]:
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
-    """Time one batch of the eager or compiled reference, with the precision allowance."""
+    """Time one batch of the eager or compiled reference, with the precision allowance; contender
+    "null" times the protocol around an empty call (step harness_overhead)."""
+    if args["contender"] == "null":
+        return {"times_ms": timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"])}
     fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
     calls = args["calls"]  # [[slot, input_seed or None], ...]
     get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)

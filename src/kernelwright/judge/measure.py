@@ -19,6 +19,7 @@ from kernelwright.judge.workers import Child, ChildError
 POOL_SIZE = 3  # distinct input sets in the timing pool
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
+NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
 
 
 def recheck_round(round_no: int) -> bool:
@@ -75,6 +76,18 @@ class TimingOutcome:
     recheck_failure: str  # empty when every re-checked timed output matched
     rechecked: int  # timed outputs compared with the reference
     compile_s: float | None  # torch.compile warm-up time of the baseline (not a verdict field)
+    null_ms: dict[str, list[float]] = field(default_factory=dict)  # empty-call times by child (reference, candidate)
+
+    def overheads(self) -> dict[str, float] | None:
+        """What step harness_overhead subtracts from each contender's times: the median empty
+        call of the child that timed it. The candidate's is capped at the reference child's: the
+        empty calls in its own process run beside candidate code, which could slow them and so
+        buy itself a larger subtraction; it can only lose by it. None when no empty calls ran."""
+        ref, cand = self.null_ms.get("reference"), self.null_ms.get("candidate")
+        if not ref or not cand:
+            return None
+        o_ref, o_cand = statistics.median(ref), statistics.median(cand)
+        return {"candidate": min(o_ref, o_cand), "eager": o_ref, "compile": o_ref}
 
 
 class FlagsMoved(Exception):
@@ -107,6 +120,7 @@ class _Rounds:
         self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(POOL_SIZE)]
         self.samples = {c: Samples() for c in contenders}
         self.rechecked = 0
+        self.null_ms: dict[str, list[float]] = {}
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         cuda_steps = {"flush": "l2_flush", "events": "cuda_events", "sync": "device_sync"}
@@ -143,6 +157,15 @@ class _Rounds:
             raise ChildError("forged", f"the {contender} batch returned {len(times)} times for {n} calls", role=child_role)
         self.samples[contender].add_batch(wall, times, n)
 
+    def null_batch(self, n: int) -> None:
+        """n empty calls timed in each child, with the same switches as the contenders' calls."""
+        for role, child in (("reference", self.ref), ("candidate", self.cand)):
+            args = {"contender": "null", "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
+            times = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s))
+            if len(times) != n:
+                raise ChildError("forged", f"the empty-call batch returned {len(times)} times for {n} calls", role=role)
+            self.null_ms.setdefault(role, []).extend(times)
+
     def recheck_one(self) -> str:
         """Time one candidate call, save its output and compare it with the reference. With poison
         on, free memory is filled with NaN after the call's inputs are written and before it runs
@@ -161,9 +184,10 @@ class _Rounds:
 
 def run_timing(
     policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
-    say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None,
+    say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0,
 ) -> TimingOutcome:
-    """Warm up every contender, then time interleaved rounds until the stopping rule says stop."""
+    """Warm up every contender, then time interleaved rounds until the stopping rule says stop;
+    with null_calls > 0, each round also times that many empty calls in each child."""
     contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
     r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None)
     cfg = policy.timing
@@ -181,6 +205,8 @@ def run_timing(
     for round_no in itertools.count():
         for contender in order:
             r.batch(contender, r.batch_size(contender))
+        if null_calls:
+            r.null_batch(null_calls)
         if recheck and recheck_round(round_no):
             failure = _recheck(r, cfg.recheck)
         if failure:
@@ -197,7 +223,7 @@ def run_timing(
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s)
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms)
 
 
 def _recheck(r: _Rounds, n: int) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, stats
-from kernelwright.judge.measure import FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
+from kernelwright.judge.measure import NULL_CALLS, FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
@@ -203,7 +204,7 @@ def _record_timing_steps(flow: "_Flow") -> None:
     vb, cuda = flow.vb, flow.device == "cuda"
     cpu = "CPU backend: not applicable (no L2 flush, events or streams; CPU times are never claims)"
     notes = {
-        "l2_flush": "buffer of 2x the device's L2 zeroed before every timed call",
+        "l2_flush": "buffer of 2x the device's L2 read before every timed call (clean lines, no write-backs left for the call)",
         "cuda_events": "CUDA events around every call" + flow.lead_us()[1],
         "device_sync": "device-wide synchronize before the end event",
     }
@@ -228,8 +229,9 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     baselines = policy.baselines == "measured"
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
     try:
+        null_calls = NULL_CALLS if flow.device == "cuda" and policy.enabled("harness_overhead") else 0
         outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
-                             poison_bytes=flow.meta.get("output_bytes", []))
+                             poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls)
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -253,29 +255,53 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     _floor_guard(flow)
 
 
-def _runtime(flow: "_Flow", outcome: Any, name: str, notes: list[str]) -> float | None:
-    """A contender's time: the median of its calls. Step amortized_time prices the candidate at
-    its trimmed mean instead where that mean shows the time sitting in a minority of calls (GPU
-    only; on the CPU backend the host's noise moves means, so there the note only advises).
-    Baselines keep their median and get a note: pricing them at a mean would let a stall during
-    eager's calls, or a candidate that causes one, inflate the candidate's speedup."""
+MIN_MS = 1e-6  # a time the harness overhead's subtraction cannot go below (the floor guard refuses it)
+
+
+def _runtime(flow: "_Flow", outcome: Any, name: str, notes: list[str], overhead: float) -> float | None:
+    """A contender's time: the median of its calls, less the harness overhead. Step amortized_time
+    prices the candidate at its trimmed mean instead where that mean shows the time sitting in a
+    minority of calls (GPU only; on the CPU backend the host's noise moves means, so there the
+    note only advises). Baselines keep their median and get a note: pricing them at a mean would
+    let a stall during eager's calls, or a candidate that causes one, inflate the candidate's
+    speedup. The test for a minority looks at the calls as timed, before the subtraction."""
     s = outcome.samples.get(name)
     if s is None or not s.times_ms:
         return None
     med, trimmed, concentrated = stats.amortized(s.times_ms)
     if not concentrated:
-        return med
+        return max(MIN_MS, med - overhead)
     applies = name == "candidate" and flow.device == "cuda" and flow.policy.enabled("amortized_time")
     notes.append(f"{name}: trimmed mean {trimmed:.4g} ms over {len(s.times_ms)} calls is more than {stats.AMORTIZED_SLACK:g}x the "
                  f"median {med:.4g} ms" + ("; the trimmed mean is its time" if applies else "; the median kept"))
-    return trimmed if applies else med
+    return max(MIN_MS, (trimmed if applies else med) - overhead)
+
+
+def _overheads(flow: "_Flow", outcome: Any) -> dict[str, float]:
+    """Record step harness_overhead; what to subtract from each contender (zeros when off)."""
+    vb = flow.vb
+    found = outcome.overheads()
+    if vb.off_or("harness_overhead", "" if flow.device == "cuda" else "CPU backend: not applicable (host-clock times are never claims)"):
+        if found is None:
+            vb.step("harness_overhead", False, "no empty calls were timed")
+        else:
+            ref, cand = (statistics.median(outcome.null_ms[k]) for k in ("reference", "candidate"))
+            n = len(outcome.null_ms["reference"])
+            vb.step("harness_overhead", True,
+                    f"the protocol around an empty call, {n} times in each child, interleaved with the rounds: median "
+                    f"{ref:.4g} ms in the reference child, {cand:.4g} ms in the candidate's; subtracted: "
+                    f"{found['eager']:.4g} ms from the baselines, {found['candidate']:.4g} ms from the candidate "
+                    "(never more than the reference child's)")
+            return found
+    return {"candidate": 0.0, "eager": 0.0, "compile": 0.0}
 
 
 def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     vb = flow.vb
     cand = stats.summarize(outcome.samples["candidate"].times_ms)
     notes: list[str] = []
-    runtime, eager, comp = (_runtime(flow, outcome, c, notes) for c in ("candidate", "eager", "compile"))
+    overhead = _overheads(flow, outcome)
+    runtime, eager, comp = (_runtime(flow, outcome, c, notes, overhead[c]) for c in ("candidate", "eager", "compile"))
     best = min([t for t in (eager, comp) if t is not None], default=None)
     vb.numbers.update(
         runtime_ms=runtime, eager_ms=eager, compile_ms=comp,
@@ -289,7 +315,9 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
         concentrated = [n for n in notes if n.startswith("candidate:")]
         vb.guard("amortized_time", bool(concentrated) and cuda, concentrated[0] if concentrated else "")
     wall = outcome.samples["candidate"].wall_per_call()
-    vb.timing = Timing(n=cand.n, median_ms=cand.median_ms, iqr_ms=cand.iqr_ms, wall_ms=wall, profiler_ms=None)
+    o = overhead["candidate"]
+    vb.timing = Timing(n=cand.n, median_ms=max(MIN_MS, cand.median_ms - o), iqr_ms=cand.iqr_ms, wall_ms=wall, profiler_ms=None,
+                       overhead_ms=o if o else None, raw_median_ms=cand.median_ms)
 
 
 def _profile(flow: "_Flow", cand: Child) -> None:

@@ -28,6 +28,7 @@ TIMING_STEPS = (
     "warmup",  # time-based warm-up
     "adaptive_stop",  # stop on the standard error, between a minimum and maximum count
     "interleave",  # baselines and candidate timed in alternating rounds
+    "harness_overhead",  # the protocol around an empty call, timed in both children, subtracted from every contender
     "amortized_time",  # the candidate's trimmed mean replaces its median where its time sits in a minority of calls
     "wall_clock_check",  # judge-side wall clock around whole batches
     "profiler_check",  # kernel-time sum from the torch profiler for one call

@@ -69,6 +69,8 @@ class Timing:
     iqr_ms: float  # interquartile range of per-call times
     wall_ms: float | None = None  # wall-clock per call measured by the judge around whole batches
     profiler_ms: float | None = None  # sum of kernel times in one profiled call
+    overhead_ms: float | None = None  # harness overhead subtracted from every call (step harness_overhead)
+    raw_median_ms: float | None = None  # median of per-call times before that subtraction
 
 
 @dataclass(frozen=True)

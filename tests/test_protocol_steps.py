@@ -31,6 +31,14 @@ def step_of(verdict, name: str):
     return next(s for s in verdict.steps if s.name == name)
 
 
+def _share(reason: str, origin: str) -> float:
+    """An origin's share of the profiled call's GPU time, in percent, from the step's reason."""
+    import re
+
+    m = re.search(rf"\b{origin} ([0-9.]+) %", reason)
+    return float(m.group(1)) if m else 0.0
+
+
 def guard_of(verdict, name: str):
     return next((g for g in verdict.guards if g.name == name), None)
 
@@ -179,9 +187,33 @@ def test_gpu_timing_steps_run_for_an_honest_candidate():
     o = v.timing.overhead_ms
     assert o is not None and 0 < o < v.timing.raw_median_ms, v.timing
     assert v.timing.median_ms == pytest.approx(v.timing.raw_median_ms - o)
+    # its own kernel holds the profiled call's GPU time
+    prov = step_of(v, "kernel_provenance")
+    assert prov.ran and _share(prov.reason, "candidate") > 90 and "relu_kernel" in prov.reason, prov
+    assert not guard_of(v, "kernel_provenance").fired
     floor = guard_of(v, "physics_floor")
     assert floor is not None and not floor.fired
     assert v.efficiency is not None and v.efficiency > 0
+
+
+@needs_gpu()
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_kernel_provenance_refuses_torch_kernels_the_op_audit_did_not_see():
+    # with the op audit off, only the GPU's side of the question remains: every microsecond of the
+    # profiled call ran in ATen's kernels, which the policy does not allow
+    strict = dict(allow_torch_compute=False)
+    caught = judge("relu", "relu_torch", timing_policy(disabled_steps=frozenset({"op_audit"}), **strict), device="cuda")
+    assert caught.status is Status.REJECTED, (caught.status, caught.log)
+    g = guard_of(caught, "kernel_provenance")
+    assert g is not None and g.fired and "aten" in g.detail, caught.guards
+    fooled = judge("relu", "relu_torch", timing_policy(disabled_steps=frozenset({"op_audit", "kernel_provenance"}), **strict), device="cuda")
+    assert fooled.status is Status.CORRECT, (fooled.status, fooled.log)
+    # allowed torch compute: the split is reported, nothing refused
+    allowed = judge("relu", "relu_torch", timing_policy(), device="cuda")
+    assert allowed.status is Status.CORRECT, allowed.log
+    assert _share(step_of(allowed, "kernel_provenance").reason, "aten") > 90, step_of(allowed, "kernel_provenance")
+    assert not guard_of(allowed, "kernel_provenance").fired
 
 
 @needs_gpu()

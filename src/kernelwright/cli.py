@@ -17,6 +17,7 @@ from typing import Optional
 from rich.console import Console
 
 from kernelwright.judge.policy import BASELINE_MODES, PRECISIONS, PRESETS, Policy, TimingConfig, kernelbench_preset
+from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
 
 out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped when piped
@@ -34,7 +35,8 @@ def _policy(args: argparse.Namespace) -> Policy:
         raise UsageError("cached baselines need the baseline cache, which is not built yet; use measured or skip")
     try:
         common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines == "measured",
-                      time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute)
+                      time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute,
+                      libraries=tuple(args.allow_library or ()))
         if args.preset == "kernelbench":
             return kernelbench_preset(**common, **({"n_seeds": args.seeds} if args.seeds is not None else {}))
         return Policy(**common, n_seeds=args.seeds if args.seeds is not None else 3, timing=TimingConfig(budget_s=args.budget_s))
@@ -177,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false", help="do not time torch.compile")
     e.add_argument("--correctness-only", action="store_true", help="check correctness, do not time")
     e.add_argument("--allow-torch-compute", action="store_true", help="let the candidate compute with torch operators (refused by default)")
+    e.add_argument("--allow-library", action="append", metavar="NAME",
+                   help="let the candidate's GPU time include this library's kernels (repeatable; one of: " + ", ".join(LIBRARIES) + ")")
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")

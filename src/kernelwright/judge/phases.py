@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelwright.judge import ops, stats
+from kernelwright.judge import ops, provenance, stats
 from kernelwright.judge.measure import NULL_CALLS, FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
@@ -321,17 +321,48 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
 
 
 def _profile(flow: "_Flow", cand: Child) -> None:
+    """One profiled call (GPU): the profiler's kernel-time sum (step profiler_check, reported) and
+    the GPU time by origin (step kernel_provenance, a guard)."""
     vb = flow.vb
-    if not vb.off_or("profiler_check", "" if flow.device == "cuda" else "CPU backend: the CUDA profiler does not apply"):
+    cpu = "" if flow.device == "cuda" else "CPU backend: the CUDA profiler does not apply"
+    check, origins = vb.off_or("profiler_check", cpu), vb.off_or("kernel_provenance", cpu)
+    if not (check or origins):
         return
     try:
         res = cand.call("profile", {"input_seed": random.randrange(1, 2**31)}, timeout_s=flow.policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "profiling") from None
-    prof = res["profiler_ms"]
-    vb.timing = Timing(**{**vb.timing.__dict__, "profiler_ms": prof})
-    top = ", ".join(f"{k} {ms:.4g} ms" for k, ms in res["kernels"][:5])
-    vb.step("profiler_check", True, f"kernel time sum {prof:.4g} ms vs event median {vb.timing.median_ms:.4g} ms; top: {top}")
+    if res.get("identities_moved"):
+        moved = ", ".join(res["identities_moved"])
+        vb.guard("function_identities", True, f"profiled call: {moved}")
+        raise Stop(Status.REJECTED, f"the candidate replaced {moved}")
+    if check:
+        prof = res["profiler_ms"]
+        vb.timing = Timing(**{**vb.timing.__dict__, "profiler_ms": prof})
+        top = ", ".join(f"{k} {ms:.4g} ms" for k, ms in res["kernels"][:5])
+        vb.step("profiler_check", True, f"kernel time sum {prof:.4g} ms vs event median {vb.timing.median_ms:.4g} ms; top: {top}")
+    if origins:
+        _provenance_guard(flow, res.get("activities") or [])
+
+
+def _provenance_guard(flow: "_Flow", activities: list[Any]) -> None:
+    """Refuse GPU time in torch's own kernels (unless the policy allows torch compute) or in a
+    library the policy does not name; report the split either way."""
+    vb, policy = flow.vb, flow.policy
+    texts = [s.text for s in flow.files.sources]
+    try:
+        texts.append(Path(flow.files.model_new).read_text(errors="replace"))
+    except OSError:
+        pass
+    own = provenance.kernel_names(texts)
+    prov = provenance.classify(activities, own)
+    bad = prov.disallowed(allow_torch=policy.allow_torch_compute, libraries=policy.libraries)
+    detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own else "; no __global__ function in its sources")
+    vb.step("kernel_provenance", True, detail)
+    vb.guard("kernel_provenance", bool(bad), (f"not allowed by the policy: {', '.join(bad)}; " if bad else "") + detail)
+    if bad:
+        shares = ", ".join(f"{o} {100 * prov.share(o):.1f} %" for o in bad)
+        raise Stop(Status.REJECTED, f"GPU time in kernels the policy does not allow ({shares} of the profiled call): {prov.describe()}")
 
 
 def _wall_guard(flow: "_Flow", outcome: Any) -> None:

@@ -32,6 +32,7 @@ TIMING_STEPS = (
     "amortized_time",  # the candidate's trimmed mean replaces its median where its time sits in a minority of calls
     "wall_clock_check",  # judge-side wall clock around whole batches
     "profiler_check",  # kernel-time sum from the torch profiler for one call
+    "kernel_provenance",  # the profiled call's GPU time by origin: torch and libraries only as the policy allows
     "physics_floor",  # refuse times below the H200 physics floor
 )
 ALL_STEPS = CORRECTNESS_STEPS + TIMING_STEPS
@@ -123,6 +124,11 @@ class Policy:
             raise ValueError(f"timeouts must be positive, got {self.build_timeout_s}, {self.run_timeout_s}")
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; known: {PRESETS}")
+        from kernelwright.judge.provenance import LIBRARIES
+
+        odd = [name for name in self.libraries if name not in LIBRARIES]
+        if odd:
+            raise ValueError(f"unknown libraries {odd}; known: {LIBRARIES}")
         if self.gpu_index < 0:
             raise ValueError(f"gpu_index must be >= 0, got {self.gpu_index}")
 

@@ -1,0 +1,82 @@
+"""Kernel provenance (judge.provenance): attribution of device activity by name, without a GPU.
+The names are the forms the torch profiler reports on the H200 (demangled C++ names)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwright.judge.policy import Policy
+from kernelwright.judge.provenance import classify, kernel_names, origin
+
+ATEN_RELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar("
+             "at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::"
+             "{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)")
+ATEN_FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, ...)"
+ATEN_COPY = ("void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+             "{lambda()#3}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)")
+ATEN_SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, ...> > >(...)"
+CUBLAS = "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+CUBLAS_LT = "nvjet_tst_128x64_64x8_2x1_v_bz_TNT"
+CUBLAS_CUTLASS = "cutlass_80_simt_sgemm_128x64_8x5_nn_align1"
+CUDNN = "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_cudnn"
+OWN_CUTLASS = "void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<...> >(cutlass::gemm::kernel::GemmUniversal<...>::Params)"
+
+SOURCE = """
+#include <cuda_runtime.h>
+template <int N> __global__ void __launch_bounds__(256) row_softmax(const float* x, float* y, int n) {}
+extern "C" __global__ void kw_relu(const float* x, float* y, long n) {}
+__global__ static void helper_kernel(float* p) {}
+__device__ float not_a_kernel(float v) { return v; }
+"""
+
+
+def test_kernel_names_finds_every_global_function_and_nothing_else():
+    assert kernel_names([SOURCE]) == {"row_softmax", "kw_relu", "helper_kernel"}
+    assert kernel_names(["float f(float x) { return x; }"]) == set()
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("kw_relu", "candidate"),
+    ("void row_softmax<4>(float const*, float*, int)", "candidate"),
+    (ATEN_RELU, "aten"), (ATEN_SUM, "aten"),
+    (ATEN_FILL, "allocation"), (ATEN_COPY, "allocation"), ("Memset (Device)", "allocation"), ("Memcpy DtoD (Device -> Device)", "allocation"),
+    (CUBLAS, "cublas"), (CUBLAS_LT, "cublas"), (CUBLAS_CUTLASS, "cublas"),
+    (CUDNN, "cudnn"), (OWN_CUTLASS, "cutlass"),
+    ("triton_poi_fused_relu_0", "triton"),
+    ("my_kernel_from_a_cubin", "unattributed"),
+])
+def test_origin_of_profiler_names(name, expected):
+    assert origin(name, kernel_names([SOURCE])) == expected
+
+
+def test_a_candidate_name_inside_a_longer_word_is_not_its_own():
+    # "kw_relu" must not claim "kw_relu_v2" of someone else, nor a library's kernel containing it
+    assert origin("kw_relu_v2", {"kw_relu"}) == "unattributed"
+
+
+def test_classify_splits_time_by_origin_and_counts_streams():
+    prov = classify([["kw_relu", 0.30, 7], [ATEN_FILL, 0.01, 7], [CUBLAS, 0.09, 13]], {"kw_relu"})
+    assert prov.ms == pytest.approx({"candidate": 0.30, "allocation": 0.01, "cublas": 0.09})
+    assert prov.share("candidate") == pytest.approx(0.75)
+    assert prov.streams == 2
+    text = prov.describe()
+    assert "candidate 75.0 %" in text and "cublas 22.5 %" in text and "2 stream(s)" in text
+
+
+def test_disallowed_follows_the_policy():
+    prov = classify([["kw_relu", 0.3, 7], [ATEN_RELU, 0.1, 7], [CUBLAS, 0.1, 7], ["odd", 0.1, 7]], {"kw_relu"})
+    assert sorted(prov.disallowed(allow_torch=False, libraries=())) == ["aten", "cublas"]
+    assert prov.disallowed(allow_torch=True, libraries=("cublas",)) == []
+    assert prov.disallowed(allow_torch=True, libraries=()) == ["cublas"]
+
+
+def test_an_empty_profile_allows_everything_and_says_so():
+    prov = classify([], set())
+    assert prov.disallowed(allow_torch=False, libraries=()) == []
+    assert prov.describe() == "no device activity in the profiled call"
+
+
+def test_policy_names_only_known_libraries():
+    assert Policy(libraries=("cublas", "cudnn")).libraries == ("cublas", "cudnn")
+    with pytest.raises(ValueError, match="unknown libraries"):
+        Policy(libraries=("mkl",))

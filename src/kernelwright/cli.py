@@ -36,7 +36,7 @@ def _policy(args: argparse.Namespace) -> Policy:
     try:
         common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines == "measured",
                       time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute,
-                      libraries=tuple(args.allow_library or ()))
+                      libraries=tuple(args.allow_library or ()), sanitize=args.sanitize)
         if args.preset == "kernelbench":
             return kernelbench_preset(**common, **({"n_seeds": args.seeds} if args.seeds is not None else {}))
         return Policy(**common, n_seeds=args.seeds if args.seeds is not None else 3, timing=TimingConfig(budget_s=args.budget_s))
@@ -182,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--allow-library", action="append", metavar="NAME",
                    help="let the candidate's GPU time include this library's kernels (repeatable; one of: " + ", ".join(LIBRARIES) + ")")
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
+    e.add_argument("--sanitize", action="store_true",
+                   help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) and record the findings (GPU)")
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")
     prsub = pr.add_subparsers(dest="problems_command", required=True)

@@ -7,6 +7,7 @@ which never runs candidate code. Generated code never runs in this process.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -81,11 +82,36 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
         judged = main.parent if main.name == "model_new.py" else main
-        verdict = _Flow(problem, judged, policy, dev, vb, workdir, say).run()
+        flow = _Flow(problem, judged, policy, dev, vb, workdir, say)
+        verdict = flow.run()
         say(f"verdict {verdict.status.value}")
+        if policy.sanitize:
+            verdict = _sanitize(flow, verdict, say)
         return verdict
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+SANITIZED = (Status.CORRECT, Status.INCORRECT, Status.RUNTIME_ERROR, Status.REJECTED)  # the candidate built and imported
+
+
+def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
+    """Attach compute-sanitizer's findings (judge.sanitize); the status stays what the judge said."""
+    from kernelwright.judge import sanitize
+
+    if flow.device != "cuda":
+        result: dict[str, Any] = {"ran": False, "reason": "CPU backend: compute-sanitizer checks CUDA kernels", "tools": []}
+    elif verdict.status not in SANITIZED:
+        result = {"ran": False, "reason": f"status {verdict.status.value}: no candidate to run", "tools": []}
+    else:
+        say("running the candidate under compute-sanitizer (memcheck, racecheck, initcheck)")
+        files = getattr(flow, "files", None)
+        ext = files is not None and files.build_path == BuildPath.TORCH_EXTENSION
+        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(flow._extension_env() if ext else {})}
+        result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
+                              timeout_s=flow.policy.sanitize_timeout_s)
+        say(sanitize.describe(result))
+    return dataclasses.replace(verdict, sanitizer=result)
 
 
 NVIDIA_PROC = "/proc/driver/nvidia/gpus"  # the driver's GPU list (kernel-wide)

@@ -102,6 +102,8 @@ class Policy:
     disabled_steps: frozenset[str] = frozenset()  # protocol steps switched off (ablation only)
     gpu_index: int = 0  # which GPU the children are pinned to
     preset: str | None = None  # the named settings this policy follows (kernelbench_preset), or None
+    sanitize: bool = False  # run the candidate once under compute-sanitizer after the verdict (GPU; judge.sanitize)
+    sanitize_timeout_s: float = 600.0  # per sanitizer tool
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -122,6 +122,7 @@ class Verdict:
     log: str = ""  # truncated compiler or runtime message
     system: SystemInfo | None = None  # where it ran
     created_at: str = ""  # ISO-8601 UTC
+    sanitizer: dict[str, Any] | None = None  # compute-sanitizer findings when asked for (--sanitize); never decides the status
     schema_version: int = SCHEMA_VERSION  # contract version
 
     def to_dict(self) -> dict[str, Any]:

@@ -35,7 +35,9 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
     t = Table(show_header=False, box=None, pad_edge=False)
     rows = [
         ("build", "-" if v.build_s is None else f"{v.build_s:.3g} s"),
-        ("candidate", _ms(v.runtime_ms) + (f"  (n={v.timing.n}, IQR {v.timing.iqr_ms:.3g} ms)" if v.timing else "")),
+        ("candidate", _ms(v.runtime_ms) + (f"  (n={v.timing.n}, IQR {v.timing.iqr_ms:.3g} ms"
+                                       + (f", harness overhead {v.timing.overhead_ms:.3g} ms subtracted" if v.timing.overhead_ms else "")
+                                       + ")" if v.timing else "")),
         ("eager", _ms(v.eager_ms)), ("torch.compile", _ms(v.compile_ms)),
         ("speedup vs eager", _x(v.speedup_vs_eager)), ("speedup vs compile", _x(v.speedup_vs_compile)),
         ("speedup vs best", _x(v.speedup_vs_best)), ("floor (H200)", _ms(v.floor_ms)),
@@ -59,6 +61,13 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
             by_reason.setdefault(s.reason, []).append(s.name)
         lines = [f"  {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
         console.print("steps not run:\n" + "\n".join(lines), style="dim", highlight=False, markup=False)
+    if v.sanitizer is not None:
+        from kernelwright.judge.sanitize import describe
+
+        console.print(describe(v.sanitizer), highlight=False, markup=False)
+        for r in v.sanitizer.get("tools", []):
+            for line in r.get("findings", [])[:4]:
+                console.print(f"  {r['tool']}: {line}", style="dim", highlight=False, markup=False)
     if v.log and v.status != Status.CORRECT:
         console.print(v.log, highlight=False, markup=False)
 

@@ -128,6 +128,8 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("relu_identity", "relu", "returns its input unchanged (right for get_inputs()'s non-negative values)", "distributions", _f("distributions")),
     Exploit("rowsum_fixed_cols", "rowsum", "sums at most get_inputs()'s 513 columns (a branch on the shape)", "extra_shapes", _f("extra_shapes")),
     Exploit("rowsum_goes_wrong", "rowsum", "right for 30 calls, then off by one", "timed_recheck", _f("timed_recheck")),
+    Exploit("zoo_thread_after_timer", "rowsum", "right for 30 calls, then a helper thread writes each output 5 ms after the call returned",
+            "timed_recheck", _f("timed_recheck", "wall_clock_check")),
     Exploit("zoo_zeros_degenerate", "degenerate/zeros", "returns zeros where the output is x - x", "degeneracy_gate", None, refused=("correct",)),
     # -- GPU ------------------------------------------------------------------------------------
     Exploit("relu_side_stream", "relu", "spins 2 ms on a side stream from raw cudaStreamCreate, returns at once", "device_sync",

@@ -5,6 +5,7 @@ Nothing here decides correctness: outputs are saved to files that the reference 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch
@@ -117,40 +118,60 @@ def _save(out: Any, path: str) -> None:
 def run_case(args: dict[str, Any]) -> dict[str, Any]:
     """Run one correctness case with the enabled checks; save the output for comparison. A "near"
     case first calls the candidate on get_inputs() under its seed, then changes a few elements of
-    those same tensors in place (inputs.perturb) and runs the case on them."""
+    those same tensors in place (inputs.perturb) and runs the case on them. The reply's `parts_s`
+    says where the case's time went (for the judge's log only)."""
     case = Case.from_dict(args["case"])
     seen: dict[str, int] | None = {} if args.get("audit") else None  # every case under the op audit's mode
+    parts = {"inputs": 0.0, "poison": 0.0, "call": 0.0, "checks": 0.0, "save": 0.0}
+    clock = [time.perf_counter()]
+
+    def lap(part: str) -> None:
+        now = time.perf_counter()
+        parts[part] += now - clock[0]
+        clock[0] = now
+
+    def reply(d: dict[str, Any]) -> dict[str, Any]:
+        return {**d, "parts_s": parts}
+
     if case.kind == "near":
         values = inputs.raw_inputs(S.problem, Case("native", case.seed), S.device)
         first = inputs.clone_tensors(values) if args["check_inputs"] else None
+        lap("inputs")
         _audited_call(values, seen)
+        lap("call")
         replaced = _replaced()
         if replaced:
-            return replaced
+            return reply(replaced)
         changed = inputs.changed_inputs(first, values) if first is not None else []
         if changed:
-            return {"inputs_changed": changed, **({"ops": seen} if seen is not None else {})}
+            return reply({"inputs_changed": changed, **({"ops": seen} if seen is not None else {})})
         inputs.perturb(S.problem, values, case.seed, S.device)
+        lap("checks")
     else:
         values = inputs.make_inputs(S.problem, case, S.device)
     before = inputs.clone_tensors(values) if args["check_inputs"] else None
     S.check_flags = args["check_flags"]
+    lap("inputs")
     if args["poison"]:
         _poison(args["output_bytes"])
+    lap("poison")
     out = _audited_call(values, seen)
+    lap("call")
     replaced = _replaced()
     if replaced:
-        return replaced
+        return reply(replaced)
     audited = {"ops": seen} if seen is not None else {}
     moved = flags_diff(S.pinned) if args["check_flags"] else {}
     if moved:
-        return {"flags_changed": moved, **audited}
+        return reply({"flags_changed": moved, **audited})
     if before is not None:
         changed = inputs.changed_inputs(before, values)
         if changed:
-            return {"inputs_changed": changed, **audited}
+            return reply({"inputs_changed": changed, **audited})
+    lap("checks")
     _save(out, args["path"])
-    return {"saved": True, **audited}
+    lap("save")
+    return reply({"saved": True, **audited})
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     _record_correctness_steps(flow, cases, skipped, bool(refs_reply.get("near_blind")))
     worst = [0.0, 0.0]
     spent = [0.0, 0.0]  # seconds waiting for the candidate child's cases, for the reference child's comparisons
+    parts: dict[str, float] = {}  # where the candidate child says its case time went (log only)
     t_phase = time.perf_counter()
     # Pipelined: the candidate runs case i while the reference child compares case i - 1. The
     # earliest failing case decides the verdict, as if the cases ran one after another.
@@ -71,6 +72,8 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
             raise
         t1 = time.perf_counter()
         spent[0] += t1 - t0
+        for part, sec in (res.get("parts_s") or {}).items():
+            parts[part] = parts.get(part, 0.0) + float(sec)
         if pending is not None:
             _finish_compare(flow, ref, *pending, worst)
         spent[1] += time.perf_counter() - t1
@@ -81,8 +84,9 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
         t1 = time.perf_counter()
         _finish_compare(flow, ref, *pending, worst)
         spent[1] += time.perf_counter() - t1
+    said = ", ".join(f"{name} {sec:.2f} s" for name, sec in parts.items()) or "poison, the audited call, input checks, saving"
     flow.say(f"correctness cases done in {time.perf_counter() - t_phase:.2f} s: {spent[0]:.2f} s in the candidate child's calls "
-             f"(poison, the audited call, input checks, saving), {spent[1]:.2f} s more waiting for comparisons")
+             f"({said}, as the child reports), {spent[1]:.2f} s more waiting for comparisons")
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
     _op_audit(flow, ref, cand)
     if policy.enabled("numerics_flags"):

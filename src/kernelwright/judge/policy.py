@@ -152,8 +152,8 @@ class Policy:
 # What a precision allowance loosens a float32 output's tolerance to (never tighter than the
 # problem's own): a kernel may compute in that precision internally, and the reference stays
 # strict fp32. 10-bit mantissas (tf32, fp16) round at about 5e-4 per element, bf16's 7-bit one at
-# about 4e-3; the allowances leave room for sums over a few thousand terms. Not yet calibrated on
-# the GPU (docs/judge.md).
+# about 4e-3; the allowances leave room for sums over a few thousand terms. Calibrated on the
+# H200 (docs/judge.md, benchmarks/precision_bench.py).
 PRECISION_TOLERANCE = {
     "tf32": {"atol": 5e-3, "rtol": 5e-3},
     "fp16": {"atol": 5e-3, "rtol": 5e-3},

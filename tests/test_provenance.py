@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.provenance import classify, kernel_names, origin
+from kernelwright.judge.provenance import classify, function_name, kernel_names, origin
 
 ATEN_RELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar("
              "at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::"
@@ -66,8 +66,9 @@ def test_classify_splits_time_by_origin_and_counts_streams():
 def test_disallowed_follows_the_policy():
     prov = classify([["kw_relu", 0.3, 7], [ATEN_RELU, 0.1, 7], [CUBLAS, 0.1, 7], ["odd", 0.1, 7]], {"kw_relu"})
     assert sorted(prov.disallowed(allow_torch=False, libraries=())) == ["aten", "cublas"]
-    assert prov.disallowed(allow_torch=True, libraries=("cublas",)) == []
-    assert prov.disallowed(allow_torch=True, libraries=()) == ["cublas"]
+    assert prov.disallowed(allow_torch=False, libraries=("cublas",)) == ["aten"]
+    # torch compute allowed: a torch matmul runs cuBLAS, so the libraries torch calls are allowed too
+    assert prov.disallowed(allow_torch=True, libraries=()) == []
 
 
 def test_an_empty_profile_allows_everything_and_says_so():
@@ -80,3 +81,32 @@ def test_policy_names_only_known_libraries():
     assert Policy(libraries=("cublas", "cudnn")).libraries == ("cublas", "cudnn")
     with pytest.raises(ValueError, match="unknown libraries"):
         Policy(libraries=("mkl",))
+
+
+def test_declaring_a_kernel_of_a_library_or_torch_name_claims_nothing():
+    # a candidate that declares (and never launches) kernels named like torch's or cuBLAS's
+    spoof = kernel_names(["__global__ void reduce_kernel() {}\n__global__ void native() {}\n"
+                          "__global__ void nvjet_tst_128x64_64x8_2x1_v_bz_TNT() {}\n__global__ void Kernel2() {}"])
+    assert origin(ATEN_SUM, spoof) == "aten"
+    assert origin(CUBLAS_LT, spoof) == "cublas"
+    assert origin(OWN_CUTLASS, spoof) == "cutlass"
+
+
+def test_a_kernel_in_a_comment_is_not_the_candidates():
+    assert kernel_names(["// __global__ void native() {}\n/* __global__ void softmax_warp_forward() {} */"]) == set()
+
+
+def test_torch_kernels_outside_its_namespaces_are_torchs():
+    name = "void softmax_warp_forward<float, float, float, 10, false, false>(float*, float const*, int, int, int, bool const*, int, bool)"
+    assert origin(name, {"softmax_warp_forward"}) == "aten"
+    assert origin("void at_cuda_detail::cub::DeviceReduceKernel<Policy>(float*)", set()) == "aten"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("kw_relu", "kw_relu"),
+    ("void (anonymous namespace)::softmax_rows_reg<8, true>(float const*, float*, long)", "softmax_rows_reg"),
+    ("void ns::inner::k<std::pair<int, int> >(float*)", "k"),
+    ("Memset (Device)", "Memset"),
+])
+def test_function_name_is_the_unqualified_name(name, expected):
+    assert function_name(name) == expected

@@ -74,3 +74,48 @@ def test_sanitizer_is_clean_for_an_honest_kernel_and_finds_a_wild_write_and_an_u
     unwritten = judge("relu", "relu_unwritten", correctness_policy(sanitize=True), device="cuda")
     initcheck = unwritten.sanitizer["tools"][2]
     assert initcheck["tool"] == "initcheck" and initcheck["errors"] and initcheck["errors"] > 0, unwritten.sanitizer
+
+
+FAKE = """#!{python}
+import sys, time
+args = sys.argv[1:]
+log = args[args.index("--log-file") + 1]
+mode = "{mode}"
+if mode == "hang":
+    time.sleep(60)
+print("KW_SANITIZE_DONE" if mode != "died" else "Traceback: boom", flush=True)
+if mode == "clean":
+    open(log, "w").write("========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n")
+if mode == "forged":
+    # the program prints a clean summary of its own; the tool's report says otherwise
+    print("========= ERROR SUMMARY: 0 errors", flush=True)
+    open(log, "w").write("========= Invalid __global__ read of size 4 bytes\\n========= ERROR SUMMARY: 3 errors\\n")
+"""
+
+
+def _fake_tool(tmp_path, monkeypatch, mode):
+    import sys
+
+    from kernelwright.judge import sanitize
+
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text(FAKE.format(python=sys.executable, mode=mode))
+    exe.chmod(0o755)
+    monkeypatch.setattr(sanitize, "find_tool", lambda: str(exe))
+    return sanitize
+
+
+@pytest.mark.parametrize("mode, errors, completed", [("clean", 0, True), ("forged", 3, True), ("died", None, False)])
+def test_the_report_comes_from_the_tools_log_file(tmp_path, monkeypatch, mode, errors, completed):
+    sanitize = _fake_tool(tmp_path, monkeypatch, mode)
+    result = sanitize.run(tmp_path / "p.py", tmp_path / "c", gpu_index=0, env={}, timeout_s=30, tools=("memcheck",))
+    row = result["tools"][0]
+    assert (row["errors"], row["forward_completed"]) == (errors, completed), row
+    assert result["errors"] == errors  # None when a tool gave no count, never a made-up 0
+
+
+def test_a_tool_that_hangs_is_stopped_and_says_so(tmp_path, monkeypatch):
+    sanitize = _fake_tool(tmp_path, monkeypatch, "hang")
+    result = sanitize.run(tmp_path / "p.py", tmp_path / "c", gpu_index=0, env={}, timeout_s=1, tools=("memcheck",))
+    row = result["tools"][0]
+    assert row["errors"] is None and "stopped after 1 s" in row["note"] and row["seconds"] < 30, row

@@ -222,17 +222,22 @@ def profile(args: dict[str, Any]) -> dict[str, Any]:
             **_replaced()}
 
 
+ACTIVITY_ROWS = 2000  # distinct (name, stream) rows sent; the rest are summed into one
+
+
 def _activities(prof: Any) -> list[list[Any]]:
     """Every device activity of a profile as [name, milliseconds, stream], summed per name and
-    stream, longest first (at most 200): what the judge attributes (judge.provenance)."""
+    stream, longest first: what the judge attributes (judge.provenance)."""
     total: dict[tuple[str, int], float] = {}
     for e in prof.events():
         if str(getattr(e, "device_type", "CPU")).endswith("CPU"):
             continue
         key = (str(e.name)[:400], int(getattr(e, "device_resource_id", 0) or 0))
         total[key] = total.get(key, 0.0) + float(e.device_time_total) / 1e3
-    rows = sorted(total.items(), key=lambda kv: -kv[1])[:200]
-    return [[name, ms, stream] for (name, stream), ms in rows]
+    rows = sorted(total.items(), key=lambda kv: -kv[1])
+    kept = [[name, ms, stream] for (name, stream), ms in rows[:ACTIVITY_ROWS]]
+    rest = sum(ms for _, ms in rows[ACTIVITY_ROWS:])
+    return kept + ([[f"(activities beyond the first {ACTIVITY_ROWS})", rest, -1]] if rest else [])
 
 
 def _audit_mode(seen: dict[str, int]) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ class _State:
 
 
 S = _State()
+NULL_BEFORE_CALLS = 15  # empty calls timed at setup (step harness_overhead's cap)
 
 
 def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
@@ -101,6 +103,10 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
     gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
+    if args.get("null_switches") and S.device.type == "cuda":
+        # the empty call's time before any candidate code runs anywhere: the cap on what step
+        # harness_overhead may subtract later, when candidate code could be loading the GPU
+        gpu["null_before_ms"] = statistics.median(timing.time_null(NULL_BEFORE_CALLS, cuda=True, switches=args["null_switches"]))
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 

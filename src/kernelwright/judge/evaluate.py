@@ -108,8 +108,11 @@ def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
         files = getattr(flow, "files", None)
         ext = files is not None and files.build_path == BuildPath.TORCH_EXTENSION
         env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(flow._extension_env() if ext else {})}
-        result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
-                              timeout_s=flow.policy.sanitize_timeout_s)
+        try:
+            result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
+                                  timeout_s=flow.policy.sanitize_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the sanitizer is advisory: its failure must not lose the verdict
+            result = {"ran": False, "reason": f"the sanitizer run failed: {type(exc).__name__}: {exc}"[:300], "tools": []}
         say(sanitize.describe(result))
     return dataclasses.replace(verdict, sanitizer=result)
 
@@ -267,6 +270,10 @@ class _Flow:
             "init_seed": self.seeds[0], "atol": self.policy.atol, "rtol": self.policy.rtol,
             "strict": self.policy.enabled("output_checks"),
         }
+        if self.device == "cuda" and self.policy.time_candidate and self.policy.enabled("harness_overhead"):
+            p = self.policy
+            args["null_switches"] = {"flush": p.enabled("l2_flush"), "events": p.enabled("cuda_events"), "sync": p.enabled("device_sync"),
+                                     "lead_us": p.timing.lead_us}
         try:
             self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:

@@ -78,15 +78,20 @@ class TimingOutcome:
     compile_s: float | None  # torch.compile warm-up time of the baseline (not a verdict field)
     null_ms: dict[str, list[float]] = field(default_factory=dict)  # empty-call times by child (reference, candidate)
 
-    def overheads(self) -> dict[str, float] | None:
+    def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
-        call of the child that timed it. The candidate's is capped at the reference child's: the
-        empty calls in its own process run beside candidate code, which could slow them and so
-        buy itself a larger subtraction; it can only lose by it. None when no empty calls ran."""
+        call of the child that timed it, never more than `cap` (the reference child's empty call
+        timed before any candidate code ran). The candidate's is capped at the reference child's
+        too: the empty calls in its own process run beside candidate code, which could slow them
+        and so buy itself a larger subtraction; and candidate code in another process (a native
+        thread loading the GPU) could slow the reference child's, which the cap bounds. None when
+        no empty calls ran."""
         ref, cand = self.null_ms.get("reference"), self.null_ms.get("candidate")
         if not ref or not cand:
             return None
         o_ref, o_cand = statistics.median(ref), statistics.median(cand)
+        if cap is not None:
+            o_ref = min(o_ref, cap)
         return {"candidate": min(o_ref, o_cand), "eager": o_ref, "compile": o_ref}
 
 

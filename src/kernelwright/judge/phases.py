@@ -72,8 +72,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
             raise
         t1 = time.perf_counter()
         spent[0] += t1 - t0
-        for part, sec in (res.get("parts_s") or {}).items():
-            parts[part] = parts.get(part, 0.0) + float(sec)
+        _add_parts(parts, res.get("parts_s"))
         if pending is not None:
             _finish_compare(flow, ref, *pending, worst)
         spent[1] += time.perf_counter() - t1
@@ -173,6 +172,16 @@ def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
     if "inputs_changed" in res:
         vb.guard("inputs_unchanged", True, f"case {case.id}: input(s) at position(s) {res['inputs_changed']} modified")
         raise Stop(Status.INCORRECT, f"case {case.id}: the candidate modified its input(s) at position(s) {res['inputs_changed']}")
+
+
+def _add_parts(parts: dict[str, float], reported: Any) -> None:
+    """Add a case's per-part seconds as the candidate child reports them (log only: anything
+    malformed is ignored)."""
+    if not isinstance(reported, dict):
+        return
+    for part, sec in list(reported.items())[:8]:
+        if isinstance(part, str) and isinstance(sec, (int, float)) and not isinstance(sec, bool):
+            parts[part[:20]] = parts.get(part[:20], 0.0) + float(sec)
 
 
 def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, path: Path, worst: list[float]) -> None:
@@ -284,18 +293,23 @@ def _runtime(flow: "_Flow", outcome: Any, name: str, notes: list[str], overhead:
 def _overheads(flow: "_Flow", outcome: Any) -> dict[str, float]:
     """Record step harness_overhead; what to subtract from each contender (zeros when off)."""
     vb = flow.vb
-    found = outcome.overheads()
+    cap = flow.meta.get("null_before_ms")
+    found = outcome.overheads(cap)
     if vb.off_or("harness_overhead", "" if flow.device == "cuda" else "CPU backend: not applicable (host-clock times are never claims)"):
         if found is None:
             vb.step("harness_overhead", False, "no empty calls were timed")
         else:
             ref, cand = (statistics.median(outcome.null_ms[k]) for k in ("reference", "candidate"))
             n = len(outcome.null_ms["reference"])
+            baselines = [c for c in ("eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
+            whom = f"{found['eager']:.4g} ms from the baselines, " if baselines else ""
+            before = f", {cap:.4g} ms in the reference child before any candidate code ran (the cap)" if cap is not None else ""
+            under = [f"; {c}'s median {statistics.median(outcome.samples[c].times_ms):.4g} ms is not above it: its time is taken as {MIN_MS:g} ms"
+                     for c in ("candidate", *baselines) if statistics.median(outcome.samples[c].times_ms) <= found[c]]
             vb.step("harness_overhead", True,
                     f"the protocol around an empty call, {n} times in each child, interleaved with the rounds: median "
-                    f"{ref:.4g} ms in the reference child, {cand:.4g} ms in the candidate's; subtracted: "
-                    f"{found['eager']:.4g} ms from the baselines, {found['candidate']:.4g} ms from the candidate "
-                    "(never more than the reference child's)")
+                    f"{ref:.4g} ms in the reference child, {cand:.4g} ms in the candidate's{before}; subtracted: "
+                    f"{whom}{found['candidate']:.4g} ms from the candidate (never more than the reference child's)" + "".join(under))
             return found
     return {"candidate": 0.0, "eager": 0.0, "compile": 0.0}
 
@@ -353,12 +367,7 @@ def _provenance_guard(flow: "_Flow", activities: list[Any]) -> None:
     """Refuse GPU time in torch's own kernels (unless the policy allows torch compute) or in a
     library the policy does not name; report the split either way."""
     vb, policy = flow.vb, flow.policy
-    texts = [s.text for s in flow.files.sources]
-    try:
-        texts.append(Path(flow.files.model_new).read_text(errors="replace"))
-    except OSError:
-        pass
-    own = provenance.kernel_names(texts)
+    own = provenance.kernel_names(s.text for s in flow.files.sources)  # raw sources and load_inline strings
     prov = provenance.classify(activities, own)
     bad = prov.disallowed(allow_torch=policy.allow_torch_compute, libraries=policy.libraries)
     detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own else "; no __global__ function in its sources")

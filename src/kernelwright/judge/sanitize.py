@@ -10,12 +10,15 @@ Torch-free: this module runs in the judge's own process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -58,42 +61,69 @@ def parse_report(text: str) -> tuple[int | None, list[str]]:
     return errors, [f for f in findings if f][:FINDING_LINES]
 
 
+def _tail(path: Path, limit: int = 1 << 20) -> str:
+    """The last `limit` bytes of a file as text (empty when it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    """One tool on one forward, in a process group of its own, with its report in a file of its
+    own (--log-file) and the program's output in another, so that the program's prints cannot
+    pass for the tool's report and no pipe can be held open to hang the judge."""
+    with tempfile.TemporaryDirectory(prefix="kw-sanitize-") as tmp:
+        report, output = Path(tmp) / f"report-{secrets.token_hex(8)}.txt", Path(tmp) / "output.txt"
+        cmd = [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--error-exitcode", "0", "--log-file", str(report),
+               sys.executable, "-m", "kernelwright.judge.sanitize_target", str(problem), str(candidate)]
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"tool": tool, "errors": None, "findings": [], "seconds": 0.0, "forward_completed": False}
+        timed_out = False
+        try:
+            with open(output, "wb") as out:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
+                                        start_new_session=True)
+                try:
+                    proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=10)
+        except OSError as exc:
+            row.update(seconds=round(time.perf_counter() - t0, 1), note=f"could not start: {exc}")
+            return row
+        text, printed = _tail(report), _tail(output)
+        errors, findings = parse_report(text if text.strip() else printed)
+        row.update(errors=errors, findings=findings, seconds=round(time.perf_counter() - t0, 1), forward_completed="KW_SANITIZE_DONE" in printed)
+        if timed_out:
+            row["note"] = f"stopped after {timeout_s:g} s"
+        elif not row["forward_completed"]:
+            tail = [ln for ln in printed.splitlines() if ln.strip() and not ln.startswith("========")][-3:]
+            row["note"] = "the forward did not complete: " + " | ".join(tail)[-300:]
+        return row
+
+
 def run(problem: Path, candidate: Path, *, gpu_index: int, env: dict[str, str], timeout_s: float,
         tools: tuple[str, ...] = TOOLS) -> dict[str, Any]:
-    """Run each tool on one forward; the verdict's `sanitizer` value."""
+    """Run each tool on one forward; the verdict's `sanitizer` value. Advisory: the forward runs
+    candidate code, which could print or write anything, including a report of its own."""
     exe = find_tool()
     if exe is None:
         return {"ran": False, "reason": "compute-sanitizer was not found (PATH, CUDA_HOME, /usr/local/cuda, beside nvcc)", "tools": []}
-    results = []
-    for tool in tools:
-        cmd = [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--error-exitcode", "0",
-               sys.executable, "-m", "kernelwright.judge.sanitize_target", str(problem), str(candidate)]
-        # one cudaMalloc per tensor, so that memcheck sees an access past a tensor's end even where
-        # torch's caching allocator would have put another tensor there
-        full_env = {**os.environ, **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
-                    "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            timed_out = True
-        errors, findings = parse_report(out or "")
-        done = "KW_SANITIZE_DONE" in (out or "")
-        row: dict[str, Any] = {"tool": tool, "errors": errors, "findings": findings, "seconds": round(time.perf_counter() - t0, 1),
-                               "forward_completed": done}
-        if timed_out:
-            row["note"] = f"stopped after {timeout_s:g} s"
-        elif not done:
-            tail = [ln for ln in (out or "").splitlines() if ln.strip() and not ln.startswith("========")][-3:]
-            row["note"] = "the forward did not complete: " + " | ".join(tail)[-300:]
-        results.append(row)
-    total = sum(r["errors"] or 0 for r in results)
-    return {"ran": True, "reason": "", "tools": results, "errors": total}
+    # one cudaMalloc per tensor, so that memcheck sees an access past a tensor's end even where
+    # torch's caching allocator would have put another tensor there
+    path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    full_env = {**os.environ, **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
+                "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **({"PYTHONPATH": path} if path else {})}
+    results = [_run_tool(exe, tool, problem, candidate, full_env, timeout_s) for tool in tools]
+    counts = [r["errors"] for r in results]
+    return {"ran": True, "reason": "", "tools": results, "errors": None if None in counts else sum(counts)}
 
 
 def describe(result: dict[str, Any]) -> str:

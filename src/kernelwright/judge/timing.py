@@ -59,9 +59,10 @@ def flush_l2() -> None:
     timed kernel then pays for writing them back to memory as it evicts them, about 60 MB on the
     H200, some 14 us at 4.3 TB/s. After a read the lines are clean, the state ncu's own cache
     control gives a kernel. The reduction is bound at import, before candidate code runs."""
+    need = 2 * l2_bytes() // 4
     buf = _FLUSH.get("buf")
-    if buf is None:
-        buf = torch.zeros(2 * l2_bytes() // 4, dtype=torch.int32, device="cuda")
+    if type(buf) is not torch.Tensor or not buf.is_cuda or buf.numel() < need:  # missing, or swapped for something smaller
+        buf = torch.zeros(need, dtype=torch.int32, device="cuda")
         _FLUSH["buf"] = buf
     _sum(buf)
 

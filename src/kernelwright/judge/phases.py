@@ -367,7 +367,14 @@ def _provenance_guard(flow: "_Flow", activities: list[Any]) -> None:
     """Refuse GPU time in torch's own kernels (unless the policy allows torch compute) or in a
     library the policy does not name; report the split either way."""
     vb, policy = flow.vb, flow.policy
-    own = provenance.kernel_names(s.text for s in flow.files.sources)  # raw sources and load_inline strings
+    texts = [s.text for s in flow.files.sources]  # raw kernel files and strings given to runtime.load
+    try:  # the C/C++ string constants of model_new.py: load_inline's sources
+        from kernelwright.judge.static import embedded_sources
+
+        texts += [text for _, text in embedded_sources(Path(flow.files.model_new).read_text(errors="replace"))]
+    except (OSError, SyntaxError, ValueError):
+        pass
+    own = provenance.kernel_names(texts)
     prov = provenance.classify(activities, own)
     bad = prov.disallowed(allow_torch=policy.allow_torch_compute, libraries=policy.libraries)
     detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own else "; no __global__ function in its sources")

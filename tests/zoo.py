@@ -138,6 +138,8 @@ EXPLOITS: tuple[Exploit, ...] = (
             device="cuda", hides_time=True),
     Exploit("zoo_side_stream_obfuscated", "relu", "the same with the stream reached through built names", "device_sync",
             _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda", hides_time=True),
+    Exploit("zoo_thread_after_timer_cuda", "relu", "right for 30 calls, then a helper thread launches each call's kernel after the call returned",
+            "timed_recheck", _f("timed_recheck", "wall_clock_check", "physics_floor"), device="cuda"),
     Exploit("zoo_super_batch", "relu", "honest for 40 calls, then launches four calls' work at once on a side stream", "timed_recheck",
             _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
     Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "physics_floor"), device="cuda",

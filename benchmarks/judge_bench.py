@@ -171,12 +171,15 @@ def sec_ncu(out: Path, rows: list) -> None:
         target = [sys.executable, str(ROOT / "benchmarks" / "ncu_target.py"), str(prob), str(cand)]
         _, ev = run(target + ["--events", "--variants", "--runs", "50"], log)
         evj = last_json(ev.stdout) or {}
+        _, sp = run(target + ["--events", "--variants", "--runs", "50", "--spin"], log)  # host threads spinning in their waits
+        spj = last_json(sp.stdout) or {}
+        evj.update({f"spin_{k}": v for k, v in spj.items() if k.endswith("_median_ms")}, spin=spj.get("spin"))
         event = evj.get("event_median_ms")
         _, proc = run([ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum", "-k", _kernel_regex(EX / name)] + target + ["--runs", "5"], log)
         durs = _ncu_ms(proc.stdout)
         ncu_ms = statistics.median(durs) if durs else None
         rows.append({"section": "ncu", "candidate": name, "event_median_ms": event, "ncu_median_ms": ncu_ms, "ncu_samples_ms": durs,
-                     "event_over_ncu": event / ncu_ms if event and ncu_ms else None,
+                     "event_over_ncu": event / ncu_ms if event and ncu_ms else None, "spin": evj.get("spin"),
                      **{k: v for k, v in evj.items() if k.endswith("_median_ms") and k != "event_median_ms"},
                      **{f"{k[:-10]}_over_ncu": v / ncu_ms for k, v in evj.items() if k.endswith("_median_ms") and k != "event_median_ms" and v and ncu_ms}})
 

@@ -21,6 +21,25 @@ from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import TimingConfig
 
 
+def _spin_waits() -> str:
+    """Make this process's host threads spin while they wait for the GPU (CU_CTX_SCHED_SPIN on the
+    primary context, set before torch creates it); '' on success, else why not. An experiment for
+    the synchronize's cost in the timed interval (benchmarks/results/judge_h200.md)."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        dev = ctypes.c_int()
+        for rc in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(dev), 0)):
+            if rc != 0:
+                return f"CUDA driver error {rc}"
+        set_flags = getattr(cuda, "cuDevicePrimaryCtxSetFlags_v2", None) or cuda.cuDevicePrimaryCtxSetFlags
+        rc = set_flags(dev, ctypes.c_uint(1))  # CU_CTX_SCHED_SPIN
+        return "" if rc == 0 else f"cuDevicePrimaryCtxSetFlags returned {rc}"
+    except (OSError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def _zero_flush() -> None:
     buf = timing._FLUSH.get("zero")
     if buf is None:
@@ -35,7 +54,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--events", action="store_true")
     ap.add_argument("--variants", action="store_true", help="with --events: also time without the lead spin and without the device sync")
+    ap.add_argument("--spin", action="store_true", help="host threads spin while waiting for the GPU (set before CUDA starts)")
     args = ap.parse_args()
+    spin_error = _spin_waits() if args.spin else None
     dev = torch.device("cuda")
     problem = inputs.import_file(args.problem, "kw_problem")
     cand = inputs.import_file(args.candidate, "kw_candidate")
@@ -65,6 +86,8 @@ def main() -> int:
                 result["zeroflush_median_ms"] = statistics.median(timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=protocol))
             finally:
                 timing.flush_l2 = read_flush
+    if args.spin:
+        result["spin"] = spin_error or "on"
     if args.events:
         print(json.dumps(result))
     return 0

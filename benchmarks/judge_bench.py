@@ -174,6 +174,8 @@ def sec_ncu(out: Path, rows: list) -> None:
         _, sp = run(target + ["--events", "--variants", "--runs", "50", "--spin"], log)  # host threads spinning in their waits
         spj = last_json(sp.stdout) or {}
         evj.update({f"spin_{k}": v for k, v in spj.items() if k.endswith("_median_ms")}, spin=spj.get("spin"))
+        _, pf = run(target + ["--events", "--runs", "50", "--profile-first"], log)  # after the torch profiler ran in the process
+        evj.update({f"profiled_{k}": v for k, v in (last_json(pf.stdout) or {}).items() if k.endswith("_median_ms")})
         event = evj.get("event_median_ms")
         _, proc = run([ncu, "--clock-control", "none", "--csv", "--metrics", "gpu__time_duration.sum", "-k", _kernel_regex(EX / name)] + target + ["--runs", "5"], log)
         durs = _ncu_ms(proc.stdout)

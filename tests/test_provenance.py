@@ -107,6 +107,23 @@ def test_torch_kernels_outside_its_namespaces_are_torchs():
     ("void (anonymous namespace)::softmax_rows_reg<8, true>(float const*, float*, long)", "softmax_rows_reg"),
     ("void ns::inner::k<std::pair<int, int> >(float*)", "k"),
     ("Memset (Device)", "Memset"),
+    ("void at::native::(anonymous namespace)::foo<int>(float*)", "foo"),
 ])
 def test_function_name_is_the_unqualified_name(name, expected):
     assert function_name(name) == expected
+
+
+@pytest.mark.parametrize("name", [
+    "void relu_kernel<c10::Half>(c10::Half const*, c10::Half*, long)",
+    "void relu_kernel<float>(at::GenericPackedTensorAccessor<float, 2ul, at::RestrictPtrTraits, int>, long)",
+    "void relu_kernel<cutlass::half_t>(cutlass::half_t const*, cutlass::half_t*, long)",
+])
+def test_own_kernels_with_torch_or_cutlass_types_in_their_parameters_stay_the_candidates(name):
+    assert origin(name, {"relu_kernel"}) == "candidate"
+
+
+def test_torch_arange_is_allocation_and_anonymous_namespaces_inside_aten_are_aten():
+    arange = ("void at::native::elementwise_kernel_with_index<int, at::native::arange_cuda_out(c10::Scalar const&, "
+              "c10::Scalar const&, c10::Scalar const&, at::Tensor&)::{lambda()#1}>(int, long*)")
+    assert origin(arange, set()) == "allocation"
+    assert origin("void at::native::(anonymous namespace)::foo_kernel<int>(float*)", {"foo_kernel"}) == "aten"

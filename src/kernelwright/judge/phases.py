@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -180,8 +181,14 @@ def _add_parts(parts: dict[str, float], reported: Any) -> None:
     if not isinstance(reported, dict):
         return
     for part, sec in list(reported.items())[:8]:
-        if isinstance(part, str) and isinstance(sec, (int, float)) and not isinstance(sec, bool):
-            parts[part[:20]] = parts.get(part[:20], 0.0) + float(sec)
+        if not (isinstance(part, str) and isinstance(sec, (int, float)) and not isinstance(sec, bool)):
+            continue
+        try:
+            value = float(sec)
+        except OverflowError:
+            continue
+        if math.isfinite(value):
+            parts[part[:20]] = parts.get(part[:20], 0.0) + value
 
 
 def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, path: Path, worst: list[float]) -> None:

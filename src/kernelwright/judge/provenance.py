@@ -37,14 +37,19 @@ _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:stat
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 # Checked before the candidate's own names: namespaces and prefixes that only torch and the
-# libraries use, so declaring a kernel of the same name cannot claim their time.
-_MARKED: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("allocation", re.compile(r"^(Memset|Memcpy)|FillFunctor|direct_copy_kernel|copy_kernel_cuda")),
-    ("aten", re.compile(r"\bat::|\bc10::|at_cuda_detail|\bcunn_|softmax_warp_(forward|backward)")),
-    ("cutlass", re.compile(r"\bcutlass::")),
+# libraries use, so declaring a kernel of the same name cannot claim their time. Namespaces are
+# matched on the kernel's qualified name only, so an own kernel that takes `c10::Half` or
+# `cutlass::half_t` parameters stays the candidate's; the rest on the whole demangled name.
+_MARKED_WHOLE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("allocation", re.compile(r"^(Memset|Memcpy)|FillFunctor|direct_copy_kernel|copy_kernel_cuda|arange_cuda_out")),
+    ("aten", re.compile(r"\bcunn_|softmax_warp_(forward|backward)")),
     ("cudnn", re.compile(r"cudnn", re.I)),
     ("cublas", re.compile(r"cublas|^cutlass_|^cutlass3x|^nvjet|xmma", re.I)),
     ("triton", re.compile(r"^triton_")),
+)
+_MARKED_QUALIFIED: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("aten", re.compile(r"^(at|c10|at_cuda_detail)::")),
+    ("cutlass", re.compile(r"^cutlass::")),
 )
 # Checked after them: generic words a candidate's own kernel may well use (`sgemm_kernel`).
 _GENERIC: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -65,35 +70,47 @@ def kernel_names(texts: Iterable[str]) -> set[str]:
     return names
 
 
-def function_name(name: str) -> str:
-    """The unqualified function name of a demangled kernel name: `void ns::k<4>(float*)` -> `k`."""
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # the argument list starts at the first '(' outside template brackets
+def qualified_name(name: str) -> str:
+    """The qualified function name of a demangled kernel name, without return type, template
+    arguments or parameters: `void at::native::(anonymous namespace)::k<4>(float*)` ->
+    `at::native::(anon)::k`."""
+    text = name.replace("(anonymous namespace)", "(anon)")
+    depth, cut = 0, len(text)
+    for i, ch in enumerate(text):  # the parameter list starts at the first '(' outside template brackets
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0 and not name[i:].startswith("(anonymous namespace)"):
+        elif ch == "(" and depth == 0 and not text.startswith("(anon)", i):
             cut = i
             break
-    head, out, depth = name[:cut], [], 0
-    for ch in head:  # drop template arguments
+    out, depth = [], 0
+    for ch in text[:cut]:  # drop template arguments
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    qualified = "".join(out).strip().split()[-1] if "".join(out).strip() else ""
-    return qualified.split("::")[-1]
+    words = "".join(out).split()
+    return words[-1] if words else ""
+
+
+def function_name(name: str) -> str:
+    """The unqualified function name of a demangled kernel name: `void ns::k<4>(float*)` -> `k`."""
+    return qualified_name(name).split("::")[-1]
 
 
 def origin(name: str, own: set[str]) -> str:
     """The origin of one device activity (see the module docstring)."""
-    for label, pattern in _MARKED:
+    for label, pattern in _MARKED_WHOLE:
         if pattern.search(name):
             return label
-    if function_name(name) in own:
+    qualified = qualified_name(name)
+    for label, pattern in _MARKED_QUALIFIED:
+        if pattern.search(qualified):
+            return label
+    if qualified.split("::")[-1] in own:
         return "candidate"
     for label, pattern in _GENERIC:
         if pattern.search(name):

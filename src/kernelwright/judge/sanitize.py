@@ -76,8 +76,8 @@ def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str
     """One tool on one forward, in a process group of its own, with its report in a file of its
     own (--log-file) and the program's output in another, so that the program's prints cannot
     pass for the tool's report and no pipe can be held open to hang the judge."""
-    with tempfile.TemporaryDirectory(prefix="kw-sanitize-") as tmp:
-        report, output = Path(tmp) / f"report-{secrets.token_hex(8)}.txt", Path(tmp) / "output.txt"
+    with tempfile.TemporaryDirectory(prefix="kw-sanitize-") as tmp, tempfile.TemporaryDirectory(prefix="kw-report-") as rdir:
+        report, output = Path(rdir) / f"report-{secrets.token_hex(8)}.txt", Path(tmp) / "output.txt"
         cmd = [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--error-exitcode", "0", "--log-file", str(report),
                sys.executable, "-m", "kernelwright.judge.sanitize_target", str(problem), str(candidate)]
         t0 = time.perf_counter()
@@ -99,7 +99,7 @@ def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str
             row.update(seconds=round(time.perf_counter() - t0, 1), note=f"could not start: {exc}")
             return row
         text, printed = _tail(report), _tail(output)
-        errors, findings = parse_report(text if text.strip() else printed)
+        errors, findings = parse_report(text)  # the tool's own report only: the program could print a summary of its own
         row.update(errors=errors, findings=findings, seconds=round(time.perf_counter() - t0, 1), forward_completed="KW_SANITIZE_DONE" in printed)
         if timed_out:
             row["note"] = f"stopped after {timeout_s:g} s"

@@ -61,7 +61,8 @@ def flush_l2() -> None:
     control gives a kernel. The reduction is bound at import, before candidate code runs."""
     need = 2 * l2_bytes() // 4
     buf = _FLUSH.get("buf")
-    if type(buf) is not torch.Tensor or not buf.is_cuda or buf.numel() < need:  # missing, or swapped for something smaller
+    if (type(buf) is not torch.Tensor or not buf.is_cuda or buf.dtype != torch.int32 or not buf.is_contiguous()
+            or buf.numel() < need):  # missing, or swapped for something smaller
         buf = torch.zeros(need, dtype=torch.int32, device="cuda")
         _FLUSH["buf"] = buf
     _sum(buf)

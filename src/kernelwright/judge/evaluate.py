@@ -271,9 +271,9 @@ class _Flow:
             "strict": self.policy.enabled("output_checks"),
         }
         if self.device == "cuda" and self.policy.time_candidate and self.policy.enabled("harness_overhead"):
-            p = self.policy
-            args["null_switches"] = {"flush": p.enabled("l2_flush"), "events": p.enabled("cuda_events"), "sync": p.enabled("device_sync"),
-                                     "lead_us": p.timing.lead_us}
+            from kernelwright.judge.measure import policy_switches
+
+            args["null_switches"] = policy_switches(self.policy, self.policy.timing.lead_us)
         try:
             self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:

@@ -113,6 +113,12 @@ def _times(reply: dict[str, Any]) -> list[float]:
     return reply["times_ms"]
 
 
+def policy_switches(policy: Policy, lead_us: float) -> dict[str, Any]:
+    """The timing switches of a 'time' command (judge.timing.switches_from) under the policy."""
+    return {"flush": policy.enabled("l2_flush"), "events": policy.enabled("cuda_events"), "sync": policy.enabled("device_sync"),
+            "lead_us": lead_us}
+
+
 class _Rounds:
     """State of one timing phase."""
 
@@ -128,9 +134,7 @@ class _Rounds:
         self.null_ms: dict[str, list[float]] = {}
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
-        cuda_steps = {"flush": "l2_flush", "events": "cuda_events", "sync": "device_sync"}
-        self.switches: dict[str, Any] = {k: policy.enabled(step) for k, step in cuda_steps.items()}
-        self.switches["lead_us"] = lead_us
+        self.switches = policy_switches(policy, lead_us)
 
     def calls(self, n: int) -> list[list[Any]]:
         """[slot, input seed] per call; seed None when fresh inputs are off (the pool as built)."""

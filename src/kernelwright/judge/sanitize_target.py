@@ -19,6 +19,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from kernelwright.judge import inputs
+    from kernelwright.judge.child_candidate import _copy_weights
     from kernelwright.judge.correctness import as_output_list
     from kernelwright.judge.records import Case
 
@@ -28,9 +29,7 @@ def main(argv: list[str]) -> int:
     cand = inputs.import_file(cand_dir / "model_new.py" if cand_dir.is_dir() else cand_dir, "kw_candidate")
     reference = inputs.init_model(problem, problem.Model, SEED, dev)
     model = inputs.init_model(problem, cand.ModelNew, SEED, dev)
-    ref_sd, cand_sd = reference.state_dict(), model.state_dict()
-    if ref_sd and ref_sd.keys() == cand_sd.keys() and all(ref_sd[k].shape == cand_sd[k].shape for k in ref_sd):
-        model.load_state_dict(ref_sd)
+    _copy_weights(reference, model)  # as the candidate child does
     del reference
     values = inputs.raw_inputs(problem, Case("native", SEED), dev)
     with torch.no_grad():

@@ -171,9 +171,7 @@ def sec_ncu(out: Path, rows: list) -> None:
         target = [sys.executable, str(ROOT / "benchmarks" / "ncu_target.py"), str(prob), str(cand)]
         _, ev = run(target + ["--events", "--variants", "--runs", "50"], log)
         evj = last_json(ev.stdout) or {}
-        _, sp = run(target + ["--events", "--variants", "--runs", "50", "--spin"], log)  # host threads spinning in their waits
-        spj = last_json(sp.stdout) or {}
-        evj.update({f"spin_{k}": v for k, v in spj.items() if k.endswith("_median_ms")}, spin=spj.get("spin"))
+        # (spin-waiting, --spin, was measured at 840e01e and did not help: benchmarks/results/sync_h200_840e01e.json)
         _, pf = run(target + ["--events", "--runs", "50", "--profile-first"], log)  # after the torch profiler ran in the process
         evj.update({f"profiled_{k}": v for k, v in (last_json(pf.stdout) or {}).items() if k.endswith("_median_ms")})
         event = evj.get("event_median_ms")

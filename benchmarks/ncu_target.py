@@ -1,9 +1,11 @@
 """Run one candidate's forward a few times, for ncu to measure (judge_bench.py --sections ncu).
 
 With --events it times the same calls with the judge's own timing function and default protocol
-(L2 flush, lead spin, events, device sync) and prints {"event_median_ms": ...}, with the empty
-call's median under the same protocol ("null_median_ms") and the difference ("corrected_median_ms",
-what step harness_overhead reports); without --events, it only runs them (under ncu).
+(L2 flush, lead spin, events, device sync) and prints {"event_median_ms": ...}, the time to the
+stream's own end event that the judge reports for an honest call, with the time to the end event
+after the device-wide synchronize ("synced_median_ms"), the empty call's stream time
+("null_median_ms") and the difference ("corrected_median_ms", what step harness_overhead
+reports); without --events, it only runs them (under ncu).
 """
 
 from __future__ import annotations
@@ -77,11 +79,17 @@ def main() -> int:
             result["profiled_first"] = True
         if args.events:
             timing.warm_up(model, lambda i: values, 50.0, cuda=True)
-        times = timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=protocol)
+        synced: list[float] = []
+        times = timing.time_calls(model, lambda i: values, args.runs, cuda=True, switches=protocol, synced=synced)
         result.update(event_median_ms=statistics.median(times), n=len(times), lead_us=protocol.lead_us)
+        if synced:
+            result["synced_median_ms"] = statistics.median(synced)
         if args.events:
-            null = statistics.median(timing.time_null(args.runs, cuda=True, switches={"flush": True, "events": True, "sync": True, "lead_us": lead}))
-            result.update(null_median_ms=null, corrected_median_ms=result["event_median_ms"] - null)
+            null_synced: list[float] = []
+            null = statistics.median(timing.time_null(args.runs, cuda=True, switches={"flush": True, "events": True, "sync": True, "lead_us": lead},
+                                                      synced=null_synced))
+            result.update(null_median_ms=null, corrected_median_ms=result["event_median_ms"] - null,
+                          synced_corrected_median_ms=result["synced_median_ms"] - statistics.median(null_synced))
         if args.events and args.variants:
             variants = {
                 "nolead": timing.TimingSwitches(flush=True, events=True, sync=True),  # the protocol before the lead spin

@@ -79,7 +79,10 @@ def child(variant: str, rounds: int, batch: int) -> dict:
                     rows[key]["e1"].append(a)
                     rows[key]["e2"].append(b)
                 # the judge's own function, unchanged (no second event)
-                rows[key]["judge"].extend(timing.time_calls(fn, lambda _i, a=args: a, batch, cuda=True, switches=sw))
+                # the judge's own function: its device-wide times (its stream times are e1's)
+                judged: list[float] = []
+                timing.time_calls(fn, lambda _i, a=args: a, batch, cuda=True, switches=sw, synced=judged)
+                rows[key]["judge"].extend(judged)
     out = {"variant": variant, "prepared": prepared, "cpus": sorted(os.sched_getaffinity(0)), "pid": os.getpid()}
     for key, r in rows.items():
         tails = [b - a for a, b in zip(r["e1"], r["e2"])]

@@ -107,3 +107,101 @@ def test_provenance_reads_load_inline_sources_from_model_new(tmp_path):
                                     '__global__ void inline_relu(float* y) {}\n"""\n')
     phases._provenance_guard(flow, [["inline_relu(float*)", 0.3, 7]])
     assert "candidate 100.0 %" in flow.vb.steps["kernel_provenance"].reason
+
+
+# -- step device_sync: the stream's own end event, charged the device-wide one when work runs on --
+
+def _synced_samples(stream, synced):
+    s = Samples()
+    s.add_batch(sum(synced) * 1.2, list(stream), synced_ms=list(synced))
+    return s
+
+
+def _sync_outcome(cand, eager, null_ref, null_cand):
+    """cand, eager, null_*: (stream times, device-wide times)."""
+    samples = {"candidate": _synced_samples(*cand)}
+    if eager is not None:
+        samples["eager"] = _synced_samples(*eager)
+    return TimingOutcome(samples=samples, stop_reason="", recheck_failure="", rechecked=0, compile_s=None,
+                         null_ms={"reference": list(null_ref[0]), "candidate": list(null_cand[0])},
+                         null_synced_ms={"reference": list(null_ref[1]), "candidate": list(null_cand[1])})
+
+
+NULL = ([0.0013] * 6, [0.0143] * 6)  # the empty call: 1.3 us between its events, 13 us more to the device-wide end
+
+
+def test_honest_calls_keep_their_stream_time_and_a_slow_wake_does_not_move_the_median(tmp_path):
+    stream = [0.270] * 10
+    synced = [0.285] * 7 + [0.320, 0.330, 0.300]  # three calls where the host woke late (seen on the H200: p90 tails of 20-55 us)
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 - 0.0013)
+    assert flow.vb.numbers["eager_ms"] == pytest.approx(0.404 - 0.0013)
+    step = flow.vb.steps["device_sync"]
+    assert step.ran and "candidate 3 of 10" in step.reason and "eager 0 of 10" in step.reason
+    guard = next(g for g in flow.vb.guards if g.name == "device_sync")
+    assert not guard.fired
+
+
+def test_work_past_the_stream_end_is_charged_and_the_guard_fires(tmp_path):
+    stream = [0.005] * 10  # returns at once; 2 ms of work on a side stream
+    synced = [2.015] * 10
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(2.015 - 0.013 - 0.0013)
+    assert flow.vb.numbers["speedup_vs_eager"] < 1
+    guard = next(g for g in flow.vb.guards if g.name == "device_sync")
+    assert guard.fired and "past its own stream's end" in guard.detail
+
+
+def test_side_work_in_a_minority_of_calls_is_priced_by_the_mean(tmp_path):
+    stream = [0.005] * 40  # the work of four calls on a side stream in every fourth call
+    synced = [0.0163, 0.0163, 0.0163, 1.2] * 10
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 40, [0.421] * 40), NULL, NULL))
+    assert flow.vb.numbers["runtime_ms"] > 0.25
+    assert next(g for g in flow.vb.guards if g.name == "amortized_time").fired
+
+
+def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_empty_calls(tmp_path):
+    slowed = ([0.0013] * 6, [0.2013] * 6)  # 200 us from the stream end to the device-wide end in its own process
+    stream, synced = [0.100] * 10, [0.213] * 10  # 100 us of side work past the stream's end
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, slowed))
+    # its base is capped at the reference child's 13 us plus 10 us: the 100 us tail is charged
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.213 - 0.023 - 0.0013)
+    assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
+
+
+def test_without_empty_calls_every_device_wide_time_counts(tmp_path):
+    flow = _flow(tmp_path, Policy(disabled_steps=frozenset({"harness_overhead"})))
+    out = _sync_outcome(([0.270] * 10, [0.285] * 10), ([0.404] * 10, [0.421] * 10), NULL, NULL)
+    out.null_synced_ms, out.null_ms = {}, {}
+    phases._fill_numbers(flow, out)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.285) and flow.vb.numbers["eager_ms"] == pytest.approx(0.421)
+    assert "every call's device-wide time counts" in flow.vb.steps["device_sync"].reason
+
+
+def test_device_sync_off_uses_the_stream_times(tmp_path):
+    flow = _flow(tmp_path, Policy(disabled_steps=frozenset({"device_sync"})))
+    phases._fill_numbers(flow, _sync_outcome(([0.005] * 10, [2.015] * 10), ([0.404] * 10, [0.421] * 10), NULL, NULL))
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.005 - 0.0013)
+
+
+def test_the_tail_margin_is_a_tenth_of_the_call_within_bounds():
+    from kernelwright.judge.measure import tail_margin
+
+    assert tail_margin(0.005) == pytest.approx(0.002)
+    assert tail_margin(0.05) == pytest.approx(0.005)
+    assert tail_margin(3.0) == pytest.approx(0.010)
+
+
+def test_a_device_wide_end_before_the_stream_end_is_forged():
+    from kernelwright.judge.measure import _times
+    from kernelwright.judge.workers import ChildError
+
+    assert _times({"times_ms": [0.2, 0.3], "synced_ms": [0.21, 0.31]}, 2, "candidate", "x") == ([0.2, 0.3], [0.21, 0.31])
+    with pytest.raises(ChildError, match="before the stream's end"):
+        _times({"times_ms": [0.2, 0.3], "synced_ms": [0.21, 0.29]}, 2, "candidate", "x")
+    with pytest.raises(ChildError, match="device-wide times for 2 calls"):
+        _times({"times_ms": [0.2, 0.3], "synced_ms": [0.21]}, 2, "candidate", "x")

@@ -187,6 +187,9 @@ def test_gpu_timing_steps_run_for_an_honest_candidate():
     o = v.timing.overhead_ms
     assert o is not None and 0 < o < v.timing.raw_median_ms, v.timing
     assert v.timing.median_ms == pytest.approx(v.timing.raw_median_ms - o)
+    # each call's own stream end counted: the host's round trip through the synchronize did not
+    sync = step_of(v, "device_sync")
+    assert "calls charged their device-wide time" in sync.reason and not guard_of(v, "device_sync").fired, sync
     # its own kernel holds the profiled call's GPU time
     prov = step_of(v, "kernel_provenance")
     assert prov.ran and _share(prov.reason, "candidate") > 90 and "relu_kernel" in prov.reason, prov
@@ -223,6 +226,7 @@ def test_device_sync_catches_work_on_a_side_stream():
     on = judge("relu", "relu_side_stream", timing_policy(), device="cuda")
     assert on.status is Status.CORRECT, on.log
     assert on.runtime_ms >= 1.5  # the kernel spins 2 ms on its side stream: the time must show it
+    assert guard_of(on, "device_sync").fired, step_of(on, "device_sync")  # charged its device-wide end
     # Without the device-wide sync the end event misses the side stream. With the re-checks and the
     # wall clock also off, nothing else stands in the way: the candidate passes with a time far too
     # short (or under the physics floor, which refuses it).

@@ -106,7 +106,11 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     if args.get("null_switches") and S.device.type == "cuda":
         # the empty call's time before any candidate code runs anywhere: the cap on what step
         # harness_overhead may subtract later, when candidate code could be loading the GPU
-        gpu["null_before_ms"] = statistics.median(timing.time_null(NULL_BEFORE_CALLS, cuda=True, switches=args["null_switches"]))
+        synced: list[float] = []
+        stream = timing.time_null(NULL_BEFORE_CALLS, cuda=True, switches=args["null_switches"], synced=synced)
+        gpu["null_before_ms"] = statistics.median(stream)
+        if len(synced) == len(stream):  # the host's round trip through the synchronize, nothing running
+            gpu["null_tail_before_ms"] = statistics.median(s - t for s, t in zip(synced, stream))
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 
@@ -271,15 +275,17 @@ def _tf32_on() -> Iterator[None]:
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     """Time one batch of the eager or compiled reference, with the precision allowance; contender
     "null" times the protocol around an empty call (step harness_overhead)."""
+    synced: list[float] = []
     if args["contender"] == "null":
-        return {"times_ms": timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"])}
+        times = timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"], synced=synced)
+        return {"times_ms": times, "synced_ms": synced}
     fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
     calls = args["calls"]  # [[slot, input_seed or None], ...]
     get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
     with torch.no_grad():
-        times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches)
-    return {"times_ms": times}
+        times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced)
+    return {"times_ms": times, "synced_ms": synced}
 
 
 def degeneracy(args: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,11 @@ POOL_SIZE = 3  # distinct input sets in the timing pool
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
 NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
+# Step device_sync: how late a call's device-wide end event may come, beyond the empty call's, before
+# the call is charged with it: a tenth of the contender's time, within these bounds (charge_tails).
+TAIL_MARGIN_SHARE = 0.1
+TAIL_MARGIN_MIN_MS = 0.002
+TAIL_MARGIN_MAX_MS = 0.010
 
 
 def recheck_round(round_no: int) -> bool:
@@ -34,7 +39,8 @@ def recheck_round(round_no: int) -> bool:
 class Samples:
     """What one contender's rounds produced."""
 
-    times_ms: list[float] = field(default_factory=list)  # per-call event (or host) times
+    times_ms: list[float] = field(default_factory=list)  # per-call event (or host) times, to the timed stream's end event
+    synced_ms: list[float] = field(default_factory=list)  # the same calls to the end event after the device-wide sync (empty: not timed so)
     wall_ms: float = 0.0  # judge-side wall clock over the counted batches
     wall_calls: int = 0  # calls inside wall_ms
     event_ms: float = 0.0  # sum of the reported times of the calls inside wall_ms
@@ -46,11 +52,12 @@ class Samples:
     def event_per_call(self) -> float | None:
         return self.event_ms / self.wall_calls if self.wall_calls else None
 
-    def add_batch(self, wall_ms: float, times_ms: list[float], calls: int | None = None) -> None:
+    def add_batch(self, wall_ms: float, times_ms: list[float], calls: int | None = None, synced_ms: list[float] | None = None) -> None:
         """One batch: the wall clock counts the calls the judge asked for, not the length of the
         list the child sent back."""
         n = len(times_ms) if calls is None else calls
         self.times_ms.extend(times_ms)
+        self.synced_ms.extend(synced_ms or [])
         self.wall_ms += wall_ms
         self.wall_calls += n
         self.event_ms += sum(times_ms)
@@ -77,6 +84,7 @@ class TimingOutcome:
     rechecked: int  # timed outputs compared with the reference
     compile_s: float | None  # torch.compile warm-up time of the baseline (not a verdict field)
     null_ms: dict[str, list[float]] = field(default_factory=dict)  # empty-call times by child (reference, candidate)
+    null_synced_ms: dict[str, list[float]] = field(default_factory=dict)  # the same calls to the device-wide end event
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -94,6 +102,50 @@ class TimingOutcome:
             o_ref = min(o_ref, cap)
         return {"candidate": min(o_ref, o_cand), "eager": o_ref, "compile": o_ref}
 
+    def tail_bases(self, cap: float | None = None) -> dict[str, float]:
+        """The host's round trip through the synchronize with nothing left running: per child, the
+        median over its empty calls of (device-wide end - stream end). The candidate child's is
+        capped at the reference child's (and at `cap`, the reference child's before any candidate
+        code ran) plus TAIL_MARGIN_MAX_MS, for the reason overheads() caps: candidate code could
+        slow its own empty calls to widen what passes uncharged. Zero for a child whose empty calls
+        were not timed so: then every call's device-wide end counts (the protocol as DESIGN.md
+        states it)."""
+        tails = {}
+        for role in ("reference", "candidate"):
+            stream, synced = self.null_ms.get(role) or [], self.null_synced_ms.get(role) or []
+            tails[role] = statistics.median(d - t for t, d in zip(stream, synced)) if stream and len(stream) == len(synced) else 0.0
+        bound = [tails["reference"] + TAIL_MARGIN_MAX_MS] + ([cap + TAIL_MARGIN_MAX_MS] if cap is not None else [])
+        cand = min([tails["candidate"], *bound]) if tails["reference"] > 0 else 0.0
+        return {"candidate": cand, "eager": tails["reference"], "compile": tails["reference"]}
+
+    def charged(self, name: str, base: float) -> tuple[list[float], int, float]:
+        """(per-call times, calls charged, margin) of one contender under step device_sync.
+        A call's time is its stream end event's, unless its device-wide end event came more than
+        the margin later than the empty call's would (base): then work went on past the timed
+        stream's end (a side stream, a copy, a native thread's launch) and the call is charged its
+        device-wide time less the empty call's round trip. Honest calls are charged now and then
+        when the host is slow to wake; the median does not move for a minority of them, and step
+        amortized_time prices a candidate whose time sits in a minority of calls at their mean."""
+        s = self.samples.get(name)
+        if s is None or not s.times_ms:
+            return [], 0, 0.0
+        if len(s.synced_ms) != len(s.times_ms):
+            return list(s.times_ms), 0, 0.0
+        margin = tail_margin(statistics.median(s.times_ms))
+        out, n = [], 0
+        for t, d in zip(s.times_ms, s.synced_ms):
+            if d - t - base > margin:
+                out.append(max(t, d - base))
+                n += 1
+            else:
+                out.append(t)
+        return out, n, margin
+
+
+def tail_margin(stream_median_ms: float) -> float:
+    """How much later than the empty call's a call's device-wide end may come uncharged."""
+    return min(TAIL_MARGIN_MAX_MS, max(TAIL_MARGIN_MIN_MS, TAIL_MARGIN_SHARE * stream_median_ms))
+
 
 class FlagsMoved(Exception):
     """The candidate moved a numerics flag during timing."""
@@ -103,14 +155,21 @@ class IdentitiesMoved(Exception):
     """The candidate replaced a watched function during timing."""
 
 
-def _times(reply: dict[str, Any]) -> list[float]:
-    """The per-call times of a 'time' reply; FlagsMoved / IdentitiesMoved when the child saw
-    numerics flags move or watched functions replaced."""
+def _times(reply: dict[str, Any], n: int, role: str, what: str) -> tuple[list[float], list[float]]:
+    """(stream times, device-wide times) of a 'time' reply for n calls; FlagsMoved /
+    IdentitiesMoved when the child saw numerics flags move or watched functions replaced, a
+    'forged' ChildError when the lists do not fit the calls: a count other than n, or a
+    device-wide end before the stream's own (that event is queued later on the same stream)."""
     if reply.get("identities_moved"):
         raise IdentitiesMoved(f"during timing: {', '.join(reply['identities_moved'])}")
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
-    return reply["times_ms"]
+    times, synced = reply["times_ms"], reply.get("synced_ms") or []
+    if len(times) != n or len(synced) not in (0, n):
+        raise ChildError("forged", f"the {what} batch returned {len(times)} times and {len(synced)} device-wide times for {n} calls", role=role)
+    if any(not d >= t for t, d in zip(times, synced)):
+        raise ChildError("forged", f"the {what} batch returned a device-wide end before the stream's end", role=role)
+    return times, synced
 
 
 def policy_switches(policy: Policy, lead_us: float) -> dict[str, Any]:
@@ -132,6 +191,7 @@ class _Rounds:
         self.samples = {c: Samples() for c in contenders}
         self.rechecked = 0
         self.null_ms: dict[str, list[float]] = {}
+        self.null_synced_ms: dict[str, list[float]] = {}
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
@@ -160,20 +220,16 @@ class _Rounds:
         t0 = time.perf_counter()
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
-        times = _times(reply)
-        child_role = "candidate" if contender == "candidate" else "reference"
-        if len(times) != n:
-            raise ChildError("forged", f"the {contender} batch returned {len(times)} times for {n} calls", role=child_role)
-        self.samples[contender].add_batch(wall, times, n)
+        times, synced = _times(reply, n, "candidate" if contender == "candidate" else "reference", contender)
+        self.samples[contender].add_batch(wall, times, n, synced)
 
     def null_batch(self, n: int) -> None:
         """n empty calls timed in each child, with the same switches as the contenders' calls."""
         for role, child in (("reference", self.ref), ("candidate", self.cand)):
             args = {"contender": "null", "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
-            times = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s))
-            if len(times) != n:
-                raise ChildError("forged", f"the empty-call batch returned {len(times)} times for {n} calls", role=role)
+            times, synced = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s), n, role, "empty-call")
             self.null_ms.setdefault(role, []).extend(times)
+            self.null_synced_ms.setdefault(role, []).extend(synced)
 
     def recheck_one(self) -> str:
         """Time one candidate call, save its output and compare it with the reference. With poison
@@ -184,7 +240,9 @@ class _Rounds:
         call = self.calls(1)
         path = str(self.workdir / f"timed-{self.rechecked}.pt")
         args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}, "poison": self.poison_bytes}
-        self.samples["candidate"].times_ms.extend(_times(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s)))
+        times, synced = _times(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s), 1, "candidate", "re-checked")
+        self.samples["candidate"].times_ms.extend(times)
+        self.samples["candidate"].synced_ms.extend(synced)
         result = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "path": path}, timeout_s=self.policy.run_timeout_s)
         Path(path).unlink(missing_ok=True)
         self.rechecked += 1
@@ -232,7 +290,7 @@ def run_timing(
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms)
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms)
 
 
 def _recheck(r: _Rounds, n: int) -> str:

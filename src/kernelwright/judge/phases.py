@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, provenance, stats
-from kernelwright.judge.measure import NULL_CALLS, FlagsMoved, IdentitiesMoved, run_timing, wall_clock_check
+from kernelwright.judge.measure import NULL_CALLS, FlagsMoved, IdentitiesMoved, run_timing, tail_margin, wall_clock_check
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
@@ -278,26 +278,26 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
 MIN_MS = 1e-6  # a time the harness overhead's subtraction cannot go below (the floor guard refuses it)
 
 
-def _runtime(flow: "_Flow", outcome: Any, name: str, notes: list[str], overhead: float) -> float | None:
+def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: list[str], overhead: float) -> float | None:
     """A contender's time: the median of its calls, less the harness overhead. Step amortized_time
     prices the candidate at its trimmed mean instead where that mean shows the time sitting in a
     minority of calls (GPU only; on the CPU backend the host's noise moves means, so there the
     note only advises). Baselines keep their median and get a note: pricing them at a mean would
     let a stall during eager's calls, or a candidate that causes one, inflate the candidate's
     speedup. The test for a minority looks at the calls as timed, before the subtraction."""
-    s = outcome.samples.get(name)
-    if s is None or not s.times_ms:
+    calls = times.get(name)
+    if not calls:
         return None
-    med, trimmed, concentrated = stats.amortized(s.times_ms)
+    med, trimmed, concentrated = stats.amortized(calls)
     if not concentrated:
         return max(MIN_MS, med - overhead)
     applies = name == "candidate" and flow.device == "cuda" and flow.policy.enabled("amortized_time")
-    notes.append(f"{name}: trimmed mean {trimmed:.4g} ms over {len(s.times_ms)} calls is more than {stats.AMORTIZED_SLACK:g}x the "
+    notes.append(f"{name}: trimmed mean {trimmed:.4g} ms over {len(calls)} calls is more than {stats.AMORTIZED_SLACK:g}x the "
                  f"median {med:.4g} ms" + ("; the trimmed mean is its time" if applies else "; the median kept"))
     return max(MIN_MS, (trimmed if applies else med) - overhead)
 
 
-def _overheads(flow: "_Flow", outcome: Any) -> dict[str, float]:
+def _overheads(flow: "_Flow", outcome: Any, times: dict[str, list[float]]) -> dict[str, float]:
     """Record step harness_overhead; what to subtract from each contender (zeros when off)."""
     vb = flow.vb
     cap = flow.meta.get("null_before_ms")
@@ -308,11 +308,11 @@ def _overheads(flow: "_Flow", outcome: Any) -> dict[str, float]:
         else:
             ref, cand = (statistics.median(outcome.null_ms[k]) for k in ("reference", "candidate"))
             n = len(outcome.null_ms["reference"])
-            baselines = [c for c in ("eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
+            baselines = [c for c in ("eager", "compile") if times.get(c)]
             whom = f"{found['eager']:.4g} ms from the baselines, " if baselines else ""
             before = f", {cap:.4g} ms in the reference child before any candidate code ran (the cap)" if cap is not None else ""
-            under = [f"; {c}'s median {statistics.median(outcome.samples[c].times_ms):.4g} ms is not above it: its time is taken as {MIN_MS:g} ms"
-                     for c in ("candidate", *baselines) if statistics.median(outcome.samples[c].times_ms) <= found[c]]
+            under = [f"; {c}'s median {statistics.median(times[c]):.4g} ms is not above it: its time is taken as {MIN_MS:g} ms"
+                     for c in ("candidate", *baselines) if statistics.median(times[c]) <= found[c]]
             vb.step("harness_overhead", True,
                     f"the protocol around an empty call, {n} times in each child, interleaved with the rounds: median "
                     f"{ref:.4g} ms in the reference child, {cand:.4g} ms in the candidate's{before}; subtracted: "
@@ -321,12 +321,43 @@ def _overheads(flow: "_Flow", outcome: Any) -> dict[str, float]:
     return {"candidate": 0.0, "eager": 0.0, "compile": 0.0}
 
 
+def _device_sync(flow: "_Flow", outcome: Any) -> dict[str, list[float]]:
+    """Per-call times of each contender under step device_sync (TimingOutcome.charged), and the
+    step's record: how many calls were charged their device-wide time. The guard fires when that
+    moved the candidate's median by more than the margin: its work went on past its own stream."""
+    vb = flow.vb
+    names = [c for c in ("candidate", "eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
+    plain = {c: list(outcome.samples[c].times_ms) for c in names}
+    if flow.device != "cuda" or not flow.policy.enabled("device_sync") or not any(outcome.samples[c].synced_ms for c in names):
+        return plain
+    if not outcome.null_synced_ms.get("reference") or not outcome.null_synced_ms.get("candidate"):
+        vb.step("device_sync", True, "device-wide synchronize before the end event; no empty calls were timed (step harness_overhead), "
+                                     "so the host's own round trip cannot be told apart: every call's device-wide time counts")
+        return {c: list(outcome.samples[c].synced_ms) or plain[c] for c in names}
+    bases = outcome.tail_bases(flow.meta.get("null_tail_before_ms"))
+    out, parts = {}, []
+    for c in names:
+        out[c], n, margin = outcome.charged(c, bases[c])
+        parts.append(f"{c} {n} of {len(out[c])} (margin {margin * 1e3:.3g} us)")
+    moved = statistics.median(out["candidate"]) - statistics.median(plain["candidate"])
+    fired = moved > tail_margin(statistics.median(plain["candidate"]))
+    detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream, and that time "
+              "counts unless the device-wide end came later than the empty call's by more than the margin "
+              f"(empty call: {bases['candidate'] * 1e3:.3g} us in the candidate child, {bases['eager'] * 1e3:.3g} us in the reference "
+              "child); calls charged their device-wide time: " + ", ".join(parts)
+              + (f"; that moved the candidate's median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
+    vb.step("device_sync", True, detail)
+    vb.guard("device_sync", fired, detail)
+    return out
+
+
 def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     vb = flow.vb
-    cand = stats.summarize(outcome.samples["candidate"].times_ms)
+    times = _device_sync(flow, outcome)
+    cand = stats.summarize(times["candidate"])
     notes: list[str] = []
-    overhead = _overheads(flow, outcome)
-    runtime, eager, comp = (_runtime(flow, outcome, c, notes, overhead[c]) for c in ("candidate", "eager", "compile"))
+    overhead = _overheads(flow, outcome, times)
+    runtime, eager, comp = (_runtime(flow, times, c, notes, overhead[c]) for c in ("candidate", "eager", "compile"))
     best = min([t for t in (eager, comp) if t is not None], default=None)
     vb.numbers.update(
         runtime_ms=runtime, eager_ms=eager, compile_ms=comp,

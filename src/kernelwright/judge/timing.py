@@ -81,10 +81,16 @@ def time_calls(
     cuda: bool,
     switches: TimingSwitches,
     on_output: Callable[[int, Any], None] | None = None,
+    synced: list[float] | None = None,
 ) -> list[float]:
     """Time n calls of fn(*get_args(i)); returns per-call milliseconds.
 
-    Input preparation and on_output run outside the timed region.
+    With events and the device-wide sync on, each call has two end events: one queued on the
+    timed stream as soon as the call returns (the call's own work, without the host's round trip
+    through the synchronize; these are the times returned), and the protocol's end event after the
+    synchronize (its times are appended to `synced` when given). The judge compares the two per
+    call (judge.measure.charge_tails): work still running elsewhere after the stream's end makes
+    the second one late. Input preparation and on_output run outside the timed region.
     """
     times = []
     for i in range(n):
@@ -93,22 +99,31 @@ def time_calls(
             if switches.flush:
                 flush_l2()
             _synchronize()
-        times.append(_one_call(fn, args, cuda, switches, on_output, i))
+        ms, synced_ms = _one_call(fn, args, cuda, switches, on_output, i)
+        times.append(ms)
+        if synced is not None and synced_ms is not None:
+            synced.append(synced_ms)
     return times
 
 
-def _one_call(fn, args, cuda, switches, on_output, i) -> float:
+def _one_call(fn, args, cuda, switches, on_output, i) -> tuple[float, float | None]:
+    synced_ms = None
     if cuda and switches.events:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        mark = torch.cuda.Event(enable_timing=True) if switches.sync else None
         if switches.lead_us > 0:
             _lead_spin(switches.lead_us)
         start.record()
         out = fn(*args)
-        if switches.sync:
+        if mark is not None:
+            mark.record()
             _synchronize()
         end.record()
         end.synchronize()
-        ms = _elapsed_time(start, end)
+        if mark is not None:
+            ms, synced_ms = _elapsed_time(start, mark), _elapsed_time(start, end)
+        else:
+            ms = _elapsed_time(start, end)
     else:
         t0 = _perf_counter()
         out = fn(*args)
@@ -117,15 +132,16 @@ def _one_call(fn, args, cuda, switches, on_output, i) -> float:
         ms = (_perf_counter() - t0) * 1e3
     if on_output is not None:
         on_output(i, out)
-    return ms
+    return ms, synced_ms
 
 
-def time_null(n: int, *, cuda: bool, switches: dict[str, Any]) -> list[float]:
+def time_null(n: int, *, cuda: bool, switches: dict[str, Any], synced: list[float] | None = None) -> list[float]:
     """n timings of the empty call under the switches of a 'time' command: flush, lead spin, start
-    event, nothing, device sync, end event. What they measure is the harness's own share of every
-    timed interval (mostly the host waking from the synchronize and queueing the end event)."""
+    event, nothing, stream end event, device sync, end event. The stream times are the events' own
+    cost (step harness_overhead subtracts their median); the synced ones add the host's round trip
+    through the synchronize, the tail every call pays with nothing left running (charge_tails)."""
     sw = switches_from(switches, cuda=cuda)
-    return time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw)
+    return time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw, synced=synced)
 
 
 def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> tuple[int, float]:

@@ -23,7 +23,7 @@ NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
 # Step device_sync: how late a call's device-wide end event may come, beyond the empty call's, before
 # the call is charged with it: a tenth of the contender's time, within these bounds (charge_tails).
 TAIL_MARGIN_SHARE = 0.1
-TAIL_MARGIN_MIN_MS = 0.002
+TAIL_MARGIN_MIN_MS = 0.005  # 2 us charged most calls of a 1.3 us ReLU kernel and its eager baseline on the H200 (95216ce)
 TAIL_MARGIN_MAX_MS = 0.010
 
 
@@ -43,7 +43,7 @@ class Samples:
     synced_ms: list[float] = field(default_factory=list)  # the same calls to the end event after the device-wide sync (empty: not timed so)
     wall_ms: float = 0.0  # judge-side wall clock over the counted batches
     wall_calls: int = 0  # calls inside wall_ms
-    event_ms: float = 0.0  # sum of the reported times of the calls inside wall_ms
+    event_ms: float = 0.0  # sum of the device-wide event times (else the reported ones) of the calls inside wall_ms
     batches: list[tuple[float, float, int]] = field(default_factory=list)  # (wall ms, event ms, calls) per batch
 
     def wall_per_call(self) -> float | None:
@@ -58,11 +58,13 @@ class Samples:
         n = len(times_ms) if calls is None else calls
         self.times_ms.extend(times_ms)
         self.synced_ms.extend(synced_ms or [])
+        # the wall clock holds the synchronize, so it is compared with the device-wide times
+        event = sum(synced_ms) if synced_ms else sum(times_ms)
         self.wall_ms += wall_ms
         self.wall_calls += n
-        self.event_ms += sum(times_ms)
+        self.event_ms += event
         if n:
-            self.batches.append((wall_ms, sum(times_ms), n))
+            self.batches.append((wall_ms, event, n))
 
     def batch_medians(self) -> tuple[float, float, float] | None:
         """Medians over batches of (wall per call, reported per call, wall minus reported per
@@ -318,9 +320,9 @@ def wall_clock_check(outcome: TimingOutcome) -> tuple[bool, str]:
     wall, event, _ = cm
     em = eager.batch_medians() if eager is not None else None
     if em is None:
-        return False, f"candidate wall {wall:.4g} ms/call vs reported {event:.4g} ms (no eager overhead to compare)"
+        return False, f"candidate wall {wall:.4g} ms/call vs event time {event:.4g} ms (no eager overhead to compare)"
     overhead = max(0.0, em[2])
     expected = event + overhead
     fired = wall > WALL_SLACK * expected + WALL_MARGIN_MS
-    detail = f"candidate wall {wall:.4g} ms/call; reported {event:.4g} ms + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
+    detail = f"candidate wall {wall:.4g} ms/call; event time (to the device-wide end) {event:.4g} ms + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
     return fired, detail

@@ -256,8 +256,11 @@ def test_super_batching_is_caught_by_the_recheck_and_priced_by_the_mean():
     assert guard_of(priced, "amortized_time").fired, priced.steps
     assert priced.runtime_ms > 10 * priced.timing.median_ms, (priced.runtime_ms, priced.timing)
     assert priced.speedup_vs_eager < 1.0, priced.speedup_vs_eager
+    # Without both, the median of the cheap calls is its time: far too short, or (since each call's
+    # own stream end counts, 0c0803d) under the write floor, which refuses it.
     fooled = judge("relu", "zoo_super_batch", timing_policy(disabled_steps=frozenset({"timed_recheck", "amortized_time"})), device="cuda")
-    assert fooled.status is Status.CORRECT and fooled.runtime_ms < 0.2 * priced.runtime_ms, (fooled.status, fooled.runtime_ms)
+    cheap = fooled.status is Status.CORRECT and fooled.runtime_ms < 0.2 * priced.runtime_ms
+    assert cheap or (fooled.status is Status.REJECTED and guard_of(fooled, "physics_floor").fired), (fooled.status, fooled.runtime_ms)
 
 
 @needs_gpu()

@@ -132,16 +132,18 @@ EXPLOITS: tuple[Exploit, ...] = (
             "timed_recheck", _f("timed_recheck", "wall_clock_check")),
     Exploit("zoo_zeros_degenerate", "degenerate/zeros", "returns zeros where the output is x - x", "degeneracy_gate", None, refused=("correct",)),
     # -- GPU ------------------------------------------------------------------------------------
+    # Since each call's own stream end counts (0c0803d), a side-stream trick without device_sync
+    # reports about 1 us, under the write floor: the ablation switches physics_floor off as well.
     Exploit("relu_side_stream", "relu", "spins 2 ms on a side stream from raw cudaStreamCreate, returns at once", "device_sync",
-            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda", hides_time=True),
-    Exploit("zoo_side_stream_python", "relu", "the same on a torch.cuda.Stream()", "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check"),
-            device="cuda", hides_time=True),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
+    Exploit("zoo_side_stream_python", "relu", "the same on a torch.cuda.Stream()", "device_sync",
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
     Exploit("zoo_side_stream_obfuscated", "relu", "the same with the stream reached through built names", "device_sync",
-            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda", hides_time=True),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
     Exploit("zoo_thread_after_timer_cuda", "relu", "right for 30 calls, then a helper thread launches each call's kernel after the call returned",
             "timed_recheck", _f("timed_recheck", "wall_clock_check", "physics_floor"), device="cuda"),
     Exploit("zoo_super_batch", "relu", "honest for 40 calls, then launches four calls' work at once on a side stream", "timed_recheck",
-            _f("device_sync", "timed_recheck", "wall_clock_check"), device="cuda"),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda"),
     Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "physics_floor"), device="cuda",
             refused=("incorrect",), evidence="got nan", allow_torch=True, context={"seeds": (7, 7, 7)},
             context_off=_f("near_duplicate", "distributions", "extra_shapes", "op_audit", "fresh_inputs", "timed_recheck")),

@@ -8,7 +8,7 @@ synchronize: `e1` is start to that stream-ordered event (the call alone), `e2` s
 end event, `tail` = e2 - e1 (the host noticing the GPU is done and queueing the end event). The
 empty call is timed the same way (step harness_overhead's subtraction).
 
-Variants, set before torch creates its CUDA context (judge.hostwait): the driver's default wait,
+Variants, set before torch creates its CUDA context (benchmarks/hostwait.py): the driver's default wait,
 spin-waiting, blocking sync, pinning to the GPU's NUMA node, spin plus pinning.
 
     python benchmarks/sync_bench.py run --out DIR [--processes 4] [--variants default,spin,...]
@@ -33,7 +33,7 @@ PROBLEMS = ("softmax", "layernorm")
 
 
 def child(variant: str, rounds: int, batch: int) -> dict:
-    from kernelwright.judge import hostwait
+    import hostwait  # beside this script
 
     sched, pin = VARIANTS[variant]
     prepared = hostwait.prepare(0, pin=pin, sched=sched) if (pin or sched != "auto") else {}

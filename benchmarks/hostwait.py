@@ -1,4 +1,6 @@
-"""How a judge child's host thread waits for the GPU (CUDA only; torch-free, through the driver).
+"""How a process's host thread waits for the GPU (CUDA only; torch-free, through the driver): the
+wait modes and pinning benchmarks/sync_bench.py compared (neither helped on the H200, so the judge
+uses neither).
 
 The timing protocol's device-wide synchronize sits inside every timed interval: the GPU finishes,
 the waiting host thread notices, returns and queues the end event. Two things set how long that

@@ -5,6 +5,7 @@ timed outputs, the wall-clock cross-check and the stopping rule.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import statistics
 import time
@@ -25,6 +26,9 @@ NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
 TAIL_MARGIN_SHARE = 0.1
 TAIL_MARGIN_MIN_MS = 0.005  # 2 us charged most calls of a 1.3 us ReLU kernel and its eager baseline on the H200 (95216ce)
 TAIL_MARGIN_MAX_MS = 0.010
+# How far above the reference child's empty-call tail the candidate child's may count (tail_bases).
+# Per process the empty call's tail was 13-22 us on the H200 (sync_h200_840e01e.json).
+TAIL_BASE_SLACK_MS = 0.005
 
 
 def recheck_round(round_no: int) -> bool:
@@ -108,15 +112,17 @@ class TimingOutcome:
         """The host's round trip through the synchronize with nothing left running: per child, the
         median over its empty calls of (device-wide end - stream end). The candidate child's is
         capped at the reference child's (and at `cap`, the reference child's before any candidate
-        code ran) plus TAIL_MARGIN_MAX_MS, for the reason overheads() caps: candidate code could
-        slow its own empty calls to widen what passes uncharged. Zero for a child whose empty calls
+        code ran) plus TAIL_BASE_SLACK_MS, for the reason overheads() caps: candidate code could
+        slow its own empty calls (a thread that loads a side stream while it sees them run) to
+        widen what passes uncharged; the slack is what that can buy at most. Without slack, the
+        per-process spread of honest tails would charge honest candidates. Zero for a child whose empty calls
         were not timed so: then every call's device-wide end counts (the protocol as DESIGN.md
         states it)."""
         tails = {}
         for role in ("reference", "candidate"):
             stream, synced = self.null_ms.get(role) or [], self.null_synced_ms.get(role) or []
             tails[role] = statistics.median(d - t for t, d in zip(stream, synced)) if stream and len(stream) == len(synced) else 0.0
-        bound = [tails["reference"] + TAIL_MARGIN_MAX_MS] + ([cap + TAIL_MARGIN_MAX_MS] if cap is not None else [])
+        bound = [tails["reference"] + TAIL_BASE_SLACK_MS] + ([cap + TAIL_BASE_SLACK_MS] if cap is not None else [])
         cand = min([tails["candidate"], *bound]) if tails["reference"] > 0 else 0.0
         return {"candidate": cand, "eager": tails["reference"], "compile": tails["reference"]}
 
@@ -157,18 +163,22 @@ class IdentitiesMoved(Exception):
     """The candidate replaced a watched function during timing."""
 
 
-def _times(reply: dict[str, Any], n: int, role: str, what: str) -> tuple[list[float], list[float]]:
+def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected: bool = False) -> tuple[list[float], list[float]]:
     """(stream times, device-wide times) of a 'time' reply for n calls; FlagsMoved /
     IdentitiesMoved when the child saw numerics flags move or watched functions replaced, a
-    'forged' ChildError when the lists do not fit the calls: a count other than n, or a
-    device-wide end before the stream's own (that event is queued later on the same stream)."""
+    'forged' ChildError when the lists do not fit the calls: a count other than n (device-wide
+    times: n when synced_expected, else none), a value that is not a finite number >= 0, or a
+    device-wide end before the stream's own (that event is queued later on the same stream). A
+    reply without its device-wide times would otherwise switch step device_sync's charge off."""
     if reply.get("identities_moved"):
         raise IdentitiesMoved(f"during timing: {', '.join(reply['identities_moved'])}")
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
     times, synced = reply["times_ms"], reply.get("synced_ms") or []
-    if len(times) != n or len(synced) not in (0, n):
+    if len(times) != n or len(synced) != (n if synced_expected else 0):
         raise ChildError("forged", f"the {what} batch returned {len(times)} times and {len(synced)} device-wide times for {n} calls", role=role)
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (*times, *synced)):
+        raise ChildError("forged", f"the {what} batch returned a time that is not a finite number >= 0", role=role)
     if any(not d >= t for t, d in zip(times, synced)):
         raise ChildError("forged", f"the {what} batch returned a device-wide end before the stream's end", role=role)
     return times, synced
@@ -184,7 +194,7 @@ class _Rounds:
     """State of one timing phase."""
 
     def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0,
-                 poison_bytes: list[int] | None = None) -> None:
+                 poison_bytes: list[int] | None = None, cuda: bool = False) -> None:
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
         self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
         self.contenders = contenders
@@ -197,6 +207,7 @@ class _Rounds:
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
+        self.synced = cuda and policy.enabled("cuda_events") and policy.enabled("device_sync")  # replies must hold device-wide times
 
     def calls(self, n: int) -> list[list[Any]]:
         """[slot, input seed] per call; seed None when fresh inputs are off (the pool as built)."""
@@ -222,14 +233,14 @@ class _Rounds:
         t0 = time.perf_counter()
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
-        times, synced = _times(reply, n, "candidate" if contender == "candidate" else "reference", contender)
+        times, synced = _times(reply, n, "candidate" if contender == "candidate" else "reference", contender, self.synced)
         self.samples[contender].add_batch(wall, times, n, synced)
 
     def null_batch(self, n: int) -> None:
         """n empty calls timed in each child, with the same switches as the contenders' calls."""
         for role, child in (("reference", self.ref), ("candidate", self.cand)):
             args = {"contender": "null", "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
-            times, synced = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s), n, role, "empty-call")
+            times, synced = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s), n, role, "empty-call", self.synced)
             self.null_ms.setdefault(role, []).extend(times)
             self.null_synced_ms.setdefault(role, []).extend(synced)
 
@@ -242,7 +253,7 @@ class _Rounds:
         call = self.calls(1)
         path = str(self.workdir / f"timed-{self.rechecked}.pt")
         args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}, "poison": self.poison_bytes}
-        times, synced = _times(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s), 1, "candidate", "re-checked")
+        times, synced = _times(self.cand.call("time", args, timeout_s=self.policy.run_timeout_s), 1, "candidate", "re-checked", self.synced)
         self.samples["candidate"].times_ms.extend(times)
         self.samples["candidate"].synced_ms.extend(synced)
         result = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "path": path}, timeout_s=self.policy.run_timeout_s)
@@ -253,12 +264,12 @@ class _Rounds:
 
 def run_timing(
     policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
-    say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0,
+    say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0, cuda: bool = False,
 ) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop;
     with null_calls > 0, each round also times that many empty calls in each child."""
     contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
-    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None)
+    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda)
     cfg = policy.timing
     compile_s = None
     if baselines:

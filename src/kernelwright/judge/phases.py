@@ -251,7 +251,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     try:
         null_calls = NULL_CALLS if flow.device == "cuda" and policy.enabled("harness_overhead") else 0
         outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
-                             poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls)
+                             poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda")
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -336,11 +336,14 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     vb = flow.vb
     names = [c for c in ("candidate", "eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
     plain = {c: list(outcome.samples[c].times_ms) for c in names}
-    if flow.device != "cuda" or not flow.policy.enabled("device_sync") or not any(outcome.samples[c].synced_ms for c in names):
+    if "candidate" not in names or flow.device != "cuda" or not flow.policy.enabled("device_sync") or not any(
+            outcome.samples[c].synced_ms for c in names):
         return plain, ({}, {})
     if not outcome.null_synced_ms.get("reference") or not outcome.null_synced_ms.get("candidate"):
-        vb.step("device_sync", True, "device-wide synchronize before the end event; no empty calls were timed (step harness_overhead), "
-                                     "so the host's own round trip cannot be told apart: every call's device-wide time counts")
+        said = ("device-wide synchronize before the end event; no empty calls were timed (step harness_overhead), so the host's "
+                "own round trip cannot be told apart: every call's device-wide time counts")
+        vb.step("device_sync", True, said)
+        vb.guard("device_sync", False, said)
         synced = {c: list(outcome.samples[c].synced_ms) or plain[c] for c in names}
         return synced, (synced, {})
     bases = outcome.tail_bases(flow.meta.get("null_tail_before_ms"))

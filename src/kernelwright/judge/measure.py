@@ -22,9 +22,9 @@ WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
 NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
 # Step device_sync: how late a call's device-wide end event may come, beyond the empty call's, before
-# the call is charged with it: a tenth of the contender's time, within these bounds (charge_tails).
+# the call is charged with it: a tenth of the contender's time, within these bounds (TimingOutcome.charged).
 TAIL_MARGIN_SHARE = 0.1
-TAIL_MARGIN_MIN_MS = 0.005  # 2 us charged most calls of a 1.3 us ReLU kernel and its eager baseline on the H200 (95216ce)
+TAIL_MARGIN_MIN_MS = 0.005  # at 2 us, most calls of an honest 1.3 us ReLU kernel and its eager baseline were charged (H200, 95216ce)
 TAIL_MARGIN_MAX_MS = 0.010
 # How far above the reference child's empty-call tail the candidate child's may count (tail_bases).
 # Per process the empty call's tail was 13-22 us on the H200 (sync_h200_840e01e.json).

@@ -89,7 +89,7 @@ def time_calls(
     timed stream as soon as the call returns (the call's own work, without the host's round trip
     through the synchronize; these are the times returned), and the protocol's end event after the
     synchronize (its times are appended to `synced` when given). The judge compares the two per
-    call (judge.measure.charge_tails): work still running elsewhere after the stream's end makes
+    call (judge.measure.TimingOutcome.charged): work still running elsewhere after the stream's end makes
     the second one late. Input preparation and on_output run outside the timed region.
     """
     times = []
@@ -139,7 +139,7 @@ def time_null(n: int, *, cuda: bool, switches: dict[str, Any], synced: list[floa
     """n timings of the empty call under the switches of a 'time' command: flush, lead spin, start
     event, nothing, stream end event, device sync, end event. The stream times are the events' own
     cost (step harness_overhead subtracts their median); the synced ones add the host's round trip
-    through the synchronize, the tail every call pays with nothing left running (charge_tails)."""
+    through the synchronize, the tail every call pays with nothing left running (TimingOutcome.charged)."""
     sw = switches_from(switches, cuda=cuda)
     return time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw, synced=synced)
 

@@ -246,3 +246,19 @@ def test_a_device_wide_end_before_the_stream_end_is_forged():
             _times({"times_ms": [0.2, bad], "synced_ms": [0.21, 0.31]}, 2, "candidate", "x", True)
         with pytest.raises(ChildError, match="finite number"):
             _times({"times_ms": [0.2, 0.3], "synced_ms": [0.21, bad]}, 2, "candidate", "x", True)
+
+
+def test_the_wall_clock_detail_says_where_each_childs_time_went_and_ignores_malformed_clocks():
+    from kernelwright.judge.measure import _host, host_breakdown, wall_clock_check
+
+    cand, eager = Samples(), Samples()
+    cand.add_batch(50.0, [0.3] * 10, synced_ms=[0.32] * 10, host_ms=_host({"host_ms": {"inputs": 20.0, "flush": 1.0, "call": 4.0, "output": 0.0}}))
+    eager.add_batch(24.0, [0.3] * 10, synced_ms=[0.32] * 10, host_ms=_host({"host_ms": {"inputs": 18.0, "call": 4.0}}))
+    text = host_breakdown(cand)
+    assert text.startswith("2 inputs, 0.1 flush, 0.4 call, 0 output, 2.5 outside the loop")
+    fired, detail = wall_clock_check(TimingOutcome({"candidate": cand, "eager": eager}, "", "", 0, None))
+    assert fired  # 5.0 ms/call against 1.5 x (0.32 + 2.08) + 0.5 = 4.1
+    assert "candidate child: 2 inputs" in detail and "eager child: 1.8 inputs" in detail
+    for bad in ({"inputs": float("nan")}, {"inputs": -1.0}, {"x" * 40: 1.0}, [1.0], "fast", {str(i): 1.0 for i in range(9)}):
+        assert _host({"host_ms": bad}) == {}
+    assert host_breakdown(Samples()) == ""

@@ -195,7 +195,9 @@ def _judge(problem_path: Path, candidate_path: Path, device: str, pol):
 
 def _row(verdict) -> dict[str, Any]:
     return {"status": verdict.status.value, "fired": fired(verdict), "runtime_ms": verdict.runtime_ms, "eager_ms": verdict.eager_ms,
-            "speedup_vs_eager": verdict.speedup_vs_eager, "log": verdict.log[:300]}
+            "speedup_vs_eager": verdict.speedup_vs_eager, "log": verdict.log[:300],
+            # the wall-clock step in full: where each child's time went (a control refused by it is read from this)
+            "wall_clock": next((s.reason for s in verdict.steps if s.name == "wall_clock_check"), None)}
 
 
 def judge_exploit(e: Exploit) -> dict[str, Any]:

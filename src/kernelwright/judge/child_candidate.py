@@ -186,9 +186,10 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     """Time one batch of candidate calls; save the outputs the judge asked to re-check. Contender
     "null" times the protocol around an empty call instead (step harness_overhead)."""
     synced: list[float] = []
+    host: dict[str, float] = {}
     if args["contender"] == "null":
-        times = timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"], synced=synced)
-        return {"times_ms": times, "synced_ms": synced, **_replaced()}
+        times = timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"], synced=synced, host=host)
+        return {"times_ms": times, "synced_ms": synced, "host_ms": host, **_replaced()}
     calls, save = args["calls"], {int(k): v for k, v in args["save"].items()}
     fresh_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     poison_bytes = args.get("poison")
@@ -206,9 +207,9 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
     with torch.no_grad():
         times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output,
-                                  synced=synced)
+                                  synced=synced, host=host)
     moved = flags_diff(S.pinned) if S.check_flags else {}
-    return {"times_ms": times, "synced_ms": synced, **({"flags_changed": moved} if moved else {}), **_replaced()}
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **({"flags_changed": moved} if moved else {}), **_replaced()}
 
 
 def profile(args: dict[str, Any]) -> dict[str, Any]:

@@ -276,16 +276,17 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     """Time one batch of the eager or compiled reference, with the precision allowance; contender
     "null" times the protocol around an empty call (step harness_overhead)."""
     synced: list[float] = []
+    host: dict[str, float] = {}
     if args["contender"] == "null":
-        times = timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"], synced=synced)
-        return {"times_ms": times, "synced_ms": synced}
+        times = timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"], synced=synced, host=host)
+        return {"times_ms": times, "synced_ms": synced, "host_ms": host}
     fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
     calls = args["calls"]  # [[slot, input_seed or None], ...]
     get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
     with torch.no_grad():
-        times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced)
-    return {"times_ms": times, "synced_ms": synced}
+        times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced, host=host)
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host}
 
 
 def degeneracy(args: dict[str, Any]) -> dict[str, Any]:

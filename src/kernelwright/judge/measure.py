@@ -49,6 +49,7 @@ class Samples:
     wall_calls: int = 0  # calls inside wall_ms
     event_ms: float = 0.0  # sum of the device-wide event times (else the reported ones) of the calls inside wall_ms
     batches: list[tuple[float, float, int]] = field(default_factory=list)  # (wall ms, event ms, calls) per batch
+    host_ms: dict[str, float] = field(default_factory=dict)  # the child's own clock per part, summed over the counted batches (log only)
 
     def wall_per_call(self) -> float | None:
         return self.wall_ms / self.wall_calls if self.wall_calls else None
@@ -56,10 +57,14 @@ class Samples:
     def event_per_call(self) -> float | None:
         return self.event_ms / self.wall_calls if self.wall_calls else None
 
-    def add_batch(self, wall_ms: float, times_ms: list[float], calls: int | None = None, synced_ms: list[float] | None = None) -> None:
+    def add_batch(self, wall_ms: float, times_ms: list[float], calls: int | None = None, synced_ms: list[float] | None = None,
+                  host_ms: dict[str, float] | None = None) -> None:
         """One batch: the wall clock counts the calls the judge asked for, not the length of the
-        list the child sent back."""
+        list the child sent back. host_ms: the child's clock per part (judge.timing.time_calls),
+        kept for the log only."""
         n = len(times_ms) if calls is None else calls
+        for k, v in (host_ms or {}).items():
+            self.host_ms[k] = self.host_ms.get(k, 0.0) + v
         self.times_ms.extend(times_ms)
         self.synced_ms.extend(synced_ms or [])
         # the wall clock holds the synchronize, so it is compared with the device-wide times
@@ -91,6 +96,7 @@ class TimingOutcome:
     compile_s: float | None  # torch.compile warm-up time of the baseline (not a verdict field)
     null_ms: dict[str, list[float]] = field(default_factory=dict)  # empty-call times by child (reference, candidate)
     null_synced_ms: dict[str, list[float]] = field(default_factory=dict)  # the same calls to the device-wide end event
+    null_wall: dict[str, Samples] = field(default_factory=dict)  # the empty calls' batches by child: judge-side wall clock (log only)
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -184,6 +190,27 @@ def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected:
     return times, synced
 
 
+def _host(reply: dict[str, Any]) -> dict[str, float]:
+    """The child's own clock per part of a 'time' reply, or {} when it is missing or malformed.
+    For the log only: nothing the judge decides reads it (a candidate child can write anything)."""
+    host = reply.get("host_ms")
+    if not isinstance(host, dict) or len(host) > 8:
+        return {}
+    ok = all(isinstance(k, str) and len(k) <= 16 and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for k, v in host.items())
+    return {k: float(v) for k, v in host.items()} if ok else {}
+
+
+def host_breakdown(s: Samples | None) -> str:
+    """Where a contender's judge-side wall clock went per call, as its child's clock says:
+    '0.41 inputs, 0.02 flush, 0.30 call, 0.00 output, 0.05 outside the loop (ms/call)'."""
+    if s is None or not s.wall_calls or not s.host_ms:
+        return ""
+    n = s.wall_calls
+    parts = [f"{v / n:.3g} {k}" for k, v in s.host_ms.items()]
+    rest = (s.wall_ms - sum(s.host_ms.values())) / n
+    return ", ".join(parts + [f"{rest:.3g} outside the loop (channel, checks)"]) + " ms/call"
+
+
 def policy_switches(policy: Policy, lead_us: float) -> dict[str, Any]:
     """The timing switches of a 'time' command (judge.timing.switches_from) under the policy."""
     return {"flush": policy.enabled("l2_flush"), "events": policy.enabled("cuda_events"), "sync": policy.enabled("device_sync"),
@@ -204,6 +231,7 @@ class _Rounds:
         self.rechecked = 0
         self.null_ms: dict[str, list[float]] = {}
         self.null_synced_ms: dict[str, list[float]] = {}
+        self.null_wall: dict[str, Samples] = {}
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
@@ -234,13 +262,17 @@ class _Rounds:
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
         times, synced = _times(reply, n, "candidate" if contender == "candidate" else "reference", contender, self.synced)
-        self.samples[contender].add_batch(wall, times, n, synced)
+        self.samples[contender].add_batch(wall, times, n, synced, _host(reply))
 
     def null_batch(self, n: int) -> None:
         """n empty calls timed in each child, with the same switches as the contenders' calls."""
         for role, child in (("reference", self.ref), ("candidate", self.cand)):
             args = {"contender": "null", "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
-            times, synced = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s), n, role, "empty-call", self.synced)
+            t0 = time.perf_counter()
+            reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
+            wall = (time.perf_counter() - t0) * 1e3
+            times, synced = _times(reply, n, role, "empty-call", self.synced)
+            self.null_wall.setdefault(role, Samples()).add_batch(wall, times, n, synced, _host(reply))
             self.null_ms.setdefault(role, []).extend(times)
             self.null_synced_ms.setdefault(role, []).extend(synced)
 
@@ -303,7 +335,7 @@ def run_timing(
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms)
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall)
 
 
 def _recheck(r: _Rounds, n: int) -> str:
@@ -336,4 +368,15 @@ def wall_clock_check(outcome: TimingOutcome) -> tuple[bool, str]:
     expected = event + overhead
     fired = wall > WALL_SLACK * expected + WALL_MARGIN_MS
     detail = f"candidate wall {wall:.4g} ms/call; event time (to the device-wide end) {event:.4g} ms + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
-    return fired, detail
+    return fired, detail + _host_note(outcome)
+
+
+def _host_note(outcome: TimingOutcome) -> str:
+    """The children's own clocks, for a reader of the verdict (the guard does not read them)."""
+    rows = [(f"{name} child", host_breakdown(outcome.samples.get(name))) for name in ("candidate", "eager")]
+    for role in ("candidate", "reference"):
+        s = outcome.null_wall.get(role)
+        if s is not None and s.wall_calls:
+            rows.append((f"{role} child's empty calls (wall {s.wall_ms / s.wall_calls:.3g} ms/call)", host_breakdown(s)))
+    said = [f"{who}: {text}" for who, text in rows if text]
+    return ("; as the children's clocks say: " + "; ".join(said)) if said else ""

@@ -82,6 +82,7 @@ def time_calls(
     switches: TimingSwitches,
     on_output: Callable[[int, Any], None] | None = None,
     synced: list[float] | None = None,
+    host: dict[str, float] | None = None,
 ) -> list[float]:
     """Time n calls of fn(*get_args(i)); returns per-call milliseconds.
 
@@ -91,22 +92,44 @@ def time_calls(
     synchronize (its times are appended to `synced` when given). The judge compares the two per
     call (judge.measure.TimingOutcome.charged): work still running elsewhere after the stream's end makes
     the second one late. Input preparation and on_output run outside the timed region.
+
+    `host`, when given, gets the host clock's milliseconds summed over the calls per part:
+    "inputs" (get_args), "flush" (the L2 flush and the synchronize before the start), "call" (start
+    event to the end event's completion) and "output" (on_output). The judge only logs them, to say
+    where a wall clock beyond the reported times went; a candidate child could write anything there.
     """
     times = []
+    parts = {"inputs": 0.0, "flush": 0.0, "call": 0.0, "output": 0.0}
+    clock = _perf_counter()
     for i in range(n):
         args = get_args(i)
+        t_args = _perf_counter()
         if cuda:
             if switches.flush:
                 flush_l2()
             _synchronize()
-        ms, synced_ms = _one_call(fn, args, cuda, switches, on_output, i)
+        t_flush = _perf_counter()
+        ms, synced_ms, out = _one_call(fn, args, cuda, switches)
+        t_call = _perf_counter()
+        if on_output is not None:
+            on_output(i, out)
+        del out
+        t_out = _perf_counter()
+        parts["inputs"] += t_args - clock
+        parts["flush"] += t_flush - t_args
+        parts["call"] += t_call - t_flush
+        parts["output"] += t_out - t_call
+        clock = t_out
         times.append(ms)
         if synced is not None and synced_ms is not None:
             synced.append(synced_ms)
+    if host is not None:
+        for k, v in parts.items():
+            host[k] = host.get(k, 0.0) + v * 1e3
     return times
 
 
-def _one_call(fn, args, cuda, switches, on_output, i) -> tuple[float, float | None]:
+def _one_call(fn, args, cuda, switches) -> tuple[float, float | None, Any]:
     synced_ms = None
     if cuda and switches.events:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -130,18 +153,17 @@ def _one_call(fn, args, cuda, switches, on_output, i) -> tuple[float, float | No
         if cuda and switches.sync:
             _synchronize()
         ms = (_perf_counter() - t0) * 1e3
-    if on_output is not None:
-        on_output(i, out)
-    return ms, synced_ms
+    return ms, synced_ms, out
 
 
-def time_null(n: int, *, cuda: bool, switches: dict[str, Any], synced: list[float] | None = None) -> list[float]:
+def time_null(n: int, *, cuda: bool, switches: dict[str, Any], synced: list[float] | None = None,
+              host: dict[str, float] | None = None) -> list[float]:
     """n timings of the empty call under the switches of a 'time' command: flush, lead spin, start
     event, nothing, stream end event, device sync, end event. The stream times are the events' own
     cost (step harness_overhead subtracts their median); the synced ones add the host's round trip
     through the synchronize, the tail every call pays with nothing left running (TimingOutcome.charged)."""
     sw = switches_from(switches, cuda=cuda)
-    return time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw, synced=synced)
+    return time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw, synced=synced, host=host)
 
 
 def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> tuple[int, float]:

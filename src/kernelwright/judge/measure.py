@@ -205,10 +205,15 @@ def host_breakdown(s: Samples | None) -> str:
     '0.41 inputs, 0.02 flush, 0.30 call, 0.00 output, 0.05 outside the loop (ms/call)'."""
     if s is None or not s.wall_calls or not s.host_ms:
         return ""
-    n = s.wall_calls
-    parts = [f"{v / n:.3g} {k}" for k, v in s.host_ms.items()]
-    rest = (s.wall_ms - sum(s.host_ms.values())) / n
-    return ", ".join(parts + [f"{rest:.3g} outside the loop (channel, checks)"]) + " ms/call"
+    n, b = s.wall_calls, max(1, len(s.batches))
+    once = {k: s.host_ms[k] for k in ("flush_first", "flush_max") if k in s.host_ms}
+    per_call = {k: v for k, v in s.host_ms.items() if k not in once}
+    parts = [f"{v / n:.3g} {k}" for k, v in per_call.items()]
+    rest = (s.wall_ms - sum(per_call.values())) / n
+    text = ", ".join(parts + [f"{rest:.3g} outside the loop (channel, checks)"]) + " ms/call"
+    if once:
+        text += " (flush per batch: " + ", ".join(f"{k.split('_')[1]} call {v / b:.3g}" for k, v in once.items()) + " ms on average)"
+    return text
 
 
 def policy_switches(policy: Policy, lead_us: float) -> dict[str, Any]:

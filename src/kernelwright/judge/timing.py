@@ -95,7 +95,9 @@ def time_calls(
 
     `host`, when given, gets the host clock's milliseconds summed over the calls per part:
     "inputs" (get_args), "flush" (the L2 flush and the synchronize before the start), "call" (start
-    event to the end event's completion) and "output" (on_output). The judge only logs them, to say
+    event to the end event's completion) and "output" (on_output); and the flush of the first call
+    and of the slowest ("flush_first", "flush_max"), which show whether a batch pays once (the GPU
+    switching from another process's context) or every call. The judge only logs them, to say
     where a wall clock beyond the reported times went; a candidate child could write anything there.
     """
     times = []
@@ -117,6 +119,9 @@ def time_calls(
         t_out = _perf_counter()
         parts["inputs"] += t_args - clock
         parts["flush"] += t_flush - t_args
+        if i == 0:
+            parts["flush_first"] = t_flush - t_args
+        parts["flush_max"] = max(parts.get("flush_max", 0.0), t_flush - t_args)
         parts["call"] += t_call - t_flush
         parts["output"] += t_out - t_call
         clock = t_out

@@ -177,9 +177,14 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     """Build the input pool and warm up."""
     S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)
+    cuda = S.device.type == "cuda"
     with torch.no_grad():
-        calls, per_call = timing.warm_up(S.model, inputs.cycle(S.pool), args["warmup_ms"], cuda=S.device.type == "cuda")
-    return {"warmup_calls": calls, "per_call_ms": per_call}
+        calls, per_call = timing.warm_up(S.model, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
+        rehearsal = args.get("rehearse")
+        if rehearsal:
+            got = inputs.pool_getter(S.problem, S.pool, rehearsal["calls"], S.device)
+            timing.rehearse(S.model, got, len(rehearsal["calls"]), cuda=cuda, switches=rehearsal["switches"])
+    return {"warmup_calls": calls, "per_call_ms": per_call, **_replaced()}
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:

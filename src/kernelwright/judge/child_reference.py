@@ -243,6 +243,10 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
             continue
         with torch.no_grad():
             _, per_call[name] = timing.warm_up(fn, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
+            rehearsal = args.get("rehearse")
+            if rehearsal:
+                got = inputs.pool_getter(S.problem, S.pool, rehearsal["calls"], S.device)
+                timing.rehearse(fn, got, len(rehearsal["calls"]), cuda=cuda, switches=rehearsal["switches"])
     return {"compile_s": compile_s, "per_call_ms": per_call}
 
 

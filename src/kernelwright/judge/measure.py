@@ -18,6 +18,7 @@ from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child, ChildError
 
 POOL_SIZE = 3  # distinct input sets in the timing pool
+REHEARSAL_CALLS = 3  # calls through the timing protocol at the end of each contender's warm-up, not counted
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
 NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
@@ -76,13 +77,15 @@ class Samples:
             self.batches.append((wall_ms, event, n))
 
     def batch_medians(self) -> tuple[float, float, float] | None:
-        """Medians over batches of (wall per call, reported per call, wall minus reported per
-        call): one slow batch (a page fault, a scheduler hiccup) does not move them, a timer
-        that under-reports every call does."""
+        """Lower medians over batches of (wall per call, reported per call, wall minus reported
+        per call): one slow batch (a page fault, a scheduler hiccup, a one-off stall) does not move
+        them, a timer that under-reports every call does. The lower median, because with two
+        batches (a short timing phase) the median is their mean, which one stall moves."""
         rows = [(w / n, e / n) for w, e, n in self.batches if n]
         if not rows:
             return None
-        return statistics.median(w for w, _ in rows), statistics.median(e for _, e in rows), statistics.median(w - e for w, e in rows)
+        low = statistics.median_low
+        return low(w for w, _ in rows), low(e for _, e in rows), low(w - e for w, e in rows)
 
 
 @dataclass
@@ -309,13 +312,18 @@ def run_timing(
     r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda)
     cfg = policy.timing
     compile_s = None
+    # the warm-up ends with calls through the timing protocol itself, on fresh inputs (timing.rehearse)
+    rehearse = {"calls": r.calls(REHEARSAL_CALLS), "switches": r.switches} if policy.enabled("warmup") else None
     if baselines:
-        setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "warmup_ms": _warmup(policy)}
+        setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "warmup_ms": _warmup(policy), "rehearse": rehearse}
         ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
     say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
-    cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy)}, timeout_s=policy.run_timeout_s)
+    cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},
+                           timeout_s=policy.run_timeout_s)
+    if cand_setup.get("identities_moved"):
+        raise IdentitiesMoved(f"during the warm-up: {', '.join(cand_setup['identities_moved'])}")
     r.per_call_ms["candidate"] = cand_setup.get("per_call_ms", 0.0)
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
     recheck = policy.enabled("timed_recheck")

@@ -173,6 +173,70 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_empty_calls(t
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
 
+def _held(out, **tails_ms):
+    """Give an outcome held calls: name "role_contender" -> (length ms, tail ms), six calls each."""
+    for key, (length, tail) in tails_ms.items():
+        role, contender = key.split("_", 1)
+        out.held[f"{role}:{contender}"] = ([length] * 6, [length + tail] * 6)
+    return out
+
+
+def test_a_long_honest_call_is_compared_with_a_held_call_of_its_length(tmp_path):
+    """An honest 3.2 ms matmul whose host woke 60-70 us after the GPU finished, where the empty call's
+    tail was 18 us (H200, 8f5dc55: every call of candidate, eager and compile was charged)."""
+    stream, synced = [3.20] * 10, [3.268] * 10
+    eager = ([2.70] * 10, [2.765] * 10)
+    flow = _flow(tmp_path)
+    plain = _sync_outcome((stream, synced), eager, NULL, NULL)
+    phases._fill_numbers(flow, plain)
+    assert next(g for g in flow.vb.guards if g.name == "device_sync").fired  # the behaviour the held calls replace
+    flow = _flow(tmp_path)
+    out = _held(_sync_outcome((stream, synced), eager, NULL, NULL), candidate_candidate=(3.2, 0.066), reference_candidate=(3.2, 0.064),
+                reference_eager=(2.7, 0.063))
+    phases._fill_numbers(flow, out)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.20 - 0.0013)
+    assert flow.vb.numbers["eager_ms"] == pytest.approx(2.70 - 0.0013)
+    step = flow.vb.steps["device_sync"]
+    assert "candidate 0 of 10" in step.reason and "eager 0 of 10" in step.reason and "held as long" in step.reason
+    assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
+
+
+def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_held_calls(tmp_path):
+    stream, synced = [3.20] * 10, [3.70] * 10  # 0.5 ms of side work past the stream's end
+    flow = _flow(tmp_path)
+    out = _held(_sync_outcome((stream, synced), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.6),
+                reference_candidate=(3.2, 0.064), reference_eager=(2.7, 0.063))
+    assert out.tail_bases()["candidate"] == pytest.approx(0.064 + 0.005)
+    phases._fill_numbers(flow, out)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.70 - 0.069 - 0.0013)
+    assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
+
+
+def test_held_calls_are_timed_only_for_contenders_of_at_least_a_tenth_of_a_millisecond():
+    from kernelwright.judge import measure
+
+    class FakeChild:
+        def __init__(self):
+            self.asked = []
+
+        def call(self, cmd, args, timeout_s):
+            self.asked.append(args["hold_us"])
+            n = len(args["calls"])
+            return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
+
+    ref, cand = FakeChild(), FakeChild()
+    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], lead_us=200.0, cuda=True)
+    r.samples["candidate"].times_ms.extend([3.2] * 5)
+    r.samples["eager"].times_ms.extend([0.05] * 5)  # too short to hold
+    r.held_batch(3)
+    assert cand.asked == [pytest.approx(3200.0)] and ref.asked == [pytest.approx(3200.0)]
+    assert set(r.held) == {"candidate:candidate", "reference:candidate"}
+    r2 = measure._Rounds(Policy(), FakeChild(), FakeChild(), Path("."), ["candidate"], lead_us=0.0, cuda=True)
+    r2.samples["candidate"].times_ms.extend([3.2] * 5)
+    r2.held_batch(3)  # no lead spin loaded: no spin kernel to hold with
+    assert r2.held == {}
+
+
 def test_without_empty_calls_every_device_wide_time_counts(tmp_path):
     flow = _flow(tmp_path, Policy(disabled_steps=frozenset({"harness_overhead"})))
     out = _sync_outcome(([0.270] * 10, [0.285] * 10), ([0.404] * 10, [0.421] * 10), NULL, NULL)

@@ -30,6 +30,12 @@ TAIL_MARGIN_MAX_MS = 0.010
 # How far above the reference child's empty-call tail the candidate child's may count (tail_bases).
 # Per process the empty call's tail was 13-22 us on the H200 (sync_h200_840e01e.json).
 TAIL_BASE_SLACK_MS = 0.005
+# The tail grows with the time the host waits in the synchronize: on the H200 (tail_h200_8f5dc55.json)
+# a call holding the GPU 1-3 ms had a median tail of 29-84 us in two processes of three, against
+# 13-22 us for the empty call, so honest 3 ms matmuls were charged on every call. A contender whose
+# median is at least HELD_MIN_MS is compared with calls of the judge's own spin kernel held that long
+# (timing.time_held) instead of empty calls; below it the tails were flat.
+HELD_MIN_MS = 0.1
 
 
 def recheck_round(round_no: int) -> bool:
@@ -100,6 +106,9 @@ class TimingOutcome:
     null_ms: dict[str, list[float]] = field(default_factory=dict)  # empty-call times by child (reference, candidate)
     null_synced_ms: dict[str, list[float]] = field(default_factory=dict)  # the same calls to the device-wide end event
     null_wall: dict[str, Samples] = field(default_factory=dict)  # the empty calls' batches by child: judge-side wall clock (log only)
+    # calls of the judge's spin kernel held as long as a contender's median, by "child:contender"
+    # (candidate:candidate, reference:candidate, reference:eager, reference:compile): (stream times, device-wide times)
+    held: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -127,13 +136,25 @@ class TimingOutcome:
         per-process spread of honest tails would charge honest candidates. Zero for a child whose empty calls
         were not timed so: then every call's device-wide end counts (the protocol as DESIGN.md
         states it)."""
-        tails = {}
-        for role in ("reference", "candidate"):
-            stream, synced = self.null_ms.get(role) or [], self.null_synced_ms.get(role) or []
-            tails[role] = statistics.median(d - t for t, d in zip(stream, synced)) if stream and len(stream) == len(synced) else 0.0
+        tails = {role: _tail(self.null_ms.get(role) or [], self.null_synced_ms.get(role) or []) or 0.0 for role in ("reference", "candidate")}
         bound = [tails["reference"] + TAIL_BASE_SLACK_MS] + ([cap + TAIL_BASE_SLACK_MS] if cap is not None else [])
         cand = min([tails["candidate"], *bound]) if tails["reference"] > 0 else 0.0
-        return {"candidate": cand, "eager": tails["reference"], "compile": tails["reference"]}
+        out = {"candidate": cand, "eager": tails["reference"], "compile": tails["reference"]}
+        if tails["reference"] <= 0:
+            return out
+        held = {k: _tail(*v) for k, v in self.held.items()}
+        for c in ("eager", "compile"):
+            if held.get(f"reference:{c}") is not None:
+                out[c] = held[f"reference:{c}"]
+        own, ref = held.get("candidate:candidate"), held.get("reference:candidate")
+        if own is not None and ref is not None:
+            # the same cap as the empty calls', against the reference child's calls held as long
+            out["candidate"] = min(own, ref + TAIL_BASE_SLACK_MS)
+        return out
+
+    def held_lengths(self) -> dict[str, float]:
+        """{contender: milliseconds} of the held calls behind tail_bases (empty: none were timed)."""
+        return {k.split(":")[1]: statistics.median(v[0]) for k, v in self.held.items() if k.startswith("reference:") and v[0]}
 
     def charged(self, name: str, base: float) -> tuple[list[float], int, float]:
         """(per-call times, calls charged, margin) of one contender under step device_sync.
@@ -157,6 +178,13 @@ class TimingOutcome:
             else:
                 out.append(t)
         return out, n, margin
+
+
+def _tail(stream: list[float], synced: list[float]) -> float | None:
+    """Median of (device-wide end - stream end) over calls timed both ways, else None."""
+    if not stream or len(stream) != len(synced):
+        return None
+    return statistics.median(d - t for t, d in zip(stream, synced))
 
 
 def tail_margin(stream_median_ms: float) -> float:
@@ -240,6 +268,7 @@ class _Rounds:
         self.null_ms: dict[str, list[float]] = {}
         self.null_synced_ms: dict[str, list[float]] = {}
         self.null_wall: dict[str, Samples] = {}
+        self.held: dict[str, tuple[list[float], list[float]]] = {}
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
@@ -283,6 +312,26 @@ class _Rounds:
             self.null_wall.setdefault(role, Samples()).add_batch(wall, times, n, synced, _host(reply))
             self.null_ms.setdefault(role, []).extend(times)
             self.null_synced_ms.setdefault(role, []).extend(synced)
+
+    def held_batch(self, n: int) -> None:
+        """n calls of the judge's spin kernel held as long as each contender's median so far, for
+        each contender of at least HELD_MIN_MS: in the child that times it, and the candidate's
+        length in the reference child too (the cap in tail_bases). Only with device-wide times and
+        the lead spin loaded (the spin kernel is the lead's)."""
+        if not self.synced or not self.switches.get("lead_us"):
+            return
+        for c in self.contenders:
+            times = self.samples[c].times_ms
+            if not times or statistics.median(times) < HELD_MIN_MS:
+                continue
+            hold_us = statistics.median(times) * 1e3
+            where = [("candidate", self.cand), ("reference", self.ref)] if c == "candidate" else [("reference", self.ref)]
+            for role, child in where:
+                args = {"contender": "held", "hold_us": hold_us, "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
+                stream, synced = _times(child.call("time", args, timeout_s=self.policy.run_timeout_s), n, role, "held-call", True)
+                got = self.held.setdefault(f"{role}:{c}", ([], []))
+                got[0].extend(stream)
+                got[1].extend(synced)
 
     def recheck_one(self) -> str:
         """Time one candidate call, save its output and compare it with the reference. With poison
@@ -332,6 +381,7 @@ def run_timing(
             r.batch(contender, r.batch_size(contender))
         if null_calls:
             r.null_batch(null_calls)
+            r.held_batch(null_calls)
         if recheck and recheck_round(round_no):
             failure = _recheck(r, cfg.recheck)
         if failure:
@@ -348,7 +398,7 @@ def run_timing(
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall)
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held)
 
 
 def _recheck(r: _Rounds, n: int) -> str:

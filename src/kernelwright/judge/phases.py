@@ -355,10 +355,13 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
         parts.append(f"{c} {n} of {len(out[c])} (margin {margin * 1e3:.3g} us)")
     moved = statistics.median(out["candidate"]) - statistics.median(plain["candidate"])
     fired = moved > tail_margin(statistics.median(plain["candidate"]))
+    held = outcome.held_lengths() if hasattr(outcome, "held_lengths") else {}
+    basis = ", ".join(f"{c} {bases[c] * 1e3:.3g} us" for c in names)
+    how = ("; from calls of the judge's spin kernel held as long as the contender's median for " + ", ".join(
+        f"{c} ({ms:.3g} ms)" for c, ms in held.items()) + ", from empty calls for the rest" if held else "; from empty calls")
     detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream, and that time "
-              "counts unless the device-wide end came later than the empty call's by more than the margin "
-              f"(empty call: {bases['candidate'] * 1e3:.3g} us in the candidate child, {bases['eager'] * 1e3:.3g} us in the reference "
-              "child); calls charged their device-wide time: " + ", ".join(parts)
+              "counts unless the device-wide end came later than the judge's own call of the same length would by more than "
+              f"the margin (that call's tail: {basis}{how}); calls charged their device-wide time: " + ", ".join(parts)
               + (f"; that moved the candidate's median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
     vb.step("device_sync", True, detail)
     vb.guard("device_sync", fired, detail)

@@ -171,6 +171,21 @@ def time_null(n: int, *, cuda: bool, switches: dict[str, Any], synced: list[floa
     return time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw, synced=synced, host=host)
 
 
+def time_held(n: int, hold_us: float, *, cuda: bool, switches: dict[str, Any], synced: list[float] | None = None,
+              host: dict[str, float] | None = None) -> list[float]:
+    """n timings of a call that holds the GPU for hold_us with the judge's own spin kernel (the
+    lead's), under the switches of a 'time' command: how late the device-wide end comes after the
+    stream's end when the host has waited that long in the synchronize (step device_sync)."""
+    spinner = lead.load() if cuda else None
+    if spinner is None:
+        raise RuntimeError(f"no spin kernel to hold the GPU with: {lead.why() or 'not a CUDA device'}")
+    us = float(hold_us)
+    if not (0 < us <= 1e6):
+        raise ValueError(f"hold_us must be in (0, 1e6], got {hold_us!r}")
+    sw = switches_from(switches, cuda=cuda)
+    return time_calls(lambda: spinner.spin(us), lambda _i: [], n, cuda=cuda, switches=sw, synced=synced, host=host)
+
+
 def rehearse(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], n: int, *, cuda: bool, switches: dict[str, Any]) -> None:
     """n calls through the timing protocol itself (fresh inputs written into the pool, flush,
     events, lead spin, synchronize) and as many empty calls, their times thrown away: whatever the

@@ -190,9 +190,10 @@ def rehearse(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], n: in
     """n calls through the timing protocol itself (fresh inputs written into the pool, flush,
     events, lead spin, synchronize) and as many empty calls, their times thrown away: whatever the
     protocol's path costs once per process is paid here, not in the first timed batch. On the H200
-    at 670f11b the candidate child's first timed call stalled 17-58 ms in the flush and synchronize
-    before its start event, once, which with two batches moved the wall clock's median by 1-3
-    ms/call and refused honest kernels (benchmarks/results/judge_h200.md)."""
+    (f23fb32) the candidate child's first timed call stalled some 14-17 ms in the flush and
+    synchronize before its start event, which with two batches moved the wall clock's median by 1-3
+    ms/call and refused honest kernels; with these calls (c894224) the stall was gone
+    (benchmarks/results/judge_h200.md)."""
     sw = switches_from(switches, cuda=cuda)
     time_calls(fn, get_args, n, cuda=cuda, switches=sw)
     time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw)

@@ -173,6 +173,10 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_empty_calls(t
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
 
+# the reference child's held calls at setup, before any candidate code ran: length ms -> tail ms
+BEFORE = {"held_tail_before_ms": {"0.1": 0.016, "0.3": 0.024, "1.0": 0.074, "3.0": 0.084, "10.0": 0.028}}
+
+
 def _held(out, **tails_ms):
     """Give an outcome held calls: name "role_contender" -> (length ms, tail ms), six calls each."""
     for key, (length, tail) in tails_ms.items():
@@ -190,7 +194,7 @@ def test_a_long_honest_call_is_compared_with_a_held_call_of_its_length(tmp_path)
     plain = _sync_outcome((stream, synced), eager, NULL, NULL)
     phases._fill_numbers(flow, plain)
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired  # the behaviour the held calls replace
-    flow = _flow(tmp_path)
+    flow = _flow(tmp_path, meta=BEFORE)
     out = _held(_sync_outcome((stream, synced), eager, NULL, NULL), candidate_candidate=(3.2, 0.066), reference_candidate=(3.2, 0.064),
                 reference_eager=(2.7, 0.063))
     phases._fill_numbers(flow, out)
@@ -203,10 +207,10 @@ def test_a_long_honest_call_is_compared_with_a_held_call_of_its_length(tmp_path)
 
 def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_held_calls(tmp_path):
     stream, synced = [3.20] * 10, [3.70] * 10  # 0.5 ms of side work past the stream's end
-    flow = _flow(tmp_path)
+    flow = _flow(tmp_path, meta=BEFORE)
     out = _held(_sync_outcome((stream, synced), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.6),
                 reference_candidate=(3.2, 0.064), reference_eager=(2.7, 0.063))
-    assert out.tail_bases()["candidate"] == pytest.approx(0.064 + 0.005)
+    assert out.tail_bases(None, BEFORE["held_tail_before_ms"])["candidate"] == pytest.approx(0.064 + 0.005)
     phases._fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.70 - 0.069 - 0.0013)
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
@@ -225,16 +229,50 @@ def test_held_calls_are_timed_only_for_contenders_of_at_least_a_tenth_of_a_milli
             return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
 
     ref, cand = FakeChild(), FakeChild()
-    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], lead_us=200.0, cuda=True)
+    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], lead_us=0.0, cuda=True, held=True)
     r.samples["candidate"].times_ms.extend([3.2] * 5)
     r.samples["eager"].times_ms.extend([0.05] * 5)  # too short to hold
-    r.held_batch(3)
+    r.held_batch(3)  # the policy's lead before the start event is off, the spin kernel loaded: held calls run
     assert cand.asked == [pytest.approx(3200.0)] and ref.asked == [pytest.approx(3200.0)]
     assert set(r.held) == {"candidate:candidate", "reference:candidate"}
-    r2 = measure._Rounds(Policy(), FakeChild(), FakeChild(), Path("."), ["candidate"], lead_us=0.0, cuda=True)
+    r2 = measure._Rounds(Policy(), FakeChild(), FakeChild(), Path("."), ["candidate"], lead_us=200.0, cuda=True, held=False)
     r2.samples["candidate"].times_ms.extend([3.2] * 5)
-    r2.held_batch(3)  # no lead spin loaded: no spin kernel to hold with
+    r2.held_batch(3)  # no spin kernel in one of the children: nothing to hold with
     assert r2.held == {}
+    slow = FakeChild()
+    r3 = measure._Rounds(Policy(), FakeChild(), slow, Path("."), ["candidate"], cuda=True, held=True)
+    r3.samples["candidate"].times_ms.extend([2000.0] * 5)  # a 2 s candidate is held 10 ms, not 2 s
+    r3.held_batch(3)
+    assert slow.asked == [pytest.approx(10_000.0)]
+
+
+def test_a_slowed_reference_child_cannot_widen_the_candidates_held_allowance():
+    """Candidate code in its own process can load the CPUs or the GPU while the reference child
+    times its held calls and so lengthen their tails; the setup figures, from before any candidate
+    code ran, cap them."""
+    stream = [3.20] * 10
+    out = _held(_sync_outcome((stream, [3.7] * 10), ([2.70] * 10, [2.765] * 10), NULL, NULL),
+                candidate_candidate=(3.2, 0.6), reference_candidate=(3.2, 0.55))
+    bases = out.tail_bases(None, BEFORE["held_tail_before_ms"])
+    assert bases["candidate"] == pytest.approx(0.084 + 0.005)  # the largest tail up to 3 ms at setup, plus the slack
+    assert out.tail_bases(None, None)["candidate"] == pytest.approx(0.0143 - 0.0013)  # no setup figures: the empty call's tail
+
+
+def test_held_calls_of_another_length_do_not_count():
+    # held at a running median of 3 ms in early rounds; the final median is 0.3 ms
+    out = _held(_sync_outcome(([0.3] * 10, [0.33] * 10), ([0.40] * 10, [0.421] * 10), NULL, NULL),
+                candidate_candidate=(3.0, 0.08), reference_candidate=(3.0, 0.08))
+    bases = out.tail_bases(None, BEFORE["held_tail_before_ms"])
+    assert bases["candidate"] == pytest.approx(0.013)  # back to the empty call's tail
+    assert out.held_lengths() == {}
+
+
+def test_the_host_clock_of_a_reply_must_be_known_parts_of_floats():
+    from kernelwright.judge.measure import _host
+
+    assert _host({"host_ms": {"inputs": 1.5, "flush_first": 0.2}}) == {"inputs": 1.5, "flush_first": 0.2}
+    for bad in ({"inputs": 10**400}, {"inputs": True}, {"inputs": 1}, {"the candidate says": 1.0}):
+        assert _host({"host_ms": bad}) == {}
 
 
 def test_without_empty_calls_every_device_wide_time_counts(tmp_path):

@@ -41,6 +41,8 @@ class _State:
 
 S = _State()
 NULL_BEFORE_CALLS = 15  # empty calls timed at setup (step harness_overhead's cap)
+HELD_BEFORE_MS = (0.1, 0.3, 1.0, 3.0, 10.0)  # lengths of the held calls timed at setup (step device_sync's cap)
+HELD_BEFORE_CALLS = 8  # held calls per length at setup: about 0.12 s in all
 
 
 def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
@@ -111,6 +113,14 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
         gpu["null_before_ms"] = statistics.median(stream)
         if len(synced) == len(stream):  # the host's round trip through the synchronize, nothing running
             gpu["null_tail_before_ms"] = statistics.median(s - t for s, t in zip(synced, stream))
+        if gpu.get("lead_ok") and len(synced) == len(stream):
+            # the same round trip after calls that hold the GPU for a known time (step device_sync's
+            # held calls): the cap on the reference child's held tails during the rounds
+            gpu["held_tail_before_ms"] = {}
+            for ms in HELD_BEFORE_MS:
+                held: list[float] = []
+                s_held = timing.time_held(HELD_BEFORE_CALLS, ms * 1e3, cuda=True, switches=args["null_switches"], synced=held)
+                gpu["held_tail_before_ms"][str(ms)] = statistics.median(d - t for t, d in zip(s_held, held))
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 

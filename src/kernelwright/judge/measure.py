@@ -36,6 +36,8 @@ TAIL_BASE_SLACK_MS = 0.005
 # median is at least HELD_MIN_MS is compared with calls of the judge's own spin kernel held that long
 # (timing.time_held) instead of empty calls; below it the tails were flat.
 HELD_MIN_MS = 0.1
+HELD_MAX_MS = 10.0  # longer contenders are held this long (the tails had stopped growing by 3 ms)
+HELD_BAND = 1.5  # held calls count for a contender only within this factor of its final median (or HELD_MAX_MS)
 
 
 def recheck_round(round_no: int) -> bool:
@@ -126,7 +128,7 @@ class TimingOutcome:
             o_ref = min(o_ref, cap)
         return {"candidate": min(o_ref, o_cand), "eager": o_ref, "compile": o_ref}
 
-    def tail_bases(self, cap: float | None = None) -> dict[str, float]:
+    def tail_bases(self, cap: float | None = None, held_cap: dict[str, float] | None = None) -> dict[str, float]:
         """The host's round trip through the synchronize with nothing left running: per child, the
         median over its empty calls of (device-wide end - stream end). The candidate child's is
         capped at the reference child's (and at `cap`, the reference child's before any candidate
@@ -142,19 +144,44 @@ class TimingOutcome:
         out = {"candidate": cand, "eager": tails["reference"], "compile": tails["reference"]}
         if tails["reference"] <= 0:
             return out
-        held = {k: _tail(*v) for k, v in self.held.items()}
+        held = {k: self._held_tail(k) for k in self.held}
         for c in ("eager", "compile"):
             if held.get(f"reference:{c}") is not None:
                 out[c] = held[f"reference:{c}"]
         own, ref = held.get("candidate:candidate"), held.get("reference:candidate")
-        if own is not None and ref is not None:
-            # the same cap as the empty calls', against the reference child's calls held as long
-            out["candidate"] = min(own, ref + TAIL_BASE_SLACK_MS)
+        length = self.held_target("candidate")
+        ceiling = _held_ceiling(held_cap or {}, length) if length is not None else None
+        if own is not None and ref is not None and ceiling is not None:
+            # the same caps as the empty calls': the reference child's calls held as long, and what
+            # the reference child's held calls gave before any candidate code ran (candidate code in
+            # another process could slow the reference child's wake-ups during the rounds)
+            out["candidate"] = min(own, ref + TAIL_BASE_SLACK_MS, ceiling)
         return out
+
+    def held_target(self, contender: str) -> float | None:
+        """The length held calls should have for a contender: its final median, at most
+        HELD_MAX_MS; None under HELD_MIN_MS or without times."""
+        s = self.samples.get(contender)
+        if s is None or not s.times_ms:
+            return None
+        med = statistics.median(s.times_ms)
+        return None if med < HELD_MIN_MS else min(med, HELD_MAX_MS)
+
+    def _held_tail(self, key: str) -> float | None:
+        """Median tail of the held calls under key whose length is within HELD_BAND of the
+        contender's final target (a held call timed when the running median was elsewhere does
+        not count); None when none is."""
+        target = self.held_target(key.split(":", 1)[1])
+        stream, synced = self.held[key]
+        if target is None or len(stream) != len(synced):
+            return None
+        kept = [(t, d) for t, d in zip(stream, synced) if target / HELD_BAND <= t <= target * HELD_BAND]
+        return statistics.median(d - t for t, d in kept) if kept else None
 
     def held_lengths(self) -> dict[str, float]:
         """{contender: milliseconds} of the held calls behind tail_bases (empty: none were timed)."""
-        return {k.split(":")[1]: statistics.median(v[0]) for k, v in self.held.items() if k.startswith("reference:") and v[0]}
+        return {k.split(":")[1]: t for k in self.held if k.startswith("reference:") and (t := self.held_target(k.split(":")[1])) is not None
+                and self._held_tail(k) is not None}
 
     def charged(self, name: str, base: float) -> tuple[list[float], int, float]:
         """(per-call times, calls charged, margin) of one contender under step device_sync.
@@ -178,6 +205,17 @@ class TimingOutcome:
             else:
                 out.append(t)
         return out, n, margin
+
+
+def _held_ceiling(before: dict[str, float], length_ms: float) -> float | None:
+    """The most the reference child's held tail may count for a call of length_ms: the largest
+    tail its held calls had at setup, before any candidate code ran, over the lengths up to the
+    first one at least length_ms, plus TAIL_BASE_SLACK_MS; None without setup figures."""
+    rows = sorted((float(k), v) for k, v in before.items())
+    if not rows:
+        return None
+    up = next((ms for ms, _ in rows if ms >= length_ms), rows[-1][0])
+    return max(v for ms, v in rows if ms <= up) + TAIL_BASE_SLACK_MS
 
 
 def _tail(stream: list[float], synced: list[float]) -> float | None:
@@ -208,7 +246,7 @@ def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected:
     device-wide end before the stream's own (that event is queued later on the same stream). A
     reply without its device-wide times would otherwise switch step device_sync's charge off."""
     if reply.get("identities_moved"):
-        raise IdentitiesMoved(f"during timing: {', '.join(reply['identities_moved'])}")
+        raise IdentitiesMoved(f"during timing: {', '.join(map(str, reply['identities_moved']))}")
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
     times, synced = reply["times_ms"], reply.get("synced_ms") or []
@@ -221,14 +259,17 @@ def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected:
     return times, synced
 
 
+HOST_PARTS = frozenset({"inputs", "flush", "call", "output", "flush_first", "flush_max"})  # judge.timing.time_calls's host dict
+
+
 def _host(reply: dict[str, Any]) -> dict[str, float]:
     """The child's own clock per part of a 'time' reply, or {} when it is missing or malformed.
     For the log only: nothing the judge decides reads it (a candidate child can write anything)."""
     host = reply.get("host_ms")
-    if not isinstance(host, dict) or len(host) > 8:
+    if not isinstance(host, dict) or not set(host) <= HOST_PARTS:
         return {}
-    ok = all(isinstance(k, str) and len(k) <= 16 and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for k, v in host.items())
-    return {k: float(v) for k, v in host.items()} if ok else {}
+    ok = all(type(v) is float and math.isfinite(v) and v >= 0 for v in host.values())
+    return dict(host) if ok else {}
 
 
 def host_breakdown(s: Samples | None) -> str:
@@ -257,7 +298,7 @@ class _Rounds:
     """State of one timing phase."""
 
     def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0,
-                 poison_bytes: list[int] | None = None, cuda: bool = False) -> None:
+                 poison_bytes: list[int] | None = None, cuda: bool = False, held: bool = False) -> None:
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
         self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
         self.contenders = contenders
@@ -269,6 +310,7 @@ class _Rounds:
         self.null_synced_ms: dict[str, list[float]] = {}
         self.null_wall: dict[str, Samples] = {}
         self.held: dict[str, tuple[list[float], list[float]]] = {}
+        self.held_ok = held  # the spin kernel loaded in both children
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
@@ -316,15 +358,16 @@ class _Rounds:
     def held_batch(self, n: int) -> None:
         """n calls of the judge's spin kernel held as long as each contender's median so far, for
         each contender of at least HELD_MIN_MS: in the child that times it, and the candidate's
-        length in the reference child too (the cap in tail_bases). Only with device-wide times and
-        the lead spin loaded (the spin kernel is the lead's)."""
-        if not self.synced or not self.switches.get("lead_us"):
+        length in the reference child too (the cap in tail_bases); at most HELD_MAX_MS. Only with
+        device-wide times and the lead spin loaded in both children (the spin kernel is the lead's),
+        whether or not the policy uses it before the start event."""
+        if not self.synced or not self.held_ok:
             return
         for c in self.contenders:
             times = self.samples[c].times_ms
             if not times or statistics.median(times) < HELD_MIN_MS:
                 continue
-            hold_us = statistics.median(times) * 1e3
+            hold_us = min(statistics.median(times), HELD_MAX_MS) * 1e3
             where = [("candidate", self.cand), ("reference", self.ref)] if c == "candidate" else [("reference", self.ref)]
             for role, child in where:
                 args = {"contender": "held", "hold_us": hold_us, "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
@@ -354,11 +397,12 @@ class _Rounds:
 def run_timing(
     policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
     say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0, cuda: bool = False,
+    held: bool = False,
 ) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop;
     with null_calls > 0, each round also times that many empty calls in each child."""
     contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
-    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda)
+    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda, held)
     cfg = policy.timing
     compile_s = None
     # the warm-up ends with calls through the timing protocol itself, on fresh inputs (timing.rehearse)
@@ -372,7 +416,7 @@ def run_timing(
     cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},
                            timeout_s=policy.run_timeout_s)
     if cand_setup.get("identities_moved"):
-        raise IdentitiesMoved(f"during the warm-up: {', '.join(cand_setup['identities_moved'])}")
+        raise IdentitiesMoved(f"during the warm-up: {', '.join(map(str, cand_setup['identities_moved']))}")
     r.per_call_ms["candidate"] = cand_setup.get("per_call_ms", 0.0)
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
     recheck = policy.enabled("timed_recheck")

@@ -251,7 +251,8 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     try:
         null_calls = NULL_CALLS if flow.device == "cuda" and policy.enabled("harness_overhead") else 0
         outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
-                             poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda")
+                             poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda",
+                             held=flow.device == "cuda" and bool(flow.meta.get("lead_ok")) and bool(flow.cand_meta.get("lead_ok")))
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -346,7 +347,7 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
         vb.guard("device_sync", False, said)
         synced = {c: list(outcome.samples[c].synced_ms) or plain[c] for c in names}
         return synced, (synced, {})
-    bases = outcome.tail_bases(flow.meta.get("null_tail_before_ms"))
+    bases = outcome.tail_bases(flow.meta.get("null_tail_before_ms"), flow.meta.get("held_tail_before_ms"))
     out, parts, device = {}, [], {}
     for c in names:
         if len(outcome.samples[c].synced_ms) == len(outcome.samples[c].times_ms):

@@ -165,3 +165,23 @@ def test_gpu_timing_guards_accept_an_honest_kernel():
     v = judge("relu", "relu_cuda", timing_policy(), device="cuda")
     assert v.status is Status.CORRECT, v.log
     assert not any(g.fired for g in v.guards), v.guards
+
+
+def test_wall_clock_holds_the_price_not_padded_sums():
+    """A candidate that rewrites its own per-call times (its frames reach the timing lists) can
+    report 0.05 ms per call for 2 ms of work and pad one device-wide value a batch so that each
+    batch's sum matches the wall clock. The wall clock compares with the time as priced."""
+    padded = Samples()
+    for _ in range(5):
+        padded.add_batch(10 * (2.05 + 1.5), [0.05] * 10, synced_ms=[0.065] * 9 + [20.5 - 9 * 0.065])
+    eager = _samples(0.40, [0.40 + 1.5] * 5)
+    out = TimingOutcome({"candidate": padded, "eager": eager}, "", "", 0, None)
+    fired, detail = wall_clock_check(out)
+    assert not fired, detail  # the sums cover the wall clock
+    out.priced_ms = 0.05 + 0.015  # the median as priced, with the tail base
+    fired, detail = wall_clock_check(out)
+    assert fired and "as priced" in detail, detail
+    honest = _outcome(0.29, 0.29 + 1.6, 0.40, 0.40 + 1.5)
+    honest.priced_ms = 0.27 + 0.018
+    fired, detail = wall_clock_check(honest)
+    assert not fired, detail

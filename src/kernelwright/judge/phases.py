@@ -390,6 +390,8 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
         vb.guard("amortized_time", bool(concentrated) and cuda, concentrated[0] if concentrated else "")
     wall = outcome.samples["candidate"].wall_per_call()
     o = overhead["candidate"]
+    if runtime is not None and hasattr(outcome, "priced_ms"):  # what the wall clock holds the price against
+        outcome.priced_ms = runtime + o + device[1].get("candidate", 0.0)
     vb.timing = Timing(n=cand.n, median_ms=max(MIN_MS, cand.median_ms - o), iqr_ms=cand.iqr_ms, wall_ms=wall, profiler_ms=None,
                        overhead_ms=o if o else None, raw_median_ms=cand.median_ms)
 

@@ -116,11 +116,15 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
         if gpu.get("lead_ok") and len(synced) == len(stream):
             # the same round trip after calls that hold the GPU for a known time (step device_sync's
             # held calls): the cap on the reference child's held tails during the rounds
-            gpu["held_tail_before_ms"] = {}
-            for ms in HELD_BEFORE_MS:
-                held: list[float] = []
-                s_held = timing.time_held(HELD_BEFORE_CALLS, ms * 1e3, cuda=True, switches=args["null_switches"], synced=held)
-                gpu["held_tail_before_ms"][str(ms)] = statistics.median(d - t for t, d in zip(s_held, held))
+            try:
+                before = {}
+                for ms in HELD_BEFORE_MS:
+                    held: list[float] = []
+                    s_held = timing.time_held(HELD_BEFORE_CALLS, ms * 1e3, cuda=True, switches=args["null_switches"], synced=held)
+                    before[str(ms)] = statistics.median(d - t for t, d in zip(s_held, held))
+                gpu["held_tail_before_ms"] = before
+            except Exception as exc:  # noqa: BLE001 - without them the candidate's base is the empty call's (stricter)
+                gpu["held_before_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 

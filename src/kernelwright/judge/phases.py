@@ -360,6 +360,8 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     basis = ", ".join(f"{c} {bases[c] * 1e3:.3g} us" for c in names)
     how = ("; from calls of the judge's spin kernel held as long as the contender's median for " + ", ".join(
         f"{c} ({ms:.3g} ms)" for c, ms in held.items()) + ", from empty calls for the rest" if held else "; from empty calls")
+    if flow.meta.get("held_before_error"):
+        how += f"; the reference child's held calls at setup failed ({flow.meta['held_before_error']}), so the candidate's are not used"
     detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream, and that time "
               "counts unless the device-wide end came later than the judge's own call of the same length would by more than "
               f"the margin (that call's tail: {basis}{how}); calls charged their device-wide time: " + ", ".join(parts)

@@ -229,18 +229,18 @@ def test_held_calls_are_timed_only_for_contenders_of_at_least_a_tenth_of_a_milli
             return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
 
     ref, cand = FakeChild(), FakeChild()
-    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], lead_us=0.0, cuda=True, held=True)
+    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], lead_us=0.0, cuda=True, held=(True, True))
     r.samples["candidate"].times_ms.extend([3.2] * 5)
     r.samples["eager"].times_ms.extend([0.05] * 5)  # too short to hold
     r.held_batch(3)  # the policy's lead before the start event is off, the spin kernel loaded: held calls run
     assert cand.asked == [pytest.approx(3200.0)] and ref.asked == [pytest.approx(3200.0)]
     assert set(r.held) == {"candidate:candidate", "reference:candidate"}
-    r2 = measure._Rounds(Policy(), FakeChild(), FakeChild(), Path("."), ["candidate"], lead_us=200.0, cuda=True, held=False)
+    r2 = measure._Rounds(Policy(), FakeChild(), FakeChild(), Path("."), ["candidate"], lead_us=200.0, cuda=True, held=(False, True))
     r2.samples["candidate"].times_ms.extend([3.2] * 5)
     r2.held_batch(3)  # no spin kernel in one of the children: nothing to hold with
     assert r2.held == {}
     slow = FakeChild()
-    r3 = measure._Rounds(Policy(), FakeChild(), slow, Path("."), ["candidate"], cuda=True, held=True)
+    r3 = measure._Rounds(Policy(), FakeChild(), slow, Path("."), ["candidate"], cuda=True, held=(True, True))
     r3.samples["candidate"].times_ms.extend([2000.0] * 5)  # a 2 s candidate is held 10 ms, not 2 s
     r3.held_batch(3)
     assert slow.asked == [pytest.approx(10_000.0)]
@@ -254,7 +254,7 @@ def test_a_slowed_reference_child_cannot_widen_the_candidates_held_allowance():
     out = _held(_sync_outcome((stream, [3.7] * 10), ([2.70] * 10, [2.765] * 10), NULL, NULL),
                 candidate_candidate=(3.2, 0.6), reference_candidate=(3.2, 0.55))
     bases = out.tail_bases(None, BEFORE["held_tail_before_ms"])
-    assert bases["candidate"] == pytest.approx(0.084 + 0.005)  # the largest tail up to 3 ms at setup, plus the slack
+    assert bases["candidate"] == pytest.approx(0.084 + 0.005)  # 3.2 ms brackets up to 10 ms: the largest tail of them all at setup, plus the slack
     assert out.tail_bases(None, None)["candidate"] == pytest.approx(0.0143 - 0.0013)  # no setup figures: the empty call's tail
 
 
@@ -364,3 +364,117 @@ def test_the_wall_clock_detail_says_where_each_childs_time_went_and_ignores_malf
     for bad in ({"inputs": float("nan")}, {"inputs": -1.0}, {"x" * 40: 1.0}, [1.0], "fast", {str(i): 1.0 for i in range(9)}):
         assert _host({"host_ms": bad}) == {}
     assert host_breakdown(Samples()) == ""
+
+
+# -- the wall clock against the time as priced --
+
+def _batches(stream_per_batch, synced_per_batch, wall_per_call):
+    s = Samples()
+    for st, sy in zip(stream_per_batch, synced_per_batch):
+        s.add_batch(wall_per_call * len(st), list(st), synced_ms=list(sy))
+    return s
+
+
+def _priced_outcome(cand):
+    eager = _batches([[0.40] * 20] * 4, [[0.42] * 20] * 4, 0.42 + 1.5)
+    return TimingOutcome(samples={"candidate": cand, "eager": eager}, stop_reason="", recheck_failure="", rechecked=0, compile_s=None,
+                         null_ms={"reference": list(NULL[0]), "candidate": list(NULL[0])},
+                         null_synced_ms={"reference": list(NULL[1]), "candidate": list(NULL[1])})
+
+
+def test_an_honest_kernel_with_one_slow_call_a_batch_is_priced_at_its_sums_not_refused(tmp_path):
+    """5 ms calls with one 100 ms stall in each batch of 20: the trimming drops the stalls, the
+    wall clock holds them (review of 49585a9)."""
+    batch = [5.0] * 19 + [100.0]
+    cand = _batches([batch] * 4, [[t + 0.015 for t in batch]] * 4, sum(batch) / 20 + 0.015 + 1.5)
+    flow = _flow(tmp_path)
+    out = _priced_outcome(cand)
+    phases._fill_numbers(flow, out)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(5.0 - 0.0013)
+    phases._wall_guard(flow, out)  # no Stop
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(9.75 + 0.015 - 0.0013 - 0.013, rel=1e-3)
+    assert flow.vb.numbers["speedup_vs_eager"] == pytest.approx((0.40 - 0.0013) / flow.vb.numbers["runtime_ms"])
+    guard = next(g for g in flow.vb.guards if g.name == "wall_clock")
+    assert guard.fired and "covers the wall clock" in guard.detail
+
+
+def test_padded_sums_buy_nothing_and_an_under_reporting_timer_is_refused(tmp_path):
+    # 2 ms of work a call reported as 0.05 ms, one device-wide value in 20 padded to cover the wall clock
+    # (as few as the 5 % trimming drops, so the trimmed mean does not see them)
+    stream = [[0.05] * 20] * 4
+    padded = [[0.065] * 19 + [20 * 2.05 - 19 * 0.065]] * 4
+    flow = _flow(tmp_path)
+    out = _priced_outcome(_batches(stream, padded, 2.05 + 1.5))
+    phases._fill_numbers(flow, out)
+    assert flow.vb.numbers["runtime_ms"] < 0.06  # what the median and the trimmed mean say
+    phases._wall_guard(flow, out)
+    assert flow.vb.numbers["runtime_ms"] > 2.0 and flow.vb.numbers["speedup_vs_eager"] < 0.25
+    assert next(g for g in flow.vb.guards if g.name == "wall_clock").fired
+    flow = _flow(tmp_path)
+    out = _priced_outcome(_batches(stream, [[0.065] * 20] * 4, 2.05 + 1.5))  # nothing padded: the sums do not cover it
+    phases._fill_numbers(flow, out)
+    with pytest.raises(Stop):
+        phases._wall_guard(flow, out)
+
+
+def test_an_honest_kernel_keeps_its_median_under_the_wall_clock(tmp_path):
+    cand = _batches([[0.27] * 20] * 4, [[0.285] * 20] * 4, 0.285 + 1.45)
+    flow = _flow(tmp_path)
+    out = _priced_outcome(cand)
+    phases._fill_numbers(flow, out)
+    phases._wall_guard(flow, out)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.27 - 0.0013)
+    assert not next(g for g in flow.vb.guards if g.name == "wall_clock").fired
+
+
+def test_forged_lists_and_huge_numbers_in_a_reply_are_forged_not_a_crash():
+    from kernelwright.judge.measure import IdentitiesMoved, _times, moved_names
+    from kernelwright.judge.workers import ChildError
+
+    for reply in ({"times_ms": [10**400]}, {"times_ms": "fast"}, {"times_ms": [True]}, {}):
+        with pytest.raises(ChildError, match="finite number|not lists"):
+            _times(reply, 1, "candidate", "x", False)
+    with pytest.raises(IdentitiesMoved, match="5"):
+        _times({"identities_moved": 5, "times_ms": [0.1]}, 1, "candidate", "x", False)
+    assert moved_names(["a", 3]) == "a, 3" and moved_names({"k": 1}) == "{'k': 1}"
+
+
+def test_the_setup_bracket_takes_the_largest_tail_up_to_the_next_length():
+    from kernelwright.judge.measure import TAIL_BASE_SLACK_MS, _held_ceiling
+
+    before = {"0.1": 0.016, "0.3": 0.024, "1.0": 0.074, "3.0": 0.084, "10.0": 0.028}
+    assert _held_ceiling(before, 0.3) == pytest.approx(0.024 + TAIL_BASE_SLACK_MS)
+    assert _held_ceiling(before, 0.5) == pytest.approx(0.074 + TAIL_BASE_SLACK_MS)  # brackets up to 1 ms
+    assert _held_ceiling(before, 20.0) == pytest.approx(0.084 + TAIL_BASE_SLACK_MS)  # past the last length: all of them
+    assert _held_ceiling({**before, "10.0": 0.15}, 3.2) == pytest.approx(0.15 + TAIL_BASE_SLACK_MS)
+    assert _held_ceiling({}, 1.0) is None
+
+
+def test_the_baselines_are_held_even_when_the_candidate_child_says_it_has_no_spin_kernel():
+    from kernelwright.judge import measure
+
+    class FakeChild:
+        def __init__(self):
+            self.asked = []
+
+        def call(self, cmd, args, timeout_s):
+            self.asked.append(args["hold_us"])
+            n = len(args["calls"])
+            return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
+
+    ref, cand = FakeChild(), FakeChild()
+    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], cuda=True, held=(True, False))
+    r.samples["candidate"].times_ms.extend([3.2] * 5)
+    r.samples["eager"].times_ms.extend([2.7] * 5)
+    r.held_batch(3)
+    assert cand.asked == [] and ref.asked == [pytest.approx(2700.0)]
+
+
+def test_the_step_says_when_the_setup_held_calls_failed(tmp_path):
+    flow = _flow(tmp_path, meta={"held_before_error": "RuntimeError: no spin"})
+    out = _held(_sync_outcome(([3.2] * 10, [3.268] * 10), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.066),
+                reference_candidate=(3.2, 0.064), reference_eager=(2.7, 0.063))
+    phases._fill_numbers(flow, out)
+    reason = flow.vb.steps["device_sync"].reason
+    assert "held calls at setup failed (RuntimeError: no spin)" in reason
+    assert "for eager (2.7 ms)" in reason and "candidate (" not in reason.split("held as long")[1].split(";")[0]

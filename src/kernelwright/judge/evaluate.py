@@ -299,7 +299,9 @@ class _Flow:
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
         if self.cand_meta.get("identities_moved"):
-            moved = ", ".join(self.cand_meta["identities_moved"])
+            from kernelwright.judge.measure import moved_names
+
+            moved = moved_names(self.cand_meta["identities_moved"])
             self.vb.guard("function_identities", True, f"after the import: {moved}")
             raise Stop(Status.REJECTED, f"the candidate replaced {moved} when imported")
 

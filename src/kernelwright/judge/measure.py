@@ -114,6 +114,8 @@ class TimingOutcome:
     # the candidate's time as priced (before the harness overhead's subtraction) plus the tail base
     # step device_sync used, set by the judge once the numbers are made (wall_clock_check reads it)
     priced_ms: float | None = None
+    priced_base_ms: float = 0.0  # what priced_ms added to the candidate's runtime: its harness overhead and tail base
+    held_used: dict[str, float] = field(default_factory=dict)  # contenders whose tail base came from held calls, by length (ms)
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -141,6 +143,7 @@ class TimingOutcome:
         per-process spread of honest tails would charge honest candidates. Zero for a child whose empty calls
         were not timed so: then every call's device-wide end counts (the protocol as DESIGN.md
         states it)."""
+        self.held_used = {}
         tails = {role: _tail(self.null_ms.get(role) or [], self.null_synced_ms.get(role) or []) or 0.0 for role in ("reference", "candidate")}
         bound = [tails["reference"] + TAIL_BASE_SLACK_MS] + ([cap + TAIL_BASE_SLACK_MS] if cap is not None else [])
         cand = min([tails["candidate"], *bound]) if tails["reference"] > 0 else 0.0
@@ -151,6 +154,7 @@ class TimingOutcome:
         for c in ("eager", "compile"):
             if held.get(f"reference:{c}") is not None:
                 out[c] = held[f"reference:{c}"]
+                self.held_used[c] = self.held_target(c) or 0.0
         own, ref = held.get("candidate:candidate"), held.get("reference:candidate")
         length = self.held_target("candidate")
         ceiling = _held_ceiling(held_cap or {}, length) if length is not None else None
@@ -159,6 +163,7 @@ class TimingOutcome:
             # the reference child's held calls gave before any candidate code ran (candidate code in
             # another process could slow the reference child's wake-ups during the rounds)
             out["candidate"] = min(own, ref + TAIL_BASE_SLACK_MS, ceiling)
+            self.held_used["candidate"] = length
         return out
 
     def held_target(self, contender: str) -> float | None:
@@ -182,9 +187,9 @@ class TimingOutcome:
         return statistics.median(d - t for t, d in kept) if kept else None
 
     def held_lengths(self) -> dict[str, float]:
-        """{contender: milliseconds} of the held calls behind tail_bases (empty: none were timed)."""
-        return {k.split(":")[1]: t for k in self.held if k.startswith("reference:") and (t := self.held_target(k.split(":")[1])) is not None
-                and self._held_tail(k) is not None}
+        """{contender: milliseconds} of the held calls the last tail_bases used (the others' bases
+        came from empty calls)."""
+        return dict(self.held_used)
 
     def charged(self, name: str, base: float) -> tuple[list[float], int, float]:
         """(per-call times, calls charged, margin) of one contender under step device_sync.
@@ -249,17 +254,37 @@ def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected:
     device-wide end before the stream's own (that event is queued later on the same stream). A
     reply without its device-wide times would otherwise switch step device_sync's charge off."""
     if reply.get("identities_moved"):
-        raise IdentitiesMoved(f"during timing: {', '.join(map(str, reply['identities_moved']))}")
+        raise IdentitiesMoved(f"during timing: {moved_names(reply['identities_moved'])}")
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
-    times, synced = reply["times_ms"], reply.get("synced_ms") or []
+    times, synced = reply.get("times_ms"), reply.get("synced_ms") or []
+    if not isinstance(times, list) or not isinstance(synced, list):
+        raise ChildError("forged", f"the {what} batch returned times that are not lists", role=role)
     if len(times) != n or len(synced) != (n if synced_expected else 0):
         raise ChildError("forged", f"the {what} batch returned {len(times)} times and {len(synced)} device-wide times for {n} calls", role=role)
-    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (*times, *synced)):
+    if not all(_number(x) for x in (*times, *synced)):
         raise ChildError("forged", f"the {what} batch returned a time that is not a finite number >= 0", role=role)
     if any(not d >= t for t, d in zip(times, synced)):
         raise ChildError("forged", f"the {what} batch returned a device-wide end before the stream's end", role=role)
     return times, synced
+
+
+def moved_names(value: Any) -> str:
+    """A candidate child's list of replaced names as text, whatever the reply holds there (it is
+    the candidate's process: a forged value must not crash the judge)."""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v)[:200] for v in value[:50])
+    return repr(value)[:200]
+
+
+def _number(x: Any) -> bool:
+    """A finite JSON number >= 0 (an int too large for a float is not one)."""
+    if type(x) not in (int, float):
+        return False
+    try:
+        return math.isfinite(x) and x >= 0
+    except OverflowError:
+        return False
 
 
 HOST_PARTS = frozenset({"inputs", "flush", "call", "output", "flush_first", "flush_max"})  # judge.timing.time_calls's host dict
@@ -301,7 +326,7 @@ class _Rounds:
     """State of one timing phase."""
 
     def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0,
-                 poison_bytes: list[int] | None = None, cuda: bool = False, held: bool = False) -> None:
+                 poison_bytes: list[int] | None = None, cuda: bool = False, held: tuple[bool, bool] = (False, False)) -> None:
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
         self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
         self.contenders = contenders
@@ -313,7 +338,7 @@ class _Rounds:
         self.null_synced_ms: dict[str, list[float]] = {}
         self.null_wall: dict[str, Samples] = {}
         self.held: dict[str, tuple[list[float], list[float]]] = {}
-        self.held_ok = held  # the spin kernel loaded in both children
+        self.held_ok = held  # (the reference child loaded the spin kernel, the candidate child did)
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
@@ -362,14 +387,14 @@ class _Rounds:
         """n calls of the judge's spin kernel held as long as each contender's median so far, for
         each contender of at least HELD_MIN_MS: in the child that times it, and the candidate's
         length in the reference child too (the cap in tail_bases); at most HELD_MAX_MS. Only with
-        device-wide times and the lead spin loaded in both children (the spin kernel is the lead's),
-        whether or not the policy uses it before the start event."""
-        if not self.synced or not self.held_ok:
+        device-wide times and the spin kernel (the lead's) loaded, whether or not the policy uses
+        it before the start event: in the reference child for the baselines, in both for the candidate."""
+        if not self.synced or not self.held_ok[0]:
             return
         for c in self.contenders:
             times = self.samples[c].times_ms
-            if not times or statistics.median(times) < HELD_MIN_MS:
-                continue
+            if not times or statistics.median(times) < HELD_MIN_MS or (c == "candidate" and not self.held_ok[1]):
+                continue  # the baselines' held calls do not wait on what the candidate child says
             hold_us = min(statistics.median(times), HELD_MAX_MS) * 1e3
             where = [("candidate", self.cand), ("reference", self.ref)] if c == "candidate" else [("reference", self.ref)]
             for role, child in where:
@@ -400,7 +425,7 @@ class _Rounds:
 def run_timing(
     policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
     say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0, cuda: bool = False,
-    held: bool = False,
+    held: tuple[bool, bool] = (False, False),
 ) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop;
     with null_calls > 0, each round also times that many empty calls in each child."""
@@ -419,8 +444,9 @@ def run_timing(
     cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},
                            timeout_s=policy.run_timeout_s)
     if cand_setup.get("identities_moved"):
-        raise IdentitiesMoved(f"during the warm-up: {', '.join(map(str, cand_setup['identities_moved']))}")
-    r.per_call_ms["candidate"] = cand_setup.get("per_call_ms", 0.0)
+        raise IdentitiesMoved(f"during the warm-up: {moved_names(cand_setup['identities_moved'])}")
+    per_call = cand_setup.get("per_call_ms", 0.0)
+    r.per_call_ms["candidate"] = float(per_call) if _number(per_call) and per_call < 1e9 else 0.0  # sizes batches only
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
     recheck = policy.enabled("timed_recheck")
     for round_no in itertools.count():

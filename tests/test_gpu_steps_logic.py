@@ -216,31 +216,34 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_held_calls(tm
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
 
+class _HeldChild:
+    """A child that answers held-call batches: each call as long as asked, 20 us of tail."""
+
+    def __init__(self):
+        self.asked = []
+
+    def call(self, cmd, args, timeout_s):
+        self.asked.append(args["hold_us"])
+        n = len(args["calls"])
+        return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
+
+
 def test_held_calls_are_timed_only_for_contenders_of_at_least_a_tenth_of_a_millisecond():
     from kernelwright.judge import measure
 
-    class FakeChild:
-        def __init__(self):
-            self.asked = []
-
-        def call(self, cmd, args, timeout_s):
-            self.asked.append(args["hold_us"])
-            n = len(args["calls"])
-            return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
-
-    ref, cand = FakeChild(), FakeChild()
+    ref, cand = _HeldChild(), _HeldChild()
     r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], lead_us=0.0, cuda=True, held=(True, True))
     r.samples["candidate"].times_ms.extend([3.2] * 5)
     r.samples["eager"].times_ms.extend([0.05] * 5)  # too short to hold
     r.held_batch(3)  # the policy's lead before the start event is off, the spin kernel loaded: held calls run
     assert cand.asked == [pytest.approx(3200.0)] and ref.asked == [pytest.approx(3200.0)]
     assert set(r.held) == {"candidate:candidate", "reference:candidate"}
-    r2 = measure._Rounds(Policy(), FakeChild(), FakeChild(), Path("."), ["candidate"], lead_us=200.0, cuda=True, held=(False, True))
+    r2 = measure._Rounds(Policy(), _HeldChild(), _HeldChild(), Path("."), ["candidate"], lead_us=200.0, cuda=True, held=(False, True))
     r2.samples["candidate"].times_ms.extend([3.2] * 5)
     r2.held_batch(3)  # no spin kernel in one of the children: nothing to hold with
     assert r2.held == {}
-    slow = FakeChild()
-    r3 = measure._Rounds(Policy(), FakeChild(), slow, Path("."), ["candidate"], cuda=True, held=(True, True))
+    slow = _HeldChild()
+    r3 = measure._Rounds(Policy(), _HeldChild(), slow, Path("."), ["candidate"], cuda=True, held=(True, True))
     r3.samples["candidate"].times_ms.extend([2000.0] * 5)  # a 2 s candidate is held 10 ms, not 2 s
     r3.held_batch(3)
     assert slow.asked == [pytest.approx(10_000.0)]
@@ -453,16 +456,7 @@ def test_the_setup_bracket_takes_the_largest_tail_up_to_the_next_length():
 def test_the_baselines_are_held_even_when_the_candidate_child_says_it_has_no_spin_kernel():
     from kernelwright.judge import measure
 
-    class FakeChild:
-        def __init__(self):
-            self.asked = []
-
-        def call(self, cmd, args, timeout_s):
-            self.asked.append(args["hold_us"])
-            n = len(args["calls"])
-            return {"times_ms": [args["hold_us"] / 1e3] * n, "synced_ms": [args["hold_us"] / 1e3 + 0.02] * n}
-
-    ref, cand = FakeChild(), FakeChild()
+    ref, cand = _HeldChild(), _HeldChild()
     r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"], cuda=True, held=(True, False))
     r.samples["candidate"].times_ms.extend([3.2] * 5)
     r.samples["eager"].times_ms.extend([2.7] * 5)

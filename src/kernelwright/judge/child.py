@@ -87,7 +87,7 @@ WATCHED = (
     "kernelwright.judge.timing.flush_l2", "kernelwright.judge.timing.switches_from", "kernelwright.judge.timing._lead_spin",
     "kernelwright.judge.timing._perf_counter", "kernelwright.judge.timing._elapsed_time", "kernelwright.judge.timing._synchronize",
     "kernelwright.judge.timing._sum", "torch.Tensor.sum", "kernelwright.judge.timing.time_held", "kernelwright.judge.timing.time_null",
-    "kernelwright.judge.timing.rehearse", "kernelwright.judge.child_candidate.setup_timing",
+    "kernelwright.judge.timing.rehearse", "kernelwright.judge.timing.time_probe", "kernelwright.judge.child_candidate.setup_timing",
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.clone_tensors",
     "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",

@@ -295,13 +295,9 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     "null" times the protocol around an empty call (step harness_overhead)."""
     synced: list[float] = []
     host: dict[str, float] = {}
-    if args["contender"] == "null":
-        times = timing.time_null(len(args["calls"]), cuda=S.device.type == "cuda", switches=args["switches"], synced=synced, host=host)
-        return {"times_ms": times, "synced_ms": synced, "host_ms": host}
-    if args["contender"] == "held":
-        times = timing.time_held(len(args["calls"]), args["hold_us"], cuda=S.device.type == "cuda", switches=args["switches"], synced=synced,
-                                 host=host)
-        return {"times_ms": times, "synced_ms": synced, "host_ms": host}
+    probe = timing.time_probe(args, cuda=S.device.type == "cuda", synced=synced, host=host)
+    if probe is not None:
+        return {"times_ms": probe, "synced_ms": synced, "host_ms": host}
     fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
     calls = args["calls"]  # [[slot, input_seed or None], ...]
     get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)

@@ -356,7 +356,7 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
         parts.append(f"{c} {n} of {len(out[c])} (margin {margin * 1e3:.3g} us)")
     moved = statistics.median(out["candidate"]) - statistics.median(plain["candidate"])
     fired = moved > tail_margin(statistics.median(plain["candidate"]))
-    held = outcome.held_lengths() if hasattr(outcome, "held_lengths") else {}
+    held = outcome.held_lengths()
     basis = ", ".join(f"{c} {bases[c] * 1e3:.3g} us" for c in names)
     how = ("; from calls of the judge's spin kernel held as long as the contender's median for " + ", ".join(
         f"{c} ({ms:.3g} ms)" for c, ms in held.items()) + ", from empty calls for the rest" if held else "; from empty calls")
@@ -378,12 +378,7 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     notes: list[str] = []
     overhead = _overheads(flow, outcome, times)
     runtime, eager, comp = (_runtime(flow, times, c, notes, overhead[c], device) for c in ("candidate", "eager", "compile"))
-    best = min([t for t in (eager, comp) if t is not None], default=None)
-    vb.numbers.update(
-        runtime_ms=runtime, eager_ms=eager, compile_ms=comp,
-        speedup_vs_eager=eager / runtime if eager else None, speedup_vs_compile=comp / runtime if comp else None,
-        speedup_vs_best=best / runtime if best else None,
-    )
+    vb.numbers.update(_speedups(runtime, eager, comp))
     cuda = flow.device == "cuda"
     if vb.off_or("amortized_time"):
         said = "; ".join(notes) if notes else f"trimmed means within {stats.AMORTIZED_SLACK:g}x the medians: medians are the times"
@@ -392,7 +387,7 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
         vb.guard("amortized_time", bool(concentrated) and cuda, concentrated[0] if concentrated else "")
     wall = outcome.samples["candidate"].wall_per_call()
     o = overhead["candidate"]
-    if runtime is not None and hasattr(outcome, "priced_ms"):  # what the wall clock holds the price against
+    if runtime is not None:  # what the wall clock holds the price against
         outcome.priced_base_ms = o + device[1].get("candidate", 0.0)
         outcome.priced_ms = runtime + outcome.priced_base_ms
     vb.timing = Timing(n=cand.n, median_ms=max(MIN_MS, cand.median_ms - o), iqr_ms=cand.iqr_ms, wall_ms=wall, profiler_ms=None,
@@ -454,18 +449,16 @@ def _wall_guard(flow: "_Flow", outcome: Any) -> None:
         return
     fired, detail = wall_clock_check(outcome)
     cuda = flow.device == "cuda"
-    priced = getattr(outcome, "priced_ms", None)
-    if fired and cuda and priced is not None:
-        outcome.priced_ms = None
-        by_event, _ = wall_clock_check(outcome)  # against the per-batch sums of its device-wide times
-        outcome.priced_ms = priced
+    if fired and cuda and outcome.priced_ms is not None:
+        by_event, _ = wall_clock_check(outcome, against_price=False)  # the per-batch sums of its device-wide times
         if not by_event:
             # The sums cover the wall clock, the price does not: a few slow calls per batch that the
             # median (or the trimming) dropped, honest or padded. The candidate pays for its calls
             # as the sums have them, instead of being refused.
             event = outcome.samples["candidate"].batch_medians()[1]
             runtime = max(MIN_MS, event - outcome.priced_base_ms)
-            _reprice(flow, runtime)
+            vb.numbers.update(_speedups(max(runtime, vb.numbers.get("runtime_ms") or 0.0), vb.numbers.get("eager_ms"),
+                                        vb.numbers.get("compile_ms")))
             detail += (f"; its device-wide time per call, {event:.4g} ms, covers the wall clock: it is priced at that, less "
                        f"{outcome.priced_base_ms:.4g} ms of harness overhead and tail, {runtime:.4g} ms")
             vb.step("wall_clock_check", True, detail)
@@ -477,14 +470,13 @@ def _wall_guard(flow: "_Flow", outcome: Any) -> None:
         raise Stop(Status.REJECTED, f"wall clock disagrees with the reported time: {detail}")
 
 
-def _reprice(flow: "_Flow", runtime: float) -> None:
-    """Set the candidate's runtime and the speedups that follow from it (never lower than before)."""
-    n = flow.vb.numbers
-    runtime = max(runtime, n.get("runtime_ms") or 0.0)
-    eager, comp = n.get("eager_ms"), n.get("compile_ms")
+def _speedups(runtime: float | None, eager: float | None, comp: float | None) -> dict[str, float | None]:
+    """The verdict's times and the speedups that follow from them."""
     best = min([t for t in (eager, comp) if t is not None], default=None)
-    n.update(runtime_ms=runtime, speedup_vs_eager=eager / runtime if eager else None, speedup_vs_compile=comp / runtime if comp else None,
-             speedup_vs_best=best / runtime if best else None)
+    return dict(runtime_ms=runtime, eager_ms=eager, compile_ms=comp,
+                speedup_vs_eager=eager / runtime if eager and runtime else None,
+                speedup_vs_compile=comp / runtime if comp and runtime else None,
+                speedup_vs_best=best / runtime if best and runtime else None)
 
 
 def _floor_guard(flow: "_Flow") -> None:

@@ -96,8 +96,8 @@ def time_calls(
     `host`, when given, gets the host clock's milliseconds summed over the calls per part:
     "inputs" (get_args), "flush" (the L2 flush and the synchronize before the start), "call" (start
     event to the end event's completion) and "output" (on_output); and the flush of the first call
-    and of the slowest ("flush_first", "flush_max"), which show whether a batch pays once (the GPU
-    switching from another process's context) or every call. The judge only logs them, to say
+    and of the slowest ("flush_first", "flush_max"), which show whether a batch pays once or every
+    call. The judge only logs them, to say
     where a wall clock beyond the reported times went; a candidate child could write anything there.
     """
     times = []
@@ -194,9 +194,19 @@ def rehearse(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], n: in
     synchronize before its start event, which with two batches moved the wall clock's median by 1-3
     ms/call and refused honest kernels; with these calls (c894224) the stall was gone
     (benchmarks/results/judge_h200.md)."""
-    sw = switches_from(switches, cuda=cuda)
-    time_calls(fn, get_args, n, cuda=cuda, switches=sw)
-    time_calls(nothing, lambda _i: [], n, cuda=cuda, switches=sw)
+    time_calls(fn, get_args, n, cuda=cuda, switches=switches_from(switches, cuda=cuda))
+    time_null(n, cuda=cuda, switches=switches)
+
+
+def time_probe(args: dict[str, Any], *, cuda: bool, synced: list[float], host: dict[str, float]) -> list[float] | None:
+    """The 'time' command's calls that are the judge's own, the same in both children: contender
+    "null" (empty calls, step harness_overhead) and "held" (the spin kernel held args["hold_us"],
+    step device_sync); None for any other contender."""
+    if args["contender"] == "null":
+        return time_null(len(args["calls"]), cuda=cuda, switches=args["switches"], synced=synced, host=host)
+    if args["contender"] == "held":
+        return time_held(len(args["calls"]), args["hold_us"], cuda=cuda, switches=args["switches"], synced=synced, host=host)
+    return None
 
 
 def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> tuple[int, float]:

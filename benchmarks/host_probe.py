@@ -112,11 +112,20 @@ def child(example: str, variant: str, device: str) -> dict:
     return res
 
 
+def _provenance(commit: str, device: str) -> dict:
+    if device != "cuda":
+        return {"device": device, "commit": commit, "command": " ".join(sys.argv)}
+    from judge_bench import provenance  # GPU, driver, torch, CUDA, commit, date, command
+
+    return provenance(commit)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--example", default="softmax")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--commit", default="unknown", help="the commit being measured (recorded in the file's provenance)")
     ap.add_argument("--child", default="")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke run of the script only")
     args = ap.parse_args()
@@ -131,7 +140,7 @@ def main() -> int:
                            capture_output=True, text=True, timeout=300)
         row = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"variant": variant, "error": p.stderr[-2000:]}
         rows.append(row)
-        (args.out / "host_probe.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "host_probe.json").write_text(json.dumps({"provenance": _provenance(args.commit, args.device), "runs": rows}, indent=1))
         brief = {w: {c: row[w][c]["host_ms_per_call"].get("flush") for c in row[w]} for w in ("before", "after")} if "after" in row else row.get("error", "")[-300:]
         print(f"[{k}] {variant} ({time.perf_counter() - t0:.1f} s): flush ms/call {brief}", flush=True)
     return 0

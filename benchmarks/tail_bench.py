@@ -51,6 +51,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--commit", default="unknown", help="the commit being measured (recorded in the file's provenance)")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     if args.child:
@@ -61,7 +62,10 @@ def main() -> int:
     for k in range(args.processes):
         p = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--child"], capture_output=True, text=True, timeout=300)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-2000:]})
-        (args.out / "tail_bench.json").write_text(json.dumps({"lengths_us": LENGTHS_US, "calls": CALLS, "processes": runs}, indent=1))
+        from judge_bench import provenance  # GPU, driver, torch, CUDA, commit, date, command
+
+        (args.out / "tail_bench.json").write_text(json.dumps({"provenance": provenance(args.commit), "lengths_us": LENGTHS_US, "calls": CALLS,
+                                                             "processes": runs}, indent=1))
         print(f"process {k + 1}: " + ("; ".join(f"{us} us: tail {r['tail_median_us']} (p90 {r['tail_p90_us']})"
                                              for us, r in runs[-1].items()) if "error" not in runs[-1] else runs[-1]["error"][-500:]), flush=True)
     return 0

@@ -32,8 +32,12 @@ def provenance(device: str, commit: str) -> dict:
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or commit
         except OSError:
             pass
-    return {"device": device, "gpu": gpu, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "torch": torch.__version__, "python": platform.python_version(), "commit": commit,
+    driver = None
+    if gpu is not None:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True)
+        driver = (smi.stdout.strip().splitlines() or [None])[0]
+    return {"device": device, "gpu": gpu, "driver": driver, "cuda": torch.version.cuda if gpu else None,
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(), "commit": commit,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
 
 

@@ -5,13 +5,11 @@ Step device_sync charges a call its device-wide time when the end event after th
 margin. On the H200 at c894224 two honest controls (a 3.2 ms fp32 matmul, a 0.28 ms load_inline
 softmax) were charged that way. This times calls of known length, the judge's own spin kernel
 (judge.lead) held for D microseconds, through the judge's timing function, in fresh processes,
-and records the tail e2 - e1 for each D, both ways the host can reach the synchronize: "wait" (straight
-into it, the protocol up to 8f5dc55) and "poll" (polling the stream's end event first, so the host is
-awake when the stream ends; timing.TimingSwitches.poll):
+and records the tail e2 - e1 for each D:
 
     PYTHONPATH=src python3 benchmarks/tail_bench.py --out DIR [--processes 3]
 
-Writes DIR/tail_bench.json: per process, way and D, the median, 90th percentile and maximum tail.
+Writes DIR/tail_bench.json: per process and D, the median, 90th percentile and maximum tail.
 """
 
 from __future__ import annotations
@@ -35,17 +33,16 @@ def child() -> dict:
     spinner = lead.load()
     if spinner is None:
         return {"error": lead.why()}
-    rows: dict[str, dict] = {"wait": {}, "poll": {}}
+    sw = timing.switches_from({"flush": True, "events": True, "sync": True, "lead_us": 200.0}, cuda=True)
+    rows = {}
     for rep in range(2):  # the second pass is the one kept: the first warms every path
         for us in LENGTHS_US:
-            for way in ("wait", "poll"):  # interleaved, so a drift of the process hits both alike
-                sw = timing.switches_from({"flush": True, "events": True, "sync": True, "lead_us": 200.0, "poll": way == "poll"}, cuda=True)
-                synced: list[float] = []
-                fn = (lambda: None) if us == 0 else (lambda u=us: spinner.spin(u))
-                stream = timing.time_calls(fn, lambda _i: [], CALLS, cuda=True, switches=sw, synced=synced)
-                tails = sorted((d - t) * 1e3 for t, d in zip(stream, synced))
-                rows[way][str(us)] = {"stream_median_ms": round(statistics.median(stream), 4), "tail_median_us": round(statistics.median(tails), 2),
-                                      "tail_p90_us": round(tails[int(0.9 * len(tails))], 2), "tail_max_us": round(tails[-1], 2)}
+            synced: list[float] = []
+            fn = (lambda: None) if us == 0 else (lambda u=us: spinner.spin(u))
+            stream = timing.time_calls(fn, lambda _i: [], CALLS, cuda=True, switches=sw, synced=synced)
+            tails = sorted((d - t) * 1e3 for t, d in zip(stream, synced))
+            rows[str(us)] = {"stream_median_ms": round(statistics.median(stream), 4), "tail_median_us": round(statistics.median(tails), 2),
+                             "tail_p90_us": round(tails[int(0.9 * len(tails))], 2), "tail_max_us": round(tails[-1], 2)}
     torch.cuda.synchronize()
     return rows
 
@@ -69,12 +66,8 @@ def main() -> int:
 
         (args.out / "tail_bench.json").write_text(json.dumps({"provenance": provenance(args.commit), "lengths_us": LENGTHS_US, "calls": CALLS,
                                                              "processes": runs}, indent=1))
-        if "error" in runs[-1]:
-            print(f"process {k + 1}: {runs[-1]['error'][-500:]}", flush=True)
-            continue
-        for way, rows in runs[-1].items():
-            print(f"process {k + 1}, {way}: " + "; ".join(f"{us} us: tail {r['tail_median_us']} (p90 {r['tail_p90_us']})"
-                                                        for us, r in rows.items()), flush=True)
+        print(f"process {k + 1}: " + ("; ".join(f"{us} us: tail {r['tail_median_us']} (p90 {r['tail_p90_us']})"
+                                             for us, r in runs[-1].items()) if "error" not in runs[-1] else runs[-1]["error"][-500:]), flush=True)
     return 0
 
 

@@ -34,7 +34,9 @@ TAIL_BASE_SLACK_MS = 0.005
 # a call holding the GPU 1-3 ms had a median tail of 29-84 us in two processes of three, against
 # 13-22 us for the empty call, so honest 3 ms matmuls were charged on every call. A contender whose
 # median is at least HELD_MIN_MS is compared with calls of the judge's own spin kernel held that long
-# (timing.time_held) instead of empty calls; below it the tails were flat.
+# (timing.time_held) instead of empty calls; below it the tails were flat. It is not the host asleep
+# in the synchronize: with the host polling the stream's end event first (f8ca54b, reverted), 3 ms
+# calls still had median tails of 38-75 us and empty calls' grew by 5-9 us (tail_h200_f8ca54b.json).
 HELD_MIN_MS = 0.1
 HELD_MAX_MS = 10.0  # longer contenders are held this long (the tails had stopped growing by 3 ms)
 HELD_BAND = 1.5  # held calls count for a contender only within this factor of its final median (or HELD_MAX_MS)

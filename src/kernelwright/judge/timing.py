@@ -21,7 +21,6 @@ _FLUSH: dict[str, torch.Tensor] = {}
 _perf_counter = time.perf_counter
 _elapsed_time = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
-_query = torch.cuda.Event.query
 _sum = torch.Tensor.sum
 
 
@@ -39,16 +38,12 @@ class TimingSwitches:
     events: bool  # CUDA events (else the host clock)
     sync: bool  # device-wide synchronize before the end event
     lead_us: float = 0.0  # when > 0, the lead spin (judge.lead) runs this long before the start event
-    # with events and sync: the host polls the stream's end event before the device-wide synchronize
-    # (_one_call); the judge always sends True, benchmarks/tail_bench.py compares both ways
-    poll: bool = True
 
 
 def switches_from(args: dict[str, Any], *, cuda: bool) -> TimingSwitches:
     """The switches of a 'time' command; the lead spin only with events on a GPU where it loaded."""
     lead_us = float(args.get("lead_us", 0.0)) if cuda and args.get("events") and lead.load() is not None else 0.0
-    return TimingSwitches(flush=bool(args["flush"]), events=bool(args["events"]), sync=bool(args["sync"]), lead_us=lead_us,
-                          poll=bool(args.get("poll", True)))
+    return TimingSwitches(flush=bool(args["flush"]), events=bool(args["events"]), sync=bool(args["sync"]), lead_us=lead_us)
 
 
 def l2_bytes() -> int:
@@ -96,11 +91,7 @@ def time_calls(
     through the synchronize; these are the times returned), and the protocol's end event after the
     synchronize (its times are appended to `synced` when given). The judge compares the two per
     call (judge.measure.TimingOutcome.charged): work still running elsewhere after the stream's end makes
-    the second one late. Before the synchronize the host polls the stream's end event (switches.poll),
-    so it is awake when the stream ends and the synchronize has only work elsewhere left to wait for:
-    straight into the synchronize, the host's round trip grew with the wait (H200, 8f5dc55: 13-22 us
-    after empty calls, 29-84 us after 1-3 ms calls in two processes of three, tail_h200_8f5dc55.json),
-    so honest long calls looked late. Input preparation and on_output run outside the timed region.
+    the second one late. Input preparation and on_output run outside the timed region.
 
     `host`, when given, gets the host clock's milliseconds summed over the calls per part:
     "inputs" (get_args), "flush" (the L2 flush and the synchronize before the start), "call" (start
@@ -154,9 +145,6 @@ def _one_call(fn, args, cuda, switches) -> tuple[float, float | None, Any]:
         out = fn(*args)
         if mark is not None:
             mark.record()
-            if switches.poll:
-                while not _query(mark):
-                    pass
             _synchronize()
         end.record()
         end.synchronize()

@@ -143,12 +143,25 @@ def test_honest_calls_keep_their_stream_time_and_a_slow_wake_does_not_move_the_m
     assert not guard.fired
 
 
+def test_an_honest_judgement_where_half_the_calls_woke_just_past_the_margin_keeps_its_price(tmp_path):
+    """H200, 55ceb19: one softmax judgement in ten had 12 of 24 calls past the margin; charged
+    their whole lateness, its price was 2.3 % above the other nine's. A call is charged only the
+    lateness beyond the margin, so the price moves by what the calls exceed it, here 2 us."""
+    stream = [0.270] * 24
+    synced = [0.270 + 0.013 + 0.003] * 12 + [0.270 + 0.013 + 0.012] * 12  # tails 3 and 12 us past the 13 us base; margin 10 us
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    assert "candidate 12 of 24" in flow.vb.steps["device_sync"].reason
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 + 0.001 - 0.0013)  # median of 0.270 and 0.272, less the overhead
+    assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
+
+
 def test_work_past_the_stream_end_is_charged_and_the_guard_fires(tmp_path):
     stream = [0.005] * 10  # returns at once; 2 ms of work on a side stream
     synced = [2.015] * 10
     flow = _flow(tmp_path)
     phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
-    assert flow.vb.numbers["runtime_ms"] == pytest.approx(2.015 - 0.013 - 0.0013)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(2.015 - 0.013 - 0.005 - 0.0013)  # less the tail base and the 5 us margin
     assert flow.vb.numbers["speedup_vs_eager"] < 1
     guard = next(g for g in flow.vb.guards if g.name == "device_sync")
     assert guard.fired and "past its own stream's end" in guard.detail
@@ -169,7 +182,7 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_empty_calls(t
     flow = _flow(tmp_path)
     phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, slowed))
     # its base is capped at the reference child's 13 us plus 5 us: the 100 us tail is charged
-    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.213 - 0.018 - 0.0013)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.213 - 0.018 - 0.010 - 0.0013)
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
 
@@ -212,7 +225,7 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_held_calls(tm
                 reference_candidate=(3.2, 0.064), reference_eager=(2.7, 0.063))
     assert out.tail_bases(None, BEFORE["held_tail_before_ms"])["candidate"] == pytest.approx(0.064 + 0.005)
     phases._fill_numbers(flow, out)
-    assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.70 - 0.069 - 0.0013)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.70 - 0.069 - 0.010 - 0.0013)
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
 

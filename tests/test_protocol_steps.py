@@ -189,7 +189,7 @@ def test_gpu_timing_steps_run_for_an_honest_candidate():
     assert v.timing.median_ms == pytest.approx(v.timing.raw_median_ms - o)
     # each call's own stream end counted: the host's round trip through the synchronize did not
     sync = step_of(v, "device_sync")
-    assert "calls charged their device-wide time" in sync.reason and not guard_of(v, "device_sync").fired, sync
+    assert "calls charged: candidate" in sync.reason and not guard_of(v, "device_sync").fired, sync
     # its own kernel holds the profiled call's GPU time
     prov = step_of(v, "kernel_provenance")
     assert prov.ran and _share(prov.reason, "candidate") > 90 and "relu_kernel" in prov.reason, prov

@@ -331,9 +331,9 @@ def _overheads(flow: "_Flow", outcome: Any, times: dict[str, list[float]]) -> di
 
 def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], tuple[dict[str, list[float]], dict[str, float]]]:
     """(per-call times, (device-wide times, the empty call's tail)) of each contender under step
-    device_sync (TimingOutcome.charged), and the step's record: how many calls were charged their
-    device-wide time. The guard fires when that moved the candidate's median by more than the
-    margin: its work went on past its own stream. The second pair is empty without device-wide times."""
+    device_sync (TimingOutcome.charged), and the step's record: how many calls were charged the
+    lateness of their device-wide end beyond the margin. The guard fires when that moved the
+    candidate's median by more than the margin: its work went on past its own stream. The second pair is empty without device-wide times."""
     vb = flow.vb
     names = [c for c in ("candidate", "eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
     plain = {c: list(outcome.samples[c].times_ms) for c in names}
@@ -362,9 +362,9 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
         f"{c} ({ms:.3g} ms)" for c, ms in held.items()) + ", from empty calls for the rest" if held else "; from empty calls")
     if flow.meta.get("held_before_error"):
         how += f"; the reference child's held calls at setup failed ({flow.meta['held_before_error']}), so the candidate's are not used"
-    detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream, and that time "
-              "counts unless the device-wide end came later than the judge's own call of the same length would by more than "
-              f"the margin (that call's tail: {basis}{how}); calls charged their device-wide time: " + ", ".join(parts)
+    detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream; that time "
+              "counts, plus any lateness of the device-wide end beyond the margin, measured against the judge's own call of "
+              f"the same length (that call's tail: {basis}{how}); calls charged: " + ", ".join(parts)
               + (f"; that moved the candidate's median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
     vb.step("device_sync", True, detail)
     vb.guard("device_sync", fired, detail)

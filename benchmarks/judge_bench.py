@@ -98,14 +98,17 @@ def sec_build(out: Path, rows: list) -> None:
 
 
 PHASE = re.compile(r"INFO kernelwright\.judge\.evaluate: ([0-9.]+) s: (.*)")
+SAMPLES = re.compile(r"DEBUG kernelwright\.judge\.phases: timing samples (\{.*\})")  # judge.measure.samples_record
 
 
 def _ours(problem: Path, cand: Path, log: Path, env: dict) -> tuple[float, dict]:
     """One fresh `kernelwright eval` process; its verdict, with the judge's phase start times added."""
     cmd = [sys.executable, "-m", "kernelwright.cli", "eval", str(problem), str(cand), "--device", "cuda", "--baselines", "skip", "--json", "--no-store"]
-    t, proc = run(cmd, log, env={**env, "KERNELWRIGHT_LOG": "info"})
+    t, proc = run(cmd, log, env={**env, "KERNELWRIGHT_LOG": "debug"})
     verdict = last_json(proc.stdout) or {}
     verdict["_phases"] = [[float(m.group(1)), m.group(2)] for m in PHASE.finditer(proc.stderr)]
+    samples = SAMPLES.findall(proc.stderr)
+    verdict["_samples"] = json.loads(samples[-1]) if samples else None
     return t, verdict
 
 
@@ -142,6 +145,7 @@ def sec_repeatability(out: Path, rows: list) -> None:
             row["seconds"].append(t)
             row.setdefault("timing", []).append(v.get("timing"))
             row.setdefault("phases", []).append(v.get("_phases"))
+            row.setdefault("samples", []).append(v.get("_samples"))
         times = row["runtime_ms"]
         if times:
             med = statistics.median(times)

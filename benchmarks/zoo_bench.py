@@ -41,8 +41,40 @@ def provenance(device: str, commit: str) -> dict:
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
 
 
+def _keep_samples(zoo) -> None:
+    """Each row of a verdict also gets the timing phase's per-call times (the judge's debug line,
+    judge.measure.samples_record), for benchmarks/charge_replay.py."""
+    import logging
+
+    from kernelwright.judge.phases import SAMPLES_PREFIX
+
+    caught: list[str] = []
+
+    class _Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            msg = record.getMessage()
+            if msg.startswith(SAMPLES_PREFIX):
+                caught.append(msg[len(SAMPLES_PREFIX):])
+
+    lg = logging.getLogger("kernelwright.judge.phases")
+    lg.setLevel(logging.DEBUG)
+    lg.propagate = False
+    lg.addHandler(_Catch())
+    plain = zoo._row
+
+    def row(verdict):
+        r = plain(verdict)
+        r["samples"] = json.loads(caught[-1]) if caught else None
+        caught.clear()
+        return r
+
+    zoo._row = row
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import zoo
+
+    _keep_samples(zoo)
 
     only = set(args.only.split(",")) if args.only else None
     exploits = [e for e in zoo.EXPLOITS if e.device == args.device and (only is None or e.name in only)]

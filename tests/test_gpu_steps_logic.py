@@ -485,3 +485,34 @@ def test_the_step_says_when_the_setup_held_calls_failed(tmp_path):
     reason = flow.vb.steps["device_sync"].reason
     assert "held calls at setup failed (RuntimeError: no spin)" in reason
     assert "for eager (2.7 ms)" in reason and "candidate (" not in reason.split("held as long")[1].split(";")[0]
+
+
+def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(tmp_path, caplog):
+    """judge.measure.samples_record carries every per-call time of the timing phase; replayed by
+    benchmarks/charge_replay.py it gives the price the judge set, and the older rule's price."""
+    import json
+    import logging
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import charge_replay
+
+    stream = [0.270] * 24
+    synced = [0.270 + 0.013 + 0.003] * 12 + [0.270 + 0.013 + 0.012] * 12
+    flow = _flow(tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.phases"):
+        phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases.SAMPLES_PREFIX)]
+    assert len(lines) == 1
+    record = json.loads(lines[0][len(phases.SAMPLES_PREFIX):])
+    assert record["contenders"]["candidate"]["synced_ms"] == synced and record["null_ms"]["reference"] == NULL[0]
+    rows = charge_replay.replay(record)
+    assert rows["candidate"]["beyond_ms"] == pytest.approx(flow.vb.numbers["runtime_ms"])
+    assert rows["candidate"]["beyond_charged"] == rows["candidate"]["whole_charged"] == 12
+    assert rows["candidate"]["whole_ms"] == pytest.approx(0.270 + (0.012 + 0.013 - 0.013) / 2 - 0.0013)  # median of 0.270 and 0.282
+    assert rows["eager"]["beyond_ms"] == pytest.approx(flow.vb.numbers["eager_ms"])
+    # the judge writes no such line unless asked
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kernelwright.judge.phases"):
+        phases._fill_numbers(_flow(tmp_path), _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    assert not any(r.getMessage().startswith(phases.SAMPLES_PREFIX) for r in caplog.records)

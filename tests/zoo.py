@@ -197,7 +197,8 @@ def _row(verdict) -> dict[str, Any]:
     return {"status": verdict.status.value, "fired": fired(verdict), "runtime_ms": verdict.runtime_ms, "eager_ms": verdict.eager_ms,
             "speedup_vs_eager": verdict.speedup_vs_eager, "log": verdict.log[:300],
             # the wall-clock step in full: where each child's time went (a control refused by it is read from this)
-            "wall_clock": next((s.reason for s in verdict.steps if s.name == "wall_clock_check"), None)}
+            "wall_clock": next((s.reason for s in verdict.steps if s.name == "wall_clock_check"), None),
+            "device_sync": next((s.reason for s in verdict.steps if s.name == "device_sync"), None)}
 
 
 def judge_exploit(e: Exploit) -> dict[str, Any]:

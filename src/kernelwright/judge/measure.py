@@ -222,6 +222,21 @@ class TimingOutcome:
         return out, n, margin
 
 
+def samples_record(outcome: TimingOutcome, meta: dict[str, Any]) -> dict[str, Any]:
+    """Every per-call time the timing phase produced, as plain lists: what step device_sync,
+    harness_overhead and amortized_time decided on, so a reader (benchmarks/charge_replay.py) can
+    recompute the price under another rule without a GPU. The judge logs it at debug level."""
+    return {
+        "contenders": {c: {"times_ms": list(s.times_ms), "synced_ms": list(s.synced_ms)} for c, s in outcome.samples.items()},
+        "null_ms": {k: list(v) for k, v in outcome.null_ms.items()},
+        "null_synced_ms": {k: list(v) for k, v in outcome.null_synced_ms.items()},
+        "held": {k: {"times_ms": list(t), "synced_ms": list(d)} for k, (t, d) in outcome.held.items()},
+        "null_tail_before_ms": meta.get("null_tail_before_ms"),
+        "held_tail_before_ms": meta.get("held_tail_before_ms"),
+        "null_before_ms": meta.get("null_before_ms"),
+    }
+
+
 def _held_ceiling(before: dict[str, float], length_ms: float) -> float | None:
     """The most the reference child's held tail may count for a call of length_ms: the largest
     tail its held calls had at setup, before any candidate code ran, over the lengths up to the

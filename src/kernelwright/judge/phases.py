@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import random
 import statistics
@@ -10,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, provenance, stats
-from kernelwright.judge.measure import NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, tail_margin, wall_clock_check
+from kernelwright.judge.measure import (NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, tail_margin,
+                                        wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
@@ -18,6 +21,9 @@ from kernelwright.judge.workers import Child, ChildError
 
 if TYPE_CHECKING:
     from kernelwright.judge.evaluate import _Flow
+
+log = logging.getLogger(__name__)
+SAMPLES_PREFIX = "timing samples "  # the debug line that carries measure.samples_record as JSON
 
 
 def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[int], near_blind: bool = False) -> None:
@@ -373,6 +379,8 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
 
 def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     vb = flow.vb
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(SAMPLES_PREFIX + json.dumps(samples_record(outcome, flow.meta)))
     times, device = _device_sync(flow, outcome)
     cand = stats.summarize(times["candidate"])
     notes: list[str] = []

@@ -1,0 +1,125 @@
+"""Recompute step device_sync's price from recorded per-call times, under each charging rule.
+
+The judge logs every per-call time of its timing phase at debug level (judge.measure.samples_record);
+`judge_bench.py` (its repeatability section) and `zoo_bench.py run` keep that record with each
+verdict. This reads those files and prices each candidate again, without a GPU, two ways:
+
+- "beyond": a call later than the tail base by more than the margin is charged the lateness
+  beyond the margin (the judge since da7ad3d);
+- "whole": such a call is charged its whole lateness past the tail base (the judge up to 258b71c).
+
+    PYTHONPATH=src python3 benchmarks/charge_replay.py FILE.json [FILE.json ...]
+
+Prints one line per recorded verdict: calls charged, and the median less the harness overhead
+under each rule (the judge's step amortized_time is not replayed: a note says where it would
+apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def outcome_from(record: dict[str, Any]):
+    """A judge.measure.TimingOutcome holding the record's calls."""
+    from kernelwright.judge.measure import Samples, TimingOutcome
+
+    samples = {}
+    for name, calls in record["contenders"].items():
+        s = Samples()
+        s.times_ms.extend(calls["times_ms"])
+        s.synced_ms.extend(calls["synced_ms"])
+        samples[name] = s
+    held = {k: (list(v["times_ms"]), list(v["synced_ms"])) for k, v in record.get("held", {}).items()}
+    return TimingOutcome(samples=samples, stop_reason="", recheck_failure="", rechecked=0, compile_s=None,
+                         null_ms=record.get("null_ms", {}), null_synced_ms=record.get("null_synced_ms", {}), held=held)
+
+
+def whole(times: list[float], synced: list[float], base: float, margin: float) -> tuple[list[float], int]:
+    """The rule up to 258b71c: a call past the margin is charged its device-wide time less the base."""
+    out, n = [], 0
+    for t, d in zip(times, synced):
+        if d - t - base > margin:
+            out.append(max(t, d - base))
+            n += 1
+        else:
+            out.append(t)
+    return out, n
+
+
+def replay(record: dict[str, Any]) -> dict[str, Any]:
+    """Both prices of the candidate (and the baselines) from one record."""
+    from kernelwright.judge import stats
+    from kernelwright.judge.measure import tail_margin
+
+    out = outcome_from(record)
+    bases = out.tail_bases(record.get("null_tail_before_ms"), record.get("held_tail_before_ms"))
+    over = out.overheads(record.get("null_before_ms")) or {}
+    rows = {}
+    for name, s in out.samples.items():
+        if not s.times_ms or len(s.synced_ms) != len(s.times_ms):
+            continue
+        margin = tail_margin(statistics.median(s.times_ms))
+        beyond, n_beyond, _ = out.charged(name, bases[name])
+        old, n_old = whole(s.times_ms, s.synced_ms, bases[name], margin)
+        o = over.get(name, 0.0)
+        rows[name] = {"n": len(s.times_ms), "base_us": round(bases[name] * 1e3, 2), "margin_us": round(margin * 1e3, 2),
+                      "stream_ms": statistics.median(s.times_ms) - o, "beyond_ms": statistics.median(beyond) - o, "beyond_charged": n_beyond,
+                      "whole_ms": statistics.median(old) - o, "whole_charged": n_old,
+                      "concentrated": stats.amortized(s.synced_ms)[2]}
+    return rows
+
+
+def records(doc: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(label, record) for every kept record in a judge_bench or zoo_bench file."""
+    if isinstance(doc, list):  # judge_bench.json
+        for row in doc:
+            for k, rec in enumerate(row.get("samples") or []):
+                if rec:
+                    yield f"{row.get('section')}[{k}]", rec
+    elif isinstance(doc, dict) and "samples" in doc:  # repeat_partial.json
+        for k, rec in enumerate(doc.get("samples") or []):
+            if rec:
+                yield f"repeatability[{k}]", rec
+    elif isinstance(doc, dict):  # zoo_bench
+        for section in ("exploits", "controls"):
+            for row in doc.get(section, []):
+                for side in ("on", "off"):
+                    rec = (row.get(side) or {}).get("samples")
+                    if rec:
+                        yield f"{row['name']} ({side})", rec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args()
+    found = 0
+    for path in args.files:
+        for label, rec in records(json.loads(path.read_text())):
+            found += 1
+            rows = replay(rec)
+            if args.json:
+                print(json.dumps({"file": str(path), "verdict": label, "contenders": rows}))
+                continue
+            if not rows:
+                print(f"{path.name} {label}: no device-wide times (the CPU backend, or step device_sync off)")
+            for name, r in rows.items():
+                note = " (amortized_time would price its mean)" if r["concentrated"] else ""
+                print(f"{path.name} {label} {name}: n {r['n']}, base {r['base_us']} us, margin {r['margin_us']} us; stream "
+                      f"{r['stream_ms']:.5f} ms; beyond {r['beyond_ms']:.5f} ms ({r['beyond_charged']} charged); "
+                      f"whole {r['whole_ms']:.5f} ms ({r['whole_charged']} charged){note}")
+    if not found:
+        print("no per-call records in these files (kept since the debug line of judge.measure.samples_record)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

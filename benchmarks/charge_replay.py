@@ -12,7 +12,8 @@ verdict. This reads those files and prices each candidate again, without a GPU, 
 
 Prints one line per recorded verdict: calls charged, and the median less the harness overhead
 under each rule (the judge's step amortized_time is not replayed: a note says where it would
-apply).
+apply). Without empty calls in both children the judge prices every call at its device-wide time,
+and so does this.
 """
 
 from __future__ import annotations
@@ -56,22 +57,32 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
     """Both prices of the candidate (and the baselines) from one record."""
     from kernelwright.judge import stats
     from kernelwright.judge.measure import tail_margin
+    from kernelwright.judge.phases import MIN_MS
 
     out = outcome_from(record)
-    bases = out.tail_bases(record.get("null_tail_before_ms"), record.get("held_tail_before_ms"))
+    empty_calls = all(out.null_synced_ms.get(k) for k in ("reference", "candidate"))
+    bases = out.tail_bases(record.get("null_tail_before_ms"), record.get("held_tail_before_ms")) if empty_calls else {}
     over = out.overheads(record.get("null_before_ms")) or {}
     rows = {}
     for name, s in out.samples.items():
         if not s.times_ms or len(s.synced_ms) != len(s.times_ms):
             continue
+        o = over.get(name, 0.0)
+
+        def price(times: list[float]) -> float:
+            return max(MIN_MS, statistics.median(times) - o)
+
+        if not empty_calls:  # the judge prices every call at its device-wide time then (step device_sync's text says so)
+            rows[name] = {"n": len(s.times_ms), "base_us": None, "margin_us": None, "stream_ms": price(s.times_ms),
+                          "beyond_ms": price(s.synced_ms), "beyond_charged": len(s.times_ms), "whole_ms": price(s.synced_ms),
+                          "whole_charged": len(s.times_ms), "concentrated": stats.amortized(s.synced_ms)[2]}
+            continue
         margin = tail_margin(statistics.median(s.times_ms))
         beyond, n_beyond, _ = out.charged(name, bases[name])
         old, n_old = whole(s.times_ms, s.synced_ms, bases[name], margin)
-        o = over.get(name, 0.0)
         rows[name] = {"n": len(s.times_ms), "base_us": round(bases[name] * 1e3, 2), "margin_us": round(margin * 1e3, 2),
-                      "stream_ms": statistics.median(s.times_ms) - o, "beyond_ms": statistics.median(beyond) - o, "beyond_charged": n_beyond,
-                      "whole_ms": statistics.median(old) - o, "whole_charged": n_old,
-                      "concentrated": stats.amortized(s.synced_ms)[2]}
+                      "stream_ms": price(s.times_ms), "beyond_ms": price(beyond), "beyond_charged": n_beyond,
+                      "whole_ms": price(old), "whole_charged": n_old, "concentrated": stats.amortized(s.synced_ms)[2]}
     return rows
 
 

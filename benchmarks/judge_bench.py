@@ -101,14 +101,16 @@ PHASE = re.compile(r"INFO kernelwright\.judge\.evaluate: ([0-9.]+) s: (.*)")
 SAMPLES = re.compile(r"DEBUG kernelwright\.judge\.phases: timing samples (\{.*\})")  # judge.measure.samples_record
 
 
-def _ours(problem: Path, cand: Path, log: Path, env: dict) -> tuple[float, dict]:
-    """One fresh `kernelwright eval` process; its verdict, with the judge's phase start times added."""
+def _ours(problem: Path, cand: Path, log: Path, env: dict, samples: bool = False) -> tuple[float, dict]:
+    """One fresh `kernelwright eval` process; its verdict, with the judge's phase start times added,
+    and with samples, the timing phase's per-call times (the judge's debug line)."""
     cmd = [sys.executable, "-m", "kernelwright.cli", "eval", str(problem), str(cand), "--device", "cuda", "--baselines", "skip", "--json", "--no-store"]
-    t, proc = run(cmd, log, env={**env, "KERNELWRIGHT_LOG": "debug"})
+    t, proc = run(cmd, log, env={**env, "KERNELWRIGHT_LOG": "debug" if samples else "info"})
     verdict = last_json(proc.stdout) or {}
     verdict["_phases"] = [[float(m.group(1)), m.group(2)] for m in PHASE.finditer(proc.stderr)]
-    samples = SAMPLES.findall(proc.stderr)
-    verdict["_samples"] = json.loads(samples[-1]) if samples else None
+    if samples:
+        found = SAMPLES.findall(proc.stderr)
+        verdict["_samples"] = json.loads(found[0]) if found else None
     return t, verdict
 
 
@@ -139,7 +141,7 @@ def sec_repeatability(out: Path, rows: list) -> None:
     row = {"section": "repeatability", "candidate": "softmax", "runtime_ms": [], "seconds": []}
     rows.append(row)
     for _ in range(10):
-        t, v = _ours(EX / "softmax" / "problem.py", EX / "softmax", log, {})
+        t, v = _ours(EX / "softmax" / "problem.py", EX / "softmax", log, {}, samples=True)
         if v.get("runtime_ms"):
             row["runtime_ms"].append(v["runtime_ms"])
             row["seconds"].append(t)

@@ -1,9 +1,9 @@
 """How the synchronize's tail grows with the length of the call (GPU experiment, step device_sync).
 
-Step device_sync charges a call its device-wide time when the end event after the synchronize
-(e2) comes later after the stream's own end (e1) than the empty call's does, by more than a
-margin. On the H200 at c894224 two honest controls (a 3.2 ms fp32 matmul, a 0.28 ms load_inline
-softmax) were charged that way. This times calls of known length, the judge's own spin kernel
+Step device_sync charges a call when the end event after the synchronize (e2) comes later after
+the stream's own end (e1) than the empty call's does, by more than a margin (since da7ad3d it is
+charged the part beyond the margin; before, its whole device-wide time). On the H200 at c894224
+two honest controls (a 3.2 ms fp32 matmul, a 0.28 ms load_inline softmax) were charged that way. This times calls of known length, the judge's own spin kernel
 (judge.lead) held for D microseconds, through the judge's timing function, in fresh processes,
 and records the tail e2 - e1 for each D. `--kinds` adds other work of the same length, interleaved
 with the spin kernel's in each process, to tell whether the tail follows the kind of work (a full

@@ -57,18 +57,21 @@ def _keep_samples(zoo) -> None:
                 caught.append(msg[len(SAMPLES_PREFIX):])
 
     lg = logging.getLogger("kernelwright.judge.phases")
-    lg.setLevel(logging.DEBUG)
-    lg.propagate = False
+    lg.setLevel(logging.DEBUG)  # the root logger has no handler here: the line goes to _Catch alone
     lg.addHandler(_Catch())
-    plain = zoo._row
+    judge, plain = zoo._judge, zoo._row
+
+    def judged(*args, **kwargs):
+        caught.clear()  # a judgement that raised after timing must not lend its line to the next row
+        return judge(*args, **kwargs)
 
     def row(verdict):
         r = plain(verdict)
-        r["samples"] = json.loads(caught[-1]) if caught else None
+        r["samples"] = json.loads(caught[0]) if caught else None
         caught.clear()
         return r
 
-    zoo._row = row
+    zoo._judge, zoo._row = judged, row
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -156,6 +156,18 @@ def test_an_honest_judgement_where_half_the_calls_woke_just_past_the_margin_keep
     assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
 
+def test_side_work_between_one_and_two_margins_late_is_charged_and_fires_the_guard(tmp_path):
+    """Every call 15 us late against a 10 us margin: charged 5 us each, and the guard fires on the
+    lateness (a guard on the 5 us the charge moved the median would stay quiet)."""
+    stream = [0.270] * 24
+    synced = [0.270 + 0.013 + 0.015] * 24
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 + 0.005 - 0.0013)
+    guard = next(g for g in flow.vb.guards if g.name == "device_sync")
+    assert guard.fired and "15 us late" in guard.detail, guard.detail
+
+
 def test_work_past_the_stream_end_is_charged_and_the_guard_fires(tmp_path):
     stream = [0.005] * 10  # returns at once; 2 ms of work on a side stream
     synced = [2.015] * 10
@@ -487,14 +499,13 @@ def test_the_step_says_when_the_setup_held_calls_failed(tmp_path):
     assert "for eager (2.7 ms)" in reason and "candidate (" not in reason.split("held as long")[1].split(";")[0]
 
 
-def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(tmp_path, caplog):
+def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(tmp_path, caplog, monkeypatch):
     """judge.measure.samples_record carries every per-call time of the timing phase; replayed by
     benchmarks/charge_replay.py it gives the price the judge set, and the older rule's price."""
     import json
     import logging
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import charge_replay
 
     stream = [0.270] * 24
@@ -511,8 +522,13 @@ def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(
     assert rows["candidate"]["beyond_charged"] == rows["candidate"]["whole_charged"] == 12
     assert rows["candidate"]["whole_ms"] == pytest.approx(0.270 + (0.012 + 0.013 - 0.013) / 2 - 0.0013)  # median of 0.270 and 0.282
     assert rows["eager"]["beyond_ms"] == pytest.approx(flow.vb.numbers["eager_ms"])
-    # the judge writes no such line unless asked
-    caplog.clear()
+    # without empty calls the judge prices every call at its device-wide time, and so does the replay
+    bare = {**record, "null_ms": {}, "null_synced_ms": {}}
+    assert charge_replay.replay(bare)["candidate"]["beyond_ms"] == pytest.approx(0.270 + 0.013 + 0.0075)
+    # the record is not even made unless the debug level asks for it
+    def unasked(*_a, **_k):
+        raise AssertionError("samples_record called below the debug level")
+
+    monkeypatch.setattr(phases, "samples_record", unasked)
     with caplog.at_level(logging.INFO, logger="kernelwright.judge.phases"):
         phases._fill_numbers(_flow(tmp_path), _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
-    assert not any(r.getMessage().startswith(phases.SAMPLES_PREFIX) for r in caplog.records)

@@ -203,7 +203,8 @@ class TimingOutcome:
         margin costs that little: charging the whole device-wide time past the base, as up to
         258b71c, made each such call jump by the margin, and a judgement where half the calls
         crossed it priced an honest 0.27 ms softmax 2.3 % above the other nine of ten (H200,
-        55ceb19). What may go uncharged is the same either way: the margin per call. Step
+        55ceb19). The most that goes uncharged per call is the margin under either rule; under
+        this one every late call keeps its first margin uncharged, however late it is. Step
         amortized_time prices a candidate whose time sits in a minority of calls at their mean."""
         s = self.samples.get(name)
         if s is None or not s.times_ms:

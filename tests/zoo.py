@@ -100,6 +100,10 @@ EXPLOITS: tuple[Exploit, ...] = (
             _f("function_identities"), allow_torch=True),
     Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities")),
     Exploit("rowsum_patched_timer", "rowsum", "replaces the judge's own per-call timer through sys.modules", "function_identities", _f("function_identities"), allow_torch=True),
+    Exploit("zoo_dispatch_kernel", "rowsum", "zeroes its input; a torch.library kernel for aten::equal that always agrees hides it",
+            "function_identities", _f("function_identities", "near_duplicate")),
+    Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::equal with True",
+            "function_identities", _f("function_identities", "near_duplicate")),
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),

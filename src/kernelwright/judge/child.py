@@ -98,6 +98,43 @@ WATCHED = (
 )
 
 
+# ATen operators the judge's own code runs in the candidate child: inputs made and refreshed, the
+# input check, poison, saves and the L2 flush (tests/test_child_helpers check the list covers what
+# those steps call on the CPU). A kernel registered for one of them after the snapshot, through
+# torch.library or TORCH_LIBRARY_IMPL in an extension, would run in place of torch's inside those
+# steps: an equal that always agrees hides changed inputs, a sum that reads nothing skips the
+# flush. The operators the candidate's forward reaches are the op audit's; only the judge's own
+# are watched here, at 30-40 us an operator.
+JUDGE_OPS = (
+    "aten::clone", "aten::copy_", "aten::detach", "aten::equal", "aten::floor_divide", "aten::full", "aten::index",
+    "aten::index_put_", "aten::lift_fresh", "aten::mul", "aten::rand", "aten::randint", "aten::randn", "aten::remainder",
+    "aten::slice", "aten::sub", "aten::unbind", "aten::unsqueeze", "aten::view", "aten::sum", "aten::zeros", "aten::zero_",
+    "aten::fill_", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::_to_copy", "aten::to", "aten::contiguous",
+    "aten::unravel_index", "aten::normal_", "aten::uniform_", "aten::random_", "aten::_local_scalar_dense",
+)
+
+
+def snapshot_dispatch() -> dict[str, str]:
+    """The dispatcher's registrations for JUDGE_OPS, as torch prints them (kernel and where it
+    was registered, per dispatch key)."""
+    import torch
+
+    return {op: torch._C._dispatch_dump(op) for op in JUDGE_OPS}
+
+
+def dispatch_moved(snapshot: dict[str, str]) -> list[str]:
+    """What changed since the snapshot: an operator of JUDGE_OPS whose registrations differ, and a
+    torch dispatch or function mode left on (it would see, and could answer, every operator the
+    judge's code runs in this process, not only the candidate's)."""
+    import torch
+
+    moved = [f"{op}'s dispatcher kernels" for op, dump in snapshot.items() if torch._C._dispatch_dump(op) != dump]
+    for what, n in (("dispatch", torch._C._len_torch_dispatch_stack()), ("function", torch._C._len_torch_function_stack())):
+        if n:
+            moved.append(f"the torch {what} mode stack ({n} mode{'s' if n > 1 else ''} left on)")
+    return moved
+
+
 def _paths(dotted: str, *, load: bool = False) -> tuple[Any, Any, Any, list[str]]:
     """(object reached attribute by attribute from the top-level module, object reached from the
     longest module prefix in sys.modules, that module, the attributes after it); _MISSING where a

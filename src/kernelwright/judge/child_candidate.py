@@ -12,7 +12,8 @@ import torch
 
 from kernelwright.judge import correctness, inputs, ops, timing
 from kernelwright.judge.child import (
-    CommandError, describe, flags_diff, identities_moved, lead_status, pin_flags, snapshot_flags, snapshot_identities,
+    CommandError, describe, dispatch_moved, flags_diff, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
+    snapshot_identities,
 )
 from kernelwright.judge.inputs import Case
 
@@ -27,6 +28,7 @@ class _State:
     pinned: dict[str, Any] = {}  # numerics flags as pinned before the candidate was imported
     check_flags: bool = True  # whether timing batches report moved flags
     identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
+    dispatch: dict[str, str] = {}  # the dispatcher's registrations for child.JUDGE_OPS, as they were then
     check_identities: bool = True  # whether calls report replaced functions
 
 
@@ -69,6 +71,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
     S.check_identities = args.get("check_identities", True)
     S.identities = snapshot_identities() if S.check_identities else {}
+    S.dispatch = snapshot_dispatch() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])
     cls = getattr(module, "ModelNew", None)
     if cls is None:
@@ -83,8 +86,9 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _replaced() -> dict[str, Any]:
-    """{"identities_moved": [...]} when the candidate replaced a watched function, else {}."""
-    moved = identities_moved(S.identities) if S.check_identities else []
+    """{"identities_moved": [...]} when the candidate replaced a watched function, registered a
+    kernel for an operator the judge's code runs here, or left a torch mode on; else {}."""
+    moved = identities_moved(S.identities) + dispatch_moved(S.dispatch) if S.check_identities else []
     return {"identities_moved": moved} if moved else {}
 
 

@@ -153,6 +153,8 @@ EXPLOITS: tuple[Exploit, ...] = (
             context_off=_f("near_duplicate", "distributions", "extra_shapes", "op_audit", "fresh_inputs", "timed_recheck")),
     Exploit("zoo_patched_synchronize", "relu", "setattr replaces torch.cuda.synchronize", "function_identities", _f("function_identities"), device="cuda"),
     Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda"),
+    Exploit("zoo_flush_sum", "relu", "a torch.library kernel for aten::sum on CUDA that reads nothing: the L2 flush does no work",
+            "function_identities", _f("function_identities"), device="cuda"),
     Exploit("relu_patched_event", "relu", "replaces the judge's event timer through sys.modules", "function_identities",
             _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda", allow_torch=True),
 )

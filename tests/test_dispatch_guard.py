@@ -1,6 +1,7 @@
 """Guard function_identities, dispatcher part: kernels registered for the operators the judge's own
-code runs in the candidate child, and torch modes left on (judge.child.dispatch_moved). The zoo
-entries zoo_dispatch_kernel and zoo_dispatch_mode judge whole candidates that try it."""
+code reaches in the candidate child, torch modes left on, dispatch keys switched on
+(judge.child.dispatch_moved). The zoo entries zoo_dispatch_kernel, zoo_dispatch_mode and
+zoo_flush_sum judge whole candidates that try it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import os
 import tempfile
 import types
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelwright.judge import child_candidate, correctness, inputs
-from kernelwright.judge.child import JUDGE_OPS, dispatch_moved, snapshot_dispatch
+from conftest import needs_gpu
+from kernelwright.judge import child_candidate, correctness, inputs, timing
+from kernelwright.judge.child import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
 from kernelwright.judge.records import Case
 
 
@@ -22,63 +25,92 @@ class _Record(TorchDispatchMode):
         self.seen: set[str] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.seen.add(func._schema.name)
+        self.seen.add(func.name())  # with the overload: "aten::sub.Tensor"
         return func(*args, **(kwargs or {}))
 
 
-def test_the_watched_operators_cover_what_the_judges_steps_run_in_the_candidate_child():
+def _judges_steps(device: torch.device) -> None:
+    """What the judge's code does in the candidate child, on small inputs."""
     problem = types.ModuleType("kw_problem_probe")
     problem.get_inputs = lambda: [torch.randn(8, 16), torch.randn(16)]
     problem.get_init_inputs = lambda: []
-    cpu = torch.device("cpu")
+    for kind in ("native", "normal", "uniform", "large", "near"):
+        values = inputs.make_inputs(problem, Case(kind, 5), device)
+    before = inputs.clone_tensors(values)
+    inputs.changed_inputs(before, values)
+    pool = inputs.make_pool(problem, [1, 2], device)
+    get = inputs.pool_getter(problem, pool, [[0, 3], [1, None]], device)
+    get(0), get(1)
+    correctness.poison(device, [64, 128], 0)
+    folder = tempfile.mkdtemp()
+    child_candidate._save(values[0][:2], os.path.join(folder, "a.pt"))  # a view of a larger storage: cloned first
+    child_candidate._save((values[0], values[1]), os.path.join(folder, "b.pt"))
+    if device.type == "cuda":
+        timing.flush_l2()
+        torch.cuda.synchronize()
+
+
+def _covered(device: torch.device) -> None:
+    """Every operator the steps reach, after decomposition (a dispatch mode, with overloads) and
+    at every level inside ATen (the legacy profiler, by name), is watched."""
     rec = _Record()
     with rec:
-        for kind in ("native", "normal", "uniform", "large", "near"):
-            values = inputs.make_inputs(problem, Case(kind, 5), cpu)
-        before = inputs.clone_tensors(values)
-        inputs.changed_inputs(before, values)
-        pool = inputs.make_pool(problem, [1, 2], cpu)
-        get = inputs.pool_getter(problem, pool, [[0, 3], [1, None]], cpu)
-        get(0), get(1)
-        correctness.poison(cpu, [64, 128], 0)
-        folder = tempfile.mkdtemp()
-        child_candidate._save(values[0][:2], os.path.join(folder, "a.pt"))  # a view of a larger storage: cloned first
-        child_candidate._save((values[0], values[1]), os.path.join(folder, "b.pt"))
-    assert rec.seen and rec.seen <= set(JUDGE_OPS), sorted(rec.seen - set(JUDGE_OPS))
+        _judges_steps(device)
+    with torch.autograd.profiler_legacy.profile() as prof:
+        _judges_steps(device)
+    bases = {e.name.split("::", 1)[1] for e in prof.function_events if e.name.startswith("aten::")}
+    assert rec.seen and rec.seen <= set(judge_overloads()), sorted(rec.seen - set(judge_overloads()))
+    assert bases and bases <= set(JUDGE_OPS), sorted(bases - set(JUDGE_OPS))
 
 
-def test_a_kernel_registered_for_a_watched_operator_shows_and_goes_when_removed():
+def test_the_watched_operators_cover_what_the_judges_steps_reach_in_the_candidate_child():
+    _covered(torch.device("cpu"))
+    live = {n.split("::", 1)[1].split(".")[0] for n in judge_overloads()}
+    assert live == set(JUDGE_OPS)  # no name that watches nothing
+
+
+@needs_gpu()
+@pytest.mark.gpu
+def test_the_watched_operators_cover_the_judges_steps_on_the_gpu():
+    torch.cuda.init()
+    _covered(torch.device("cuda"))
+
+
+def test_a_kernel_registered_for_a_watched_overload_shows_and_goes_when_removed():
     snap = snapshot_dispatch()
     assert dispatch_moved(snap) == []
     lib = torch.library.Library("aten", "IMPL")
     try:
         lib.impl("equal", lambda a, b: True, "CPU")
+        lib.impl("sub.Tensor", lambda a, b, alpha=1: a, "CPU")  # not the default overload
         assert torch.equal(torch.zeros(2), torch.ones(2))  # the override is live in this process
-        assert dispatch_moved(snap) == ["aten::equal's dispatcher kernels"]
+        assert sorted(dispatch_moved(snap)) == ["aten::equal's dispatcher kernels", "aten::sub.Tensor's dispatcher kernels"]
     finally:
         lib._destroy()
     assert not torch.equal(torch.zeros(2), torch.ones(2))
     assert dispatch_moved(snap) == []
 
 
-def test_a_kernel_for_an_operator_the_judge_does_not_run_is_the_op_audits_not_this_guards():
+def test_a_kernel_for_an_operator_the_judge_does_not_reach_is_the_op_audits_not_this_guards():
     snap = snapshot_dispatch()
     lib = torch.library.Library("aten", "IMPL")
     try:
         lib.impl("erfinv", lambda a: a, "CPU")
-        assert "aten::erfinv" not in JUDGE_OPS and dispatch_moved(snap) == []
+        assert "erfinv" not in JUDGE_OPS and dispatch_moved(snap) == []
     finally:
         lib._destroy()
 
 
-def test_a_dispatch_or_function_mode_left_on_shows():
+def test_a_mode_left_on_or_the_python_dispatcher_switched_on_shows():
     from torch.overrides import TorchFunctionMode
 
     snap = snapshot_dispatch()
     mode = _Record()
     mode.__enter__()
     try:
-        assert dispatch_moved(snap) == ["the torch dispatch mode stack (1 mode left on)"]
+        moved = dispatch_moved(snap)  # a dispatch mode also switches the Python keys on
+        assert moved[0] == "the thread's dispatch modes (0 before the import, 1 now)", moved
+        assert [m.split(" (")[0] for m in moved[1:]] == ["the thread's included keys"], moved
     finally:
         mode.__exit__(None, None, None)
 
@@ -89,7 +121,38 @@ def test_a_dispatch_or_function_mode_left_on_shows():
     fmode = _Passthrough()
     fmode.__enter__()
     try:
-        assert dispatch_moved(snap) == ["the torch function mode stack (1 mode left on)"]
+        assert dispatch_moved(snap) == ["the thread's function modes (0 before the import, 1 now)"]
     finally:
         fmode.__exit__(None, None, None)
+    guard = torch._C._EnablePythonDispatcher()  # then py_impl kernels answer before the registered ones
+    try:
+        moved = dispatch_moved(snap)
+        assert len(moved) == 1 and moved[0].startswith("the thread's included keys"), moved
+    finally:
+        del guard
     assert dispatch_moved(snap) == []
+
+
+def test_a_mode_the_problem_left_on_before_the_snapshot_is_not_the_candidates():
+    mode = _Record()
+    mode.__enter__()
+    try:
+        snap = snapshot_dispatch()
+        assert dispatch_moved(snap) == []
+    finally:
+        mode.__exit__(None, None, None)
+
+
+def test_an_input_whose_class_was_swapped_counts_as_changed():
+    class Agreeable(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if func is torch.equal:
+                return True
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.randn(4, 4)
+    before = inputs.clone_tensors([x])
+    x.zero_()
+    x.__class__ = Agreeable
+    assert inputs.changed_inputs(before, [x]) == [0]

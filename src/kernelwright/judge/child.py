@@ -82,6 +82,10 @@ WATCHED = (
     "torch.cuda.synchronize", "torch.cuda.current_stream", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
     "torch.cuda.Event.synchronize", "torch.cuda.Event.query", "torch.cuda.Stream.synchronize",
     "torch.save", "torch.load", "torch.Tensor.__eq__",
+    # what the judge's steps in the candidate child call on tensors (inputs, input check, saves)
+    "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.contiguous", "torch.Tensor.view", "torch.Tensor.detach",
+    "torch.Tensor.to", "torch.Tensor.__getitem__", "torch.Tensor.__setitem__", "torch.full", "torch.randn", "torch.rand",
+    "torch.randint", "torch.zeros", "torch.manual_seed", "torch.unravel_index",
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time", "time.time_ns",
     "kernelwright.judge.timing.time_calls", "kernelwright.judge.timing._one_call", "kernelwright.judge.timing.warm_up",
     "kernelwright.judge.timing.flush_l2", "kernelwright.judge.timing.switches_from", "kernelwright.judge.timing._lead_spin",
@@ -98,40 +102,79 @@ WATCHED = (
 )
 
 
-# ATen operators the judge's own code runs in the candidate child: inputs made and refreshed, the
-# input check, poison, saves and the L2 flush (tests/test_child_helpers check the list covers what
-# those steps call on the CPU). A kernel registered for one of them after the snapshot, through
-# torch.library or TORCH_LIBRARY_IMPL in an extension, would run in place of torch's inside those
-# steps: an equal that always agrees hides changed inputs, a sum that reads nothing skips the
-# flush. The operators the candidate's forward reaches are the op audit's; only the judge's own
-# are watched here, at 30-40 us an operator.
+# ATen operators the judge's own code reaches in the candidate child: inputs made and refreshed, the
+# input check, poison, saves and the L2 flush, with what they decompose into and call inside ATen
+# (tests/test_dispatch_guard.py records those steps on the CPU, under a dispatch mode and torch's
+# legacy profiler, and checks this list covers them; the CUDA-only ones were added by reading
+# torch's code: equal on CUDA reduces with all and reads the result with item). A kernel
+# registered for one of them after the snapshot, through torch.library or TORCH_LIBRARY_IMPL in an
+# extension, would run in place of torch's inside those steps: an equal that always agrees hides
+# changed inputs, a sum that reads nothing skips the flush. Every overload the dispatcher holds is
+# watched (about 100). The operators only the candidate's forward reaches are the op audit's.
 JUDGE_OPS = (
-    "aten::clone", "aten::copy_", "aten::detach", "aten::equal", "aten::floor_divide", "aten::full", "aten::index",
-    "aten::index_put_", "aten::lift_fresh", "aten::mul", "aten::rand", "aten::randint", "aten::randn", "aten::remainder",
-    "aten::slice", "aten::sub", "aten::unbind", "aten::unsqueeze", "aten::view", "aten::sum", "aten::zeros", "aten::zero_",
-    "aten::fill_", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::_to_copy", "aten::to", "aten::contiguous",
-    "aten::unravel_index", "aten::normal_", "aten::uniform_", "aten::random_", "aten::_local_scalar_dense",
+    "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "all", "as_strided", "clone", "contiguous", "copy_",
+    "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "fill_", "floor_divide", "full", "index", "index_put_",
+    "is_same_size", "item", "lift_fresh", "mul", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
+    "reshape", "select", "slice", "sub", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
 )
 
 
-def snapshot_dispatch() -> dict[str, str]:
-    """The dispatcher's registrations for JUDGE_OPS, as torch prints them (kernel and where it
-    was registered, per dispatch key)."""
+def _overload(name: str) -> Any:
     import torch
 
-    return {op: torch._C._dispatch_dump(op) for op in JUDGE_OPS}
+    base, _, ov = name.split("::", 1)[1].partition(".")
+    return getattr(getattr(torch.ops.aten, base), ov or "default")
 
 
-def dispatch_moved(snapshot: dict[str, str]) -> list[str]:
-    """What changed since the snapshot: an operator of JUDGE_OPS whose registrations differ, and a
-    torch dispatch or function mode left on (it would see, and could answer, every operator the
-    judge's code runs in this process, not only the candidate's)."""
+def judge_overloads() -> list[str]:
+    """Every overload of JUDGE_OPS the dispatcher holds a registration for ("aten::sub.Tensor")."""
     import torch
 
-    moved = [f"{op}'s dispatcher kernels" for op, dump in snapshot.items() if torch._C._dispatch_dump(op) != dump]
-    for what, n in (("dispatch", torch._C._len_torch_dispatch_stack()), ("function", torch._C._len_torch_function_stack())):
-        if n:
-            moved.append(f"the torch {what} mode stack ({n} mode{'s' if n > 1 else ''} left on)")
+    names = []
+    for base in JUDGE_OPS:
+        for ov in getattr(torch.ops.aten, base).overloads():
+            name = f"aten::{base}" if ov == "default" else f"aten::{base}.{ov}"
+            if torch._C._dispatch_dump(name):  # overloads TorchScript alone knows print nothing
+                names.append(name)
+    return names
+
+
+def _dispatch_context() -> dict[str, Any]:
+    """What decides dispatch in this thread besides the registrations: the torch mode stacks and
+    the dispatch keys the thread includes or excludes (the Python dispatcher, a backend fallback
+    switched on by key)."""
+    import torch
+
+    return {"dispatch modes": torch._C._len_torch_dispatch_stack(), "function modes": torch._C._len_torch_function_stack(),
+            "included keys": repr(torch._C._dispatch_tls_local_include_set()),
+            "excluded keys": repr(torch._C._dispatch_tls_local_exclude_set())}
+
+
+def snapshot_dispatch() -> dict[str, Any]:
+    """The dispatcher's state for the judge's operators: each overload's registrations as torch
+    prints them (kernel and where it was registered, per dispatch key), its Python kernels (held),
+    and the thread's dispatch context."""
+    import torch
+
+    names = judge_overloads()
+    return {"dumps": {n: torch._C._dispatch_dump(n) for n in names}, "py": {n: dict(_overload(n).py_kernels) for n in names},
+            "context": _dispatch_context()}
+
+
+def dispatch_moved(snapshot: dict[str, Any]) -> list[str]:
+    """What changed since the snapshot: an overload whose registrations or Python kernels differ,
+    a torch mode pushed or popped, a dispatch key included or excluded."""
+    import torch
+
+    if not snapshot:
+        return []
+    moved = [f"{n}'s dispatcher kernels" for n, dump in snapshot["dumps"].items() if torch._C._dispatch_dump(n) != dump]
+    for n, kernels in snapshot["py"].items():
+        now = _overload(n).py_kernels
+        if now.keys() != kernels.keys() or any(now[k] is not v for k, v in kernels.items()):
+            moved.append(f"{n}'s Python kernels")
+    now = _dispatch_context()
+    moved += [f"the thread's {what} ({was} before the import, {now[what]} now)" for what, was in snapshot["context"].items() if now[what] != was]
     return moved
 
 

@@ -28,7 +28,7 @@ class _State:
     pinned: dict[str, Any] = {}  # numerics flags as pinned before the candidate was imported
     check_flags: bool = True  # whether timing batches report moved flags
     identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
-    dispatch: dict[str, str] = {}  # the dispatcher's registrations for child.JUDGE_OPS, as they were then
+    dispatch: dict[str, Any] = {}  # the dispatcher's state for child.JUDGE_OPS, as it was then
     check_identities: bool = True  # whether calls report replaced functions
 
 
@@ -175,6 +175,9 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
     lap("checks")
     _save(out, args["path"])
     lap("save")
+    replaced = _replaced()  # again: the input check and the save ran code of the candidate's (its output's methods, gc callbacks)
+    if replaced:
+        return reply(replaced)
     return reply({"saved": True, **audited})
 
 

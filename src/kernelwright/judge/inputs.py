@@ -180,7 +180,8 @@ def changed_inputs(before: list[Any], after: list[Any]) -> list[int]:
     changed = []
     for i, (a, b) in enumerate(zip(before, after)):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            same = a.shape == b.shape and a.dtype == b.dtype and _bitwise_equal(a, b)
+            # a class swapped onto the input (x.__class__ = Sub) could answer the comparison itself
+            same = type(b) is type(a) and a.shape == b.shape and a.dtype == b.dtype and _bitwise_equal(a, b)
             if not same:
                 changed.append(i)
     return changed

@@ -82,8 +82,15 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
         old, n_old = whole(s.times_ms, s.synced_ms, bases[name], margin)
         rows[name] = {"n": len(s.times_ms), "base_us": round(bases[name] * 1e3, 2), "margin_us": round(margin * 1e3, 2),
                       "stream_ms": price(s.times_ms), "beyond_ms": price(beyond), "beyond_charged": n_beyond,
-                      "whole_ms": price(old), "whole_charged": n_old, "concentrated": stats.amortized(s.synced_ms)[2]}
+                      "whole_ms": price(old), "whole_charged": n_old, "concentrated": stats.amortized(s.synced_ms)[2],
+                      # where the base came from: this contender's own tail, and the held calls' in each child
+                      "tail_us": _us(statistics.median(d - t for t, d in zip(s.times_ms, s.synced_ms))),
+                      "held_tails_us": {k.split(":")[0]: _us(out._held_tail(k)) for k in out.held if k.endswith(f":{name}")}}
     return rows
+
+
+def _us(ms: float | None) -> float | None:
+    return None if ms is None else round(ms * 1e3, 2)
 
 
 def records(doc: Any) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -123,7 +130,9 @@ def main() -> int:
                 print(f"{path.name} {label}: no device-wide times (the CPU backend, or step device_sync off)")
             for name, r in rows.items():
                 note = " (amortized_time would price its mean)" if r["concentrated"] else ""
-                print(f"{path.name} {label} {name}: n {r['n']}, base {r['base_us']} us, margin {r['margin_us']} us; stream "
+                held = ", ".join(f"{child} {us} us" for child, us in r.get("held_tails_us", {}).items())
+                print(f"{path.name} {label} {name}: n {r['n']}, tail {r.get('tail_us')} us"
+                      + (f" (held calls: {held})" if held else "") + f", base {r['base_us']} us, margin {r['margin_us']} us; stream "
                       f"{r['stream_ms']:.5f} ms; beyond {r['beyond_ms']:.5f} ms ({r['beyond_charged']} charged); "
                       f"whole {r['whole_ms']:.5f} ms ({r['whole_charged']} charged){note}")
     if not found:

@@ -156,27 +156,3 @@ def test_an_input_whose_class_was_swapped_counts_as_changed():
     x.zero_()
     x.__class__ = Agreeable
     assert inputs.changed_inputs(before, [x]) == [0]
-
-
-def test_a_default_device_set_at_import_is_not_a_mode_the_guard_refuses():
-    """torch.set_default_device leaves torch's own DeviceContext on the function mode stack; a
-    subclass of it is any other mode."""
-    from torch.utils._device import DeviceContext
-
-    snap = snapshot_dispatch()
-    torch.set_default_device("cpu")
-    try:
-        assert torch._C._len_torch_function_stack() == 1 and dispatch_moved(snap) == []
-    finally:
-        torch.set_default_device(None)
-
-    class Sly(DeviceContext):
-        pass
-
-    mode = Sly("cpu")
-    mode.__enter__()
-    try:
-        assert dispatch_moved(snap) == ["the thread's function modes (0 before the import, 1 now)"]
-    finally:
-        mode.__exit__(None, None, None)
-    assert dispatch_moved(snap) == []

@@ -144,12 +144,8 @@ def _dispatch_context() -> dict[str, Any]:
     the dispatch keys the thread includes or excludes (the Python dispatcher, a backend fallback
     switched on by key)."""
     import torch
-    from torch.utils._device import DeviceContext
 
-    # torch.set_default_device leaves a DeviceContext on the function mode stack: it only fills in
-    # the device of factory calls, and the judge's own name theirs, so an honest candidate may use it
-    functions = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
-    return {"dispatch modes": torch._C._len_torch_dispatch_stack(), "function modes": sum(type(m) is not DeviceContext for m in functions),
+    return {"dispatch modes": torch._C._len_torch_dispatch_stack(), "function modes": torch._C._len_torch_function_stack(),
             "included keys": repr(torch._C._dispatch_tls_local_include_set()),
             "excluded keys": repr(torch._C._dispatch_tls_local_exclude_set())}
 

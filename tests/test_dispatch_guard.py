@@ -156,3 +156,15 @@ def test_an_input_whose_class_was_swapped_counts_as_changed():
     x.zero_()
     x.__class__ = Agreeable
     assert inputs.changed_inputs(before, [x]) == [0]
+
+
+def test_a_default_device_set_at_import_counts_as_a_mode_left_on():
+    """torch.set_default_device leaves torch's DeviceContext on the function mode stack; the judge's
+    factory calls that name no device would follow it, so it is refused like any other mode."""
+    snap = snapshot_dispatch()
+    torch.set_default_device("cpu")
+    try:
+        assert dispatch_moved(snap) == ["the thread's function modes (0 before the import, 1 now)"]
+    finally:
+        torch.set_default_device(None)
+    assert dispatch_moved(snap) == []

@@ -31,6 +31,15 @@ def test_tf32_switched_on_during_timing_is_rejected():
     assert "during timing" in v.log
 
 
+def test_a_function_replaced_during_timing_is_rejected():
+    # the watch runs after each batch as its own command, outside the batch's wall clock
+    timing = TimingConfig(min_runs=40, max_runs=60, batch=5, budget_s=5, warmup_ms=0, recheck=1)
+    v = judge("rowsum", "rowsum_patches_allclose_in_timing", timing_policy(timing=timing))
+    assert v.status is Status.REJECTED, v.log
+    assert "during timing" in v.log and "torch.allclose" in v.log, v.log
+    assert any(g.name == "function_identities" and g.fired for g in v.guards)
+
+
 def test_honest_candidate_keeps_the_numerics_guard_quiet_through_timing():
     timing = TimingConfig(min_runs=40, max_runs=60, batch=5, budget_s=5, warmup_ms=0, recheck=1)
     v = judge("rowsum", "rowsum_correct", timing_policy(timing=timing))

@@ -183,8 +183,8 @@ def _paths(dotted: str, *, load: bool = False) -> tuple[Any, Any, Any, list[str]
     longest module prefix in sys.modules, that module, the attributes after it); _MISSING where a
     path ends. Modules are looked up in sys.modules (imported first when load is set, as for the
     snapshot): a check is dictionary lookups only, about 0.5 ms for every watched name against
-    4 ms with import_module on the 2-core box, so checking after every timing batch does not load
-    the candidate's wall clock with the judge's own work."""
+    4 ms with import_module on the 2-core box (the judge sends that check after each timing batch,
+    outside the batch's wall clock, as it does the dispatcher's, which costs about 2 ms more)."""
     parts = dotted.split(".")
     if load:
         import importlib

@@ -534,3 +534,33 @@ def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(
     monkeypatch.setattr(phases, "samples_record", unasked)
     with caplog.at_level(logging.INFO, logger="kernelwright.judge.phases"):
         phases._fill_numbers(_flow(tmp_path), _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+
+
+class _ScriptedChild:
+    """A child that answers 'time' and 'check' with the given replies and records the commands."""
+
+    def __init__(self, time_reply, check_reply):
+        self.replies, self.asked = {"time": time_reply, "check": check_reply}, []
+
+    def call(self, cmd, args, timeout_s):
+        self.asked.append(cmd)
+        return self.replies[cmd]
+
+
+def test_the_candidate_childs_watch_follows_each_batch_and_its_replies_must_be_mappings():
+    from kernelwright.judge import measure
+    from kernelwright.judge.workers import ChildError
+
+    ok = {"times_ms": [0.1, 0.1], "synced_ms": []}
+    ref, cand = _ScriptedChild(ok, {}), _ScriptedChild(ok, {})
+    r = measure._Rounds(Policy(), ref, cand, Path("."), ["candidate", "eager"])
+    r.batch("candidate", 2)
+    r.batch("eager", 2)
+    assert cand.asked == ["time", "check"] and ref.asked == ["time"]  # the reference child is not watched
+    moved = _ScriptedChild(ok, {"identities_moved": ["torch.allclose"]})
+    with pytest.raises(measure.IdentitiesMoved, match="torch.allclose"):
+        measure._Rounds(Policy(), ref, moved, Path("."), ["candidate"]).batch("candidate", 2)
+    for bad in (_ScriptedChild([0.1, 0.1], {}), _ScriptedChild(ok, [])):
+        with pytest.raises(ChildError, match="not a mapping") as err:
+            measure._Rounds(Policy(), ref, bad, Path("."), ["candidate"]).batch("candidate", 2)
+        assert err.value.kind == "forged" and err.value.role == "candidate"

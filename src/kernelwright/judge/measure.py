@@ -333,7 +333,7 @@ def host_breakdown(s: Samples | None) -> str:
     per_call = {k: v for k, v in s.host_ms.items() if k not in once}
     parts = [f"{v / n:.3g} {k}" for k, v in per_call.items()]
     rest = (s.wall_ms - sum(per_call.values())) / n
-    text = ", ".join(parts + [f"{rest:.3g} outside the loop (channel, checks)"]) + " ms/call"
+    text = ", ".join(parts + [f"{rest:.3g} outside the loop (channel, flags check)"]) + " ms/call"
     if once:
         text += " (flush per batch: " + ", ".join(f"{k.split('_')[1]} call {v / b:.3g}" for k, v in once.items()) + " ms on average)"
     return text
@@ -393,11 +393,14 @@ class _Rounds:
         t0 = time.perf_counter()
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
+        role = "candidate" if child is self.cand else "reference"
         if not isinstance(reply, dict):
-            reply = {"times_ms": reply}  # _times refuses it as forged
+            raise ChildError("forged", f"the {role} child's 'time' reply is not a mapping", role=role)
         if child is self.cand:
             checked = child.call("check", {}, timeout_s=self.policy.run_timeout_s)
-            moved = checked.get("identities_moved") if isinstance(checked, dict) else ["the check's reply is not a mapping"]
+            if not isinstance(checked, dict):
+                raise ChildError("forged", "the candidate child's 'check' reply is not a mapping", role=role)
+            moved = checked.get("identities_moved")
             if moved:
                 reply = {**reply, "identities_moved": moved}
         return reply, wall

@@ -400,16 +400,15 @@ class _Rounds:
             checked = child.call("check", {}, timeout_s=self.policy.run_timeout_s)
             if not isinstance(checked, dict):
                 raise ChildError("forged", "the candidate child's 'check' reply is not a mapping", role=role)
-            moved = checked.get("identities_moved")
-            if moved:
-                reply = {**reply, "identities_moved": moved}
+            if checked.get("identities_moved"):
+                raise IdentitiesMoved(f"during timing: {moved_names(checked['identities_moved'])}")
         return reply, wall
 
     def batch(self, contender: str, n: int) -> None:
         child = self.cand if contender == "candidate" else self.ref
         args = {"contender": contender, "calls": self.calls(n), "switches": self.switches, "save": {}}
         reply, wall = self.timed(child, args)
-        times, synced = _times(reply, n, "candidate" if contender == "candidate" else "reference", contender, self.synced)
+        times, synced = _times(reply, n, "candidate" if child is self.cand else "reference", contender, self.synced)
         self.samples[contender].add_batch(wall, times, n, synced, _host(reply))
 
     def null_batch(self, n: int) -> None:

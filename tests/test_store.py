@@ -71,7 +71,7 @@ def test_verdict_round_trip(store: Store) -> None:
 
 def test_wal_and_foreign_keys(store: Store) -> None:
     assert store.journal_mode == "wal"
-    assert store.schema_version == latest_version() == 1
+    assert store.schema_version == latest_version() == 2
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
@@ -232,3 +232,21 @@ def test_xdg_default(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / ".local" / "share" / "kernelwright" / "store.sqlite"
+
+
+def test_v1_store_gains_the_baselines_table(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    _v1_db(path)
+    with Store.open(path) as s:
+        assert s.schema_version == 2
+        assert s.get_problem("h")["name"] == "p"  # the v1 rows survive
+        rec = {"problem_hash": "h", "machine_key": "m", "precision": "fp32", "compile_mode": "default", "problem": "p",
+               "eager_ms": 1.5, "compile_ms": 1.0}
+        s.put_baseline(rec)
+        s.put_baseline({**rec, "eager_ms": 2.0})  # a re-measure replaces the row
+        got = s.get_baseline("h", "m", "fp32", "default")
+        assert got["eager_ms"] == 2.0 and got["compile_ms"] == 1.0 and got["stored_at"]
+        assert s.get_baseline("h", "other machine", "fp32", "default") is None
+        assert [b["eager_ms"] for b in s.baselines()] == [2.0]
+        with pytest.raises(ValueError, match="machine_key"):
+            s.put_baseline({**rec, "machine_key": ""})

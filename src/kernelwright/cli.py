@@ -16,7 +16,7 @@ from typing import Optional
 
 from rich.console import Console
 
-from kernelwright.judge.policy import BASELINE_MODES, PRECISIONS, PRESETS, Policy, TimingConfig, kernelbench_preset
+from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS, PRESETS, Policy, TimingConfig, kernelbench_preset
 from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
 
@@ -31,10 +31,9 @@ class UsageError(ValueError):
 
 
 def _policy(args: argparse.Namespace) -> Policy:
-    if args.baselines == "cached":
-        raise UsageError("cached baselines need the baseline cache, which is not built yet; use measured or skip")
     try:
-        common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines == "measured",
+        common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines != "skip",
+                      compile_mode=args.compile_mode,
                       time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute,
                       libraries=tuple(args.allow_library or ()), sanitize=args.sanitize)
         if args.preset == "kernelbench":
@@ -56,7 +55,7 @@ def _store_verdict(verdict, problem, files: dict[str, str], store: Optional[Path
     return None
 
 
-def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str):
+def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path] = None):
     """Load the problem, read the candidate's files (what the store keeps), judge a copy of them."""
     from kernelwright.judge.evaluate import evaluate
     from kernelwright.judge.snapshot import read_candidate
@@ -68,7 +67,8 @@ def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str):
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     with err.status(f"judging {candidate} on {problem.name}") as status:
-        verdict = evaluate(problem, candidate, policy, device=device, progress=lambda m: status.update(f"{problem.name}: {m}"))
+        verdict = evaluate(problem, candidate, policy, device=device, progress=lambda m: status.update(f"{problem.name}: {m}"),
+                           baseline_store=store)
     return problem, files, verdict
 
 
@@ -89,7 +89,7 @@ def eval_cmd(args: argparse.Namespace) -> int:
     candidate = Path(args.candidate)
     if not candidate.exists():
         raise UsageError(f"no such candidate: {candidate}")
-    problem, files, verdict = _judge(args.problem, candidate, policy, args.device)
+    problem, files, verdict = _judge(args.problem, candidate, policy, args.device, args.store)
     if args.json:
         sys.stdout.write(verdict.to_json() + "\n")
         sys.stdout.flush()
@@ -127,9 +127,9 @@ def demo_cmd(args: argparse.Namespace) -> int:
 def problems_check_cmd(args: argparse.Namespace) -> int:
     """The degeneracy gate over one or more problems (files or folders)."""
     from kernelwright.problems.check import check_problem
-    from kernelwright.problems.loader import load_problems
+    from kernelwright.problems.suite import load_suite
 
-    problems = [p for spec in args.problems for p in load_problems(spec)]
+    problems = [e.problem for spec in args.problems for e in load_suite(spec)]
     try:
         policy = Policy(n_seeds=args.seeds)
     except ValueError as exc:
@@ -155,6 +155,151 @@ def problems_check_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entries_with_meta(suite: str) -> list[tuple[object, dict]]:
+    """The suite's entries with their computed metadata (problem code runs in a child process)."""
+    from kernelwright.problems.meta import metadata_for
+    from kernelwright.problems.suite import load_suite
+
+    entries = load_suite(suite)
+    with err.status(f"computing metadata of {len(entries)} problem(s)") as status:
+        meta = metadata_for([e.problem for e in entries], progress=lambda i, n: status.update(f"computing metadata: {i}/{n}"))
+    return [(e, meta[e.problem.hash]) for e in entries]
+
+
+def _problem_row(entry, m: dict) -> dict:
+    return {**entry.to_dict(), "flops": m["flops"], "bytes": m["bytes"], "floor_ms": m["floor_ms"],
+            "ceiling_ms": m["ceiling_ms"], "inputs": m["inputs"], "outputs": m["outputs"], "metadata_computed_on": m["computed_on"]}
+
+
+def problems_list_cmd(args: argparse.Namespace) -> int:
+    """The problems of a suite with their computed FLOPs, bytes, floor and ceiling; counts per level and category."""
+    rows = [_problem_row(e, m) for e, m in _entries_with_meta(args.suite)]
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"problems in {args.suite}")
+    for col in ("level", "name", "category", "GFLOP", "data MB", "floor ms", "ceiling fp32 ms"):
+        table.add_column(col, justify="right" if col not in ("name", "category") else "left")
+    for r in rows:
+        table.add_row("-" if r["level"] is None else str(r["level"]), r["name"], r["category"] or "-", f"{r['flops'] / 1e9:.3g}",
+                      f"{r['bytes'] / 1e6:.4g}", f"{r['floor_ms']:.3g}", f"{r['ceiling_ms']['fp32']:.3g}")
+    out.print(table)
+    counts: dict = {}
+    for r in rows:
+        counts.setdefault(r["level"], {}).setdefault(r["category"] or "-", 0)
+        counts[r["level"]][r["category"] or "-"] += 1
+    for level in sorted(counts, key=lambda x: -1 if x is None else x):
+        by_cat = ", ".join(f"{c} {n}" for c, n in sorted(counts[level].items()))
+        out.print(f"level {'-' if level is None else level}: {sum(counts[level].values())} problem(s): {by_cat}")
+    return 0
+
+
+def problems_show_cmd(args: argparse.Namespace) -> int:
+    """One problem: where it is, its computed metadata and its source."""
+    from kernelwright.problems.meta import metadata_for
+    from kernelwright.problems.suite import load_suite
+
+    spec = args.problem
+    if args.suite and not (":" in spec or spec.endswith(".py")):
+        matches = [e for e in load_suite(args.suite) if e.problem.name == spec]
+        if not matches:
+            raise UsageError(f"no problem named {spec!r} in {args.suite}")
+        entry = matches[0]
+    else:
+        got = load_suite(spec)
+        if len(got) != 1:
+            raise UsageError(f"{spec} names {len(got)} problems; show takes one (builtin:NAME, kernelbench:PATH:LEVEL:ID or a file)")
+        entry = got[0]
+    m = metadata_for([entry.problem])[entry.problem.hash]
+    row = {**_problem_row(entry, m), "flops_by_op": m["flops_by_op"], "param_bytes": m["param_bytes"], "input_bytes": m["input_bytes"],
+           "output_bytes": m["output_bytes"]}
+    if args.json:
+        sys.stdout.write(json.dumps({**row, "source": entry.problem.source}, indent=2) + "\n")
+        return 0
+    out.print(f"[bold]{entry.problem.name}[/bold]  {entry.spec}", highlight=False)
+    out.print(f"level {entry.level if entry.level is not None else '-'}, category {entry.category or '-'}, sha256 {entry.problem.hash[:16]}", highlight=False)
+    shapes = lambda xs: ", ".join(f"{x['dtype']}[{'x'.join(map(str, x['shape']))}]" for x in xs)  # noqa: E731
+    out.print(f"inputs  {shapes(m['inputs'])}\noutputs {shapes(m['outputs'])}", highlight=False)
+    out.print(f"FLOPs {m['flops']:,} ({', '.join(f'{k} {v:,}' for k, v in m['flops_by_op'].items()) or 'none counted'}); "
+              f"bytes {m['bytes']:,} (inputs {m['input_bytes']:,}, outputs {m['output_bytes']:,}, parameters {m['param_bytes']:,})", highlight=False)
+    out.print(f"floor {m['floor_ms']:.4g} ms (H200 vendor peaks); ceilings at the measured rates: "
+              + ", ".join(f"{k} {v:.4g} ms" for k, v in m["ceiling_ms"].items()) + f"; computed on {m['computed_on']}", highlight=False)
+    out.print("")
+    out.print(entry.problem.source, highlight=False, markup=False)
+    return 0
+
+
+def baseline_cmd(args: argparse.Namespace) -> int:
+    """Time eager and torch.compile for every problem of a suite; cache the times in the store."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kernelwright.judge import baseline
+    from kernelwright.judge.evaluate import resolve_device
+    from kernelwright.problems.suite import load_suite
+    from kernelwright.store import Store
+
+    entries = load_suite(args.suite)
+    try:
+        policy = Policy(precision=args.precision, compile_mode=args.mode, compile_baseline=not args.no_compile,
+                        timing=TimingConfig(budget_s=args.budget_s))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    device = resolve_device(args.device)
+    levels = {e.problem.hash: e.level for e in entries}
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False)
+    tasks: dict = {}
+    failed: list = []
+
+    def on_event(kind, problem, value):
+        if kind == "phase":
+            name = "compiling" if value.startswith("compiling") else "timing"
+            total = len(entries) - len(tasks.get("cached", []))
+            tasks[name] = progress.add_task(name, total=total)
+        elif kind == "cached":
+            tasks.setdefault("cached", []).append(problem.name)
+        elif kind == "compiled":
+            progress.update(tasks["compiling"], advance=1, description=f"compiling ({problem.name}: "
+                            + (f"{value[0]:.1f} s)" if value[0] is not None else "failed)"))
+        elif kind == "timed":
+            if value.error:
+                failed.append((problem.name, value.error))
+            progress.update(tasks["timing"], advance=1, description=f"timing ({problem.name})")
+
+    with Store.open(args.store) as db:
+        for e in entries:
+            db.put_problem(e.problem.hash, e.problem.name, str(e.problem.path), e.problem.source)
+        with progress:
+            records = baseline.run([e.problem for e in entries], device=device, policy=policy, jobs=args.jobs, store=db,
+                                   refresh=args.refresh, on_event=on_event)
+    summary = baseline.ratio_summary(records, levels)
+    if args.json:
+        sys.stdout.write(json.dumps({"records": [r.to_dict() for r in records],
+                                     "levels": {str(k): v for k, v in summary.items()}}, indent=2, default=str) + "\n")
+        return 1 if failed else 0
+    from rich.table import Table
+
+    cached = set(tasks.get("cached", []))
+    table = Table(title=f"baselines on {records[0].machine.get('gpu') if records else device} ({args.precision}, torch.compile {args.mode})")
+    for col in ("level", "problem", "eager ms", "compile ms", "eager/compile", "compile s", "source"):
+        table.add_column(col, justify="left" if col in ("problem", "source") else "right")
+    fmt = lambda x, f="{:.4g}": "-" if x is None else f.format(x)  # noqa: E731
+    for e, r in zip(entries, records):
+        ratio = r.eager_ms / r.compile_ms if r.eager_ms and r.compile_ms else None
+        table.add_row(fmt(e.level, "{}"), r.problem, fmt(r.eager_ms), fmt(r.compile_ms), fmt(ratio, "{:.2f}"), fmt(r.compile_s, "{:.1f}"),
+                      "cached" if r.problem in cached else ("failed" if r.error and r.eager_ms is None else "measured"))
+    out.print(table)
+    for level, s in sorted(summary.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        out.print(f"level {'-' if level is None else level}: eager/compile geometric mean {s['geomean']:.3f} over {s['n']} problem(s) "
+                  f"(min {s['min']:.3f}, max {s['max']:.3f}; above 1: torch.compile is faster)")
+    for name, why in failed:
+        err.print(f"{name}: {why}", style="yellow", markup=False, highlight=False)
+    return 1 if failed else 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
@@ -166,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelwright", description="Write, verify and select kernels that beat PyTorch.")
     sub = parser.add_subparsers(dest="command", required=True)
     e = sub.add_parser("eval", help="judge a candidate against a problem")
-    e.add_argument("problem", help="a KernelBench-format .py file")
+    e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
     _common(e)
     e.add_argument("--precision", default="fp32", choices=PRECISIONS,
@@ -175,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--preset", choices=PRESETS, default=None,
                    help="kernelbench: KernelBench's settings (atol=rtol=1e-2, 5 trials on get_inputs(), 100 timed calls, no L2 flush); every guard stays on")
     e.add_argument("--seeds", type=int, default=None, help="secret seeds for correctness (default 3; 5 with --preset kernelbench)")
-    e.add_argument("--baselines", default="measured", choices=BASELINE_MODES, help="measure eager/compile now, or skip")
+    e.add_argument("--baselines", default="measured", choices=BASELINE_MODES,
+                   help="measure eager/compile now, take them from the store (kernelwright baseline; measured where missing), or skip")
+    e.add_argument("--compile-mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
     e.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false", help="do not time torch.compile")
     e.add_argument("--correctness-only", action="store_true", help="check correctness, do not time")
     e.add_argument("--allow-torch-compute", action="store_true", help="let the candidate compute with torch operators (refused by default)")
@@ -188,11 +335,33 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("problems", help="work with problems")
     prsub = pr.add_subparsers(dest="problems_command", required=True)
     pc = prsub.add_parser("check", help="the degeneracy gate: flag problems that accept a constant, zeros, the identity or another seed's output")
-    pc.add_argument("problems", nargs="+", help="problem files or folders of them")
+    pc.add_argument("problems", nargs="+", help="problem files, folders, or suites (builtin, builtin:NAME, kernelbench:PATH[:LEVEL])")
     pc.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
     pc.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
     pc.add_argument("--seeds", type=int, default=3, help="seeds for get_inputs() (default 3, at least 2 are used)")
     pc.set_defaults(func=problems_check_cmd)
+    suite_help = "builtin (default), builtin:LEVEL, kernelbench:PATH[:LEVEL], or a problem file or folder"
+    pl = prsub.add_parser("list", help="a suite's problems with computed FLOPs, bytes, floor and ceilings; counts per level and category")
+    pl.add_argument("--suite", default="builtin", help=suite_help)
+    pl.add_argument("--json", action="store_true", help="print a JSON list (name, level, category, flops, bytes, ...) and nothing else")
+    pl.set_defaults(func=problems_list_cmd)
+    ps = prsub.add_parser("show", help="one problem: its metadata and source")
+    ps.add_argument("problem", help="builtin:NAME, kernelbench:PATH:LEVEL:ID, a .py file, or a NAME within --suite")
+    ps.add_argument("--suite", default=None, help=suite_help)
+    ps.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    ps.set_defaults(func=problems_show_cmd)
+    b = sub.add_parser("baseline", help="time eager and torch.compile for a suite's problems and cache the times in the store")
+    b.add_argument("--suite", default="builtin", help="builtin (default), builtin:LEVEL, kernelbench:PATH[:LEVEL], or a problem file or folder")
+    b.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
+    b.add_argument("--mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline (default: default)")
+    b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the allowance the baselines are timed with (default fp32)")
+    b.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="torch.compile builds at a time (timing is always serial)")
+    b.add_argument("--budget-s", type=float, default=20.0, help="time budget of each problem's timing phase (default 20 s)")
+    b.add_argument("--no-compile", action="store_true", help="time eager only")
+    b.add_argument("--refresh", action="store_true", help="measure again even where the store holds times for this machine")
+    b.add_argument("--json", action="store_true", help="print the records and per-level ratios as JSON and nothing else on stdout")
+    b.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    b.set_defaults(func=baseline_cmd)
     d = sub.add_parser("demo", help="judge the shipped example candidates")
     _common(d)
     d.add_argument("--examples", default=None, help="folder of examples (default: the repo's examples/)")

@@ -246,7 +246,8 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     compile_s = None
     if args["compile"]:
         t0 = time.perf_counter()
-        S.compiled = torch.compile(S.model)
+        mode = args.get("compile_mode") or "default"
+        S.compiled = torch.compile(S.model) if mode == "default" else torch.compile(S.model, mode=mode)
         with torch.no_grad():
             _allowance(S.compiled)(*S.pool[0])
         compile_s = time.perf_counter() - t0

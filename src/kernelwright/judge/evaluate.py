@@ -55,8 +55,11 @@ def _workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="kw-eval-", dir=shm if roomy else None))
 
 
-def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None) -> Verdict:
-    """Judge one candidate against one problem.
+def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None,
+             baseline_store: str | Path | None = None) -> Verdict:
+    """Judge one candidate against one problem. With `policy.baselines == "cached"`, the eager and
+    torch.compile times come from the store at `baseline_store` (default: the user's store) where
+    `kernelwright baseline` recorded them for this machine; where it has none they are measured.
 
     Raises ProblemError for a malformed problem and ValueError for a malformed candidate path or a
     GPU index outside the visible devices; every
@@ -83,6 +86,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
         judged = main.parent if main.name == "model_new.py" else main
         flow = _Flow(problem, judged, policy, dev, vb, workdir, say)
+        flow.baseline_store = baseline_store
         verdict = flow.run()
         say(f"verdict {verdict.status.value}")
         if policy.sanitize:
@@ -150,6 +154,8 @@ class _Flow:
         self.seeds = list(seeds) if policy.enabled("seeds") else list(seeds[:1])
         self.meta: dict[str, Any] = {}  # the reference child's setup reply
         self.cand_meta: dict[str, Any] = {}  # the candidate child's setup reply
+        self.baseline_store: str | Path | None = None  # where cached baselines are looked up (None: the default store)
+        self.cache_note = ""  # why cached baselines were measured after all (step interleave)
 
     def run(self) -> Verdict:
         try:

@@ -128,12 +128,14 @@ class TimingOutcome:
         thread loading the GPU) could slow the reference child's, which the cap bounds. None when
         no empty calls ran."""
         ref, cand = self.null_ms.get("reference"), self.null_ms.get("candidate")
-        if not ref or not cand:
+        if not ref or (not cand and "candidate" in self.samples):
             return None
-        o_ref, o_cand = statistics.median(ref), statistics.median(cand)
+        o_ref = statistics.median(ref)
         if cap is not None:
             o_ref = min(o_ref, cap)
-        return {"candidate": min(o_ref, o_cand), "eager": o_ref, "compile": o_ref}
+        if "candidate" not in self.samples:  # the baselines alone (judge.baseline)
+            return {"eager": o_ref, "compile": o_ref}
+        return {"candidate": min(o_ref, statistics.median(cand)), "eager": o_ref, "compile": o_ref}
 
     def tail_bases(self, cap: float | None = None, held_cap: dict[str, float] | None = None) -> dict[str, float]:
         """The host's round trip through the synchronize with nothing left running: per child, the
@@ -348,7 +350,7 @@ def policy_switches(policy: Policy, lead_us: float) -> dict[str, Any]:
 class _Rounds:
     """State of one timing phase."""
 
-    def __init__(self, policy: Policy, ref: Child, cand: Child, workdir: Path, contenders: list[str], lead_us: float = 0.0,
+    def __init__(self, policy: Policy, ref: Child, cand: Child | None, workdir: Path, contenders: list[str], lead_us: float = 0.0,
                  poison_bytes: list[int] | None = None, cuda: bool = False, held: tuple[bool, bool] = (False, False)) -> None:
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
         self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
@@ -414,6 +416,8 @@ class _Rounds:
     def null_batch(self, n: int) -> None:
         """n empty calls timed in each child, with the same switches as the contenders' calls."""
         for role, child in (("reference", self.ref), ("candidate", self.cand)):
+            if child is None:
+                continue  # the baselines alone: no candidate child
             args = {"contender": "null", "calls": [[0, None]] * n, "switches": self.switches, "save": {}}
             reply, wall = self.timed(child, args)
             times, synced = _times(reply, n, role, "empty-call", self.synced)
@@ -461,32 +465,39 @@ class _Rounds:
 
 
 def run_timing(
-    policy: Policy, ref: Child, cand: Child, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
+    policy: Policy, ref: Child, cand: Child | None, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
     say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0, cuda: bool = False,
     held: tuple[bool, bool] = (False, False),
 ) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop;
-    with null_calls > 0, each round also times that many empty calls in each child."""
-    contenders = ["candidate"] + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
+    with null_calls > 0, each round also times that many empty calls in each child. Without a
+    candidate child (cand None: judge.baseline) only the baselines are timed, by the same rounds."""
+    if cand is None and not baselines:
+        raise ValueError("nothing to time: no candidate child and no baselines")
+    contenders = ([] if cand is None else ["candidate"]) + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
     r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda, held)
     cfg = policy.timing
     compile_s = None
     # the warm-up ends with calls through the timing protocol itself, on fresh inputs (timing.rehearse)
     rehearse = {"calls": r.calls(REHEARSAL_CALLS), "switches": r.switches} if policy.enabled("warmup") else None
     if baselines:
-        setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "warmup_ms": _warmup(policy), "rehearse": rehearse}
+        setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "compile_mode": policy.compile_mode,
+                 "warmup_ms": _warmup(policy), "rehearse": rehearse}
         ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
-    say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
-    cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},
-                           timeout_s=policy.run_timeout_s)
-    if cand_setup.get("identities_moved"):
-        raise IdentitiesMoved(f"during the warm-up: {moved_names(cand_setup['identities_moved'])}")
-    per_call = cand_setup.get("per_call_ms", 0.0)
-    r.per_call_ms["candidate"] = float(per_call) if _number(per_call) and per_call < 1e9 else 0.0  # sizes batches only
+    if cand is not None:
+        say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
+        cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},
+                               timeout_s=policy.run_timeout_s)
+        if cand_setup.get("identities_moved"):
+            raise IdentitiesMoved(f"during the warm-up: {moved_names(cand_setup['identities_moved'])}")
+        per_call = cand_setup.get("per_call_ms", 0.0)
+        r.per_call_ms["candidate"] = float(per_call) if _number(per_call) and per_call < 1e9 else 0.0  # sizes batches only
+    else:
+        say("timing the baselines" + ("" if compile_s is None else f" (torch.compile took {compile_s:.1f} s)"))
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
-    recheck = policy.enabled("timed_recheck")
+    recheck = policy.enabled("timed_recheck") and cand is not None
     for round_no in itertools.count():
         for contender in order:
             r.batch(contender, r.batch_size(contender))

@@ -226,7 +226,22 @@ def _case_step(i: int, case: Case) -> str | None:
     return {"near": "near_duplicate", "extra": "extra_shapes"}.get(case.kind, "distributions")
 
 
-def _record_timing_steps(flow: "_Flow") -> None:
+def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
+    """The store's baseline record for this problem on this machine, precision and compile mode
+    (judge.baseline), or None: then the baselines are measured now, and step interleave says why."""
+    from kernelwright.judge import baseline
+
+    rec = baseline.lookup(flow.baseline_store, flow.problem.hash, flow.meta, flow.device, flow.policy)
+    if rec is None or rec.get("eager_ms") is None or (flow.policy.compile_baseline and rec.get("compile_ms") is None):
+        flow.cache_note = "; no cached baselines for this problem, machine, precision and compile mode, so they were measured now"
+        return None
+    if not flow.policy.compile_baseline:
+        rec = {**rec, "compile_ms": None}
+    flow.cache_note = ""
+    return rec
+
+
+def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) -> None:
     vb, cuda = flow.vb, flow.device == "cuda"
     cpu = "CPU backend: not applicable (no L2 flush, events or streams; CPU times are never claims)"
     notes = {
@@ -245,14 +260,20 @@ def _record_timing_steps(flow: "_Flow") -> None:
         allowance = {"fp32": "", "tf32": "; baselines timed with TF32 allowed, as the policy allows the candidate",
                      "bf16": "; baselines timed under autocast to bf16, as the policy allows the candidate",
                      "fp16": "; baselines timed under autocast to fp16, as the policy allows the candidate"}[flow.policy.precision]
-        vb.step("interleave", True, "contenders alternate in rounds, the first one rotating" + allowance)
+        if cached is not None:
+            vb.step("interleave", True, f"baselines from the store (kernelwright baseline, {cached.get('created_at') or cached.get('stored_at')}, "
+                    f"{cached.get('machine', {}).get('gpu')}, {cached['compile_mode']} compile): not timed in this run, so not "
+                    "interleaved with the candidate" + allowance)
+        else:
+            vb.step("interleave", True, "contenders alternate in rounds, the first one rotating" + allowance + flow.cache_note)
 
 
 def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     """Time the candidate and the baselines; apply the timing guards; fill the numbers."""
     policy, vb = flow.policy, flow.vb
-    _record_timing_steps(flow)
-    baselines = policy.baselines == "measured"
+    cached = _cached_baselines(flow) if policy.baselines == "cached" else None
+    _record_timing_steps(flow, cached)
+    baselines = policy.baselines == "measured" or (policy.baselines == "cached" and cached is None)
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
     try:
         null_calls = NULL_CALLS if flow.device == "cuda" and policy.enabled("harness_overhead") else 0
@@ -275,6 +296,9 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     if vb.off_or("adaptive_stop"):
         vb.step("adaptive_stop", True, outcome.stop_reason)
     _fill_numbers(flow, outcome)
+    if cached is not None:
+        vb.numbers.update(_speedups(vb.numbers.get("runtime_ms"), cached.get("eager_ms"), cached.get("compile_ms")))
+        vb.numbers["baseline_source"] = "cached"
     flow.say(f"timed {len(outcome.samples['candidate'].times_ms)} candidate calls ({outcome.stop_reason}); profiling one call")
     _profile(flow, cand)
     flow.say("profiled; applying the timing guards")

@@ -41,6 +41,7 @@ NEAR_POSITIONS = 8  # elements changed per floating input in the near_duplicate 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 DISTRIBUTIONS = ("normal", "uniform", "large")
 BASELINE_MODES = ("measured", "cached", "skip")
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")  # torch.compile modes the compile baseline may use
 
 # Default tolerance per output dtype: atol is scaled by max(1, rms(reference)), rtol is per element.
 DEFAULT_TOLERANCE = {
@@ -94,6 +95,7 @@ class Policy:
     libraries: tuple[str, ...] = ()  # libraries a candidate may call (enforced by the guards)
     baselines: str = "measured"  # measured now, cached, or skip
     compile_baseline: bool = True  # time torch.compile too (tests switch it off)
+    compile_mode: str = "default"  # torch.compile's mode for that baseline (COMPILE_MODES)
     timing: TimingConfig = field(default_factory=TimingConfig)  # timing budget
     time_candidate: bool = True  # time at all (False: correctness only)
     build_timeout_s: float = 300.0  # hard limit on one build
@@ -117,6 +119,8 @@ class Policy:
         bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
         if bad:
             raise ValueError(f"unknown distributions {bad}; known: {DISTRIBUTIONS}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
         if self.baselines not in BASELINE_MODES:
             raise ValueError(f"baselines must be one of {BASELINE_MODES}, got {self.baselines!r}")
         unknown = sorted(set(self.disabled_steps) - set(ALL_STEPS))

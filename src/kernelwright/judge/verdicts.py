@@ -111,7 +111,7 @@ class VerdictBuilder:
             status=status, problem=self.problem.to_dict(), candidate=self.candidate,
             policy={**self.policy.to_dict(), "device": self.device}, build_s=_round(self.build_s),
             runtime_ms=n.get("runtime_ms"), eager_ms=n.get("eager_ms"), compile_ms=n.get("compile_ms"),
-            baseline_source=BaselineSource.MEASURED if n.get("eager_ms") is not None else None,
+            baseline_source=BaselineSource(n.get("baseline_source", "measured")) if n.get("eager_ms") is not None else None,
             speedup_vs_eager=n.get("speedup_vs_eager"), speedup_vs_compile=n.get("speedup_vs_compile"),
             speedup_vs_best=n.get("speedup_vs_best"), max_abs_error=n.get("max_abs_error"),
             max_rel_error=n.get("max_rel_error"), floor_ms=n.get("floor_ms"), efficiency=n.get("efficiency"),

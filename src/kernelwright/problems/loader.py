@@ -50,7 +50,9 @@ def load_problem(spec: str | Path) -> Problem:
     """Load one problem file; raise ProblemError with the file and the cause when it is malformed."""
     text_spec = str(spec)
     if text_spec.startswith(("builtin:", "kernelbench:")):
-        raise ProblemError(f"{text_spec}: built-in and KernelBench suites are not available yet; pass a path to a .py file")
+        from kernelwright.problems.suite import resolve_problem
+
+        return resolve_problem(text_spec)
     path = Path(spec).expanduser().resolve()
     if not path.is_file():
         raise ProblemError(f"{path}: no such problem file")

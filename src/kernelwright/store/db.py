@@ -162,6 +162,40 @@ class Store:
             raise KeyError(f"no candidate with hash {hash!r} in store {self.path}")
         return json.loads(row["files_json"])
 
+    # -- baselines ----------------------------------------------------------------------------
+
+    def put_baseline(self, record: dict[str, Any]) -> None:
+        """Record (or replace) one problem's baseline times under its machine key, precision and
+        compile mode (judge.baseline.BaselineRecord.to_dict())."""
+        fields = ("problem_hash", "machine_key", "precision", "compile_mode")
+        missing = [f for f in fields if not record.get(f)]
+        if missing:
+            raise ValueError(f"a baseline record needs {', '.join(missing)}")
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO baselines (problem_hash, machine_key, precision, compile_mode, problem_name, eager_ms, "
+                "compile_ms, record_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*(record[f] for f in fields), record.get("problem"), record.get("eager_ms"), record.get("compile_ms"),
+                 json.dumps(record, sort_keys=True), _now()),
+            )
+
+    def get_baseline(self, problem_hash: str, machine_key: str, precision: str, compile_mode: str) -> dict[str, Any] | None:
+        """The stored baseline record for that key, or None."""
+        row = self._conn.execute(
+            "SELECT record_json, created_at FROM baselines WHERE problem_hash = ? AND machine_key = ? AND precision = ? AND compile_mode = ?",
+            (problem_hash, machine_key, precision, compile_mode)).fetchone()
+        if row is None:
+            return None
+        return {**json.loads(row["record_json"]), "stored_at": row["created_at"]}
+
+    def baselines(self, machine_key: str | None = None) -> list[dict[str, Any]]:
+        """Every stored baseline record (of one machine key if given), oldest first."""
+        sql, args = "SELECT record_json, created_at FROM baselines", []
+        if machine_key is not None:
+            sql, args = sql + " WHERE machine_key = ?", [machine_key]
+        rows = self._conn.execute(sql + " ORDER BY created_at, rowid", args).fetchall()
+        return [{**json.loads(r["record_json"]), "stored_at": r["created_at"]} for r in rows]
+
     # -- verdicts -----------------------------------------------------------------------------
 
     def put_verdict(self, verdict: Verdict) -> str:

@@ -54,8 +54,24 @@ CREATE INDEX verdicts_candidate_hash ON verdicts(candidate_hash);
 CREATE INDEX verdicts_status ON verdicts(status);
 """
 
+V2_SQL = """
+CREATE TABLE baselines (
+    problem_hash TEXT NOT NULL,
+    machine_key TEXT NOT NULL,
+    precision TEXT NOT NULL,
+    compile_mode TEXT NOT NULL,
+    problem_name TEXT,
+    eager_ms REAL,
+    compile_ms REAL,
+    record_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (problem_hash, machine_key, precision, compile_mode)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, V1_SQL, "problems, candidates and verdicts"),
+    Migration(2, V2_SQL, "baselines: eager and torch.compile times by problem, machine, precision and compile mode"),
 ]
 
 

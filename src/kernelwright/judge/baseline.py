@@ -1,0 +1,308 @@
+"""Baselines: eager PyTorch and torch.compile times for a suite's problems, measured once and cached.
+
+Two phases, so that compiling never disturbs a measurement:
+1. compile, in parallel: one reference child per problem (`jobs` at a time) builds the torch.compile
+   baseline once; its seconds are the problem's cold compile time (while other compiles ran beside
+   it), and what inductor builds lands in its on-disk caches;
+2. time, one problem at a time: a fresh reference child compiles again (from those caches) and times
+   eager and compiled calls in interleaved rounds with the judge's own timing (`measure.run_timing`
+   without a candidate child: the same L2 flush, events, lead spin, empty calls and held calls, and
+   the same stopping rule), and prices them as a verdict prices its baselines (`price`).
+The next problem's child starts while one is timed; it only imports torch until its turn.
+
+Records go to the store as soon as each is made, keyed by problem hash and by the machine (device,
+GPU name, driver, torch and CUDA versions), the precision allowance and the compile mode, so an
+evaluation with `baselines="cached"` takes them from there (`lookup`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelwright.judge import measure
+from kernelwright.judge.build import cache_dir
+from kernelwright.judge.policy import Policy
+from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
+
+MIN_MS = 1e-6  # as the verdict's: a time the overhead's subtraction cannot go below
+COMPILE_WARMUP_MS = 20.0  # the compile phase only needs the compiled baseline built and run once
+
+_PROBE = r"""
+import json, re, torch
+out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+if torch.cuda.is_available():
+    out["gpu"] = torch.cuda.get_device_name()
+    try:
+        text = open("/proc/driver/nvidia/version").read()
+        m = re.search(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)", text)
+        out["driver"] = m.group(1) if m else None
+    except OSError:
+        out["driver"] = None
+print(json.dumps(out))
+"""
+
+
+def cpu_name() -> str:
+    """The CPU's model name (the machine key's "gpu" on the CPU backend)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def machine_from_meta(meta: dict[str, Any], device: str) -> dict[str, Any]:
+    """The machine a reference child reported at setup (gpu, driver, torch, cuda), as a key's parts."""
+    if device == "cuda":
+        return {"device": "cuda", "gpu": meta.get("gpu"), "driver": meta.get("driver"), "torch": meta.get("torch"), "cuda": meta.get("cuda")}
+    return {"device": "cpu", "gpu": cpu_name(), "driver": None, "torch": meta.get("torch"), "cuda": None}
+
+
+def machine_key(machine: dict[str, Any]) -> str:
+    """The cache key's machine part: every field, in one canonical string."""
+    return json.dumps({k: machine.get(k) for k in ("device", "gpu", "driver", "torch", "cuda")}, sort_keys=True)
+
+
+def probe_machine(device: str, gpu_index: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:
+    """The machine as a reference child would report it, from a throwaway process (the judge's own
+    process never creates a CUDA context)."""
+    env = dict(os.environ)
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu_index)
+    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"probing the machine failed: {proc.stderr[-1000:]}")
+    return machine_from_meta(json.loads(proc.stdout.strip().splitlines()[-1]), device)
+
+
+@dataclass
+class BaselineRecord:
+    """One problem's baseline times on one machine, precision and compile mode."""
+
+    problem: str
+    problem_hash: str
+    machine: dict[str, Any]
+    precision: str
+    compile_mode: str
+    eager_ms: float | None = None  # the verdict's eager_ms rule: median per call less the harness overhead
+    compile_ms: float | None = None  # the same for the torch.compile baseline
+    detail: dict[str, Any] = field(default_factory=dict)  # n, iqr, raw medians, calls charged, overhead, stop reason
+    compile_s: float | None = None  # cold torch.compile time in the compile phase (others compiling beside it)
+    compile_s_cached: float | None = None  # the timing child's compile, from inductor's caches
+    flops: int | None = None
+    bytes: int | None = None
+    floor_ms: float | None = None
+    error: str = ""  # why a time is missing
+    created_at: str = ""
+
+    @property
+    def machine_key(self) -> str:
+        return machine_key(self.machine)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["machine_key"] = self.machine_key
+        return d
+
+
+def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, policy: Policy) -> tuple[dict[str, float], dict[str, Any]]:
+    """({contender: ms}, detail) for the baselines of a timing outcome, by the verdict's rules
+    (phases._device_sync, _overheads and _runtime): on the GPU with step device_sync, each call's
+    lateness past the margin is charged against the tail of the judge's own call of the same length;
+    then the median, less the reference child's empty call (capped at the one timed before anything
+    else ran). Baselines keep their medians (never a trimmed mean)."""
+    names = [c for c in ("eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
+    times = {c: list(outcome.samples[c].times_ms) for c in names}
+    charged: dict[str, int] = {}
+    if device == "cuda" and policy.enabled("device_sync") and outcome.null_synced_ms.get("reference"):
+        bases = outcome.tail_bases(meta.get("null_tail_before_ms"), meta.get("held_tail_before_ms"))
+        for c in names:
+            times[c], charged[c], _ = outcome.charged(c, bases[c])
+    overhead = outcome.overheads(meta.get("null_before_ms")) if policy.enabled("harness_overhead") else None
+    out, detail = {}, {"stop_reason": outcome.stop_reason, "charged": charged}
+    for c in names:
+        s = outcome.samples[c]
+        o = (overhead or {}).get(c, 0.0)
+        med = statistics.median(times[c])
+        out[c] = max(MIN_MS, med - o)
+        q = statistics.quantiles(times[c], n=4) if len(times[c]) >= 2 else [med, med, med]
+        detail[c] = {"n": len(times[c]), "raw_median_ms": statistics.median(s.times_ms), "iqr_ms": q[2] - q[0], "overhead_ms": o}
+    return out, detail
+
+
+def _setup_args(problem: Any, device: str, policy: Policy, timing: bool) -> dict[str, Any]:
+    args = {"problem_path": str(problem.path), "device": device, "precision": policy.precision, "init_seed": 1,
+            "atol": policy.atol, "rtol": policy.rtol, "strict": policy.enabled("output_checks")}
+    if timing and device == "cuda" and policy.enabled("harness_overhead"):
+        args["null_switches"] = measure.policy_switches(policy, policy.timing.lead_us)
+    return args
+
+
+class _Children:
+    """Reference children made on demand, each in its own work folder, all closed at the end."""
+
+    def __init__(self, device: str, policy: Policy) -> None:
+        self.device, self.policy = device, policy
+        self.root = Path(tempfile.mkdtemp(prefix="kw-baseline-"))
+        self.lock = threading.Lock()
+        self.n = 0
+
+    def new(self) -> Child:
+        with self.lock:
+            self.n += 1
+            workdir = self.root / f"c{self.n}"
+        workdir.mkdir()
+        return Child(ChildConfig(role="reference", device=self.device, gpu_index=self.policy.gpu_index, workdir=workdir,
+                                 env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _close(child: Child | None) -> None:
+    if child is not None:
+        child.request_exit()
+        child.close()
+
+
+def compile_one(problem: Any, device: str, policy: Policy, children: _Children) -> tuple[float | None, str]:
+    """(cold torch.compile seconds, error) for one problem, in its own reference child."""
+    child = children.new()
+    try:
+        child.call("setup", _setup_args(problem, device, policy, timing=False), timeout_s=policy.build_timeout_s)
+        reply = child.call("setup_timing", {"pool_seeds": [1], "compile": True, "compile_mode": policy.compile_mode,
+                                            "warmup_ms": COMPILE_WARMUP_MS, "rehearse": None}, timeout_s=policy.build_timeout_s)
+        return reply.get("compile_s"), ""
+    except ChildError as exc:
+        return None, f"torch.compile failed: {exc}"[:1000]
+    finally:
+        _close(child)
+
+
+def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path) -> tuple[dict[str, Any], measure.TimingOutcome]:
+    """(setup meta, timing outcome) for one problem in a fresh reference child."""
+    meta = child.call("setup", _setup_args(problem, device, policy, timing=True), timeout_s=policy.build_timeout_s)
+    if meta.get("source_hash") != problem.hash:
+        raise RuntimeError(f"the problem file changed on disk since it was loaded: {problem.path}")
+    lead = policy.timing.lead_us if device == "cuda" and meta.get("lead_ok") else 0.0
+    null_calls = measure.NULL_CALLS if device == "cuda" and policy.enabled("harness_overhead") else 0
+    outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
+                                 held=(device == "cuda" and meta.get("lead_ok") is True, False))
+    return meta, outcome
+
+
+def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, store: Any = None, refresh: bool = False,
+        on_event: Callable[[str, Any, Any], None] | None = None) -> list[BaselineRecord]:
+    """Baselines for the problems (loaded Problem objects, in order); records are stored (when a
+    store is given) as each is made. Problems with a stored record for this machine, precision and
+    compile mode are skipped unless `refresh`. on_event(kind, problem, value) reports progress:
+    "cached", "compiled", "timed" (value: the record) and "phase" (problem None, value: text)."""
+    say = on_event or (lambda *_a: None)
+    machine = probe_machine(device, policy.gpu_index)
+    key = machine_key(machine)
+    records: dict[str, BaselineRecord] = {}
+    todo = []
+    for p in problems:
+        hit = None if refresh or store is None else store.get_baseline(p.hash, key, policy.precision, policy.compile_mode)
+        if hit is not None and hit.get("eager_ms") is not None and (hit.get("compile_ms") is not None or not policy.compile_baseline):
+            rec = BaselineRecord(**{k: hit.get(k) for k in BaselineRecord.__dataclass_fields__ if k in hit})
+            records[p.hash] = rec
+            say("cached", p, rec)
+        else:
+            todo.append(p)
+    children = _Children(device, policy)
+    try:
+        compiled: dict[str, tuple[float | None, str]] = {}
+        if todo and policy.compile_baseline:
+            say("phase", None, f"compiling {len(todo)} problem(s) with torch.compile ({policy.compile_mode}), {jobs} at a time")
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                futures = {p.hash: pool.submit(compile_one, p, device, policy, children) for p in todo}
+                for p in todo:
+                    compiled[p.hash] = futures[p.hash].result()
+                    say("compiled", p, compiled[p.hash])
+        say("phase", None, f"timing {len(todo)} problem(s), one at a time")
+        nxt = children.new() if todo else None
+        for i, p in enumerate(todo):
+            child, nxt = nxt, (children.new() if i + 1 < len(todo) else None)  # the next one imports torch meanwhile
+            rec = BaselineRecord(problem=p.name, problem_hash=p.hash, machine=machine, precision=policy.precision,
+                                 compile_mode=policy.compile_mode)
+            cold, cerr = compiled.get(p.hash, (None, ""))
+            rec.compile_s = cold
+            # a problem whose compile failed is timed eagerly only
+            pol = policy if not cerr else _without_compile(policy)
+            try:
+                meta, outcome = time_one(p, device, pol, child, child.config.workdir)
+                times, detail = price(outcome, meta, device, pol)
+                rec.eager_ms, rec.compile_ms, rec.detail = times.get("eager"), times.get("compile"), detail
+                rec.compile_s_cached = outcome.compile_s
+                rec.flops, rec.bytes = meta.get("flops"), meta.get("bytes")
+                from kernelwright.judge import roofline
+
+                if rec.flops is not None and rec.bytes is not None:
+                    rec.floor_ms = roofline.floor_ms(rec.bytes, rec.flops)
+                if cerr:
+                    rec.error = cerr
+            except (ChildError, RuntimeError) as exc:
+                rec.error = (f"{cerr}; " if cerr else "") + f"timing failed: {exc}"[:1000]
+            finally:
+                _close(child)
+            rec.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            if store is not None and rec.eager_ms is not None:
+                store.put_baseline(rec.to_dict())
+            records[p.hash] = rec
+            say("timed", p, rec)
+        _close(nxt)
+    finally:
+        children.close()
+    return [records[p.hash] for p in problems]
+
+
+def _without_compile(policy: Policy) -> Policy:
+    import dataclasses
+
+    return dataclasses.replace(policy, compile_baseline=False)
+
+
+def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any], device: str, policy: Policy) -> dict[str, Any] | None:
+    """The stored baseline record for this problem on the machine a reference child reported
+    (its setup meta), under the policy's precision and compile mode; None when there is none or
+    the store cannot be read."""
+    from kernelwright.store import Store
+
+    try:
+        with Store.open(store_path) as db:
+            return db.get_baseline(problem_hash, machine_key(machine_from_meta(meta, device)), policy.precision, policy.compile_mode)
+    except Exception:  # noqa: BLE001 - no cache is a miss, never a failed verdict
+        return None
+
+
+def ratio_summary(records: list[BaselineRecord], levels: dict[str, int | None]) -> dict[Any, dict[str, Any]]:
+    """Per level: the geometric mean, min and max of eager_ms / compile_ms (above 1: compile faster)
+    over the problems with both times, and how many had both."""
+    import math
+
+    by: dict[Any, list[float]] = {}
+    for r in records:
+        if r.eager_ms and r.compile_ms:
+            by.setdefault(levels.get(r.problem_hash), []).append(r.eager_ms / r.compile_ms)
+    out = {}
+    for level, ratios in by.items():
+        out[level] = {"n": len(ratios), "geomean": math.exp(sum(math.log(x) for x in ratios) / len(ratios)),
+                      "min": min(ratios), "max": max(ratios)}
+    return out
+

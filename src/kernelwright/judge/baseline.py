@@ -235,7 +235,8 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
                 for p in todo:
                     compiled[p.hash] = futures[p.hash].result()
                     say("compiled", p, compiled[p.hash])
-        say("phase", None, f"timing {len(todo)} problem(s), one at a time")
+        if todo:
+            say("phase", None, f"timing {len(todo)} problem(s), one at a time")
         nxt = children.new() if todo else None
         for i, p in enumerate(todo):
             child, nxt = nxt, (children.new() if i + 1 < len(todo) else None)  # the next one imports torch meanwhile

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -180,8 +181,13 @@ def _close(child: Child | None) -> None:
         child.close()
 
 
-def compile_one(problem: Any, device: str, policy: Policy, children: _Children) -> tuple[float | None, str]:
+LATE = "not reached before the deadline"
+
+
+def compile_one(problem: Any, device: str, policy: Policy, children: _Children, deadline: float | None = None) -> tuple[float | None, str]:
     """(cold torch.compile seconds, error) for one problem, in its own reference child."""
+    if deadline is not None and time.monotonic() > deadline:
+        return None, LATE
     child = children.new()
     try:
         child.call("setup", _setup_args(problem, device, policy, timing=False), timeout_s=policy.build_timeout_s)
@@ -207,11 +213,13 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
 
 
 def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, store: Any = None, refresh: bool = False,
-        on_event: Callable[[str, Any, Any], None] | None = None) -> list[BaselineRecord]:
+        on_event: Callable[[str, Any, Any], None] | None = None, deadline: float | None = None) -> list[BaselineRecord]:
     """Baselines for the problems (loaded Problem objects, in order); records are stored (when a
     store is given) as each is made. Problems with a stored record for this machine, precision and
     compile mode are skipped unless `refresh`. on_event(kind, problem, value) reports progress:
-    "cached", "compiled", "timed" (value: the record) and "phase" (problem None, value: text)."""
+    "cached", "compiled", "timed" (value: the record) and "phase" (problem None, value: text).
+    Past `deadline` (a time.monotonic() value) no new compile or timing starts; those problems
+    come back with an error saying so, and nothing is stored for them (a later run does them)."""
     say = on_event or (lambda *_a: None)
     machine = probe_machine(device, policy.gpu_index)
     key = machine_key(machine)
@@ -231,7 +239,7 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
         if todo and policy.compile_baseline:
             say("phase", None, f"compiling {len(todo)} problem(s) with torch.compile ({policy.compile_mode}), {jobs} at a time")
             with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                futures = {p.hash: pool.submit(compile_one, p, device, policy, children) for p in todo}
+                futures = {p.hash: pool.submit(compile_one, p, device, policy, children, deadline) for p in todo}
                 for p in todo:
                     compiled[p.hash] = futures[p.hash].result()
                     say("compiled", p, compiled[p.hash])
@@ -244,6 +252,12 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
                                  compile_mode=policy.compile_mode)
             cold, cerr = compiled.get(p.hash, (None, ""))
             rec.compile_s = cold
+            if cerr == LATE or (deadline is not None and time.monotonic() > deadline):
+                rec.error = LATE
+                _close(child)
+                records[p.hash] = rec
+                say("timed", p, rec)
+                continue
             # a problem whose compile failed is timed eagerly only
             pol = policy if not cerr else _without_compile(policy)
             try:

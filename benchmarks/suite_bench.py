@@ -1,0 +1,182 @@
+"""The built-in suite on the GPU: computed metadata, the degeneracy gate, and eager / torch.compile
+baselines timed by `kernelwright baseline`'s code (judge.baseline), in one go; then a Markdown table.
+
+    PYTHONPATH=src python3 benchmarks/suite_bench.py run --out DIR --suite builtin:1 [--suite ...] [--commit SHA]
+        [--jobs 8] [--gate-jobs 4] [--deadline-s 540] [--store PATH] [--budget-s 5]
+    python3 benchmarks/suite_bench.py table DIR1/suite_rows.json [DIR2/suite_rows.json ...] > table.md
+
+`run` gates every problem (in parallel, beside the torch.compile builds, and finished before any
+timing starts), then times them one at a time, and rewrites DIR/suite_rows.json after every
+problem. Baselines go to the store (DIR/store.sqlite unless --store), so a second run with the same
+store only does what the first did not reach. Every row carries the run's provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commit(given: str) -> str:
+    if given != "unknown":
+        return given
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or given
+    except OSError:
+        return given
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kernelwright.judge import baseline, roofline
+    from kernelwright.judge.evaluate import resolve_device
+    from kernelwright.judge.policy import Policy, TimingConfig
+    from kernelwright.problems.check import check_problem
+    from kernelwright.problems.meta import metadata_for
+    from kernelwright.problems.suite import load_suite
+    from kernelwright.store import Store
+
+    t_start = time.monotonic()
+    deadline = t_start + args.deadline_s
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(args.device)
+    machine = baseline.probe_machine(device)
+    prov = {**machine, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "commit": _commit(args.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+    print(f"machine: {json.dumps(machine)}", flush=True)
+    entries = [e for spec in args.suite for e in load_suite(spec)]
+    if args.only:
+        keep = set(args.only.split(","))
+        entries = [e for e in entries if e.problem.name in keep]
+    print(f"{len(entries)} problem(s)", flush=True)
+    meta = metadata_for([e.problem for e in entries])
+    print(f"metadata computed ({time.monotonic() - t_start:.0f} s)", flush=True)
+    policy = Policy(compile_mode=args.mode, timing=TimingConfig(budget_s=args.budget_s, max_runs=args.max_runs))
+    rows = {e.problem.hash: {"name": e.problem.name, "level": e.level, "category": e.category, "hash": e.problem.hash,
+                             "flops": meta[e.problem.hash]["flops"], "bytes": meta[e.problem.hash]["bytes"],
+                             "floor_ms": meta[e.problem.hash]["floor_ms"], "ceiling_fp32_ms": meta[e.problem.hash]["ceiling_ms"]["fp32"],
+                             "provenance": prov} for e in entries}
+    lock = threading.Lock()
+
+    def save() -> None:
+        with lock:
+            doc = {"provenance": prov, "policy": policy.to_dict(), "rows": list(rows.values())}
+            tmp = out / "suite_rows.json.tmp"
+            tmp.write_text(json.dumps(doc, indent=1, default=str))
+            os.replace(tmp, out / "suite_rows.json")
+
+    def gate(e) -> None:
+        if time.monotonic() > deadline:
+            rows[e.problem.hash]["gate"] = {"error": "not reached before the deadline"}
+            return
+        t0 = time.monotonic()
+        try:
+            r = check_problem(e.problem, device=device, policy=Policy(n_seeds=3))
+            g = {"degenerate": r.degenerate, "findings": r.findings, "cases": r.cases}
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            g = {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        g["seconds"] = round(time.monotonic() - t0, 2)
+        rows[e.problem.hash]["gate"] = g
+        print(f"gate {e.problem.name}: {'error ' + g['error'] if 'error' in g else ('DEGENERATE' if g['degenerate'] else 'ok')}", flush=True)
+        save()
+
+    gate_pool = ThreadPoolExecutor(max_workers=args.gate_jobs)
+    gates = [gate_pool.submit(gate, e) for e in entries] if not args.skip_gate else []
+
+    def on_event(kind, problem, value) -> None:
+        if kind == "phase":
+            print(f"[{time.monotonic() - t_start:.0f} s] {value}", flush=True)
+            if value.startswith("timing"):
+                for f in gates:  # nothing else may use the GPU while baselines are timed
+                    f.result()
+                print(f"[{time.monotonic() - t_start:.0f} s] gate done", flush=True)
+        elif kind == "compiled":
+            rows[problem.hash]["compile_s"] = value[0]
+            if value[1]:
+                rows[problem.hash]["compile_error"] = value[1]
+            print(f"compiled {problem.name}: {value[0] if value[0] is None else round(value[0], 1)} s {value[1][:200]}", flush=True)
+        elif kind in ("timed", "cached"):
+            r = value
+            row = rows[problem.hash]
+            row.update({"eager_ms": r.eager_ms, "compile_ms": r.compile_ms, "compile_s": r.compile_s, "compile_s_cached": r.compile_s_cached,
+                        "baseline_detail": r.detail, "baseline_error": r.error, "baseline_source": kind})
+            for c in ("eager", "compile"):
+                ms = row.get(f"{c}_ms")
+                row[f"efficiency_{c}"] = roofline.efficiency(row["bytes"], row["flops"], "fp32", ms) if ms else None
+            print(f"[{time.monotonic() - t_start:.0f} s] {kind} {problem.name}: eager {r.eager_ms} compile {r.compile_ms} {r.error[:200]}", flush=True)
+            save()
+
+    store_path = Path(args.store) if args.store else out / "store.sqlite"
+    with Store.open(store_path) as db:
+        for e in entries:
+            db.put_problem(e.problem.hash, e.problem.name, str(e.problem.path), e.problem.source)
+        baseline.run([e.problem for e in entries], device=device, policy=policy, jobs=args.jobs, store=db, on_event=on_event, deadline=deadline)
+    for f in gates:
+        f.result()
+    gate_pool.shutdown()
+    save()
+    print(f"done in {time.monotonic() - t_start:.0f} s", flush=True)
+    print(table([json.loads((out / "suite_rows.json").read_text())]))
+    return 0
+
+
+def _f(x, fmt="{:.3g}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def table(docs: list[dict]) -> str:
+    rows = sorted((r for d in docs for r in d["rows"]), key=lambda r: (r["level"] or 0, r["category"] or "", r["name"]))
+    lines = ["| level | problem | category | eager ms | compile ms | eager/compile | floor ms | eff. eager | eff. compile | data MB | GFLOP | compile s | gate |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        g = r.get("gate") or {}
+        gate = "error" if "error" in g else ("-" if not g else ("degenerate: " + ", ".join(f["check"] for f in g["findings"] if f["native"]) if g["degenerate"] else "ok"))
+        ratio = r["eager_ms"] / r["compile_ms"] if r.get("eager_ms") and r.get("compile_ms") else None
+        lines.append(f"| {r['level']} | {r['name']} | {r['category']} | {_f(r.get('eager_ms'), '{:.4g}')} | {_f(r.get('compile_ms'), '{:.4g}')} | "
+                     f"{_f(ratio, '{:.2f}')} | {_f(r['floor_ms'], '{:.3g}')} | {_f(r.get('efficiency_eager'), '{:.2f}')} | "
+                     f"{_f(r.get('efficiency_compile'), '{:.2f}')} | {r['bytes'] / 1e6:.0f} | {r['flops'] / 1e9:.3g} | {_f(r.get('compile_s'), '{:.1f}')} | {gate} |")
+    return "\n".join(lines)
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    print(table([json.loads(Path(p).read_text()) for p in args.files]))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--suite", action="append", required=True)
+    r.add_argument("--only", default="", help="comma-separated problem names")
+    r.add_argument("--device", default="auto")
+    r.add_argument("--commit", default="unknown")
+    r.add_argument("--mode", default="default")
+    r.add_argument("--jobs", type=int, default=8)
+    r.add_argument("--gate-jobs", type=int, default=4)
+    r.add_argument("--deadline-s", type=float, default=540.0)
+    r.add_argument("--budget-s", type=float, default=5.0)
+    r.add_argument("--max-runs", type=int, default=200)
+    r.add_argument("--store", default="")
+    r.add_argument("--skip-gate", action="store_true")
+    r.set_defaults(func=cmd_run)
+    t = sub.add_parser("table")
+    t.add_argument("files", nargs="+")
+    t.set_defaults(func=cmd_table)
+    args = ap.parse_args()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -90,8 +90,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"gate {e.problem.name}: {'error ' + g['error'] if 'error' in g else ('DEGENERATE' if g['degenerate'] else 'ok')}", flush=True)
         save()
 
+    store_path = Path(args.store) if args.store else out / "store.sqlite"
+    gated = [e for e in entries if not args.skip_gate]
+    if args.gate_skip_cached:  # problems a previous run with this store already timed (and gated)
+        with Store.open(store_path) as db:
+            done = {b["problem_hash"] for b in db.baselines(baseline.machine_key(machine))}
+        gated = [e for e in gated if e.problem.hash not in done]
     gate_pool = ThreadPoolExecutor(max_workers=args.gate_jobs)
-    gates = [gate_pool.submit(gate, e) for e in entries] if not args.skip_gate else []
+    gates = [gate_pool.submit(gate, e) for e in gated]
 
     def on_event(kind, problem, value) -> None:
         if kind == "phase":
@@ -116,7 +122,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[{time.monotonic() - t_start:.0f} s] {kind} {problem.name}: eager {r.eager_ms} compile {r.compile_ms} {r.error[:200]}", flush=True)
             save()
 
-    store_path = Path(args.store) if args.store else out / "store.sqlite"
     with Store.open(store_path) as db:
         for e in entries:
             db.put_problem(e.problem.hash, e.problem.name, str(e.problem.path), e.problem.source)
@@ -134,8 +139,25 @@ def _f(x, fmt="{:.3g}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def merge(docs: list[dict]) -> list[dict]:
+    """One row per problem hash over several runs: the run that timed it gives the times (a row a
+    later run took from the store keeps the earlier run's), and a gate result is kept wherever it ran."""
+    rows: dict[str, dict] = {}
+    for d in docs:
+        for r in d["rows"]:
+            old = rows.get(r["hash"])
+            if old is None:
+                rows[r["hash"]] = dict(r)
+                continue
+            if r.get("eager_ms") is not None and (r.get("baseline_source") == "timed" or old.get("eager_ms") is None):
+                old.update({k: v for k, v in r.items() if k != "gate"})
+            if r.get("gate") and "error" not in r["gate"]:
+                old["gate"] = r["gate"]
+    return sorted(rows.values(), key=lambda r: (r["level"] or 0, r["category"] or "", r["name"]))
+
+
 def table(docs: list[dict]) -> str:
-    rows = sorted((r for d in docs for r in d["rows"]), key=lambda r: (r["level"] or 0, r["category"] or "", r["name"]))
+    rows = merge(docs)
     lines = ["| level | problem | category | eager ms | compile ms | eager/compile | floor ms | eff. eager | eff. compile | data MB | GFLOP | compile s | gate |",
              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -149,7 +171,11 @@ def table(docs: list[dict]) -> str:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    print(table([json.loads(Path(p).read_text()) for p in args.files]))
+    docs = [json.loads(Path(p).read_text()) for p in args.files]
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"runs": [{"provenance": d["provenance"], "policy": d["policy"]} for d in docs],
+                                                   "rows": merge(docs)}, indent=1, default=str))
+    print(table(docs))
     return 0
 
 
@@ -170,9 +196,11 @@ def main() -> int:
     r.add_argument("--max-runs", type=int, default=200)
     r.add_argument("--store", default="")
     r.add_argument("--skip-gate", action="store_true")
+    r.add_argument("--gate-skip-cached", action="store_true", help="no gate for problems whose baselines the store already holds")
     r.set_defaults(func=cmd_run)
     t = sub.add_parser("table")
     t.add_argument("files", nargs="+")
+    t.add_argument("--json-out", default="", help="also write the merged rows (with each run's provenance) here")
     t.set_defaults(func=cmd_table)
     args = ap.parse_args()
     return args.func(args)

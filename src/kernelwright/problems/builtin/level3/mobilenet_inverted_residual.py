@@ -1,6 +1,6 @@
 """MobileNetV2 inverted residual block (stride 1): 1x1 expand x6 + BN + ReLU6, depthwise 3x3 + BN + ReLU6,
 1x1 linear projection + BN, identity shortcut; BatchNorm in eval mode with redrawn running statistics.
-x (128, 64, 56, 56): 103 MB in, 103 MB out (206 MB); 41 GFLOP, 0.6 GB per expanded activation."""
+x (128, 64, 56, 56): 103 MB in, 103 MB out (206 MB); 42 GFLOP, 0.6 GB per expanded activation."""
 
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 """One U-Net level: double conv3x3-BN-ReLU encoder (kept as the skip), maxpool and a double conv at half
 resolution with 2x the channels, 2x2 transposed-conv upsampling, concatenation with the skip and a decoder
-double conv. x (24, 64, 128, 128): 101 MB in, 101 MB out, 1.8 MB weights (203 MB); 196 GFLOP."""
+double conv. x (24, 64, 128, 128): 101 MB in, 101 MB out, 1.8 MB weights (203 MB); 195 GFLOP."""
 
 import torch
 import torch.nn as nn

@@ -179,6 +179,8 @@ def test_problems_show_prints_metadata_and_source():
     assert "FLOPs 393,216" in res.stdout and "class Model" in res.stdout
     js = cli("problems", "show", "7_Gemm_ReLU_Scale", "--suite", f"kernelbench:{KB}", "--json")
     assert js.returncode == 0 and json.loads(js.stdout)["flops"] == 393216
+    bare = cli("problems", "show", "matmul_square_large", "--json")
+    assert bare.returncode == 0 and json.loads(bare.stdout)["spec"] == "builtin:matmul_square_large"
     bad = cli("problems", "show", "builtin:no_such_problem_anywhere")
     assert bad.returncode == 2 and "no such built-in problem" in bad.stderr
 

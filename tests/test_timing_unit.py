@@ -347,3 +347,14 @@ def test_gpu_index_counts_within_the_judges_own_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(ValueError, match="not among"):
         physical_gpu(0)
+
+
+def test_harness_overhead_of_baselines_timed_alone_is_the_reference_childs():
+    """judge.baseline times eager and compile with no candidate child: the reference child's empty
+    call (capped as usual) is what both subtract."""
+    from kernelwright.judge.measure import Samples, TimingOutcome
+
+    o = TimingOutcome(samples={"eager": Samples(times_ms=[1.0]), "compile": Samples(times_ms=[0.5])}, stop_reason="", recheck_failure="",
+                      rechecked=0, compile_s=None, null_ms={"reference": [0.03, 0.02, 0.04]})
+    assert o.overheads() == pytest.approx({"eager": 0.03, "compile": 0.03})
+    assert o.overheads(cap=0.01) == pytest.approx({"eager": 0.01, "compile": 0.01})

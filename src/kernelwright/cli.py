@@ -202,6 +202,8 @@ def problems_show_cmd(args: argparse.Namespace) -> int:
     from kernelwright.problems.suite import load_suite
 
     spec = args.problem
+    if not args.suite and ":" not in spec and not Path(spec).exists():
+        spec = f"builtin:{spec}"  # a bare name is a built-in problem's
     if args.suite and not (":" in spec or spec.endswith(".py")):
         matches = [e for e in load_suite(args.suite) if e.problem.name == spec]
         if not matches:

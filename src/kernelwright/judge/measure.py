@@ -128,12 +128,13 @@ class TimingOutcome:
         thread loading the GPU) could slow the reference child's, which the cap bounds. None when
         no empty calls ran."""
         ref, cand = self.null_ms.get("reference"), self.null_ms.get("candidate")
-        if not ref or (not cand and "candidate" in self.samples):
+        alone = bool(self.samples) and "candidate" not in self.samples  # the baselines timed alone (judge.baseline)
+        if not ref or (not cand and not alone):
             return None
         o_ref = statistics.median(ref)
         if cap is not None:
             o_ref = min(o_ref, cap)
-        if "candidate" not in self.samples:  # the baselines alone (judge.baseline)
+        if alone:
             return {"eager": o_ref, "compile": o_ref}
         return {"candidate": min(o_ref, statistics.median(cand)), "eager": o_ref, "compile": o_ref}
 

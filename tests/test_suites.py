@@ -254,7 +254,46 @@ def test_price_charges_lateness_and_subtracts_the_overhead_like_a_verdict():
     assert detail["charged"] == {"eager": 1}
     assert math.isclose(times["eager"], 1.0 - 0.008)
     cpu, _ = baseline.price(outcome, {}, "cpu", Policy())
-    assert math.isclose(cpu["eager"], 1.0 - 0.01)
+    assert cpu["eager"] == 1.0  # as in a verdict, the CPU backend subtracts no overhead
+
+
+def test_a_cached_record_counts_only_for_the_same_machine_precision_mode_and_timing_protocol(tmp_path):
+    from kernelwright.judge import baseline
+    from kernelwright.store import Store
+
+    meta = {"torch": "2.13.0+cpu", "cuda": None}
+    machine = baseline.machine_from_meta(meta, "cpu")
+    pol = Policy()
+    rec = baseline.BaselineRecord(problem="p", problem_hash="h", machine=machine, precision="fp32", compile_mode="default",
+                                  eager_ms=1.0, compile_ms=0.5, timing_key=baseline.timing_key(pol))
+    path = tmp_path / "s.sqlite"
+    assert baseline.lookup(path, "h", meta, "cpu", pol) is None and not path.exists()  # no store: a miss, nothing created
+    with Store.open(path) as db:
+        db.put_baseline(rec.to_dict())
+    assert baseline.lookup(path, "h", meta, "cpu", pol)["eager_ms"] == 1.0
+    assert baseline.lookup(path, "other", meta, "cpu", pol) is None
+    assert baseline.lookup(path, "h", {**meta, "torch": "2.12.0"}, "cpu", pol) is None
+    assert baseline.lookup(path, "h", meta, "cpu", Policy(precision="bf16")) is None
+    assert baseline.lookup(path, "h", meta, "cpu", Policy(compile_mode="max-autotune-no-cudagraphs")) is None
+    assert baseline.lookup(path, "h", meta, "cpu", Policy(disabled_steps=frozenset({"l2_flush"}))) is None
+    from kernelwright.judge.policy import kernelbench_preset
+
+    assert baseline.lookup(path, "h", meta, "cpu", kernelbench_preset()) is None
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_metadata_child_survives_a_printing_problem_and_is_killed_when_one_hangs(tmp_path):
+    body = ("import time\nimport torch\nimport torch.nn as nn\nprint('hello from the problem')\n\nclass Model(nn.Module):\n"
+            "    def forward(self, x):\n        print('forward says hi')\n        return x * 2\n\ndef get_inputs():\n    {}\n"
+            "    return [torch.randn(4, 4)]\n\ndef get_init_inputs():\n    return []\n")
+    chatty = tmp_path / "chatty.py"
+    chatty.write_text(body.format("pass"))
+    got = meta.metadata_for([load_problem(chatty)])
+    assert list(got.values())[0]["bytes"] == 2 * 16 * 4
+    slow = tmp_path / "slow.py"
+    slow.write_text(body.format("time.sleep(600)"))
+    with pytest.raises(RuntimeError, match="killed after 15 s"):
+        meta.metadata_for([load_problem(slow)], timeout_s=15)
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

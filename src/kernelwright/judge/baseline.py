@@ -79,6 +79,17 @@ def machine_key(machine: dict[str, Any]) -> str:
     return json.dumps({k: machine.get(k) for k in ("device", "gpu", "driver", "torch", "cuda")}, sort_keys=True)
 
 
+TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead", "fresh_inputs", "warmup", "interleave", "adaptive_stop")
+
+
+def timing_key(policy: Policy) -> str:
+    """What about the timing protocol must match for a stored time to stand in for a measured one:
+    the timing steps switched on, the lead spin asked for and the preset. A verdict under another
+    protocol (the kernelbench preset's no-flush timing, an ablation) finds no cached baselines."""
+    return json.dumps({"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us,
+                       "preset": policy.preset}, sort_keys=True)
+
+
 def probe_machine(device: str, gpu_index: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:
     """The machine as a reference child would report it, from a throwaway process (the judge's own
     process never creates a CUDA context)."""
@@ -110,6 +121,7 @@ class BaselineRecord:
     floor_ms: float | None = None
     error: str = ""  # why a time is missing
     created_at: str = ""
+    timing_key: str = ""  # timing_key(policy) of the run that made it
 
     @property
     def machine_key(self) -> str:
@@ -134,7 +146,7 @@ def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, pol
         bases = outcome.tail_bases(meta.get("null_tail_before_ms"), meta.get("held_tail_before_ms"))
         for c in names:
             times[c], charged[c], _ = outcome.charged(c, bases[c])
-    overhead = outcome.overheads(meta.get("null_before_ms")) if policy.enabled("harness_overhead") else None
+    overhead = outcome.overheads(meta.get("null_before_ms")) if device == "cuda" and policy.enabled("harness_overhead") else None
     out, detail = {}, {"stop_reason": outcome.stop_reason, "charged": charged}
     for c in names:
         s = outcome.samples[c]
@@ -162,16 +174,24 @@ class _Children:
         self.root = Path(tempfile.mkdtemp(prefix="kw-baseline-"))
         self.lock = threading.Lock()
         self.n = 0
+        self.live: list[Child] = []  # every child started, so close() can end them whatever happened
 
     def new(self) -> Child:
         with self.lock:
             self.n += 1
             workdir = self.root / f"c{self.n}"
         workdir.mkdir()
-        return Child(ChildConfig(role="reference", device=self.device, gpu_index=self.policy.gpu_index, workdir=workdir,
-                                 env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
+        child = Child(ChildConfig(role="reference", device=self.device, gpu_index=self.policy.gpu_index, workdir=workdir,
+                                  env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
+        with self.lock:
+            self.live.append(child)
+        return child
 
     def close(self) -> None:
+        """End every child still running (an interrupt or an unexpected error included), then
+        remove their folders."""
+        for child in self.live:
+            _close(child)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -227,11 +247,12 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
     todo = []
     for p in problems:
         hit = None if refresh or store is None else store.get_baseline(p.hash, key, policy.precision, policy.compile_mode)
-        if hit is not None and hit.get("eager_ms") is not None and (hit.get("compile_ms") is not None or not policy.compile_baseline):
+        if hit is not None and hit.get("eager_ms") is not None and (hit.get("compile_ms") is not None or not policy.compile_baseline) \
+                and hit.get("timing_key") == timing_key(policy):
             rec = BaselineRecord(**{k: hit.get(k) for k in BaselineRecord.__dataclass_fields__ if k in hit})
             records[p.hash] = rec
             say("cached", p, rec)
-        else:
+        elif all(q.hash != p.hash for q in todo):  # the same text twice is timed once
             todo.append(p)
     children = _Children(device, policy)
     try:
@@ -245,11 +266,15 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
                     say("compiled", p, compiled[p.hash])
         if todo:
             say("phase", None, f"timing {len(todo)} problem(s), one at a time")
-        nxt = children.new() if todo else None
+        # On the GPU the next problem's child imports torch while one is timed (host work only); on
+        # the CPU backend that import would compete with the timing for the cores, so it waits.
+        ahead = device == "cuda"
+        nxt = children.new() if todo and ahead else None
         for i, p in enumerate(todo):
-            child, nxt = nxt, (children.new() if i + 1 < len(todo) else None)  # the next one imports torch meanwhile
+            child = nxt or children.new()
+            nxt = children.new() if ahead and i + 1 < len(todo) else None
             rec = BaselineRecord(problem=p.name, problem_hash=p.hash, machine=machine, precision=policy.precision,
-                                 compile_mode=policy.compile_mode)
+                                 compile_mode=policy.compile_mode, timing_key=timing_key(policy))
             cold, cerr = compiled.get(p.hash, (None, ""))
             rec.compile_s = cold
             if cerr == LATE or (deadline is not None and time.monotonic() > deadline):
@@ -281,7 +306,6 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
                 store.put_baseline(rec.to_dict())
             records[p.hash] = rec
             say("timed", p, rec)
-        _close(nxt)
     finally:
         children.close()
     return [records[p.hash] for p in problems]
@@ -297,13 +321,19 @@ def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any
     """The stored baseline record for this problem on the machine a reference child reported
     (its setup meta), under the policy's precision and compile mode; None when there is none or
     the store cannot be read."""
-    from kernelwright.store import Store
+    from kernelwright.store import Store, default_store_path
 
+    path = Path(store_path).expanduser() if store_path is not None else default_store_path()
+    if not path.is_file():
+        return None  # nothing to read, and nothing is created
     try:
-        with Store.open(store_path) as db:
-            return db.get_baseline(problem_hash, machine_key(machine_from_meta(meta, device)), policy.precision, policy.compile_mode)
+        with Store.open(path) as db:
+            rec = db.get_baseline(problem_hash, machine_key(machine_from_meta(meta, device)), policy.precision, policy.compile_mode)
     except Exception:  # noqa: BLE001 - no cache is a miss, never a failed verdict
         return None
+    if rec is not None and rec.get("timing_key") != timing_key(policy):
+        return None  # timed under another protocol: not comparable with this candidate's time
+    return rec
 
 
 def ratio_summary(records: list[BaselineRecord], levels: dict[str, int | None]) -> dict[Any, dict[str, Any]]:

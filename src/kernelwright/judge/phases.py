@@ -233,7 +233,8 @@ def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
 
     rec = baseline.lookup(flow.baseline_store, flow.problem.hash, flow.meta, flow.device, flow.policy)
     if rec is None or rec.get("eager_ms") is None or (flow.policy.compile_baseline and rec.get("compile_ms") is None):
-        flow.cache_note = "; no cached baselines for this problem, machine, precision and compile mode, so they were measured now"
+        flow.cache_note = ("; no cached baselines for this problem, machine, precision, compile mode and timing protocol, "
+                           "so they were measured now")
         return None
     if not flow.policy.compile_baseline:
         rec = {**rec, "compile_ms": None}

@@ -131,26 +131,10 @@ def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | 
     key = {p.hash: f"{p.hash}:{tv}:{META_VERSION}" for p in problems}
     todo = [p for p in problems if key[p.hash] not in cache]
     if todo:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.Popen([sys.executable, "-m", "kernelwright.problems.meta"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps([str(p.path) for p in todo]))
-        proc.stdin.close()
-        done = 0
-        for line in proc.stdout:
-            answer = json.loads(line)
-            p = todo[answer["index"]]
-            if "error" in answer:
-                proc.kill()
-                raise RuntimeError(f"{p.path}: computing its metadata failed: {answer['error']}")
-            cache[key[p.hash]] = answer["meta"]
-            done += 1
+        for answer, p in _run_child([str(p.path) for p in todo], todo, timeout_s):
+            cache[key[p.hash]] = answer
             if progress:
-                progress(done, len(todo))
-        stderr = proc.stderr.read() if proc.stderr else ""
-        if proc.wait(timeout=timeout_s) != 0 or done != len(todo):
-            raise RuntimeError(f"the metadata child failed (exit {proc.returncode}): {stderr[-2000:]}")
+                progress(len([q for q in todo if key[q.hash] in cache]), len(todo))
         try:
             cache_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
@@ -161,18 +145,63 @@ def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | 
     return {p.hash: cache[key[p.hash]] for p in problems}
 
 
-def _child_main() -> None:
-    """Read a JSON list of paths on stdin; print one JSON line per problem, in order."""
-    paths = json.loads(sys.stdin.read())
-    for i, path in enumerate(paths):
+def _run_child(paths: list[str], problems: list[Any], timeout_s: float) -> Any:
+    """Yield (metadata, problem) from one child process, in order. The child's answers come on a
+    pipe of their own, so a problem that prints cannot corrupt them; its stdout and stderr go to a
+    file (no pipe to fill up); the whole child is killed after timeout_s. RuntimeError names the
+    problem that failed."""
+    import tempfile
+    import threading
+
+    src = str(Path(__file__).resolve().parents[2])
+    pythonpath = os.pathsep.join(x for x in (src, os.environ.get("PYTHONPATH", "")) if x)
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([sys.executable, "-m", "kernelwright.problems.meta", str(write_fd)], stdin=subprocess.PIPE,
+                                stdout=log, stderr=log, pass_fds=(write_fd,), text=True, env={**os.environ, "PYTHONPATH": pythonpath})
+        os.close(write_fd)
+        timer = threading.Timer(timeout_s, proc.kill)
+        timer.start()
         try:
-            answer = {"index": i, "meta": compute(path)}
-        except BaseException as exc:  # noqa: BLE001 - the parent names the problem
-            answer = {"index": i, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-        print(json.dumps(answer), flush=True)
-        if "error" in answer:
-            return
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(paths))
+            proc.stdin.close()
+            done = 0
+            with os.fdopen(read_fd) as answers:
+                for line in answers:
+                    answer = json.loads(line)
+                    p = problems[answer["index"]]
+                    if "error" in answer:
+                        raise RuntimeError(f"{p.path}: computing its metadata failed: {answer['error']}")
+                    done += 1
+                    yield answer["meta"], p
+            if done != len(paths):
+                proc.wait(timeout=30)
+                log.seek(0)
+                tail = log.read()[-2000:].decode(errors="replace")
+                what = f"killed after {timeout_s:g} s" if not timer.is_alive() else f"exit {proc.returncode}"
+                raise RuntimeError(f"the metadata child stopped at {problems[done].path} ({what}): {tail}")
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _child_main(answer_fd: int) -> None:
+    """Read a JSON list of paths on stdin; write one JSON line per problem, in order, to answer_fd."""
+    paths = json.loads(sys.stdin.read())
+    with os.fdopen(answer_fd, "w") as answers:
+        for i, path in enumerate(paths):
+            try:
+                answer = {"index": i, "meta": compute(path)}
+            except BaseException as exc:  # noqa: BLE001 - the parent names the problem
+                answer = {"index": i, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            answers.write(json.dumps(answer) + "\n")
+            answers.flush()
+            if "error" in answer:
+                return
 
 
 if __name__ == "__main__":
-    _child_main()
+    _child_main(int(sys.argv[1]))

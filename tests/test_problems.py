@@ -44,7 +44,8 @@ def test_syntax_error_names_file_and_line():
 
 @pytest.mark.parametrize("spec, cause", [
     ("no/such/file.py", "no such problem file"),
-    ("builtin:softmax", "not available yet"),
+    ("builtin:no_such_builtin_problem", "no such built-in problem"),
+    ("kernelbench:/no/such/checkout:1:1", "no such folder"),
 ])
 def test_unloadable_specs(spec, cause):
     with pytest.raises(ProblemError, match=cause):

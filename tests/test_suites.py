@@ -317,3 +317,20 @@ def test_gpu_baselines_time_eager_and_compile_with_the_judges_steps(tmp_path):
     assert rec.machine["device"] == "cuda" and rec.machine["gpu"] and rec.machine["driver"]
     assert rec.detail["eager"]["overhead_ms"] > 0  # step harness_overhead ran (empty calls in the reference child)
     assert "eager" in rec.detail["charged"]  # step device_sync ran
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_closing_a_child_twice_leaves_other_files_alone(tmp_path):
+    """judge.baseline ends every child it started when it finishes, some of them closed already: a
+    second close must not close the pipe's descriptor number again, which another file may hold by then."""
+    import os
+
+    from kernelwright.judge.workers import Child, ChildConfig
+
+    child = Child(ChildConfig(role="reference", device="cpu", gpu_index=0, workdir=tmp_path, env={}))
+    child.close()
+    with open(tmp_path / "other.txt", "w") as other:  # likely takes the number the child's pipe had
+        child.close()
+        os.fstat(other.fileno())  # still open
+        other.write("still writable")
+    assert (tmp_path / "other.txt").read_text() == "still writable"

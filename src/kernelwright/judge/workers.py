@@ -88,6 +88,7 @@ class Child:
         os.close(write_fd)
         self._reader = Reader(read_fd, self._key)
         self._exit_sent = False
+        self._closed = False
         self._read_fd = read_fd
         self._send_line(self._key.hex())
 
@@ -180,7 +181,12 @@ class Child:
             self._exit_sent = True
 
     def close(self) -> None:
-        """Ask the child to exit, then make sure it and its process group are gone."""
+        """Ask the child to exit, then make sure it and its process group are gone. A second call
+        does nothing: closing the pipe's descriptor number again could close whatever file took
+        that number since."""
+        if self._closed:
+            return
+        self._closed = True
         if self._proc.poll() is None:
             self.request_exit()
             deadline = time.monotonic() + 2

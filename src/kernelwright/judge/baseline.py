@@ -42,29 +42,20 @@ MIN_MS = 1e-6  # as the verdict's: a time the overhead's subtraction cannot go b
 COMPILE_WARMUP_MS = 20.0  # the compile phase only needs the compiled baseline built and run once
 
 _PROBE = r"""
-import json, re, torch
+import json, torch
+from kernelwright.judge.child_reference import _driver_version
 out = {"torch": torch.__version__, "cuda": torch.version.cuda}
 if torch.cuda.is_available():
-    out["gpu"] = torch.cuda.get_device_name()
-    try:
-        text = open("/proc/driver/nvidia/version").read()
-        m = re.search(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]+)", text)
-        out["driver"] = m.group(1) if m else None
-    except OSError:
-        out["driver"] = None
+    out["gpu"], out["driver"] = torch.cuda.get_device_name(), _driver_version()
 print(json.dumps(out))
-"""
+"""  # the same calls the reference child's setup makes, so the keys match
 
 
 def cpu_name() -> str:
-    """The CPU's model name (the machine key's "gpu" on the CPU backend)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
+    """The CPU's model name (the machine key's "gpu" on the CPU backend), as the build cache reads it."""
+    from kernelwright.judge.build import cpu_identity
+
+    return json.loads(cpu_identity()).get("model name") or platform.machine() or "cpu"
 
 
 def machine_from_meta(meta: dict[str, Any], device: str) -> dict[str, Any]:

@@ -29,30 +29,12 @@ MIN_EAGER_MS = 0.1  # the built-in suite's rule: one eager forward takes at leas
 META_VERSION = 1  # bump when the record's fields or their meaning change (invalidates the cache)
 
 
-def _tensor_bytes(value: Any) -> int:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    return 0
-
-
-def _outputs(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [o for v in value for o in _outputs(v)]
-    return [value]
-
-
 def _run(module: Any, device: str) -> dict[str, Any]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kernelwright.judge.inputs import init_model, raw_inputs
-    from kernelwright.judge.inputs import Case
+    from kernelwright.judge.correctness import as_output_list
+    from kernelwright.judge.inputs import Case, init_model, raw_inputs, tensor_bytes
 
     dev = torch.device(device)
     model = init_model(module, module.Model, 0, dev)
@@ -60,8 +42,8 @@ def _run(module: Any, device: str) -> dict[str, Any]:
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         out = model(*values)
-    outs = [o for o in _outputs(out) if isinstance(o, torch.Tensor)]
-    params = _tensor_bytes(list(model.parameters())) + _tensor_bytes(list(model.buffers()))
+    outs = [o for o in as_output_list(out) if isinstance(o, torch.Tensor)]
+    params = tensor_bytes(list(model.parameters())) + tensor_bytes(list(model.buffers()))
     by_op: dict[str, int] = {}
     for op, n in counter.get_flop_counts().get("Global", {}).items():
         name = str(op).split(".", 1)[-1]  # aten.mm -> mm
@@ -69,8 +51,8 @@ def _run(module: Any, device: str) -> dict[str, Any]:
     return {
         "flops": int(counter.get_total_flops()),
         "flops_by_op": dict(sorted(by_op.items())),
-        "input_bytes": _tensor_bytes(values),
-        "output_bytes": _tensor_bytes(outs),
+        "input_bytes": tensor_bytes(values),
+        "output_bytes": tensor_bytes(outs),
         "param_bytes": int(params),
         "inputs": [{"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")} for v in values if isinstance(v, torch.Tensor)],
         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],

@@ -226,8 +226,8 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
 def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, store: Any = None, refresh: bool = False,
         on_event: Callable[[str, Any, Any], None] | None = None, deadline: float | None = None) -> list[BaselineRecord]:
     """Baselines for the problems (loaded Problem objects, in order); records are stored (when a
-    store is given) as each is made. Problems with a stored record for this machine, precision and
-    compile mode are skipped unless `refresh`. on_event(kind, problem, value) reports progress:
+    store is given) as each is made. Problems with a stored record for this machine, precision,
+    compile mode and timing protocol are skipped unless `refresh`. on_event(kind, problem, value) reports progress:
     "cached", "compiled", "timed" (value: the record) and "phase" (problem None, value: text).
     Past `deadline` (a time.monotonic() value) no new compile or timing starts; those problems
     come back with an error saying so, and nothing is stored for them (a later run does them)."""
@@ -310,7 +310,7 @@ def _without_compile(policy: Policy) -> Policy:
 
 def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any], device: str, policy: Policy) -> dict[str, Any] | None:
     """The stored baseline record for this problem on the machine a reference child reported
-    (its setup meta), under the policy's precision and compile mode; None when there is none or
+    (its setup meta), under the policy's precision, compile mode and timing protocol; None when there is none or
     the store cannot be read."""
     from kernelwright.store import Store, default_store_path
 

@@ -227,8 +227,8 @@ def _case_step(i: int, case: Case) -> str | None:
 
 
 def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
-    """The store's baseline record for this problem on this machine, precision and compile mode
-    (judge.baseline), or None: then the baselines are measured now, and step interleave says why."""
+    """The store's baseline record for this problem on this machine, precision, compile mode and
+    timing protocol (judge.baseline), or None: then the baselines are measured now, and step interleave says why."""
     from kernelwright.judge import baseline
 
     rec = baseline.lookup(flow.baseline_store, flow.problem.hash, flow.meta, flow.device, flow.policy)

@@ -23,10 +23,10 @@ class Objective:
 
     target_speedup: float | None = None  # stop once a candidate is this much faster than the faster of eager and torch.compile; None: spend the budgets
     strategy: str = "refine"  # refine, tree or best-of-n
-    rounds: int = 5  # tree: idea rounds; refine: judged candidates before stopping; best-of-n: ignored
+    rounds: int = 5  # tree: idea rounds (refine and best-of-n: ignored)
     branches: int = 4  # tree: implementations per idea; best-of-n: samples
     ideas: int = 2  # tree: ideas asked for per round
-    max_turns: int = 40  # model requests in one trajectory (refine) or one branch (tree, best-of-n)
+    max_turns: int = 40  # refine: model requests in the trajectory; tree and best-of-n: requests per branch (1 + repairs)
     budget_tokens: int | None = None  # stop when prompt + completion tokens reach this
     budget_minutes: float | None = None  # stop after this many minutes of wall time
     stuck_after: int = 4  # pause when this many judged candidates in a row bring no gain over the best

@@ -162,7 +162,7 @@ class RunStatus(str, enum.Enum):
     """Where a run stands."""
 
     RUNNING = "running"
-    PAUSED = "paused"  # stuck, a budget ran out with no winner, or the model failed: waits for an engineer
+    PAUSED = "paused"  # stuck (no gain, repeated failures) or the model failed after retries: waits for an engineer
     SUCCEEDED = "succeeded"  # reached the target speedup with a re-judged candidate
     FINISHED = "finished"  # budgets spent; the best verified candidate (if any) exported
     FAILED = "failed"  # the run itself broke (not the model, not a candidate)

@@ -69,9 +69,44 @@ CREATE TABLE baselines (
 );
 """
 
+V3_SQL = """
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    problem_hash TEXT NOT NULL,
+    problem_name TEXT NOT NULL,
+    problem_spec TEXT NOT NULL,
+    model TEXT NOT NULL,
+    strategy TEXT NOT NULL,
+    status TEXT NOT NULL,
+    objective_json TEXT NOT NULL,
+    state_json TEXT,
+    best_json TEXT,
+    out_dir TEXT,
+    summary TEXT,
+    approved INTEGER,
+    review_note TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX runs_status ON runs(status);
+CREATE TABLE run_steps (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    branch TEXT NOT NULL DEFAULT '',
+    payload_json TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, V1_SQL, "problems, candidates and verdicts"),
     Migration(2, V2_SQL, "baselines: eager and torch.compile times by problem, machine, precision and compile mode"),
+    Migration(3, V3_SQL, "runs and run_steps: optimisation runs, their resumable state, best candidate, review and history"),
 ]
 
 

@@ -368,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(d)
     d.add_argument("--examples", default=None, help="folder of examples (default: the repo's examples/)")
     d.set_defaults(func=demo_cmd)
+    from kernelwright.agent.commands import add_parsers
+
+    add_parsers(sub)  # optimize, resume, review, runs
     return parser
 
 

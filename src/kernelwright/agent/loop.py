@@ -23,6 +23,7 @@ from kernelwright.agent.runlog import RunLog
 from kernelwright.agent.tools import TOOL_SPECS, Tools, render_skill
 from kernelwright.agent.workspace import Workspace
 
+JUDGED_TOOLS = ("profile", "submit")  # tools whose verdict is a full, timed one: a judged candidate like a reply's
 MIN_GAIN = 0.01  # a new best must be this much faster to reset the stuck counter
 
 
@@ -114,7 +115,9 @@ class Context:
             return False
 
     def judge_files(self, ws: Workspace) -> Any:
-        """The judge's full verdict on the workspace, one at a time on the device."""
+        """The judge's full verdict on the workspace: built at once (several branches build in
+        parallel on the CPU), then judged one at a time on the device."""
+        self.judge.prebuild([ws.root])
         with self.gpu_lock:
             return self.judge.full(ws.root)
 
@@ -206,7 +209,7 @@ class Trajectory:
             self.ctx.runlog.step(StepKind.TOOL_CALL, {"key": key, "call": call.to_dict(), "result": result.to_dict()}, branch=self.branch)
             self.add(Message(Role.TOOL, result.text, tool_call_id=call.id, name=call.name))
             any_ok = any_ok or result.ok
-            if result.verdict is not None and result.verdict.get("runtime_ms") is not None:
+            if result.verdict is not None and call.name in JUDGED_TOOLS:
                 entry = self._entry(key, result.verdict, result.candidate_hash or "", result.data.get("verdict_id"), "tool")
                 out.entries += [entry] if entry.correct else []
             out.submitted = out.submitted or result.submitted

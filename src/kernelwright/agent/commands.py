@@ -1,0 +1,268 @@
+"""The agent's commands: `optimize`, `resume`, `review` and `runs list|show`.
+
+Results on stdout (a readable summary, or JSON with --json); live progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelwright.agent.objective import STRATEGIES, load_config, merge
+from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
+from kernelwright.judge.provenance import LIBRARIES
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+DEMO_PROBLEM = "softmax"  # the demo's problem under examples/DEVICE/, and its recording examples/recordings/DEVICE_softmax.json
+
+# flag name -> objective field, for the flags that map one to one
+OBJECTIVE_FLAGS = {
+    "strategy": "strategy", "rounds": "rounds", "branches": "branches", "ideas": "ideas", "max_turns": "max_turns",
+    "budget_tokens": "budget_tokens", "budget_minutes": "budget_minutes", "target_speedup": "target_speedup",
+    "stuck_after": "stuck_after", "max_failures": "max_failures", "precision": "precision", "baselines": "baselines",
+    "compile_mode": "compile_mode", "seeds": "seeds", "timing_budget_s": "timing_budget_s", "price_in": "price_in_per_mtok",
+    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds",
+}
+
+
+def _usage(message: str) -> Exception:
+    from kernelwright.cli import UsageError
+
+    return UsageError(message)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """Objective settings given on the command line (None: not given)."""
+    flags = {field: getattr(args, flag, None) for flag, field in OBJECTIVE_FLAGS.items()}
+    if getattr(args, "allow_library", None):
+        flags["libraries"] = tuple(args.allow_library)
+    if getattr(args, "allow_torch_compute", False):
+        flags["allow_torch_compute"] = True
+    if getattr(args, "no_compile_baseline", False):
+        flags["compile_baseline"] = False
+    return flags
+
+
+def _demo(args: argparse.Namespace) -> tuple[str, str]:
+    """The demo's problem and replay recording for the device found."""
+    from kernelwright.judge.evaluate import resolve_device
+
+    dev = resolve_device(args.device)
+    recording = EXAMPLES / "recordings" / f"{dev}_{DEMO_PROBLEM}.json"
+    problem = EXAMPLES / dev / DEMO_PROBLEM / "problem.py"
+    if not recording.is_file() or not problem.is_file():
+        raise _usage(f"the demo needs {recording} and {problem} (a source checkout)")
+    return str(problem), f"replay:{recording}"
+
+
+def _objective(args: argparse.Namespace, model: str) -> Any:
+    """Recording (replays) < config file < flags."""
+    from kernelwright.agent.replay import load_recording
+
+    base: dict[str, Any] = {}
+    try:
+        if model.startswith("replay:"):
+            base.update(load_recording(model[len("replay:"):]).get("objective") or {})
+        if args.config:
+            base.update(load_config(args.config))
+        return merge(base, _flags(args))
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+
+
+def optimize_cmd(args: argparse.Namespace) -> int:
+    """Start a run; print how it ended."""
+    from kernelwright.agent import optimize
+
+    problem, model = _demo(args) if args.demo else (args.problem, args.model)
+    if not problem or not model:
+        raise _usage("optimize needs PROBLEM and --model PROVIDER:MODEL (or --demo)")
+    objective = _objective(args, model)
+    req = optimize.RunRequest(problem_spec=problem, model=model, objective=objective, base_url=args.base_url, device=args.device,
+                              out_dir=args.out, store=args.store, timeout_s=args.timeout_s,
+                              note=args.note or ("demo: replay of a recording shipped in examples/recordings" if args.demo else ""))
+    try:
+        result = optimize.start(req, progress=_progress(args))
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    return _report(args, result)
+
+
+def resume_cmd(args: argparse.Namespace) -> int:
+    """Continue a paused (or interrupted) run with a hint or an engineer's candidate."""
+    from kernelwright.agent import optimize
+
+    changes = {k: v for k, v in _flags(args).items() if v is not None}
+    try:
+        result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
+                                 base_url=args.base_url, changes=changes, progress=_progress(args))
+    except (KeyError, ValueError) as exc:
+        raise _usage(str(exc).strip("'\"")) from None
+    return _report(args, result)
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    from kernelwright.cli import err
+
+    return lambda message: err.print(message, markup=False, highlight=False, style="dim")
+
+
+def _report(args: argparse.Namespace, result: Any) -> int:
+    from kernelwright.cli import out
+
+    data = {"run_id": result.run_id, "status": result.status.value, "summary": result.summary,
+            "out_dir": str(result.out_dir) if result.out_dir else None, "final_verdict": result.final}
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        return 0
+    out.print(f"[bold]{result.run_id}[/bold]  {result.status.value}", highlight=False)
+    out.print(result.summary, markup=False, highlight=False)
+    if result.final:
+        from kernelwright.judge.records import Verdict
+        from kernelwright.report.summary import print_verdict
+
+        print_verdict(out, Verdict.from_dict(result.final))
+    if result.out_dir:
+        out.print(f"exported to {result.out_dir}", markup=False, highlight=False)
+    return 0
+
+
+def review_cmd(args: argparse.Namespace) -> int:
+    """Show a run's evidence; record approve / reject with a note."""
+    from kernelwright.agent import exporting, history
+    from kernelwright.cli import out
+    from kernelwright.store import Store
+
+    with Store.open(args.store) as db:
+        try:
+            run = db.get_run(args.run)
+        except (KeyError, ValueError) as exc:
+            raise _usage(str(exc).strip("'\"")) from None
+        steps = db.run_steps(run["id"])
+        if args.approve or args.reject:
+            db.review_run(run["id"], approved=bool(args.approve), note=args.note or "")
+            exporting.review(run, approved=bool(args.approve), note=args.note or "")
+            run = db.get_run(run["id"])
+            steps = db.run_steps(run["id"])
+    if args.json:
+        sys.stdout.write(json.dumps(history.run_json(run, steps), indent=2, allow_nan=False) + "\n")
+        return 0
+    out.print(history.evidence(run, steps), markup=False, highlight=False)
+    if args.approve or args.reject:
+        out.print(f"recorded: {'approved' if args.approve else 'rejected'}" + (f" ({args.note})" if args.note else ""), markup=False, highlight=False)
+    return 0
+
+
+def runs_list_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.agent import history
+    from kernelwright.cli import out
+    from kernelwright.store import Store
+
+    with Store.open(args.store) as db:
+        runs = db.list_runs(status=args.status, limit=args.limit)
+    if args.json:
+        sys.stdout.write(json.dumps(runs, indent=2, allow_nan=False) + "\n")
+    else:
+        history.print_runs(out, runs)
+    return 0
+
+
+def runs_show_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.agent import history
+    from kernelwright.cli import out
+    from kernelwright.store import Store
+
+    with Store.open(args.store) as db:
+        try:
+            run = db.get_run(args.run)
+        except (KeyError, ValueError) as exc:
+            raise _usage(str(exc).strip("'\"")) from None
+        steps = db.run_steps(run["id"])
+    if args.json:
+        sys.stdout.write(json.dumps(history.run_json(run, steps), indent=2, allow_nan=False) + "\n")
+    else:
+        history.print_run(out, run, steps)
+    return 0
+
+
+# -- parsers ------------------------------------------------------------------------------------------
+
+
+def _store_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+
+
+def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
+    """Objective flags; every default is None so a config file or a recording can set it."""
+    p.add_argument("--target-speedup", type=float, help="stop once a re-judged candidate is this much faster than the faster of eager and torch.compile")
+    p.add_argument("--budget-tokens", type=int, help="stop when prompt + completion tokens reach this")
+    p.add_argument("--budget-minutes", type=float, help="stop after this many minutes (over all resumes)")
+    p.add_argument("--max-turns", type=int, help="refine: model requests in all (default 40); tree / best-of-n: per branch")
+    p.add_argument("--rounds", type=int, help="tree: idea rounds (default 5)")
+    p.add_argument("--stuck-after", type=int, help="pause after this many judged candidates (tree: rounds) without gain (default 4)")
+    p.add_argument("--max-failures", type=int, help="pause after this many failed turns in a row (default 4)")
+    if not full:
+        return
+    p.add_argument("--strategy", choices=STRATEGIES, help="refine (default): one multi-turn trajectory; tree: ideas, K implementations each, a bank; best-of-n")
+    p.add_argument("--branches", type=int, help="tree: implementations per idea; best-of-n: attempts (default 4)")
+    p.add_argument("--ideas", type=int, help="tree: ideas per round (default 2)")
+    p.add_argument("--precision", choices=PRECISIONS, help="numerics candidates may use inside (default fp32)")
+    p.add_argument("--allow-library", action="append", metavar="NAME", help="a library candidates may call (repeatable; " + ", ".join(LIBRARIES) + ")")
+    p.add_argument("--allow-torch-compute", action="store_true", help="let candidates compute with torch operators")
+    p.add_argument("--baselines", choices=BASELINE_MODES, help="measured (default; timed once per run, then taken from the store), cached, or skip")
+    p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile (the target is then against eager)")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
+    p.add_argument("--seeds", type=int, help="secret correctness seeds per verdict (default 3)")
+    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s)")
+    p.add_argument("--price-in", type=float, help="USD per million prompt tokens (cost accounting when the server reports none)")
+    p.add_argument("--price-out", type=float, help="USD per million completion tokens")
+    p.add_argument("--parallel-builds", type=int, help="candidates built at once on the CPU (default 4)")
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the agent's commands on the CLI's subparsers."""
+    o = sub.add_parser("optimize", help="an LLM writes, tests and improves kernels for a problem until they beat eager and torch.compile")
+    o.add_argument("problem", nargs="?", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
+    o.add_argument("--model", help="PROVIDER:MODEL: openai:NAME (any OpenAI-compatible server), anthropic:NAME, or replay:FILE")
+    o.add_argument("--base-url", help="the server's URL (vLLM, SGLang, Ollama, a gateway); keys come only from OPENAI_API_KEY, ANTHROPIC_API_KEY or KERNELWRIGHT_API_KEY")
+    o.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where candidates are judged (default: auto)")
+    o.add_argument("--out", type=Path, default=None, help="where the winner goes as a drop-in package (default: runs/RUN_ID beside the store)")
+    o.add_argument("--config", type=Path, help="a run config file (JSON or TOML) with objective settings; flags win over it")
+    o.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
+    o.add_argument("--note", default="", help="provenance in words, kept with the run and its export")
+    o.add_argument("--demo", action="store_true", help="replay the recording shipped for this device's softmax example; every candidate is judged again")
+    _objective_flags(o, full=True)
+    _store_flag(o)
+    o.set_defaults(func=optimize_cmd)
+    r = sub.add_parser("resume", help="continue a paused run with a hint or an engineer's candidate")
+    r.add_argument("run", help="run id (a unique prefix will do)")
+    r.add_argument("--hint", help="words for the model's next request")
+    r.add_argument("--candidate", type=Path, help="an engineer's own candidate (model_new.py or its folder): judged, counted, and handed to the model")
+    r.add_argument("--model", help="continue with another PROVIDER:MODEL")
+    r.add_argument("--base-url", help="the server's URL, when it moved")
+    _objective_flags(r, full=False)
+    _store_flag(r)
+    r.set_defaults(func=resume_cmd)
+    v = sub.add_parser("review", help="a run's evidence; --approve or --reject records the decision")
+    v.add_argument("run", help="run id (a unique prefix will do)")
+    group = v.add_mutually_exclusive_group()
+    group.add_argument("--approve", action="store_true", help="approve the exported candidate")
+    group.add_argument("--reject", action="store_true", help="reject it")
+    v.add_argument("--note", default="", help="why")
+    _store_flag(v)
+    v.set_defaults(func=review_cmd)
+    rs = sub.add_parser("runs", help="optimisation runs in the store")
+    rsub = rs.add_subparsers(dest="runs_command", required=True)
+    rl = rsub.add_parser("list", help="runs, newest first")
+    rl.add_argument("--status", default=None, help="only runs with this status")
+    rl.add_argument("--limit", type=int, default=50)
+    _store_flag(rl)
+    rl.set_defaults(func=runs_list_cmd)
+    rw = rsub.add_parser("show", help="one run: objective, judged candidates, pauses, hints, reviews, totals")
+    rw.add_argument("run", help="run id (a unique prefix will do)")
+    _store_flag(rw)
+    rw.set_defaults(func=runs_show_cmd)

@@ -1,0 +1,137 @@
+"""The scripted model behind the shipped recordings and the agent's tests: a fixed sequence of
+replies for the softmax examples, played by the scripted local server (agent.scripted). No LLM
+wrote these turns; they exercise every path a real model's turns take: a reply with no code, a
+compile error, a wrong kernel, a slow correct one (CUDA), then tool calls that write, verify and
+submit a good one.
+
+The good candidates are the examples' own (examples/DEVICE/softmax/model_new.py); the failing ones
+are small, realistic edits of a kernel (a dropped semicolon, an off-by-one bound).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+NAIVE_CUDA = r'''"""Softmax over the last dimension: one block of 256 threads per row, three passes (max, sum, write)."""
+
+import torch
+import torch.nn as nn
+
+from kernelwright import runtime
+
+CUDA_SRC = r"""
+#include <cuda_runtime.h>
+#include <math.h>
+
+__global__ void softmax_rows(const float* x, float* y, long cols) {
+    __shared__ float red[256];
+    const float* xr = x + blockIdx.x * cols;
+    float* yr = y + blockIdx.x * cols;
+    float m = -INFINITY;
+    for (long c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, xr[c]);
+    red[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    m = red[0];
+    __syncthreads();
+    float sum = 0.0f;
+    for (long c = threadIdx.x; c < COLS_BOUND; c += blockDim.x) sum += expf(xr[c] - m);
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float inv = 1.0f / red[0];
+    for (long c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = expf(xr[c] - m) * inv;
+}
+
+extern "C" int softmax_forward(const float* x, float* y, long rows, long cols, cudaStream_t stream) {
+    if (rows <= 0 || cols <= 0) return 0;
+    softmax_rows<<<(unsigned)rows, 256, 0, stream>>>(x, y, cols);
+    return (int)cudaGetLastError();
+}
+"""
+
+lib = runtime.load(CUDA_SRC)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        if x.numel() == 0:
+            return y
+        cols = x.shape[-1] if x.dim() > 0 else 1
+        lib.softmax_forward(x, y, x.numel() // cols, cols)
+        return y
+'''
+
+
+def _block(code: str, words: str) -> str:
+    return f"{words}\n\n```python\n{code.rstrip()}\n```\n"
+
+
+def candidates(device: str) -> dict[str, str]:
+    """The scripted candidates for a device: compile_error, wrong, (slow,) good."""
+    good = (EXAMPLES / device / "softmax" / "model_new.py").read_text()
+    if device == "cpu":
+        broken = good.replace("double s = 0.0;", "double s = 0.0", 1)
+        wrong = good.replace("for (long c = 0; c < cols; ++c) {\n            const float e", "for (long c = 0; c < cols - 1; ++c) {\n            const float e", 1)
+        assert broken != good and wrong != good, "examples/cpu/softmax/model_new.py changed: update the scripted edits"
+        return {"compile_error": broken, "wrong": wrong, "good": good}
+    slow = NAIVE_CUDA.replace("COLS_BOUND", "cols")
+    broken = slow.replace("m = red[0];", "m = red[0]", 1)
+    wrong = NAIVE_CUDA.replace("COLS_BOUND", "cols - 1")
+    return {"compile_error": broken, "wrong": wrong, "slow": slow, "good": good}
+
+
+def optimize_script(device: str) -> list[dict[str, Any]]:
+    """The full flow: no code, a compile error, a wrong kernel, (a slow correct one,) then tool calls
+    that write the good kernel, verify it and submit it; then DONE."""
+    c = candidates(device)
+    script: list[dict[str, Any]] = [
+        {"text": "Softmax is memory bound: read each row once, keep it on chip, write once. I will write that kernel."},
+        {"text": _block(c["compile_error"], "Here is a first kernel.")},
+        {"text": _block(c["wrong"], "Fixed the syntax error.")},
+    ]
+    if "slow" in c:
+        script.append({"text": _block(c["slow"], "Fixed the bound of the sum loop. Three passes over each row for now.")})
+    script += [
+        {"text": "One pass with the row held on chip should be faster.",
+         "tool_calls": [{"name": "write_file", "arguments": {"path": "model_new.py", "content": c["good"]}}, {"name": "verify", "arguments": {}}]},
+        {"tool_calls": [{"name": "submit", "arguments": {"note": "single pass, row on chip"}}]},
+        {"text": "DONE"},
+    ]
+    return script
+
+
+def stall_script(device: str, hint_words: str) -> list[dict[str, Any]]:
+    """A model that keeps sending the same wrong kernel until an engineer's hint (matched by
+    `hint_words` in the request) arrives; then the good one."""
+    c = candidates(device)
+    wrong = {"text": _block(c["wrong"], "Here is the kernel.")}
+    w = re.escape(hint_words)
+    return [
+        {"when": w, "text": _block(c["good"], "Following the hint.")},
+        {"when": "(?s)^(?!.*" + w + ")", **wrong},
+        {"when": "(?s)^(?!.*" + w + ")", **wrong},
+        {"when": "(?s)^(?!.*" + w + ")", **wrong},
+        {"text": "DONE"},
+    ]
+
+
+def write(path: Path, script: list[dict[str, Any]]) -> None:
+    """A script file for `python -m kernelwright.agent.scripted`."""
+    path.write_text(json.dumps({"entries": script}, indent=1) + "\n")

@@ -1,0 +1,98 @@
+"""The end of a run: the re-judged winner becomes a drop-in package (agent.export) with the run's
+recording beside it (agent.replay's format), and the run's row says how it ended. `review` carries
+an engineer's decision into an earlier export.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kernelwright.agent import history
+from kernelwright.agent.export import ExportInfo, export_package, is_export, write_review
+from kernelwright.agent.records import RunStatus, StepKind
+from kernelwright.agent.replay import write_recording
+
+RECORDING = "recording.json"
+
+
+def default_out_dir(store_path: Path, run_id: str) -> Path:
+    """runs/RUN_ID beside the store file."""
+    return store_path.parent / "runs" / run_id
+
+
+def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str], state: dict[str, Any]) -> Any:
+    """Export the re-judged winner and its recording; mark the run succeeded or finished."""
+    from kernelwright.agent.optimize import SLIM_KEYS, RunResult
+
+    runlog, db = ctx.runlog, ctx.runlog.db()
+    run = db.get_run(runlog.run_id)
+    meta = state.get("meta") or {}
+    out_dir = Path(meta.get("out_dir") or run.get("out_dir") or default_out_dir(db.path, runlog.run_id))
+    verdict = judged.verdict.to_dict()
+    met = ctx.target_met(verdict)
+    status = RunStatus.SUCCEEDED if met else RunStatus.FINISHED
+    steps = db.run_steps(runlog.run_id)
+    prov = provenance(ctx, run, meta)
+    info = ExportInfo(run_id=runlog.run_id, problem_name=ctx.problem.name, problem_hash=ctx.problem.hash, problem_spec=run["problem_spec"],
+                      model=run["model"], strategy=ctx.objective.strategy, objective=ctx.objective.to_dict(),
+                      candidate_hash=judged.candidate_hash, files=files, verdict=verdict,
+                      search_verdict={k: entry.verdict.get(k) for k in SLIM_KEYS}, history=tuple(history.candidate_rows(steps)),
+                      totals=db.run_totals(runlog.run_id), approved=run.get("approved"), review_note=run.get("review_note") or "",
+                      provenance=prov, extras={RECORDING: recording_text(ctx, steps, prov)})
+    export_package(out_dir, info)
+    s = verdict.get("speedup_vs_best")
+    summary = (f"{status.value}: {reason}; exported {entry.key} ({judged.candidate_hash[:12]}): re-judged on fresh seeds "
+               + (f"{verdict.get('runtime_ms'):.4g} ms, {s:.3f}x the faster baseline" if s else "correct")
+               + (f" (target {ctx.objective.target_speedup:g}x met)" if met else
+                  (f" (target {ctx.objective.target_speedup:g}x not met)" if ctx.objective.target_speedup else "")))
+    runlog.step(StepKind.EXPORT, {"out_dir": str(out_dir), "candidate_hash": judged.candidate_hash, "verdict_id": judged.verdict_id})
+    runlog.update(status=status, out_dir=str(out_dir), summary=summary)
+    runlog.say(summary)
+    runlog.say(f"exported to {out_dir}")
+    return RunResult(runlog.run_id, status, summary, verdict, out_dir)
+
+
+def provenance(ctx: Any, run: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """Where the run came from: backend, server, device, commit; for a replay, the recording's own provenance."""
+    prov: dict[str, Any] = {"run_id": run["id"], "made_by": "kernelwright optimize", "backend": run["model"], "base_url": meta.get("base_url"),
+                            "device": ctx.device, "commit": git_commit(), "note": meta.get("note") or None, "replayed": ctx.replay}
+    if ctx.replay:
+        prov["recording"] = ctx.backend.path
+        prov["recording_provenance"] = ctx.backend.recording.get("provenance")
+    return prov
+
+
+def recording_text(ctx: Any, steps: list[dict[str, Any]], prov: dict[str, Any]) -> str:
+    """The run's model turns as a recording, replayable with `--model replay:FILE`; the verdicts
+    ride along for divergence reports only."""
+    turns = [{"key": s["payload"]["key"], "reply": s["payload"]["reply"]} for s in steps if s["kind"] == StepKind.RESPONSE.value]
+    verdicts = [{"key": s["payload"].get("key", ""), "status": (s["payload"].get("verdict") or {}).get("status"),
+                 "runtime_ms": (s["payload"].get("verdict") or {}).get("runtime_ms"),
+                 "speedup_vs_best": (s["payload"].get("verdict") or {}).get("speedup_vs_best")}
+                for s in steps if s["kind"] == StepKind.CANDIDATE.value]
+    problem = {"name": ctx.problem.name, "hash": ctx.problem.hash, "source": ctx.problem.source}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / RECORDING
+        write_recording(path, provenance=prov, problem=problem, objective=ctx.objective, strategy=ctx.objective.strategy,
+                        turns=turns, recorded_verdicts=verdicts)
+        return path.read_text()
+
+
+def review(run: dict[str, Any], *, approved: bool, note: str) -> None:
+    """Carry a review into the run's export, when it has one."""
+    out_dir = run.get("out_dir")
+    if out_dir and is_export(out_dir):
+        write_review(out_dir, approved=approved, note=note)
+
+
+def git_commit() -> str | None:
+    """The source checkout's commit, when there is one."""
+    try:
+        root = Path(__file__).resolve().parents[3]
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        return done.stdout.strip() or None if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,249 @@
+"""An optimisation run from start to export: `start` a run, `resume` a paused one with an engineer's
+hint or candidate, and the final choice, re-judged in a fresh evaluation on fresh secret seeds (and
+under compute-sanitizer on a GPU) before it is exported: the number a search picked its winner by is
+never the number reported.
+
+Every step goes to the store as it happens (agent.runlog); the loop's state is saved after every
+turn, so a run that crashed or was interrupted resumes where it stood.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelwright.agent import prompts, search
+from kernelwright.agent.feedback import describe
+from kernelwright.agent.llm import make_backend
+from kernelwright.agent.loop import Context, Counters, Entry
+from kernelwright.agent.objective import Objective
+from kernelwright.agent.records import Message, Role, RunStatus, StepKind
+from kernelwright.agent.runlog import RunLog
+from kernelwright.agent.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+FINAL_TRIES = 3  # candidates re-judged at most, fastest first, until one passes again
+SLIM_KEYS = ("status", "runtime_ms", "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile", "speedup_vs_best",
+             "max_abs_error", "baseline_source")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """What `kernelwright optimize` was asked."""
+
+    problem_spec: str  # path, builtin:NAME or kernelbench:PATH:LEVEL:ID
+    model: str  # PROVIDER:MODEL
+    objective: Objective  # goal, rules and budgets
+    base_url: str | None = None  # an OpenAI-compatible or Anthropic server
+    device: str = "auto"  # auto, cuda or cpu
+    out_dir: Path | None = None  # where the winner goes (default: beside the store, runs/RUN_ID)
+    store: Path | None = None  # the SQLite store
+    timeout_s: float = 600.0  # per model request
+    note: str = ""  # provenance in words (e.g. which scripted server answered), kept with the export
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run (or a resumed stretch of it) ended."""
+
+    run_id: str  # run-xxxxxxxx
+    status: RunStatus  # succeeded, finished, paused, ...
+    summary: str  # why it stopped, in words
+    final: dict[str, Any] | None  # the exported candidate's fresh verdict
+    out_dir: Path | None  # the drop-in package, when one was exported
+
+
+def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
+    """Create a run and drive it until it finishes or pauses."""
+    from kernelwright.judge.evaluate import resolve_device
+    from kernelwright.problems.loader import load_problem
+    from kernelwright.store.runs import new_run_id
+
+    problem = load_problem(req.problem_spec)
+    device = resolve_device(req.device)
+    backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
+    run_id = new_run_id()
+    runlog = RunLog(req.store, run_id, progress=progress)
+    runlog.db().create_run(run_id, problem_hash=problem.hash, problem_name=problem.name, problem_spec=req.problem_spec,
+                           model=backend.name, strategy=req.objective.strategy, objective=req.objective.to_dict())
+    meta = {"note": req.note, "base_url": req.base_url, "device": device, "out_dir": str(req.out_dir) if req.out_dir else None}
+    runlog.say(f"{run_id}: {problem.name} with {backend.name}, strategy {req.objective.strategy}, device {device}")
+    ctx = _context(problem, req.objective, backend, runlog, device, req.store)
+    _replay_check(ctx, problem)
+    return _drive(ctx, {"meta": meta}, first=True)
+
+
+def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = None, store: Path | None = None, model: str | None = None,
+           base_url: str | None = None, changes: dict[str, Any] | None = None, progress: Progress | None = None) -> RunResult:
+    """Continue a run where it stood, with an engineer's hint and/or candidate."""
+    from kernelwright.problems.loader import load_problem
+
+    runlog = RunLog(store, run_id, progress=progress)
+    run = runlog.db().get_run(run_id)
+    runlog.run_id = run_id = run["id"]
+    problem = load_problem(run["problem_spec"])
+    if problem.hash != run["problem_hash"]:
+        raise ValueError(f"{run['problem_spec']} changed since {run_id} started (hash {problem.hash[:12]}, the run has "
+                         f"{run['problem_hash'][:12]}); a run continues on the problem it started on")
+    state = dict(run.get("state") or {})
+    meta = dict(state.get("meta") or {})
+    objective = Objective.from_dict({**run["objective"], **(changes or {})})
+    backend = make_backend(model or run["model"], base_url=base_url or meta.get("base_url"), price=objective.cost)
+    runlog.load_totals()
+    runlog._started -= float(state.get("elapsed_s") or 0.0)
+    ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store)
+    _restore(ctx, state)
+    ctx.counters.since_gain = ctx.counters.failures = 0  # an engineer stepped in: the stall counters start again
+    runlog.say(f"resuming {run_id} ({run['status']}): {problem.name} with {backend.name}")
+    inject: list[Message] = []
+    if hint:
+        runlog.step(StepKind.HINT, {"text": hint})
+        inject.append(Message(Role.USER, prompts.hint(hint)))
+        state["hints"] = list(state.get("hints", [])) + [hint]
+    if candidate is not None:
+        inject.append(_engineer(ctx, candidate, state))
+    return _drive(ctx, state, inject=inject)
+
+
+def _context(problem: Any, objective: Objective, backend: Any, runlog: RunLog, device: str, store: Path | None) -> Context:
+    from kernelwright.agent.judging import Judge
+
+    judge = Judge(problem, objective, device=device, store=store, progress=None)
+    workroot = Path(tempfile.mkdtemp(prefix=f"kw-{runlog.run_id}-"))
+    return Context(problem=problem, objective=objective, backend=backend, judge=judge, runlog=runlog, device=device,
+                   workroot=workroot, replay=backend.name.startswith("replay:"))
+
+
+def _replay_check(ctx: Context, problem: Any) -> None:
+    """A recording made for another problem still replays, with a warning in the run."""
+    if not ctx.replay:
+        return
+    recorded = (ctx.backend.recording.get("problem") or {}).get("hash")
+    if recorded and recorded != problem.hash:
+        text = f"the recording was made on a problem with hash {recorded[:12]}, not {problem.hash[:12]}: its turns may not fit"
+        ctx.runlog.step(StepKind.NOTE, {"warning": text})
+        ctx.runlog.say("warning: " + text)
+
+
+def _engineer(ctx: Context, candidate: Path, state: dict[str, Any]) -> Message:
+    """Judge an engineer's candidate, count it, and tell the model about it."""
+    ctx.runlog.say(f"judging the engineer's candidate {candidate}")
+    judged = ctx.judge.full(Path(candidate))
+    search.engineer_entry(ctx, judged)
+    if state.get("trajectory"):
+        state["trajectory"]["workspace"] = dict(judged.files)
+    return Message(Role.USER, prompts.engineer_candidate(judged.files, describe(judged, target_speedup=ctx.objective.target_speedup)))
+
+
+# -- driving ------------------------------------------------------------------------------------------
+
+
+def _drive(ctx: Context, state: dict[str, Any], *, first: bool = False, inject: list[Message] | None = None) -> RunResult:
+    """Run the strategy; pause, or re-judge and export. A crash marks the run failed, Ctrl-C interrupted."""
+    runlog = ctx.runlog
+    runlog.update(status=RunStatus.RUNNING)
+    save = _saver(ctx, state)
+    try:
+        if ctx.objective.baselines != "skip":
+            runlog.say("measuring the eager and torch.compile baselines")
+            ctx.judge.ensure_baselines()
+        ending = _strategy(ctx, state, save, inject or [])
+        if ending.pause:
+            return _pause(ctx, ending.reason)
+        return _final(ctx, ending.reason, state)
+    except KeyboardInterrupt:
+        save({})
+        runlog.update(status=RunStatus.INTERRUPTED, summary="interrupted (Ctrl-C); `kernelwright resume` continues it")
+        raise
+    except Exception as exc:
+        save({})
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-1500:]
+        runlog.update(status=RunStatus.FAILED, summary=f"the run broke: {type(exc).__name__}: {exc}\n{tail}")
+        raise
+    finally:
+        shutil.rmtree(ctx.workroot, ignore_errors=True)
+
+
+def _strategy(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any]], None], inject: list[Message]) -> search.Ending:
+    strategy = ctx.objective.strategy
+    if strategy == "refine":
+        traj = search.restore_refine(ctx, state) if state.get("trajectory") else search.start_refine(ctx)
+        for m in inject:
+            traj.add(m)
+        return search.refine(ctx, traj, save)
+    files_of = lambda h: ctx.runlog.db().get_candidate_files(h)  # noqa: E731
+    if strategy == "tree":
+        return search.tree(ctx, state, save, files_of)
+    return search.best_of_n(ctx, state, save)
+
+
+def _saver(ctx: Context, state: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """A function that folds the strategy's progress into the run's saved state."""
+
+    def save(extra: dict[str, Any]) -> None:
+        state.update(extra)
+        state.update({"counters": dataclasses.asdict(ctx.counters), "elapsed_s": ctx.runlog.elapsed_s,
+                      "entries": [_slim(e) for e in ctx.entries], "best": _slim(ctx.best) if ctx.best else None})
+        ctx.runlog.update(state=state, best=state["best"])
+
+    return save
+
+
+def _slim(entry: Entry) -> dict[str, Any]:
+    d = entry.to_dict()
+    d["verdict"] = {k: entry.verdict.get(k) for k in SLIM_KEYS}
+    return d
+
+
+def _restore(ctx: Context, state: dict[str, Any]) -> None:
+    ctx.entries = [Entry.from_dict(e) for e in state.get("entries", [])]
+    ctx.best = Entry.from_dict(state["best"]) if state.get("best") else None
+    ctx.counters = Counters(**state.get("counters", {}))
+
+
+def _pause(ctx: Context, reason: str) -> RunResult:
+    best = ctx.best
+    where = (f"best so far {best.runtime_ms:.4g} ms ({best.verdict.get('speedup_vs_best') or 0:.3f}x the faster baseline, {best.key})"
+             if best else "no verified candidate yet")
+    summary = (f"paused: {reason}; {where}. Continue with `kernelwright resume {ctx.runlog.run_id} --hint TEXT` "
+               f"or `--candidate DIR`; `kernelwright runs show {ctx.runlog.run_id}` has the evidence.")
+    ctx.runlog.step(StepKind.PAUSE, {"reason": reason, "summary": summary})
+    ctx.runlog.update(status=RunStatus.PAUSED, summary=summary)
+    ctx.runlog.say(summary)
+    return RunResult(ctx.runlog.run_id, RunStatus.PAUSED, summary, None, None)
+
+
+def _final(ctx: Context, reason: str, state: dict[str, Any]) -> RunResult:
+    """Re-judge the fastest candidates afresh until one passes again; export it."""
+    from kernelwright.agent import exporting
+
+    runlog = ctx.runlog
+    ranked: list[Entry] = []
+    for e in sorted((e for e in ctx.entries if e.correct), key=lambda e: e.runtime_ms):
+        if e.candidate_hash not in {r.candidate_hash for r in ranked}:
+            ranked.append(e)
+    for entry in ranked[:FINAL_TRIES]:
+        files = runlog.db().get_candidate_files(entry.candidate_hash)
+        ws = Workspace(ctx.workroot / "final")
+        ws.root.mkdir(parents=True, exist_ok=True)
+        ws.load(files)
+        runlog.say(f"re-judging {entry.key} ({entry.candidate_hash[:12]}) in a fresh evaluation on fresh seeds")
+        judged = ctx.judge.final(ws.root)
+        verdict = judged.verdict.to_dict()
+        runlog.step(StepKind.FINAL, {"candidate_hash": entry.candidate_hash, "verdict_id": judged.verdict_id, "verdict": verdict,
+                                     "search_verdict": {k: entry.verdict.get(k) for k in SLIM_KEYS}, "key": entry.key})
+        if verdict.get("status") == "correct":
+            return exporting.finish(ctx, reason, entry, judged, files, state)
+        runlog.say(f"{entry.key} did not pass again ({verdict.get('status')}); trying the next")
+    summary = f"finished: {reason}; " + ("no candidate passed the fresh re-judge" if ranked else "no verified candidate")
+    runlog.update(status=RunStatus.FINISHED, summary=summary)
+    runlog.say(summary)
+    return RunResult(runlog.run_id, RunStatus.FINISHED, summary, None, None)

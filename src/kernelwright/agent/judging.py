@@ -1,0 +1,270 @@
+"""The judge as the agent and its tools use it: compile, verify, full and final judgements of a
+candidate folder, cached by content hash, every verdict kept in the store.
+
+Generated code never runs in this process: verdicts come from judge.evaluate, raw builds from the
+compilers (judge.candidate.prebuild), and a torch extension is built by importing the candidate in
+a build child (judge.workers), as the judge itself does.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelwright.agent.objective import Objective
+from kernelwright.judge.build import cache_dir
+from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
+from kernelwright.judge.policy import Policy
+from kernelwright.judge.records import BuildPath, Status, Verdict, truncate
+from kernelwright.judge.snapshot import files_hash, read_candidate, snapshot
+from kernelwright.problems.loader import Problem
+from kernelwright.store import default_store_path
+
+log = logging.getLogger(__name__)
+
+MODES = ("verify", "full", "final")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One judgement of a candidate."""
+
+    mode: str  # "verify" (correctness only), "full" (the objective's policy) or "final" (fresh seeds, measured baselines)
+    verdict: Verdict  # the judge's verdict
+    verdict_id: str | None  # the store's id for the verdict (None when not stored)
+    candidate_hash: str  # the judged files' content hash (judge.snapshot.files_hash)
+    files: dict[str, str]  # the judged files, {relative name: text}
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """A compile-only result: no correctness, no timing."""
+
+    ok: bool  # True when every kernel source built (or there was nothing to build)
+    log: str  # compiler output (errors first), or why nothing was built
+    seconds: float  # wall time of the build
+    resources: list[dict[str, Any]] = field(default_factory=list)  # per source: name, registers, shared_bytes, spills, cached
+    build_path: str = BuildPath.NONE.value  # raw, torch_extension or none
+
+
+class Judge:
+    """Judges candidate folders for one problem under one objective.
+
+    - `verify`: correctness only (no timing, no baselines), cached per candidate hash (an
+      `infra_error`, the judge's own failure, is not cached).
+    - `full`: the objective's policy, cached per candidate hash. Baselines: when the objective
+      says "measured" or "cached" and `cache_baselines` is set (the default), eager and
+      torch.compile are measured once per Judge (`ensure_baselines`, judge.baseline.run), kept in
+      the store, and every full verdict takes them from there (policy baselines="cached"), so the
+      tools do not re-time the reference for every candidate. With `cache_baselines=False` the
+      objective's own setting stands ("measured": timed beside every candidate). "skip" stays skip.
+      With `record=False` nothing can be cached, so the objective's setting stands too.
+    - `final`: a fresh evaluation, never cached: fresh secret seeds, baselines measured in the same
+      run, compute-sanitizer on the GPU.
+
+    `store` is the SQLite store's path (None: the default store, as everywhere in kernelwright);
+    every verdict is kept there with its problem and files, as `kernelwright eval` keeps them.
+    `record=False` keeps nothing (verdict_id stays None). Only one evaluation runs at a time per
+    Judge (one device); builds (`prebuild`) run in parallel.
+    """
+
+    def __init__(self, problem: Problem, objective: Objective, *, device: str, store: Path | None,
+                 progress: Callable[[str], None] | None = None, cache_baselines: bool = True, record: bool = True) -> None:
+        from kernelwright.judge.evaluate import resolve_device
+
+        self.problem, self.objective = problem, objective
+        self.device = resolve_device(device)
+        self.store: Path | None = (Path(store).expanduser() if store is not None else default_store_path()) if record else None
+        self.progress = progress
+        self.cache_baselines = cache_baselines
+        self._cache: dict[tuple[str, str], Judged] = {}
+        self._lock = threading.Lock()  # the cache and the baseline record
+        self.device_lock = threading.Lock()  # one evaluation (or other device work: profiles) at a time
+        self._baselines: dict[str, Any] | None = None
+        self._baselines_done = False
+
+    # -- policies -----------------------------------------------------------------------------
+
+    def baseline_mode(self) -> str:
+        """The baselines setting full() judges with (see the class docstring)."""
+        wanted = self.objective.baselines
+        if wanted == "skip" or not self.cache_baselines or self.store is None:
+            return wanted
+        return "cached"
+
+    def policy(self, mode: str) -> Policy:
+        """The judge's policy for a mode."""
+        if mode == "verify":
+            return self.objective.policy(time_candidate=False, baselines="skip", compile_baseline=False)
+        if mode == "full":
+            return self.objective.policy(baselines=self.baseline_mode())
+        if mode == "final":
+            return self.objective.policy(seeds=None, baselines="measured", sanitize=self.device == "cuda")
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+    # -- judging ------------------------------------------------------------------------------
+
+    def verify(self, cand_dir: Path) -> Judged:
+        """Correctness only; cached by candidate hash."""
+        return self._cached(cand_dir, "verify")
+
+    def full(self, cand_dir: Path) -> Judged:
+        """The objective's policy (baselines from the store cache when set up); cached by hash."""
+        if self.baseline_mode() == "cached":
+            self.ensure_baselines()
+        return self._cached(cand_dir, "full")
+
+    def final(self, cand_dir: Path) -> Judged:
+        """A fresh judgement on fresh secret seeds, baselines measured beside the candidate."""
+        return self._judge(cand_dir, "final", files_hash(cand_dir), read_candidate(cand_dir))
+
+    def cached(self, candidate_hash: str, mode: str) -> Judged | None:
+        """A judgement already made for this hash and mode, or None."""
+        with self._lock:
+            return self._cache.get((candidate_hash, mode))
+
+    def _cached(self, cand_dir: Path, mode: str) -> Judged:
+        files = read_candidate(cand_dir)  # ValueError for a folder without model_new.py
+        digest = files_hash(cand_dir)
+        hit = self.cached(digest, mode)
+        if hit is not None:
+            return hit
+        judged = self._judge(cand_dir, mode, digest, files)
+        if judged.verdict.status != Status.INFRA_ERROR:  # the judge's own failure: the next call tries again
+            with self._lock:
+                self._cache[(digest, mode)] = judged
+        return judged
+
+    def _judge(self, cand_dir: Path, mode: str, digest: str, files: dict[str, str]) -> Judged:
+        from kernelwright.judge.evaluate import evaluate
+
+        with self.device_lock:
+            verdict = evaluate(self.problem, Path(cand_dir), self.policy(mode), device=self.device, progress=self.progress,
+                               baseline_store=self.store)
+        return Judged(mode, verdict, self._keep(verdict, files), digest, files)
+
+    def _keep(self, verdict: Verdict, files: dict[str, str]) -> str | None:
+        """Store problem, files and verdict (as `kernelwright eval` does); the verdict id or None.
+        A store failure is logged, never a lost verdict."""
+        if self.store is None or not verdict.candidate.get("hash"):
+            return None
+        from kernelwright.store import Store
+
+        try:
+            with Store.open(self.store) as db:
+                db.put_problem(self.problem.hash, self.problem.name, str(self.problem.path), self.problem.source)
+                db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files)
+                return db.put_verdict(verdict)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("the verdict was not stored: %s: %s", type(exc).__name__, exc)
+            return None
+
+    # -- baselines ----------------------------------------------------------------------------
+
+    def ensure_baselines(self) -> dict[str, Any] | None:
+        """Measure (or find in the store) eager and torch.compile times for the problem, once per
+        Judge; the record's dict, or None when baselines are skipped, nothing is recorded, or the
+        measurement failed (full() then measures them beside the candidate)."""
+        with self._lock:
+            if self._baselines_done:
+                return self._baselines
+            self._baselines_done = True
+        if self.objective.baselines == "skip" or self.store is None:
+            return None
+        from kernelwright.judge import baseline
+        from kernelwright.store import Store
+
+        self._say("measuring the baselines (eager, torch.compile) once for this run")
+        try:
+            with self.device_lock, Store.open(self.store) as db:
+                rec = baseline.run([self.problem], device=self.device, policy=self.policy("full"), store=db)[0]
+        except Exception as exc:  # noqa: BLE001 - without the cache, full() measures them itself
+            log.warning("baselines could not be measured: %s: %s", type(exc).__name__, exc)
+            return None
+        record = rec.to_dict() if rec.eager_ms is not None else None
+        with self._lock:
+            self._baselines = record
+        return record
+
+    # -- building -----------------------------------------------------------------------------
+
+    def compile(self, cand_dir: Path) -> BuildReport:
+        """Build the candidate's kernels without judging it. Raw sources go to the compilers; a
+        torch extension is built by importing the candidate in a build child."""
+        t0 = time.perf_counter()
+        try:
+            files = discover(cand_dir)
+        except CandidateSyntaxError as exc:
+            return BuildReport(False, f"syntax error in the candidate: {exc.message} (line {exc.line})", time.perf_counter() - t0)
+        if files.build_path == BuildPath.RAW:
+            return self._compile_raw(files, t0)
+        if files.build_path == BuildPath.TORCH_EXTENSION:
+            return self._compile_extension(files, t0)
+        return BuildReport(True, "no kernel sources found: nothing to build (no runtime.load source, no kernels/ file, no cpp_extension)",
+                           time.perf_counter() - t0)
+
+    def _compile_raw(self, files: CandidateFiles, t0: float) -> BuildReport:
+        results = prebuild(files, timeout_s=self.objective.policy().build_timeout_s)
+        failed = [r for r in results if not r.ok]
+        text = "\n".join(("build timed out\n" if r.timed_out else "") + r.log for r in (failed or results))
+        rows = [{"name": s.name, "cached": r.cached, **(dataclasses.asdict(r.resources) if r.resources else {})} for s, r in zip(files.sources, results)]
+        return BuildReport(not failed, truncate(text.strip()), time.perf_counter() - t0, rows, BuildPath.RAW.value)
+
+    def _compile_extension(self, files: CandidateFiles, t0: float) -> BuildReport:
+        """Import a private copy of the candidate in a build child, with the extension folder the
+        judge's own build child will use (keyed by content hash), so verify() finds it built."""
+        from kernelwright.judge.workers import Child, ChildConfig, ChildError
+
+        policy = self.objective.policy()
+        ext_dir = cache_dir() / "torch_extensions" / files.hash[:16]
+        ext_dir.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="kw-agent-build-"))
+        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), "TORCH_EXTENSIONS_DIR": str(ext_dir)}
+        child = None
+        try:
+            main = snapshot(files.root, workdir / "candidate")
+            child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env))
+            args = {"problem_path": str(self.problem.path), "candidate_path": str(main), "device": self.device,
+                    "precision": policy.precision, "init_seed": 1, "check_identities": False}
+            child.call("setup", args, timeout_s=policy.build_timeout_s)
+            return BuildReport(True, "torch extension built and ModelNew constructed", time.perf_counter() - t0, [],
+                               BuildPath.TORCH_EXTENSION.value)
+        except ChildError as exc:
+            if exc.kind in ("timeout", "died"):
+                shutil.rmtree(ext_dir, ignore_errors=True)  # torch's lock file would block the next build
+            return BuildReport(False, truncate(f"{exc}\n{exc.log_tail}"), time.perf_counter() - t0, [], BuildPath.TORCH_EXTENSION.value)
+        finally:
+            if child is not None:
+                child.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def prebuild(self, cand_dirs: list[Path]) -> None:
+        """Build many candidates' raw kernels in parallel threads (objective.parallel_builds) so
+        that later judging hits the build cache. Failures are left for the judge to report; torch
+        extensions are left to the judge's own build child (it may need the device)."""
+        def one(path: Path) -> None:
+            try:
+                files = discover(path)
+                if files.build_path == BuildPath.RAW:
+                    prebuild(files, timeout_s=self.objective.policy().build_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the judge reports it properly later
+                log.debug("prebuild of %s: %s", path, exc)
+
+        if not cand_dirs:
+            return
+        workers = max(1, min(self.objective.parallel_builds, len(cand_dirs)))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kw-prebuild") as pool:
+            list(pool.map(one, cand_dirs))
+
+    def _say(self, msg: str) -> None:
+        log.info("%s", msg)
+        if self.progress is not None:
+            self.progress(msg)

@@ -152,6 +152,7 @@ def tree(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any]], N
         if reason:
             return Ending(False, reason)
         best_before = ctx.best.runtime_ms if ctx.best else None
+        rounds_without_gain = ctx.counters.since_gain  # the tree counts rounds, not candidates
         seeds = bank(ctx, files_of)
         ideas_text = prompts.ideas_prompt(ctx.problem, ctx.device, seeds, tried, o.ideas) + "".join("\n\n" + prompts.hint(h) for h in hints)
         traj = Trajectory(ctx, f"r{r}/ideas/", [ctx.system_message(), Message(Role.USER, ideas_text)], tools=False)
@@ -167,7 +168,7 @@ def tree(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any]], N
                                   for i, b in jobs])
         tried += [{"idea": ideas[i], "outcome": account} for (i, _), (_, account) in zip(jobs, results)]
         gained = ctx.best is not None and (best_before is None or ctx.best.runtime_ms < best_before)
-        ctx.counters.since_gain = 0 if gained else ctx.counters.since_gain + 1
+        ctx.counters.since_gain = 0 if gained else rounds_without_gain + 1
         ctx.counters.failures = 0 if any(not out.failed for out, _ in results) else ctx.counters.failures + 1
         ctx.runlog.step(StepKind.BANK, {"round": r, "bank": [{k: v for k, v in e.items() if k != "files"} for e in bank(ctx, files_of)]}, branch=f"r{r}")
         save({"round": r + 1, "tried": tried, "hints": hints})

@@ -81,9 +81,11 @@ def _steps(store: Path, run_id: str) -> list[dict]:
 
 def section_flow(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
     problem = str(ROOT / "examples" / a.device / "softmax" / "problem.py")
-    with ScriptedServer(demo_script.optimize_script(a.device)) as server:
+    script = demo_script.optimize_script(a.device)
+    with ScriptedServer(script) as server:
         rc, result, wall = _cli(["optimize", problem, "--model", "openai:scripted", "--base-url", server.url, *common,
-                                 "--target-speedup", str(a.target), "--max-turns", "8", "--out", str(out / "flow_export"),
+                                 *(["--target-speedup", str(a.target)] if a.device == "cuda" else []),  # CPU times are never claims
+                                 "--max-turns", str(len(script)), "--out", str(out / "flow_export"),
                                  "--note", f"scripted local server (kernelwright.agent.scripted), script demo_script.optimize_script('{a.device}')"],
                                 out / "flow_console.log", a.timeout_s)
         carried = _carried(server.requests)
@@ -134,9 +136,10 @@ def main() -> int:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--commit", default="unknown")
     p.add_argument("--sections", default="flow,stall,replay")
-    p.add_argument("--target", type=float, default=1.2, help="target speedup for flow and stall")
+    p.add_argument("--target", type=float, default=None, help="target speedup for flow (CUDA only) and stall (default 1.2 on CUDA, 0.1 on CPU)")
     p.add_argument("--timeout-s", type=float, default=280.0, help="per CLI call")
     a = p.parse_args()
+    a.target = a.target if a.target is not None else (1.2 if a.device == "cuda" else 0.1)
     a.out.mkdir(parents=True, exist_ok=True)
     common = ["--device", a.device, "--store", str(a.out / "store.sqlite")]
     doc = {"provenance": provenance(a), "sections": {}}

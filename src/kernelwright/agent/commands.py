@@ -14,9 +14,13 @@ from typing import Any
 from kernelwright.agent.objective import STRATEGIES, load_config, merge
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
 from kernelwright.judge.provenance import LIBRARIES
+from kernelwright.problems.loader import ProblemError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEMO_PROBLEM = "softmax"  # the demo's problem under examples/DEVICE/, and its recording examples/recordings/DEVICE_softmax.json
+
+# what a replay takes from the recording's objective (never the judging rules: tolerances, precision, libraries...)
+SEARCH_SETTINGS = ("strategy", "rounds", "branches", "ideas", "max_turns", "target_speedup", "stuck_after", "max_failures")
 
 # flag name -> objective field, for the flags that map one to one
 OBJECTIVE_FLAGS = {
@@ -24,7 +28,7 @@ OBJECTIVE_FLAGS = {
     "budget_tokens": "budget_tokens", "budget_minutes": "budget_minutes", "target_speedup": "target_speedup",
     "stuck_after": "stuck_after", "max_failures": "max_failures", "precision": "precision", "baselines": "baselines",
     "compile_mode": "compile_mode", "seeds": "seeds", "timing_budget_s": "timing_budget_s", "price_in": "price_in_per_mtok",
-    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds",
+    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds", "sanitize_timeout_s": "sanitize_timeout_s",
 }
 
 
@@ -43,6 +47,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags["allow_torch_compute"] = True
     if getattr(args, "no_compile_baseline", False):
         flags["compile_baseline"] = False
+    if getattr(args, "no_sanitize", False):
+        flags["sanitize_final"] = False
     return flags
 
 
@@ -64,8 +70,9 @@ def _objective(args: argparse.Namespace, model: str) -> Any:
 
     base: dict[str, Any] = {}
     try:
-        if model.startswith("replay:"):
-            base.update(load_recording(model[len("replay:"):]).get("objective") or {})
+        if model.startswith("replay:"):  # the recording's search settings only: the judging rules come from flags and defaults
+            recorded = load_recording(model[len("replay:"):]).get("objective") or {}
+            base.update({k: v for k, v in recorded.items() if k in SEARCH_SETTINGS})
         if args.config:
             base.update(load_config(args.config))
         return merge(base, _flags(args))
@@ -86,6 +93,8 @@ def optimize_cmd(args: argparse.Namespace) -> int:
                               note=args.note or ("demo: replay of a recording shipped in examples/recordings" if args.demo else ""))
     try:
         result = optimize.start(req, progress=_progress(args))
+    except ProblemError:
+        raise
     except ValueError as exc:
         raise _usage(str(exc)) from None
     return _report(args, result)
@@ -99,6 +108,8 @@ def resume_cmd(args: argparse.Namespace) -> int:
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
                                  base_url=args.base_url, changes=changes, progress=_progress(args))
+    except ProblemError:
+        raise
     except (KeyError, ValueError) as exc:
         raise _usage(str(exc).strip("'\"")) from None
     return _report(args, result)
@@ -221,6 +232,8 @@ def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
     p.add_argument("--price-in", type=float, help="USD per million prompt tokens (cost accounting when the server reports none)")
     p.add_argument("--price-out", type=float, help="USD per million completion tokens")
     p.add_argument("--parallel-builds", type=int, help="candidates built at once on the CPU (default 4)")
+    p.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer in the final re-judge (GPU)")
+    p.add_argument("--sanitize-timeout-s", type=float, help="per sanitizer tool in the final re-judge (default 600 s)")
 
 
 def add_parsers(sub: Any) -> None:

@@ -5,6 +5,7 @@ an engineer's decision into an earlier export.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -37,12 +38,14 @@ def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str]
     steps = db.run_steps(runlog.run_id)
     prov = provenance(ctx, run, meta)
     info = ExportInfo(run_id=runlog.run_id, problem_name=ctx.problem.name, problem_hash=ctx.problem.hash, problem_spec=run["problem_spec"],
-                      model=run["model"], strategy=ctx.objective.strategy, objective=ctx.objective.to_dict(),
+                      model=ctx.backend.name, strategy=ctx.objective.strategy, objective=ctx.objective.to_dict(),
                       candidate_hash=judged.candidate_hash, files=files, verdict=verdict,
                       search_verdict={k: entry.verdict.get(k) for k in SLIM_KEYS}, history=tuple(history.candidate_rows(steps)),
-                      totals=db.run_totals(runlog.run_id), approved=run.get("approved"), review_note=run.get("review_note") or "",
+                      totals=db.run_totals(runlog.run_id), approved=None, review_note="",  # a new export is not reviewed yet
                       provenance=prov, extras={RECORDING: recording_text(ctx, steps, prov)})
     export_package(out_dir, info)
+    if run.get("approved") is not None:
+        db.clear_review(runlog.run_id)  # the earlier review was of another export
     s = verdict.get("speedup_vs_best")
     summary = (f"{status.value}: {reason}; exported {entry.key} ({judged.candidate_hash[:12]}): re-judged on fresh seeds "
                + (f"{verdict.get('runtime_ms'):.4g} ms, {s:.3f}x the faster baseline" if s else "correct")
@@ -81,11 +84,25 @@ def recording_text(ctx: Any, steps: list[dict[str, Any]], prov: dict[str, Any]) 
         return path.read_text()
 
 
-def review(run: dict[str, Any], *, approved: bool, note: str) -> None:
-    """Carry a review into the run's export, when it has one."""
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse, before a run starts, an --out folder the export could not replace (a folder with
+    other content than an earlier export, or a file)."""
+    p = Path(out_dir)
+    if p.exists() and (not p.is_dir() or (any(p.iterdir()) and not is_export(p))):
+        raise ValueError(f"--out {p} exists and is not an earlier kernelwright export; choose a new or empty folder")
+
+
+def review(run: dict[str, Any], *, approved: bool, note: str) -> str | None:
+    """Carry a review into the run's export when that folder still holds this run's export;
+    returns the folder written, or None."""
     out_dir = run.get("out_dir")
-    if out_dir and is_export(out_dir):
-        write_review(out_dir, approved=approved, note=note)
+    if not out_dir or not is_export(out_dir):
+        return None
+    exported = json.loads((Path(out_dir) / "run.json").read_text())
+    if exported.get("run_id") != run["id"]:
+        return None  # another run's export took the folder since
+    write_review(out_dir, approved=approved, note=note)
+    return out_dir
 
 
 def git_commit() -> str | None:

@@ -107,7 +107,8 @@ class Judge:
         if mode == "full":
             return self.objective.policy(baselines=self.baseline_mode())
         if mode == "final":
-            return self.objective.policy(seeds=None, baselines="measured", sanitize=self.device == "cuda")
+            return self.objective.policy(seeds=None, baselines="measured", sanitize=self.device == "cuda" and self.objective.sanitize_final,
+                                         sanitize_timeout_s=self.objective.sanitize_timeout_s)
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
     # -- judging ------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ class Counters:
 
     since_gain: int = 0  # judged candidates (refine) or rounds (tree) since the best last improved
     failures: int = 0  # model turns in a row that failed
+    idle: int = 0  # tool turns in a row that judged nothing (reading, writing, compiling)
     turns: int = 0  # model requests so far
 
 
@@ -153,6 +154,7 @@ class Trajectory:
         self.workspace = Workspace(ctx.workroot / (branch.replace("/", "_") or "main"))
         self.workspace.root.mkdir(parents=True, exist_ok=True)
         self.tools = Tools(self.workspace, ctx.judge, target_speedup=ctx.objective.target_speedup) if self.use_tools else None
+        self.last_status = ""  # the status of the last verdict this trajectory got, for the tree's account of it
 
     @property
     def key(self) -> str:
@@ -175,7 +177,7 @@ class Trajectory:
         except LLMError as exc:
             ctx.runlog.step(StepKind.LLM_ERROR, {"key": key, "kind": exc.kind, "error": str(exc)[:2000]}, branch=self.branch)
             raise
-        ctx.runlog.reply(key, self.branch, reply)
+        ctx.runlog.reply(key, self.branch, reply, count=not ctx.replay)  # a replay spends no tokens: the recording's usage stays in the payload only
         self.add(reply.as_message())
         self.sent = len(self.messages)
         return key, reply
@@ -190,7 +192,7 @@ class Trajectory:
         ctx = self.ctx
         code = extract_candidate(reply.text)
         if code is None:
-            if ctx.target_met() and "DONE" in reply.text:
+            if "DONE" in reply.text and (ctx.target_met() or (ctx.best is not None and ctx.objective.target_speedup is None)):
                 return Outcome(done=True)
             self._feedback(key, prompts.no_candidate(extraction_problem(reply.text), tools=self.use_tools))
             return Outcome(failed=True)
@@ -200,20 +202,28 @@ class Trajectory:
         text = describe(judged, target_speedup=ctx.objective.target_speedup)
         ok = entry.verdict.get("status") == "correct"
         self._feedback(key, text + "\n\n" + prompts.next_step(ok, ctx.target_met(entry.verdict), tools=self.use_tools))
+        self.last_status = str(entry.verdict.get("status"))
         return Outcome(entries=[entry] if entry.correct else [], failed=not ok)
 
     def _tool_turn(self, key: str, reply: Reply) -> Outcome:
-        out, any_ok = Outcome(), False
+        """Run the calls. The turn failed when every call failed, or when it judged candidates and
+        none was correct (a failing verify counts); a turn that judged nothing is idle."""
+        out, any_ok, judged = Outcome(), False, []
         for call in reply.tool_calls:
             result: ToolResult = self.tools.run(call)  # type: ignore[union-attr]
             self.ctx.runlog.step(StepKind.TOOL_CALL, {"key": key, "call": call.to_dict(), "result": result.to_dict()}, branch=self.branch)
             self.add(Message(Role.TOOL, result.text, tool_call_id=call.id, name=call.name))
             any_ok = any_ok or result.ok
+            if result.verdict is not None:
+                judged.append(result.verdict.get("status"))
+                self.last_status = str(result.verdict.get("status"))
             if result.verdict is not None and call.name in JUDGED_TOOLS:
                 entry = self._entry(key, result.verdict, result.candidate_hash or "", result.data.get("verdict_id"), "tool")
                 out.entries += [entry] if entry.correct else []
             out.submitted = out.submitted or result.submitted
-        out.failed = not any_ok
+        out.failed = not any_ok or (bool(judged) and "correct" not in judged)
+        with self.ctx.lock:
+            self.ctx.counters.idle = 0 if judged else self.ctx.counters.idle + 1
         return out
 
     def _entry(self, key: str, verdict: dict[str, Any], candidate_hash: str, verdict_id: str | None, source: str) -> Entry:

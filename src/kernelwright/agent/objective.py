@@ -44,6 +44,8 @@ class Objective:
     price_in_per_mtok: float | None = None  # USD per million prompt tokens, for cost accounting when the server reports none
     price_out_per_mtok: float | None = None  # USD per million completion tokens
     parallel_builds: int = 4  # candidates built at once on the CPU while the GPU judges
+    sanitize_final: bool = True  # run the chosen candidate under compute-sanitizer in the final re-judge (GPU only)
+    sanitize_timeout_s: float = 600.0  # per sanitizer tool in that re-judge
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -63,6 +65,8 @@ class Objective:
             raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
         if self.baselines not in BASELINE_MODES:
             raise ValueError(f"baselines must be one of {BASELINE_MODES}, got {self.baselines!r}")
+        if not self.sanitize_timeout_s > 0:
+            raise ValueError(f"sanitize_timeout_s must be positive, got {self.sanitize_timeout_s}")
         for name in ("price_in_per_mtok", "price_out_per_mtok"):
             value = getattr(self, name)
             if value is not None and value < 0:

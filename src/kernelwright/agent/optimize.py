@@ -25,7 +25,7 @@ from kernelwright.agent.loop import Context, Counters, Entry
 from kernelwright.agent.objective import Objective
 from kernelwright.agent.records import Message, Role, RunStatus, StepKind
 from kernelwright.agent.runlog import RunLog
-from kernelwright.agent.workspace import Workspace
+from kernelwright.agent.workspace import RESERVED, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ Progress = Callable[[str], None]
 FINAL_TRIES = 3  # candidates re-judged at most, fastest first, until one passes again
 SLIM_KEYS = ("status", "runtime_ms", "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile", "speedup_vs_best",
              "max_abs_error", "baseline_source")
+
+
+class RunFailed(RuntimeError):
+    """The run broke after it started (not the user's input): its row says failed, with the cause."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,13 +66,17 @@ class RunResult:
 
 
 def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
-    """Create a run and drive it until it finishes or pauses."""
+    """Create a run and drive it until it finishes or pauses. ValueError (ProblemError among them)
+    for bad input before the run exists; RunFailed when it broke after."""
+    from kernelwright.agent import exporting
     from kernelwright.judge.evaluate import resolve_device
     from kernelwright.problems.loader import load_problem
     from kernelwright.store.runs import new_run_id
 
     problem = load_problem(req.problem_spec)
     device = resolve_device(req.device)
+    if req.out_dir is not None:
+        exporting.check_out_dir(req.out_dir)
     backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
     run_id = new_run_id()
     runlog = RunLog(req.store, run_id, progress=progress)
@@ -78,7 +86,7 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
     runlog.say(f"{run_id}: {problem.name} with {backend.name}, strategy {req.objective.strategy}, device {device}")
     ctx = _context(problem, req.objective, backend, runlog, device, req.store)
     _replay_check(ctx, problem)
-    return _drive(ctx, {"meta": meta}, first=True)
+    return _drive(ctx, {"meta": meta})
 
 
 def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = None, store: Path | None = None, model: str | None = None,
@@ -86,6 +94,12 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     """Continue a run where it stood, with an engineer's hint and/or candidate."""
     from kernelwright.problems.loader import load_problem
 
+    if candidate is not None:
+        from kernelwright.judge.snapshot import read_candidate
+
+        reserved = sorted(set(read_candidate(candidate)) & set(RESERVED))  # ValueError for a missing or unreadable candidate
+        if reserved:
+            raise ValueError(f"the candidate holds {', '.join(reserved)}, names the exported package writes itself; rename or remove them")
     runlog = RunLog(store, run_id, progress=progress)
     run = runlog.db().get_run(run_id)
     runlog.run_id = run_id = run["id"]
@@ -95,22 +109,34 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
                          f"{run['problem_hash'][:12]}); a run continues on the problem it started on")
     state = dict(run.get("state") or {})
     meta = dict(state.get("meta") or {})
-    objective = Objective.from_dict({**run["objective"], **(changes or {})})
-    backend = make_backend(model or run["model"], base_url=base_url or meta.get("base_url"), price=objective.cost)
+    objective = Objective.from_dict({**(state.get("objective") or run["objective"]), **(changes or {})})
+    backend = make_backend(model or state.get("model") or run["model"], base_url=base_url or meta.get("base_url"), price=objective.cost)
+    state["objective"], state["model"] = objective.to_dict(), backend.name  # what this stretch runs with; the next resume starts from it
+    if base_url:
+        meta["base_url"] = base_url
+        state["meta"] = meta
     runlog.load_totals()
     runlog._started -= float(state.get("elapsed_s") or 0.0)
     ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store)
     _restore(ctx, state)
-    ctx.counters.since_gain = ctx.counters.failures = 0  # an engineer stepped in: the stall counters start again
+    ctx.counters.since_gain = ctx.counters.failures = ctx.counters.idle = 0  # an engineer stepped in: the stall counters start again
+    _grant(objective, state)
     runlog.say(f"resuming {run_id} ({run['status']}): {problem.name} with {backend.name}")
     inject: list[Message] = []
     if hint:
         runlog.step(StepKind.HINT, {"text": hint})
         inject.append(Message(Role.USER, prompts.hint(hint)))
         state["hints"] = list(state.get("hints", [])) + [hint]
-    if candidate is not None:
-        inject.append(_engineer(ctx, candidate, state))
-    return _drive(ctx, state, inject=inject)
+    return _drive(ctx, state, inject=inject, engineer=candidate)
+
+
+def _grant(objective: Objective, state: dict[str, Any]) -> None:
+    """A resumed tree gets at least one more round, a resumed best-of-n a fresh batch, under new slots."""
+    state["resumes"] = int(state.get("resumes", 0)) + 1
+    if objective.strategy == "tree":
+        state["round_limit"] = max(objective.rounds, int(state.get("round", 0)) + 1)
+    elif objective.strategy == "best-of-n":
+        state["done"] = 0
 
 
 def _context(problem: Any, objective: Objective, backend: Any, runlog: RunLog, device: str, store: Path | None) -> Context:
@@ -146,16 +172,19 @@ def _engineer(ctx: Context, candidate: Path, state: dict[str, Any]) -> Message:
 # -- driving ------------------------------------------------------------------------------------------
 
 
-def _drive(ctx: Context, state: dict[str, Any], *, first: bool = False, inject: list[Message] | None = None) -> RunResult:
+def _drive(ctx: Context, state: dict[str, Any], *, inject: list[Message] | None = None, engineer: Path | None = None) -> RunResult:
     """Run the strategy; pause, or re-judge and export. A crash marks the run failed, Ctrl-C interrupted."""
     runlog = ctx.runlog
     runlog.update(status=RunStatus.RUNNING)
     save = _saver(ctx, state)
+    inject = list(inject or [])
     try:
         if ctx.objective.baselines != "skip":
             runlog.say("measuring the eager and torch.compile baselines")
             ctx.judge.ensure_baselines()
-        ending = _strategy(ctx, state, save, inject or [])
+        if engineer is not None:
+            inject.append(_engineer(ctx, engineer, state))
+        ending = _strategy(ctx, state, save, inject)
         if ending.pause:
             return _pause(ctx, ending.reason)
         return _final(ctx, ending.reason, state)
@@ -167,7 +196,7 @@ def _drive(ctx: Context, state: dict[str, Any], *, first: bool = False, inject: 
         save({})
         tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-1500:]
         runlog.update(status=RunStatus.FAILED, summary=f"the run broke: {type(exc).__name__}: {exc}\n{tail}")
-        raise
+        raise RunFailed(f"run {runlog.run_id} broke: {type(exc).__name__}: {exc}") from exc
     finally:
         shutil.rmtree(ctx.workroot, ignore_errors=True)
 
@@ -221,6 +250,14 @@ def _pause(ctx: Context, reason: str) -> RunResult:
     return RunResult(ctx.runlog.run_id, RunStatus.PAUSED, summary, None, None)
 
 
+def _final_refusal(verdict: dict[str, Any]) -> str:
+    """Why a final re-judge does not pass: not correct, or compute-sanitizer found errors."""
+    if verdict.get("status") != "correct":
+        return str(verdict.get("status"))
+    errors = (verdict.get("sanitizer") or {}).get("errors")
+    return f"compute-sanitizer reported {errors} error(s)" if errors else ""
+
+
 def _final(ctx: Context, reason: str, state: dict[str, Any]) -> RunResult:
     """Re-judge the fastest candidates afresh until one passes again; export it."""
     from kernelwright.agent import exporting
@@ -231,7 +268,11 @@ def _final(ctx: Context, reason: str, state: dict[str, Any]) -> RunResult:
         if e.candidate_hash not in {r.candidate_hash for r in ranked}:
             ranked.append(e)
     for entry in ranked[:FINAL_TRIES]:
-        files = runlog.db().get_candidate_files(entry.candidate_hash)
+        try:
+            files = runlog.db().get_candidate_files(entry.candidate_hash)
+        except KeyError:
+            runlog.say(f"{entry.key}: its files are not in the store; trying the next")
+            continue
         ws = Workspace(ctx.workroot / "final")
         ws.root.mkdir(parents=True, exist_ok=True)
         ws.load(files)
@@ -240,9 +281,10 @@ def _final(ctx: Context, reason: str, state: dict[str, Any]) -> RunResult:
         verdict = judged.verdict.to_dict()
         runlog.step(StepKind.FINAL, {"candidate_hash": entry.candidate_hash, "verdict_id": judged.verdict_id, "verdict": verdict,
                                      "search_verdict": {k: entry.verdict.get(k) for k in SLIM_KEYS}, "key": entry.key})
-        if verdict.get("status") == "correct":
+        why = _final_refusal(verdict)
+        if not why:
             return exporting.finish(ctx, reason, entry, judged, files, state)
-        runlog.say(f"{entry.key} did not pass again ({verdict.get('status')}); trying the next")
+        runlog.say(f"{entry.key} did not pass again ({why}); trying the next")
     summary = f"finished: {reason}; " + ("no candidate passed the fresh re-judge" if ranked else "no verified candidate")
     runlog.update(status=RunStatus.FINISHED, summary=summary)
     runlog.say(summary)

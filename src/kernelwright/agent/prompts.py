@@ -34,8 +34,9 @@ def next_step(judged_ok: bool, target_met: bool, *, tools: bool) -> str:
 
 def no_candidate(problem_text: str, *, tools: bool) -> str:
     """Feedback on a reply that held no usable candidate."""
-    return f"No candidate was found in your reply: {problem_text} " + (
-        "Write model_new.py with write_file and call verify, or " if tools else "") + CODE_ANSWER
+    if tools:
+        return f"No candidate was found in your reply: {problem_text} Write model_new.py with write_file and call verify, or a" + CODE_ANSWER[1:]
+    return f"No candidate was found in your reply: {problem_text} {CODE_ANSWER}"
 
 
 def hint(text: str) -> str:

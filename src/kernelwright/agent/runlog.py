@@ -74,9 +74,10 @@ class RunLog:
                     self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
         return self.db().add_step(self.run_id, kind, payload, branch=branch, usage=usage)
 
-    def reply(self, key: str, branch: str, reply: Reply) -> None:
-        """Record a model reply and say so on the progress line."""
-        self.step(StepKind.RESPONSE, {"key": key, "reply": reply.to_dict()}, branch=branch, usage=reply.usage)
+    def reply(self, key: str, branch: str, reply: Reply, *, count: bool = True) -> None:
+        """Record a model reply and say so on the progress line; `count=False` (replays) keeps its
+        usage in the payload without adding it to the run's tokens and cost."""
+        self.step(StepKind.RESPONSE, {"key": key, "reply": reply.to_dict()}, branch=branch, usage=reply.usage if count else None)
         calls = ", ".join(c.name for c in reply.tool_calls)
         self.say(f"{key}: reply, {reply.usage.total_tokens} tokens" + (f", tools: {calls}" if calls else ""))
 

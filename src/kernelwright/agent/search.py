@@ -24,6 +24,7 @@ from kernelwright.agent.records import LLMError, Message, Role, StepKind
 
 BRANCH_TURNS = 2  # tree and best-of-n: requests per branch (the attempt and one repair), at most max_turns
 BANK_SIZE = 4  # tree: verified candidates kept to seed the next round
+IDLE_FACTOR = 3  # refine pauses after max_failures x this many tool turns in a row that judged nothing
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,16 @@ def stuck_reason(ctx: Context, unit: str) -> str | None:
         return f"stuck: {c.failures} failed turns in a row"
     if c.since_gain >= o.stuck_after:
         return f"stuck: no gain over the best in {c.since_gain} {unit}"
+    if c.idle >= IDLE_FACTOR * o.max_failures:
+        return f"stuck: {c.idle} tool turns in a row without judging a candidate"
     return None
+
+
+def resume_prefix(state: dict[str, Any]) -> str:
+    """Slot prefix of the tree's and best-of-n's requests after the k-th resume ("xk/"), so that a
+    resumed round's slots never repeat an earlier one's (replays look turns up by slot)."""
+    k = int(state.get("resumes", 0))
+    return f"x{k}/" if k else ""
 
 
 def llm_ending(ctx: Context, exc: LLMError) -> Ending:
@@ -85,6 +95,8 @@ def refine(ctx: Context, traj: Trajectory, save: Callable[[dict[str, Any]], None
             return Ending(False, f"target met: {ctx.best.verdict.get('speedup_vs_best'):.3f}x the faster baseline")  # type: ignore[union-attr]
         if out.done:
             return Ending(False, "the model said it is done")
+        if out.submitted:
+            return Ending(False, "the model submitted its candidate")
         stuck = stuck_reason(ctx, "judged candidates")
         if stuck:
             return Ending(True, stuck)
@@ -108,19 +120,19 @@ def run_branch(ctx: Context, branch: str, prompt: str, idea: str = "") -> tuple[
         out = traj.handle(key, reply)
         for e in out.entries:
             e.idea = idea
-        last = _account(ctx, out)
+        last = _account(out, traj.last_status)
         if not out.failed:
             return out, last
     return Outcome(failed=True), last
 
 
-def _account(ctx: Context, out: Outcome) -> str:
+def _account(out: Outcome, last_status: str) -> str:
+    """One line on a branch's turn, from its own outcome (other branches run at the same time)."""
     if out.entries:
         v = out.entries[0].verdict
         s = v.get("speedup_vs_best")
         return f"correct, {v.get('runtime_ms'):.4g} ms" + (f", {s:.3f}x the faster baseline" if s else "")
-    last = ctx.entries[-1].verdict.get("status") if ctx.entries else None
-    return f"failed ({last or 'no candidate'})"
+    return f"failed ({last_status or 'no candidate'})"
 
 
 def bank(ctx: Context, files_of: Callable[[str], dict[str, str]]) -> list[dict[str, Any]]:
@@ -147,7 +159,8 @@ def tree(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any]], N
     o = ctx.objective
     tried: list[dict[str, Any]] = list(state.get("tried", []))
     hints: list[str] = list(state.get("hints", []))
-    for r in range(int(state.get("round", 0)), o.rounds):
+    prefix = resume_prefix(state)
+    for r in range(int(state.get("round", 0)), int(state.get("round_limit", o.rounds))):
         reason = ctx.stop_reason()
         if reason:
             return Ending(False, reason)
@@ -155,7 +168,7 @@ def tree(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any]], N
         rounds_without_gain = ctx.counters.since_gain  # the tree counts rounds, not candidates
         seeds = bank(ctx, files_of)
         ideas_text = prompts.ideas_prompt(ctx.problem, ctx.device, seeds, tried, o.ideas) + "".join("\n\n" + prompts.hint(h) for h in hints)
-        traj = Trajectory(ctx, f"r{r}/ideas/", [ctx.system_message(), Message(Role.USER, ideas_text)], tools=False)
+        traj = Trajectory(ctx, f"{prefix}r{r}/ideas/", [ctx.system_message(), Message(Role.USER, ideas_text)], tools=False)
         try:
             _, reply = traj.request()
         except LLMError as exc:
@@ -164,7 +177,7 @@ def tree(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any]], N
         ctx.runlog.step(StepKind.IDEAS, {"round": r, "ideas": ideas}, branch=f"r{r}")
         base = seeds[0] if seeds else None
         jobs = [(i, b) for i in range(len(ideas)) for b in range(o.branches)]
-        results = _parallel(ctx, [lambda i=i, b=b: run_branch(ctx, f"r{r}/i{i}/b{b}/", prompts.implement_prompt(ctx.problem, ctx.device, ideas[i], base), ideas[i])
+        results = _parallel(ctx, [lambda i=i, b=b: run_branch(ctx, f"{prefix}r{r}/i{i}/b{b}/", prompts.implement_prompt(ctx.problem, ctx.device, ideas[i], base), ideas[i])
                                   for i, b in jobs])
         tried += [{"idea": ideas[i], "outcome": account} for (i, _), (_, account) in zip(jobs, results)]
         gained = ctx.best is not None and (best_before is None or ctx.best.runtime_ms < best_before)
@@ -186,7 +199,8 @@ def best_of_n(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any
     start = int(state.get("done", 0))
     prompt = prompts.sample_prompt(ctx.problem, ctx.device, ctx.objective.target_speedup)
     hints = "".join("\n\n" + prompts.hint(h) for h in state.get("hints", []))
-    results = _parallel(ctx, [lambda b=b: run_branch(ctx, f"n{b}/", prompt + hints) for b in range(start, n)])
+    prefix = resume_prefix(state)
+    results = _parallel(ctx, [lambda b=b: run_branch(ctx, f"{prefix}n{b}/", prompt + hints) for b in range(start, n)])
     save({"done": n})
     if not any(not out.failed for out, _ in results) and not ctx.best:
         return Ending(True, f"none of the {n} attempts produced a verified candidate")

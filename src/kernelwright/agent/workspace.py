@@ -23,6 +23,8 @@ READ_LIMIT = 64_000  # characters read() returns by default
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")  # one plain path component
 
 
+RESERVED = ("__init__.py", "verdict.json", "run.json", "SUMMARY.md", "recording.json")  # what an export adds beside the candidate
+
 class Workspace:
     """One candidate's folder; created when missing."""
 
@@ -96,6 +98,8 @@ class Workspace:
         if not isinstance(text, str):
             raise ValueError(f"content must be text, got {type(text).__name__}")
         path = self.resolve(rel)
+        if self._rel(path) in RESERVED:
+            raise ValueError(f"{rel!r} is a name the exported package writes itself ({', '.join(RESERVED)}); choose another")
         if path.suffix.lower() not in WRITABLE_SUFFIXES:
             raise ValueError(f"{rel!r}: only source and text files may be written ({' '.join(WRITABLE_SUFFIXES)})")
         size = len(text.encode("utf-8", errors="replace"))

@@ -187,6 +187,12 @@ class RunsMixin:
                          (int(bool(approved)), str(note), _now(), full_id))
             self._insert_step(conn, full_id, StepKind.REVIEW.value, payload, "", Usage())
 
+    def clear_review(self, run_id: str) -> None:
+        """Forget the run's review (a new export replaced the one reviewed); the review step stays in the history."""
+        with self._transaction() as conn:
+            full_id = self._resolve(conn, run_id)
+            conn.execute("UPDATE runs SET approved = NULL, review_note = NULL, updated_at = ? WHERE id = ?", (_now(), full_id))
+
     # -- reading ------------------------------------------------------------------------------
 
     def resolve_run_id(self, run_id: str) -> str:

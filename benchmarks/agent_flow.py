@@ -5,7 +5,7 @@ involved, every model turn is scripted (agent.demo_script), every candidate is j
 
 - flow: `kernelwright optimize` (the CLI, in a subprocess) on examples/DEVICE/softmax: a reply with
   no code, a compile error, a wrong kernel, (on CUDA) a slow correct one, then tool calls that
-  write, verify and submit the example's kernel. Records what each request carried back to the
+  write, verify, profile and submit the example's kernel; the final re-judge runs compute-sanitizer. Records what each request carried back to the
   model, the verdicts, the final re-judge, the export; its recording becomes DIR/DEVICE_softmax.json.
 - stall: a model that repeats a wrong kernel: the run pauses; `kernelwright resume --hint` puts the
   hint into the next request and the run goes on to the target.
@@ -85,7 +85,7 @@ def section_flow(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
     with ScriptedServer(script) as server:
         rc, result, wall = _cli(["optimize", problem, "--model", "openai:scripted", "--base-url", server.url, *common,
                                  *(["--target-speedup", str(a.target)] if a.device == "cuda" else []),  # CPU times are never claims
-                                 "--max-turns", str(len(script)), "--out", str(out / "flow_export"),
+                                 "--max-turns", str(len(script)), "--out", str(out / "flow_export"), "--sanitize-timeout-s", str(a.sanitize_timeout_s),
                                  "--note", f"scripted local server (kernelwright.agent.scripted), script demo_script.optimize_script('{a.device}')"],
                                 out / "flow_console.log", a.timeout_s)
         carried = _carried(server.requests)
@@ -101,7 +101,8 @@ def section_stall(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
     log = out / "stall_console.log"
     with ScriptedServer(demo_script.stall_script(a.device, HINT)) as server:
         rc1, paused, w1 = _cli(["optimize", problem, "--model", "openai:scripted", "--base-url", server.url, *common,
-                                "--target-speedup", str(a.target), "--max-failures", "2", "--out", str(out / "stall_export")], log, a.timeout_s)
+                                "--target-speedup", str(a.target), "--max-failures", "2", "--out", str(out / "stall_export"), "--no-sanitize"],
+                               log, a.timeout_s)
         n = len(server.requests)
         rc2, resumed, w2 = _cli(["resume", paused.get("run_id", "-"), "--hint", HINT + " and keep the row on chip",
                                  "--store", str(out / "store.sqlite")], log, a.timeout_s)
@@ -116,7 +117,7 @@ def section_replay(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
     if not rec.is_file():
         return {"skipped": f"no recording at {rec} (the flow section did not export)"}
     problem = str(ROOT / "examples" / a.device / "softmax" / "problem.py")
-    rc, result, wall = _cli(["optimize", problem, "--model", f"replay:{rec}", *common, "--out", str(out / "replay_export")],
+    rc, result, wall = _cli(["optimize", problem, "--model", f"replay:{rec}", *common, "--out", str(out / "replay_export"), "--no-sanitize"],
                             out / "replay_console.log", a.timeout_s)
     return {"rc": rc, "wall_s": round(wall, 1), "result": result,
             "steps": _steps(out / "store.sqlite", result.get("run_id", "")) if result.get("run_id") else []}
@@ -138,6 +139,7 @@ def main() -> int:
     p.add_argument("--sections", default="flow,stall,replay")
     p.add_argument("--target", type=float, default=None, help="target speedup for flow (CUDA only) and stall (default 1.2 on CUDA, 0.1 on CPU)")
     p.add_argument("--timeout-s", type=float, default=280.0, help="per CLI call")
+    p.add_argument("--sanitize-timeout-s", type=float, default=90.0, help="per compute-sanitizer tool in the flow's final re-judge (stall and replay skip it)")
     a = p.parse_args()
     a.target = a.target if a.target is not None else (1.2 if a.device == "cuda" else 0.1)
     a.out.mkdir(parents=True, exist_ok=True)

@@ -52,13 +52,13 @@ def full_run(tmp_path_factory):
     """One refine run over the whole script; shared by the tests that read it."""
     tmp = tmp_path_factory.mktemp("flow")
     with ScriptedServer(demo_script.optimize_script("cpu")) as server:
-        result = _start(server, tmp, max_turns=6)
+        result = _start(server, tmp, max_turns=7)
         return result, server.requests, tmp
 
 
 def test_each_request_carried_the_feedback_of_the_turn_before(full_run):
     result, requests, _ = full_run
-    assert len(requests) == 5  # submit ends the trajectory
+    assert len(requests) == 6  # submit ends the trajectory
     assert requests[0]["tools"] and {t["function"]["name"] for t in requests[0]["tools"]} >= {"write_file", "verify", "submit"}
     assert "softmax" in _last(requests[0]) and "```python" in _last(requests[0])  # the reference program
     assert "No candidate was found" in _last(requests[1])  # prose, no code
@@ -67,6 +67,8 @@ def test_each_request_carried_the_feedback_of_the_turn_before(full_run):
     assert "incorrect" in _last(requests[3])  # the off-by-one kernel
     written, verified = _tool_texts(requests[4])
     assert "model_new.py" in written and "correct" in verified
+    (profiled,) = _tool_texts(requests[5])
+    assert "correct" in profiled and "eager" in profiled and "reference" in profiled.lower()  # verdict and the reference's breakdown
 
 
 def test_the_good_candidate_is_selected_rejudged_and_exported(full_run):
@@ -80,8 +82,8 @@ def test_the_good_candidate_is_selected_rejudged_and_exported(full_run):
     run = json.loads((out / "run.json").read_text())
     assert run["approved"] is None and run["candidate_hash"] == result.final["candidate"]["hash"]
     rec = load_recording(out / "recording.json")
-    assert [t["key"] for t in rec["turns"]] == [f"t{i}" for i in range(5)]
-    assert [v["status"] for v in rec["recorded_verdicts"]] == ["compile_error", "incorrect", "correct"]
+    assert [t["key"] for t in rec["turns"]] == [f"t{i}" for i in range(6)]
+    assert [v["status"] for v in rec["recorded_verdicts"]] == ["compile_error", "incorrect", "correct", "correct"]  # profile and submit
 
 
 def test_every_step_is_in_the_store(full_run):
@@ -92,8 +94,8 @@ def test_every_step_is_in_the_store(full_run):
         kinds = [s["kind"] for s in steps]
         totals = db.run_totals(result.run_id)
     assert run["status"] == "finished" and run["out_dir"] == str(result.out_dir)
-    assert kinds.count("prompt") == 5 and kinds.count("response") == 5
-    assert kinds.count("tool_call") == 3 and kinds.count("final") == 1 and kinds[-1] == "export"
+    assert kinds.count("prompt") == 6 and kinds.count("response") == 6
+    assert kinds.count("tool_call") == 4 and kinds.count("final") == 1 and kinds[-1] == "export"
     submitted = [s["payload"]["result"]["text"] for s in steps if s["kind"] == "tool_call" and s["payload"]["call"]["name"] == "submit"]
     assert len(submitted) == 1 and "correct" in submitted[0] and "eager" in submitted[0]  # what the model was told
     assert totals["prompt_tokens"] > 0 and totals["completion_tokens"] > 0
@@ -113,14 +115,14 @@ def test_replay_judges_every_candidate_again(full_run, tmp_path):
     path = tmp_path / "forged.json"
     write_recording(path, provenance=rec["provenance"], problem=rec["problem"], objective=rec["objective"], strategy=rec["strategy"],
                     turns=rec["turns"], recorded_verdicts=forged)
-    req = optimize.RunRequest(problem_spec=str(PROBLEM), model=f"replay:{path}", device="cpu", objective=Objective(**{**FAST, "max_turns": 6, "max_failures": 10}),
+    req = optimize.RunRequest(problem_spec=str(PROBLEM), model=f"replay:{path}", device="cpu", objective=Objective(**{**FAST, "max_turns": 7, "max_failures": 10}),
                               out_dir=tmp_path / "out", store=tmp_path / "store.sqlite")
     replayed = optimize.start(req)
     assert replayed.status == RunStatus.FINISHED and replayed.final is None  # nothing passed: the file's "correct" was not taken
     with Store.open(tmp_path / "store.sqlite") as db:
         steps = db.run_steps(replayed.run_id)
     statuses = [s["payload"]["verdict"]["status"] for s in steps if s["kind"] == "candidate"]
-    assert statuses == ["compile_error", "incorrect", "incorrect"]  # the swapped-in kernel, submitted, is judged incorrect
+    assert statuses == ["compile_error", "incorrect", "incorrect", "incorrect"]  # the swapped-in kernel, profiled and submitted, is judged incorrect
     notes = [s["payload"].get("divergence", "") for s in steps if s["kind"] == "note"]
     assert any("recording says correct" in n for n in notes)
 
@@ -162,13 +164,13 @@ def test_cli_optimize_runs_review(tmp_path):
     env_cmd = [sys.executable, "-m", "kernelwright"]
     with ScriptedServer(demo_script.optimize_script("cpu")) as server:
         done = subprocess.run(env_cmd + ["optimize", str(PROBLEM), "--model", "openai:scripted", "--base-url", server.url, "--device", "cpu",
-                                         "--no-compile-baseline", "--seeds", "1", "--timing-budget-s", "1", "--max-turns", "6",
+                                         "--no-compile-baseline", "--seeds", "1", "--timing-budget-s", "1", "--max-turns", "7",
                                          "--out", str(tmp_path / "out"), "--store", str(store), "--json"],
                               capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["status"] == "finished" and result["final_verdict"]["status"] == "correct"
-    assert "t4: correct" in done.stderr and "exported to" in done.stderr  # live progress on stderr
+    assert "t5: correct" in done.stderr and "exported to" in done.stderr  # live progress on stderr
     listed = json.loads(subprocess.run(env_cmd + ["runs", "list", "--store", str(store), "--json"], capture_output=True, text=True, check=True).stdout)
     assert [r["id"] for r in listed] == [result["run_id"]]
     shown = subprocess.run(env_cmd + ["runs", "show", result["run_id"], "--store", str(store)], capture_output=True, text=True, check=True).stdout

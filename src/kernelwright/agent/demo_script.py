@@ -99,7 +99,7 @@ def candidates(device: str) -> dict[str, str]:
 
 def optimize_script(device: str) -> list[dict[str, Any]]:
     """The full flow: no code, a compile error, a wrong kernel, (a slow correct one,) then tool calls
-    that write the good kernel, verify it and submit it (which ends the trajectory)."""
+    that write the good kernel, verify it, profile it and submit it (which ends the trajectory)."""
     c = candidates(device)
     script: list[dict[str, Any]] = [
         {"text": "Softmax is memory bound: read each row once, keep it on chip, write once. I will write that kernel."},
@@ -111,6 +111,7 @@ def optimize_script(device: str) -> list[dict[str, Any]]:
     script += [
         {"text": "One pass with the row held on chip should be faster.",
          "tool_calls": [{"name": "write_file", "arguments": {"path": "model_new.py", "content": c["good"]}}, {"name": "verify", "arguments": {}}]},
+        {"text": "Correct. Where does the time go?", "tool_calls": [{"name": "profile", "arguments": {}}]},
         {"tool_calls": [{"name": "submit", "arguments": {"note": "single pass, row on chip"}}]},
     ]
     return script

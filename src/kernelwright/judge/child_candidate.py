@@ -70,6 +70,11 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.pinned = snapshot_flags()  # after the problem's own code (the reference child runs it too)
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
     S.check_identities = args.get("check_identities", True)
+    if S.device.type == "cuda":
+        # The profiled call's profiler imports torch._dynamo, and that import rebinds
+        # torch.manual_seed (seen on the H200, torch 2.11): import it before the watch is taken,
+        # so that only the candidate's own replacements count.
+        import torch._dynamo  # noqa: F401
     S.identities = snapshot_identities() if S.check_identities else {}
     S.dispatch = snapshot_dispatch() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])

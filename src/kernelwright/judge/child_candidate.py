@@ -5,6 +5,7 @@ Nothing here decides correctness: outputs are saved to files that the reference 
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any, Callable
 
@@ -74,7 +75,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
         # The profiled call's profiler imports torch._dynamo, and that import rebinds
         # torch.manual_seed (seen on the H200, torch 2.11): import it before the watch is taken,
         # so that only the candidate's own replacements count.
-        import torch._dynamo  # noqa: F401
+        importlib.import_module("torch._dynamo")
     S.identities = snapshot_identities() if S.check_identities else {}
     S.dispatch = snapshot_dispatch() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])

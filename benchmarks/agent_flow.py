@@ -34,12 +34,13 @@ from kernelwright.agent import demo_script  # noqa: E402
 from kernelwright.agent.scripted import ScriptedServer  # noqa: E402
 
 HINT = "subtract the row max before exp"
+COMMIT: list[str] = []  # --commit, handed to the runs' provenance (a copied tree's .git may not be its own)
 
 
 def _cli(args: list[str], log: Path, timeout_s: float) -> tuple[int, dict, float]:
     """Run `python -m kernelwright ARGS --json`; stderr to the log; the JSON result."""
     t0 = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **({"KERNELWRIGHT_COMMIT": COMMIT[0]} if COMMIT else {})}
     done = subprocess.run([sys.executable, "-m", "kernelwright", *args, "--json"], capture_output=True, text=True, timeout=timeout_s, env=env)
     with log.open("a") as f:
         f.write(f"$ kernelwright {' '.join(args)}\n{done.stderr}\nexit {done.returncode}\n\n")
@@ -142,6 +143,8 @@ def main() -> int:
     p.add_argument("--sanitize-timeout-s", type=float, default=90.0, help="per compute-sanitizer tool in the flow's final re-judge (stall and replay skip it)")
     a = p.parse_args()
     a.target = a.target if a.target is not None else (1.2 if a.device == "cuda" else 0.1)
+    if a.commit != "unknown":
+        COMMIT.append(a.commit)
     a.out.mkdir(parents=True, exist_ok=True)
     common = ["--device", a.device, "--store", str(a.out / "store.sqlite")]
     doc = {"provenance": provenance(a), "sections": {}}

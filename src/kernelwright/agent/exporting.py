@@ -6,6 +6,7 @@ an engineer's decision into an earlier export.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -106,10 +107,16 @@ def review(run: dict[str, Any], *, approved: bool, note: str) -> str | None:
 
 
 def git_commit() -> str | None:
-    """The source checkout's commit, when there is one."""
+    """The source's commit: $KERNELWRIGHT_COMMIT when set (a copied tree whose .git is not its
+    own), else the checkout's HEAD, marked "+dirty" when tracked files differ from it."""
+    if os.environ.get("KERNELWRIGHT_COMMIT"):
+        return os.environ["KERNELWRIGHT_COMMIT"]
+    root = Path(__file__).resolve().parents[3]
     try:
-        root = Path(__file__).resolve().parents[3]
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
-        return done.stdout.strip() or None if done.returncode == 0 else None
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0 or not head.stdout.strip():
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=30)
+        return head.stdout.strip() + ("+dirty" if dirty.returncode != 0 or dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

@@ -141,28 +141,39 @@ def _report(args: argparse.Namespace, result: Any) -> int:
     return 0
 
 
+def _run_and_steps(db: Any, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run by id or unique prefix, and its steps; a usage error names what is wrong."""
+    try:
+        run = db.get_run(ref)
+    except (KeyError, ValueError) as exc:
+        raise _usage(str(exc).strip("'\"")) from None
+    return run, db.run_steps(run["id"])
+
+
+def _print_run_json(run: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    from kernelwright.agent import history
+
+    sys.stdout.write(json.dumps(history.run_json(run, steps), indent=2, allow_nan=False) + "\n")
+
+
 def review_cmd(args: argparse.Namespace) -> int:
     """Show a run's evidence; record approve / reject with a note."""
     from kernelwright.agent import exporting, history
     from kernelwright.cli import out
     from kernelwright.store import Store
 
+    decided = args.approve or args.reject
     with Store.open(args.store) as db:
-        try:
-            run = db.get_run(args.run)
-        except (KeyError, ValueError) as exc:
-            raise _usage(str(exc).strip("'\"")) from None
-        steps = db.run_steps(run["id"])
-        if args.approve or args.reject:
+        run, steps = _run_and_steps(db, args.run)
+        if decided:
             db.review_run(run["id"], approved=bool(args.approve), note=args.note or "")
             exporting.review(run, approved=bool(args.approve), note=args.note or "")
-            run = db.get_run(run["id"])
-            steps = db.run_steps(run["id"])
+            run, steps = _run_and_steps(db, run["id"])
     if args.json:
-        sys.stdout.write(json.dumps(history.run_json(run, steps), indent=2, allow_nan=False) + "\n")
+        _print_run_json(run, steps)
         return 0
     out.print(history.evidence(run, steps), markup=False, highlight=False)
-    if args.approve or args.reject:
+    if decided:
         out.print(f"recorded: {'approved' if args.approve else 'rejected'}" + (f" ({args.note})" if args.note else ""), markup=False, highlight=False)
     return 0
 
@@ -187,13 +198,9 @@ def runs_show_cmd(args: argparse.Namespace) -> int:
     from kernelwright.store import Store
 
     with Store.open(args.store) as db:
-        try:
-            run = db.get_run(args.run)
-        except (KeyError, ValueError) as exc:
-            raise _usage(str(exc).strip("'\"")) from None
-        steps = db.run_steps(run["id"])
+        run, steps = _run_and_steps(db, args.run)
     if args.json:
-        sys.stdout.write(json.dumps(history.run_json(run, steps), indent=2, allow_nan=False) + "\n")
+        _print_run_json(run, steps)
     else:
         history.print_run(out, run, steps)
     return 0

@@ -185,7 +185,7 @@ def print_runs(console: Console, runs: Sequence[dict[str, Any]]) -> None:
         table.add_row(
             escape(str(run.get("id") or "-")), f"[{STATUS_STYLE.get(status, 'white')}]{escape(status)}[/]",
             escape(str(run.get("problem_name") or "-")), escape(str(run.get("model") or "-")),
-            escape(str(run.get("strategy") or "-")), fmt_x(best.get("speedup_vs_best")), fmt_tokens(run.get("totals")),
+            escape(str(run.get("strategy") or "-")), fmt_x(best.get("speedup_vs_best") or (best.get("verdict") or {}).get("speedup_vs_best")), fmt_tokens(run.get("totals")),
             fmt_cost((run.get("totals") or {}).get("cost_usd")), _approved_cell(run.get("approved")),
             escape(str(run.get("updated_at") or "-")[:19]),
         )

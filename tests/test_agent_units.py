@@ -1,0 +1,115 @@
+"""The agent's rules that need no judge: the final re-judge's refusals, stuck detection, the
+objective's sources (flags, config file, recording), reserved names, the --out check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kernelwright.agent import commands, exporting, search
+from kernelwright.agent.loop import Counters
+from kernelwright.agent.objective import Objective, load_config, merge
+from kernelwright.agent.optimize import _final_refusal
+from kernelwright.agent.workspace import Workspace
+
+
+def test_the_final_rejudge_refuses_sanitizer_errors_and_passes_a_clean_run():
+    clean = {"status": "correct", "sanitizer": {"ran": True, "errors": 0}}
+    assert _final_refusal(clean) == ""
+    assert _final_refusal({"status": "correct", "sanitizer": None}) == ""  # CPU: no sanitizer
+    assert "2 error" in _final_refusal({"status": "correct", "sanitizer": {"ran": True, "errors": 2}})
+    assert _final_refusal({"status": "incorrect"}) == "incorrect"
+
+
+@pytest.mark.parametrize("counters,expected", [
+    (Counters(), None),
+    (Counters(failures=4), "4 failed turns"),
+    (Counters(since_gain=4), "no gain over the best in 4 judged candidates"),
+    (Counters(idle=12), "12 tool turns in a row without judging"),
+    (Counters(idle=11, failures=3, since_gain=3), None),
+])
+def test_stuck_rules(counters, expected):
+    ctx = SimpleNamespace(objective=Objective(), counters=counters)
+    got = search.stuck_reason(ctx, "judged candidates")
+    assert (got is None) if expected is None else (expected in got)
+
+
+def test_a_config_file_sets_the_objective_and_flags_win(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[objective]\ntarget_speedup = 1.5\nstrategy = "tree"\nrounds = 3\n')
+    objective = merge(load_config(cfg), {"rounds": 7, "branches": None})
+    assert (objective.target_speedup, objective.strategy, objective.rounds, objective.branches) == (1.5, "tree", 7, 4)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rounds": 2, "speed": 3}))
+    with pytest.raises(ValueError, match="unknown objective settings \\['speed'\\]"):
+        merge(load_config(bad), {})
+
+
+def test_a_recording_sets_search_settings_but_never_the_judging_rules(tmp_path):
+    rec = tmp_path / "r.json"
+    loose = Objective(max_turns=9, strategy="refine", atol=1.0, rtol=1.0, allow_torch_compute=True, libraries=("cublas",))
+    from kernelwright.agent.replay import write_recording
+
+    write_recording(rec, provenance={}, problem={"name": "p", "hash": "h", "source": ""}, objective=loose, strategy="refine",
+                    turns=[], recorded_verdicts=[])
+    args = argparse.Namespace(config=None, **{flag: None for flag in commands.OBJECTIVE_FLAGS})
+    objective = commands._objective(args, f"replay:{rec}")
+    assert objective.max_turns == 9
+    assert (objective.atol, objective.rtol, objective.allow_torch_compute, objective.libraries) == (None, None, False, ())
+
+
+def test_the_workspace_refuses_the_names_an_export_writes(tmp_path):
+    ws = Workspace(tmp_path)
+    ws.write("model_new.py", "class ModelNew: pass\n")
+    for name in ("__init__.py", "run.json", "SUMMARY.md"):
+        with pytest.raises(ValueError, match="exported package writes itself"):
+            ws.write(name, "x")
+
+
+def test_out_must_be_new_empty_or_an_earlier_export(tmp_path):
+    exporting.check_out_dir(tmp_path / "new")
+    exporting.check_out_dir(tmp_path)  # empty
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not an earlier kernelwright export"):
+        exporting.check_out_dir(tmp_path)
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "run.json").write_text(json.dumps({"format": "kernelwright-export/1", "run_id": "run-00000000"}))
+    exporting.check_out_dir(earlier)
+
+
+def test_resume_refuses_an_engineer_candidate_with_reserved_names_before_touching_the_run(tmp_path):
+    from kernelwright.agent import optimize
+
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "model_new.py").write_text("class ModelNew: pass\n")
+    (cand / "__init__.py").write_text("")
+    with pytest.raises(ValueError, match="__init__.py"):
+        optimize.resume("run-00000000", candidate=cand, store=tmp_path / "store.sqlite")
+    assert not (tmp_path / "store.sqlite").exists()
+    with pytest.raises(ValueError):
+        optimize.resume("run-00000000", candidate=tmp_path / "missing", store=tmp_path / "store.sqlite")
+
+
+def test_a_resumed_tree_gets_another_round_under_new_slots():
+    from kernelwright.agent.optimize import _grant
+
+    state = {"round": 5, "resumes": 0}
+    _grant(Objective(strategy="tree", rounds=5), state)
+    assert state["round_limit"] == 6 and search.resume_prefix(state) == "x1/"
+    batch = {"done": 4}
+    _grant(Objective(strategy="best-of-n"), batch)
+    assert batch["done"] == 0 and search.resume_prefix(batch) == "x1/"
+
+
+def test_export_check_of_the_reserved_list_matches_the_package_files():
+    from kernelwright.agent.export import PACKAGE_FILES
+    from kernelwright.agent.workspace import RESERVED
+
+    assert set(PACKAGE_FILES) <= set(RESERVED) and "recording.json" in RESERVED
+    assert Path(exporting.RECORDING).name == "recording.json"

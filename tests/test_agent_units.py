@@ -113,3 +113,21 @@ def test_export_check_of_the_reserved_list_matches_the_package_files():
 
     assert set(PACKAGE_FILES) <= set(RESERVED) and "recording.json" in RESERVED
     assert Path(exporting.RECORDING).name == "recording.json"
+
+
+def test_resume_refuses_a_run_still_marked_running_unless_forced(tmp_path):
+    from kernelwright.agent import optimize
+    from kernelwright.store import Store
+
+    problem = Path(__file__).resolve().parents[1] / "examples" / "cpu" / "softmax" / "problem.py"
+    from kernelwright.problems.loader import load_problem
+
+    p = load_problem(problem)
+    with Store.open(tmp_path / "store.sqlite") as db:
+        db.create_run("run-0000abcd", problem_hash=p.hash, problem_name=p.name, problem_spec=str(problem), model="replay:none.json",
+                      strategy="refine", objective=Objective().to_dict())
+        db.update_run("run-0000abcd", status="running")
+    with pytest.raises(ValueError, match="marked running"):
+        optimize.resume("run-0000abcd", hint="x", store=tmp_path / "store.sqlite")
+    with pytest.raises(ValueError, match="cannot read recording"):  # forced: it gets as far as the backend
+        optimize.resume("run-0000abcd", hint="x", store=tmp_path / "store.sqlite", force=True)

@@ -107,7 +107,7 @@ def resume_cmd(args: argparse.Namespace) -> int:
     changes = {k: v for k, v in _flags(args).items() if v is not None}
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
-                                 base_url=args.base_url, changes=changes, progress=_progress(args))
+                                 base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force)
     except ProblemError:
         raise
     except (KeyError, ValueError) as exc:
@@ -264,6 +264,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--candidate", type=Path, help="an engineer's own candidate (model_new.py or its folder): judged, counted, and handed to the model")
     r.add_argument("--model", help="continue with another PROVIDER:MODEL")
     r.add_argument("--base-url", help="the server's URL, when it moved")
+    r.add_argument("--force", action="store_true", help="resume a run still marked running (its process was killed outright)")
     _objective_flags(r, full=False)
     _store_flag(r)
     r.set_defaults(func=resume_cmd)

@@ -90,8 +90,11 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
 
 
 def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = None, store: Path | None = None, model: str | None = None,
-           base_url: str | None = None, changes: dict[str, Any] | None = None, progress: Progress | None = None) -> RunResult:
-    """Continue a run where it stood, with an engineer's hint and/or candidate."""
+           base_url: str | None = None, changes: dict[str, Any] | None = None, progress: Progress | None = None,
+           force: bool = False) -> RunResult:
+    """Continue a run where it stood, with an engineer's hint and/or candidate. A run still marked
+    running is refused unless `force` (its process may still be driving it; one killed outright
+    leaves that mark behind)."""
     from kernelwright.problems.loader import load_problem
 
     if candidate is not None:
@@ -103,6 +106,9 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     runlog = RunLog(store, run_id, progress=progress)
     run = runlog.db().get_run(run_id)
     runlog.run_id = run_id = run["id"]
+    if run["status"] == RunStatus.RUNNING.value and not force:
+        raise ValueError(f"{run_id} is marked running (since {run.get('updated_at')}): another process may be driving it; "
+                         "if its process is gone (killed), resume with --force")
     problem = load_problem(run["problem_spec"])
     if problem.hash != run["problem_hash"]:
         raise ValueError(f"{run['problem_spec']} changed since {run_id} started (hash {problem.hash[:12]}, the run has "

@@ -13,16 +13,34 @@ import pytest
 from kernelwright.agent import commands, exporting, search
 from kernelwright.agent.loop import Counters
 from kernelwright.agent.objective import Objective, load_config, merge
-from kernelwright.agent.optimize import _final_refusal
+from kernelwright.agent.optimize import _final_refusal, sanitizer_gap
 from kernelwright.agent.workspace import Workspace
 
 
+def _tool(name, errors, done=True):
+    return {"tool": name, "errors": errors, "forward_completed": done}
+
+
 def test_the_final_rejudge_refuses_sanitizer_errors_and_passes_a_clean_run():
-    clean = {"status": "correct", "sanitizer": {"ran": True, "errors": 0}}
-    assert _final_refusal(clean) == ""
+    clean = {"status": "correct", "sanitizer": {"ran": True, "errors": 0, "tools": [_tool("memcheck", 0), _tool("racecheck", 0)]}}
+    assert _final_refusal(clean) == "" and sanitizer_gap(clean) == ""
     assert _final_refusal({"status": "correct", "sanitizer": None}) == ""  # CPU: no sanitizer
-    assert "2 error" in _final_refusal({"status": "correct", "sanitizer": {"ran": True, "errors": 2}})
+    dirty = {"status": "correct", "sanitizer": {"ran": True, "errors": 2, "tools": [_tool("memcheck", 2), _tool("racecheck", 0)]}}
+    assert "memcheck 2" in _final_refusal(dirty)
+    # one tool found errors while another gave no count: the total is None, the refusal still holds
+    partial = {"status": "correct", "sanitizer": {"ran": True, "errors": None, "tools": [_tool("memcheck", 3), _tool("racecheck", None, False)]}}
+    assert "memcheck 3" in _final_refusal(partial)
+    timed_out = {"status": "correct", "sanitizer": {"ran": True, "errors": None, "tools": [_tool("memcheck", 0), _tool("racecheck", None, False)]}}
+    assert _final_refusal(timed_out) == "" and "racecheck" in sanitizer_gap(timed_out)
+    assert "did not run" in sanitizer_gap({"status": "correct", "sanitizer": {"ran": False, "reason": "no GPU", "tools": []}})
     assert _final_refusal({"status": "incorrect"}) == "incorrect"
+
+
+def test_done_is_a_line_of_its_own():
+    from kernelwright.agent.loop import DONE
+
+    assert DONE.search("All good.\nDONE\n") and DONE.search("DONE.")
+    assert not DONE.search("ABANDONED the idea") and not DONE.search("not DONE yet")
 
 
 @pytest.mark.parametrize("counters,expected", [
@@ -74,8 +92,12 @@ def test_out_must_be_new_empty_or_an_earlier_export(tmp_path):
     exporting.check_out_dir(tmp_path / "new")
     exporting.check_out_dir(tmp_path)  # empty
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="not an earlier kernelwright export"):
+    with pytest.raises(ValueError, match="--out"):
         exporting.check_out_dir(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "new", target_is_directory=True)
+    with pytest.raises(ValueError, match="--out"):
+        exporting.check_out_dir(link)
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     (earlier / "run.json").write_text(json.dumps({"format": "kernelwright-export/1", "run_id": "run-00000000"}))
@@ -99,6 +121,9 @@ def test_resume_refuses_an_engineer_candidate_with_reserved_names_before_touchin
 def test_a_resumed_tree_gets_another_round_under_new_slots():
     from kernelwright.agent.optimize import _grant
 
+    refine = {"trajectory": {"turn": 40}}
+    _grant(Objective(max_turns=40, max_failures=4), refine)
+    assert refine["turn_limit"] == 44  # a finished refine run still sends the hint
     state = {"round": 5, "resumes": 0}
     _grant(Objective(strategy="tree", rounds=5), state)
     assert state["round_limit"] == 6 and search.resume_prefix(state) == "x1/"

@@ -107,7 +107,7 @@ def resume_cmd(args: argparse.Namespace) -> int:
     changes = {k: v for k, v in _flags(args).items() if v is not None}
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
-                                 base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force)
+                                 base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force, out_dir=args.out)
     except ProblemError:
         raise
     except (KeyError, ValueError) as exc:
@@ -167,14 +167,15 @@ def review_cmd(args: argparse.Namespace) -> int:
         run, steps = _run_and_steps(db, args.run)
         if decided:
             db.review_run(run["id"], approved=bool(args.approve), note=args.note or "")
-            exporting.review(run, approved=bool(args.approve), note=args.note or "")
+            written = exporting.review(run, approved=bool(args.approve), note=args.note or "")
             run, steps = _run_and_steps(db, run["id"])
     if args.json:
         _print_run_json(run, steps)
         return 0
     out.print(history.evidence(run, steps), markup=False, highlight=False)
     if decided:
-        out.print(f"recorded: {'approved' if args.approve else 'rejected'}" + (f" ({args.note})" if args.note else ""), markup=False, highlight=False)
+        where = f"in the store and in {written}" if written else "in the store (no export of this run to update)"
+        out.print(f"recorded {'approved' if args.approve else 'rejected'} {where}" + (f": {args.note}" if args.note else ""), markup=False, highlight=False)
     return 0
 
 
@@ -264,6 +265,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--candidate", type=Path, help="an engineer's own candidate (model_new.py or its folder): judged, counted, and handed to the model")
     r.add_argument("--model", help="continue with another PROVIDER:MODEL")
     r.add_argument("--base-url", help="the server's URL, when it moved")
+    r.add_argument("--out", type=Path, default=None, help="export to this folder instead of the run's earlier one")
     r.add_argument("--force", action="store_true", help="resume a run still marked running (its process was killed outright)")
     _objective_flags(r, full=False)
     _store_flag(r)

@@ -38,15 +38,17 @@ def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str]
     status = RunStatus.SUCCEEDED if met else RunStatus.FINISHED
     steps = db.run_steps(runlog.run_id)
     prov = provenance(ctx, run, meta)
+    same = _last_export_hash(steps) == judged.candidate_hash  # a review stands for the candidate it reviewed
     info = ExportInfo(run_id=runlog.run_id, problem_name=ctx.problem.name, problem_hash=ctx.problem.hash, problem_spec=run["problem_spec"],
                       model=ctx.backend.name, strategy=ctx.objective.strategy, objective=ctx.objective.to_dict(),
                       candidate_hash=judged.candidate_hash, files=files, verdict=verdict,
                       search_verdict={k: entry.verdict.get(k) for k in SLIM_KEYS}, history=tuple(history.candidate_rows(steps)),
-                      totals=db.run_totals(runlog.run_id), approved=None, review_note="",  # a new export is not reviewed yet
+                      totals=db.run_totals(runlog.run_id), approved=run.get("approved") if same else None,
+                      review_note=(run.get("review_note") or "") if same else "",
                       provenance=prov, extras={RECORDING: recording_text(ctx, steps, prov)})
     export_package(out_dir, info)
-    if run.get("approved") is not None:
-        db.clear_review(runlog.run_id)  # the earlier review was of another export
+    if run.get("approved") is not None and not same:
+        db.clear_review(runlog.run_id)  # the earlier review was of another candidate
     s = verdict.get("speedup_vs_best")
     summary = (f"{status.value}: {reason}; exported {entry.key} ({judged.candidate_hash[:12]}): re-judged on fresh seeds "
                + (f"{verdict.get('runtime_ms'):.4g} ms, {s:.3f}x the faster baseline" if s else "correct")
@@ -59,9 +61,14 @@ def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str]
     return RunResult(runlog.run_id, status, summary, verdict, out_dir)
 
 
+def _last_export_hash(steps: list[dict[str, Any]]) -> str | None:
+    exports = [s for s in steps if s["kind"] == StepKind.EXPORT.value]
+    return exports[-1]["payload"].get("candidate_hash") if exports else None
+
+
 def provenance(ctx: Any, run: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """Where the run came from: backend, server, device, commit; for a replay, the recording's own provenance."""
-    prov: dict[str, Any] = {"run_id": run["id"], "made_by": "kernelwright optimize", "backend": run["model"], "base_url": meta.get("base_url"),
+    prov: dict[str, Any] = {"run_id": run["id"], "made_by": "kernelwright optimize", "backend": ctx.backend.name, "base_url": meta.get("base_url"),
                             "device": ctx.device, "commit": git_commit(), "note": meta.get("note") or None, "replayed": ctx.replay}
     if ctx.replay:
         prov["recording"] = ctx.backend.path
@@ -88,9 +95,12 @@ def recording_text(ctx: Any, steps: list[dict[str, Any]], prov: dict[str, Any]) 
 def check_out_dir(out_dir: Path) -> None:
     """Refuse, before a run starts, an --out folder the export could not replace (a folder with
     other content than an earlier export, or a file)."""
-    p = Path(out_dir)
-    if p.exists() and (not p.is_dir() or (any(p.iterdir()) and not is_export(p))):
-        raise ValueError(f"--out {p} exists and is not an earlier kernelwright export; choose a new or empty folder")
+    from kernelwright.agent.export import _check_target
+
+    try:
+        _check_target(Path(out_dir))
+    except ValueError as exc:
+        raise ValueError(f"--out: {exc}") from None
 
 
 def review(run: dict[str, Any], *, approved: bool, note: str) -> str | None:
@@ -112,6 +122,8 @@ def git_commit() -> str | None:
     if os.environ.get("KERNELWRIGHT_COMMIT"):
         return os.environ["KERNELWRIGHT_COMMIT"]
     root = Path(__file__).resolve().parents[3]
+    if 'name = "kernelwright"' not in _read(root / "pyproject.toml"):
+        return None  # an installed copy: the folder above is not kernelwright's checkout
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode != 0 or not head.stdout.strip():
@@ -120,3 +132,10 @@ def git_commit() -> str | None:
         return head.stdout.strip() + ("+dirty" if dirty.returncode != 0 or dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

@@ -9,6 +9,7 @@ one conversation.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from kernelwright.agent.runlog import RunLog
 from kernelwright.agent.tools import TOOL_SPECS, Tools, render_skill
 from kernelwright.agent.workspace import Workspace
 
+DONE = re.compile(r"(?m)^\s*DONE\s*\.?\s*$")  # a line saying only DONE
 JUDGED_TOOLS = ("profile", "submit")  # tools whose verdict is a full, timed one: a judged candidate like a reply's
 MIN_GAIN = 0.01  # a new best must be this much faster to reset the stuck counter
 
@@ -155,6 +157,7 @@ class Trajectory:
         self.workspace.root.mkdir(parents=True, exist_ok=True)
         self.tools = Tools(self.workspace, ctx.judge, target_speedup=ctx.objective.target_speedup) if self.use_tools else None
         self.last_status = ""  # the status of the last verdict this trajectory got, for the tree's account of it
+        self.allow_done = False  # refine: a reply saying DONE ends the trajectory once a candidate passed
 
     @property
     def key(self) -> str:
@@ -192,12 +195,14 @@ class Trajectory:
         ctx = self.ctx
         code = extract_candidate(reply.text)
         if code is None:
-            if "DONE" in reply.text and (ctx.target_met() or (ctx.best is not None and ctx.objective.target_speedup is None)):
+            if self.allow_done and DONE.search(reply.text) and (ctx.target_met() or (ctx.best is not None and ctx.objective.target_speedup is None)):
                 return Outcome(done=True)
             self._feedback(key, prompts.no_candidate(extraction_problem(reply.text), tools=self.use_tools))
             return Outcome(failed=True)
         self.workspace.load({"model_new.py": code})
         judged = ctx.judge_files(self.workspace)
+        with ctx.lock:
+            ctx.counters.idle = 0
         entry = self._entry(key, judged.verdict.to_dict(), judged.candidate_hash, judged.verdict_id, "reply")
         text = describe(judged, target_speedup=ctx.objective.target_speedup)
         ok = entry.verdict.get("status") == "correct"
@@ -220,7 +225,7 @@ class Trajectory:
             if result.verdict is not None and call.name in JUDGED_TOOLS:
                 entry = self._entry(key, result.verdict, result.candidate_hash or "", result.data.get("verdict_id"), "tool")
                 out.entries += [entry] if entry.correct else []
-            out.submitted = out.submitted or result.submitted
+            out.submitted = out.submitted or (result.submitted and (result.verdict or {}).get("status") == "correct")  # a failed submit goes back to the model
         out.failed = not any_ok or (bool(judged) and "correct" not in judged)
         with self.ctx.lock:
             self.ctx.counters.idle = 0 if judged else self.ctx.counters.idle + 1

@@ -91,7 +91,7 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
 
 def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = None, store: Path | None = None, model: str | None = None,
            base_url: str | None = None, changes: dict[str, Any] | None = None, progress: Progress | None = None,
-           force: bool = False) -> RunResult:
+           force: bool = False, out_dir: Path | None = None) -> RunResult:
     """Continue a run where it stood, with an engineer's hint and/or candidate. A run still marked
     running is refused unless `force` (its process may still be driving it; one killed outright
     leaves that mark behind)."""
@@ -120,7 +120,12 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     state["objective"], state["model"] = objective.to_dict(), backend.name  # what this stretch runs with; the next resume starts from it
     if base_url:
         meta["base_url"] = base_url
-        state["meta"] = meta
+    if out_dir is not None:
+        from kernelwright.agent import exporting
+
+        exporting.check_out_dir(out_dir)
+        meta["out_dir"] = str(out_dir)
+    state["meta"] = meta
     runlog.load_totals()
     runlog._started -= float(state.get("elapsed_s") or 0.0)
     ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store)
@@ -139,7 +144,9 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
 def _grant(objective: Objective, state: dict[str, Any]) -> None:
     """A resumed tree gets at least one more round, a resumed best-of-n a fresh batch, under new slots."""
     state["resumes"] = int(state.get("resumes", 0)) + 1
-    if objective.strategy == "tree":
+    if objective.strategy == "refine":  # at least max_failures more requests, so a hint is always sent
+        state["turn_limit"] = max(objective.max_turns, int((state.get("trajectory") or {}).get("turn", 0)) + objective.max_failures)
+    elif objective.strategy == "tree":
         state["round_limit"] = max(objective.rounds, int(state.get("round", 0)) + 1)
     elif objective.strategy == "best-of-n":
         state["done"] = 0
@@ -213,7 +220,7 @@ def _strategy(ctx: Context, state: dict[str, Any], save: Callable[[dict[str, Any
         traj = search.restore_refine(ctx, state) if state.get("trajectory") else search.start_refine(ctx)
         for m in inject:
             traj.add(m)
-        return search.refine(ctx, traj, save)
+        return search.refine(ctx, traj, save, turn_limit=int(state.get("turn_limit") or ctx.objective.max_turns))
     files_of = lambda h: ctx.runlog.db().get_candidate_files(h)  # noqa: E731
     if strategy == "tree":
         return search.tree(ctx, state, save, files_of)
@@ -257,11 +264,22 @@ def _pause(ctx: Context, reason: str) -> RunResult:
 
 
 def _final_refusal(verdict: dict[str, Any]) -> str:
-    """Why a final re-judge does not pass: not correct, or compute-sanitizer found errors."""
+    """Why a final re-judge does not pass: not correct, or any compute-sanitizer tool found errors."""
     if verdict.get("status") != "correct":
         return str(verdict.get("status"))
-    errors = (verdict.get("sanitizer") or {}).get("errors")
-    return f"compute-sanitizer reported {errors} error(s)" if errors else ""
+    found = [f"{t.get('tool')} {t['errors']}" for t in (verdict.get("sanitizer") or {}).get("tools") or [] if (t.get("errors") or 0) > 0]
+    return f"compute-sanitizer reported error(s): {', '.join(found)}" if found else ""
+
+
+def sanitizer_gap(verdict: dict[str, Any]) -> str:
+    """What the sanitizer did not establish for a verdict it was asked for ("" when complete or not asked)."""
+    san = verdict.get("sanitizer")
+    if not san:
+        return ""
+    if not san.get("ran"):
+        return f"compute-sanitizer did not run: {san.get('reason') or 'no reason given'}"
+    gaps = [str(t.get("tool")) for t in san.get("tools") or [] if t.get("errors") is None or not t.get("forward_completed")]
+    return f"compute-sanitizer gave no complete count for {', '.join(gaps)}" if gaps else ""
 
 
 def _final(ctx: Context, reason: str, state: dict[str, Any]) -> RunResult:
@@ -289,7 +307,11 @@ def _final(ctx: Context, reason: str, state: dict[str, Any]) -> RunResult:
                                      "search_verdict": {k: entry.verdict.get(k) for k in SLIM_KEYS}, "key": entry.key})
         why = _final_refusal(verdict)
         if not why:
-            return exporting.finish(ctx, reason, entry, judged, files, state)
+            gap = sanitizer_gap(verdict)
+            if gap:
+                runlog.step(StepKind.NOTE, {"sanitizer": gap, "key": entry.key})
+                runlog.say(f"warning: {gap}")
+            return exporting.finish(ctx, reason + (f"; {gap}" if gap else ""), entry, judged, files, state)
         runlog.say(f"{entry.key} did not pass again ({why}); trying the next")
     summary = f"finished: {reason}; " + ("no candidate passed the fresh re-judge" if ranked else "no verified candidate")
     runlog.update(status=RunStatus.FINISHED, summary=summary)

@@ -77,10 +77,12 @@ def restore_refine(ctx: Context, state: dict[str, Any]) -> Trajectory:
     return traj
 
 
-def refine(ctx: Context, traj: Trajectory, save: Callable[[dict[str, Any]], None]) -> Ending:
+def refine(ctx: Context, traj: Trajectory, save: Callable[[dict[str, Any]], None], *, turn_limit: int | None = None) -> Ending:
     """One conversation until the target, a budget, the turn limit or a stall."""
+    limit = turn_limit or ctx.objective.max_turns
+    traj.allow_done = True
     while True:
-        reason = ctx.stop_reason() or (f"turn limit reached ({traj.turn} requests)" if traj.turn >= ctx.objective.max_turns else None)
+        reason = ctx.stop_reason() or (f"turn limit reached ({traj.turn} requests)" if traj.turn >= limit else None)
         if reason:
             return Ending(False, reason)
         try:

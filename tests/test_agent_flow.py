@@ -115,7 +115,7 @@ def test_replay_judges_every_candidate_again(full_run, tmp_path):
     path = tmp_path / "forged.json"
     write_recording(path, provenance=rec["provenance"], problem=rec["problem"], objective=rec["objective"], strategy=rec["strategy"],
                     turns=rec["turns"], recorded_verdicts=forged)
-    req = optimize.RunRequest(problem_spec=str(PROBLEM), model=f"replay:{path}", device="cpu", objective=Objective(**{**FAST, "max_turns": 7, "max_failures": 10}),
+    req = optimize.RunRequest(problem_spec=str(PROBLEM), model=f"replay:{path}", device="cpu", objective=Objective(**{**FAST, "max_turns": 7, "max_failures": 10, "stuck_after": 10}),
                               out_dir=tmp_path / "out", store=tmp_path / "store.sqlite")
     replayed = optimize.start(req)
     assert replayed.status == RunStatus.FINISHED and replayed.final is None  # nothing passed: the file's "correct" was not taken

@@ -127,7 +127,7 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
         meta["out_dir"] = str(out_dir)
     state["meta"] = meta
     runlog.load_totals()
-    runlog._started -= float(state.get("elapsed_s") or 0.0)
+    runlog.carry_elapsed(float(state.get("elapsed_s") or 0.0))
     ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store)
     _restore(ctx, state)
     ctx.counters.since_gain = ctx.counters.failures = ctx.counters.idle = 0  # an engineer stepped in: the stall counters start again

@@ -53,6 +53,10 @@ class RunLog:
         """Wall seconds this run has spent, over all its resumes."""
         return time.monotonic() - self._started
 
+    def carry_elapsed(self, seconds: float) -> None:
+        """Count the wall time earlier stretches of a resumed run spent."""
+        self._started -= seconds
+
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens

@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.agent.commands import add_parsers
 
     add_parsers(sub)  # optimize, resume, review, runs
+    from kernelwright.workspace.mcp_cli import add_parser as add_mcp_parser
+
+    add_mcp_parser(sub)  # mcp
     return parser
 
 

@@ -71,7 +71,7 @@ def test_verdict_round_trip(store: Store) -> None:
 
 def test_wal_and_foreign_keys(store: Store) -> None:
     assert store.journal_mode == "wal"
-    assert store.schema_version == latest_version() == 3
+    assert store.schema_version == latest_version() == 4
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
@@ -238,7 +238,7 @@ def test_v1_store_gains_the_baselines_table(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     _v1_db(path)
     with Store.open(path) as s:
-        assert s.schema_version == 3
+        assert s.schema_version == 4
         assert s.get_problem("h")["name"] == "p"  # the v1 rows survive
         rec = {"problem_hash": "h", "machine_key": "m", "precision": "fp32", "compile_mode": "default", "problem": "p",
                "eager_ms": 1.5, "compile_ms": 1.0}

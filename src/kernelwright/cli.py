@@ -371,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.agent.commands import add_parsers
 
     add_parsers(sub)  # optimize, resume, review, runs
+    from kernelwright.workspace.commands import add_parsers as add_workspace_parsers
+
+    add_workspace_parsers(sub)  # workspace, check
     from kernelwright.workspace.mcp_cli import add_parser as add_mcp_parser
 
     add_mcp_parser(sub)  # mcp

@@ -208,7 +208,7 @@ class Judge:
         if files.build_path == BuildPath.RAW:
             return self._compile_raw(files, t0)
         if files.build_path == BuildPath.TORCH_EXTENSION:
-            return self._compile_extension(files, t0)
+            return self._compile_extension(files, t0, Path(cand_dir))
         return BuildReport(True, "no kernel sources found: nothing to build (no runtime.load source, no kernels/ file, no cpp_extension)",
                            time.perf_counter() - t0)
 
@@ -219,7 +219,7 @@ class Judge:
         rows = [{"name": s.name, "cached": r.cached, **(dataclasses.asdict(r.resources) if r.resources else {})} for s, r in zip(files.sources, results)]
         return BuildReport(not failed, truncate(text.strip()), time.perf_counter() - t0, rows, BuildPath.RAW.value)
 
-    def _compile_extension(self, files: CandidateFiles, t0: float) -> BuildReport:
+    def _compile_extension(self, files: CandidateFiles, t0: float, cand_path: Path) -> BuildReport:
         """Import a private copy of the candidate in a build child, with the extension folder the
         judge's own build child will use (keyed by content hash), so verify() finds it built."""
         from kernelwright.judge.workers import Child, ChildConfig, ChildError
@@ -231,7 +231,7 @@ class Judge:
         env = {"KERNELWRIGHT_CACHE": str(cache_dir()), "TORCH_EXTENSIONS_DIR": str(ext_dir)}
         child = None
         try:
-            main = snapshot(files.root, workdir / "candidate")
+            main = snapshot(cand_path, workdir / "candidate")  # the same files the judge would take
             child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env))
             args = {"problem_path": str(self.problem.path), "candidate_path": str(main), "device": self.device,
                     "precision": policy.precision, "init_seed": 1, "check_identities": False}

@@ -136,17 +136,17 @@ class Tools:
 
     def _compile(self, args: dict[str, Any]) -> ToolResult:
         self._require_candidate()
-        report = self.judge.compile(self.workspace.root)
+        report = self.judge.compile(self.workspace.candidate_path)
         return ToolResult(text=feedback.describe_build(report, limit=self.output_limit), ok=report.ok,
                           data={"build_ok": report.ok, "resources": report.resources, "seconds": report.seconds})
 
     def _verify(self, args: dict[str, Any]) -> ToolResult:
         self._require_candidate()
-        return self._judged(self.judge.verify(self.workspace.root))
+        return self._judged(self.judge.verify(self.workspace.candidate_path))
 
     def _profile(self, args: dict[str, Any]) -> ToolResult:
         self._require_candidate()
-        judged = self.judge.full(self.workspace.root)
+        judged = self.judge.full(self.workspace.candidate_path)
         breakdown = self._reference_breakdown()
         parts = [feedback.describe(judged, target_speedup=self.target_speedup, limit=self.output_limit), breakdown_table(breakdown)]
         extra: dict[str, Any] = {"breakdown": breakdown}
@@ -157,7 +157,7 @@ class Tools:
 
     def _submit(self, args: dict[str, Any]) -> ToolResult:
         self._require_candidate()
-        judged = self.judge.full(self.workspace.root)
+        judged = self.judge.full(self.workspace.candidate_path)
         text = feedback.describe(judged, target_speedup=self.target_speedup, limit=self.output_limit) + "\n\nsubmitted."
         return self._judged(judged, text=text, data={"note": str(args.get("note") or "")}, submitted=True)
 
@@ -174,7 +174,7 @@ class Tools:
         if candidate_hash not in self._ncu:
             gpu = self.judge.objective.policy().gpu_index
             with self.judge.device_lock:
-                self._ncu[candidate_hash] = ncu_metrics(self.judge.problem, self.workspace.root, device=self.judge.device, gpu_index=gpu)
+                self._ncu[candidate_hash] = ncu_metrics(self.judge.problem, self.workspace.candidate_path, device=self.judge.device, gpu_index=gpu)
         return self._ncu[candidate_hash]
 
     def _judged(self, judged: Judged, *, text: str | None = None, data: dict[str, Any] | None = None, submitted: bool = False) -> ToolResult:

@@ -26,12 +26,25 @@ _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")  # one plain path componen
 RESERVED = ("__init__.py", "verdict.json", "run.json", "SUMMARY.md", "recording.json")  # what an export adds beside the candidate
 
 class Workspace:
-    """One candidate's folder; created when missing."""
+    """One candidate's folder; created when missing.
 
-    def __init__(self, root: Path) -> None:
+    `judged_as_file`: the judge reads `model_new.py` as a file (it, the source files beside it and
+    `kernels/`) rather than the whole folder, so that other files of the folder (an engineer's
+    workspace: the reference, SKILL.md, notes) are not part of the candidate. `protected`: names
+    (files, or folders with everything under them) that write() refuses.
+    """
+
+    def __init__(self, root: Path, *, judged_as_file: bool = False, protected: tuple[str, ...] = ()) -> None:
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
+        self.judged_as_file = judged_as_file
+        self.protected = tuple(protected)
+
+    @property
+    def candidate_path(self) -> Path:
+        """What the judge is given: the folder, or its model_new.py (see judged_as_file)."""
+        return self.root / MAIN if self.judged_as_file else self.root
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"
@@ -98,8 +111,11 @@ class Workspace:
         if not isinstance(text, str):
             raise ValueError(f"content must be text, got {type(text).__name__}")
         path = self.resolve(rel)
-        if self._rel(path) in RESERVED:
+        rel_name = self._rel(path)
+        if rel_name in RESERVED:
             raise ValueError(f"{rel!r} is a name the exported package writes itself ({', '.join(RESERVED)}); choose another")
+        if any(rel_name == p or rel_name.startswith(p.rstrip("/") + "/") for p in self.protected):
+            raise ValueError(f"{rel!r} is read-only in this workspace (protected: {', '.join(self.protected)})")
         if path.suffix.lower() not in WRITABLE_SUFFIXES:
             raise ValueError(f"{rel!r}: only source and text files may be written ({' '.join(WRITABLE_SUFFIXES)})")
         size = len(text.encode("utf-8", errors="replace"))
@@ -139,17 +155,17 @@ class Workspace:
 
     def files(self) -> dict[str, str]:
         """The files the judge would read and the store would keep ({} before model_new.py exists)."""
-        return read_candidate(self.root) if self.has_candidate() else {}
+        return read_candidate(self.candidate_path) if self.has_candidate() else {}
 
     def hash(self) -> str:
         """The candidate's content hash (the judge's); ValueError before model_new.py exists."""
         if not self.has_candidate():
             raise ValueError(f"the workspace has no {MAIN} yet")
-        return files_hash(self.root)
+        return files_hash(self.candidate_path)
 
     def snapshot_to(self, dest: Path) -> Path:
         """Copy the candidate into `dest` (as the judge copies it); returns `dest`."""
         if not self.has_candidate():
             raise ValueError(f"the workspace has no {MAIN} yet")
-        snapshot(self.root, Path(dest))
+        snapshot(self.candidate_path, Path(dest))
         return Path(dest)

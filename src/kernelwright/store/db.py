@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from kernelwright.judge.records import Verdict
 from kernelwright.store import migrations
 from kernelwright.store.runs import RunsMixin
+from kernelwright.store.workspaces import WorkspacesMixin
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
             delay = min(delay * 2, 0.2)
 
 
-class Store(RunsMixin):
+class Store(RunsMixin, WorkspacesMixin):
     """Problems, candidates and verdicts in one SQLite file. Use as a context manager."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:

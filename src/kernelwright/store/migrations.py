@@ -103,10 +103,39 @@ CREATE TABLE run_steps (
 );
 """
 
+V4_SQL = """
+CREATE TABLE workspaces (
+    id TEXT PRIMARY KEY,
+    root TEXT NOT NULL,
+    problem_hash TEXT NOT NULL,
+    problem_name TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE workspace_checks (
+    workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    source TEXT NOT NULL,
+    candidate_hash TEXT,
+    status TEXT NOT NULL,
+    exit_code INTEGER,
+    runtime_ms REAL,
+    speedup_vs_best REAL,
+    verdict_id TEXT,
+    report TEXT NOT NULL,
+    payload_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (workspace_id, seq)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, V1_SQL, "problems, candidates and verdicts"),
     Migration(2, V2_SQL, "baselines: eager and torch.compile times by problem, machine, precision and compile mode"),
     Migration(3, V3_SQL, "runs and run_steps: optimisation runs, their resumable state, best candidate, review and history"),
+    Migration(4, V4_SQL, "workspaces and workspace_checks: an engineer's or coding agent's workspace and its history of checks"),
 ]
 
 

@@ -1,0 +1,228 @@
+"""The workspace commands: `workspace init|import|export|history` and `check`.
+
+Results on stdout (the report, or JSON with --json); progress on stderr. `check` exits with the
+codes of workspace.exits, so a script or coding agent can act on the code alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
+from kernelwright.judge.provenance import LIBRARIES
+from kernelwright.workspace.exits import EXIT_CODES
+
+_POLICY_FLAGS = {  # flag -> objective field
+    "target_speedup": "target_speedup", "precision": "precision", "baselines": "baselines", "compile_mode": "compile_mode",
+    "seeds": "seeds", "timing_budget_s": "timing_budget_s", "atol": "atol", "rtol": "rtol",
+}
+
+
+def _usage(message: str) -> Exception:
+    from kernelwright.cli import UsageError
+
+    return UsageError(message)
+
+
+def _objective(args: argparse.Namespace) -> Any:
+    """The workspace's objective: --policy file < flags."""
+    from kernelwright.agent.objective import load_config, merge
+
+    flags: dict[str, Any] = {field: getattr(args, flag, None) for flag, field in _POLICY_FLAGS.items()}
+    if args.allow_library:
+        flags["libraries"] = tuple(args.allow_library)
+    if args.allow_torch_compute:
+        flags["allow_torch_compute"] = True
+    if args.no_compile_baseline:
+        flags["compile_baseline"] = False
+    try:
+        return merge(load_config(args.policy) if args.policy else {}, flags)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    from kernelwright.cli import err
+
+    if getattr(args, "quiet", False):
+        return None
+    return lambda message: err.print(message, markup=False, highlight=False, style="dim")
+
+
+def _print(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    from kernelwright.cli import out
+
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    else:
+        out.print(text, markup=False, highlight=False)
+
+
+# -- workspace init / import / export -----------------------------------------------------------------
+
+
+def init_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.workspace.layout import init_workspace
+
+    try:
+        config = init_workspace(args.problem, args.dir, objective=_objective(args), device=args.device)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    return _made(args, config, "made")
+
+
+def import_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.workspace.cuda_agent import import_workdir
+
+    try:
+        config = import_workdir(args.src, args.dir, objective=_objective(args), device=args.device)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    return _made(args, config, f"imported {args.src} into")
+
+
+def _made(args: argparse.Namespace, config: Any, verb: str) -> int:
+    root = Path(args.dir).expanduser().resolve()
+    text = (f"{verb} workspace {config.id} for {config.problem_name} in {root}\n"
+            f"  reference/{config.problem_name}.py (read-only), model_new.py, kernels/, SKILL.md, README.md\n"
+            f"  next: cd {root} && kernelwright check --quick")
+    _print(args, {"workspace": config.id, "root": str(root), **config.to_dict()}, text)
+    return 0
+
+
+def export_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.workspace.cuda_agent import export_workdir
+
+    try:
+        dest = export_workdir(args.workspace, args.dest)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    _print(args, {"exported": str(dest), "layout": args.layout}, f"wrote a CUDA Agent workdir to {dest}")
+    return 0
+
+
+# -- check and history ------------------------------------------------------------------------------
+
+
+def _session(args: argparse.Namespace) -> Any:
+    from kernelwright.workspace.session import open_session
+
+    try:
+        return open_session(args.workspace, device=args.device, store=args.store, progress=_progress(args))
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+
+
+def check_cmd(args: argparse.Namespace) -> int:
+    """compile, verify, profile; the report; the exit code of workspace.exits."""
+    session = _session(args)
+    mode = "quick" if args.quick else "final" if args.final else "full"
+    try:
+        result = session.check(mode, ncu=not args.no_ncu, breakdown=args.breakdown, source="cli")
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    _print(args, result.data, result.text)
+    return int(result.exit_code)
+
+
+def history_cmd(args: argparse.Namespace) -> int:
+    session = _session(args)
+    rows = session.history()
+    if args.json:
+        sys.stdout.write(json.dumps({"workspace": session.config.id, "problem": session.config.problem_name,
+                                     "root": str(session.root), "checks": rows}, indent=2, allow_nan=False) + "\n")
+        return 0
+    from kernelwright.cli import out
+
+    out.print(history_table(session, rows), markup=False, highlight=False)
+    if args.show is not None:
+        match = [r for r in rows if r["seq"] == args.show]
+        if not match:
+            raise _usage(f"no check {args.show} in workspace {session.config.id} (it has {len(rows)})")
+        out.print("\n" + match[0]["report"], markup=False, highlight=False)
+    return 0
+
+
+def history_table(session: Any, rows: list[dict[str, Any]]) -> str:
+    """The history as a text table."""
+    lines = [f"workspace {session.config.id} · {session.config.problem_name} · {len(rows)} check(s)",
+             f"{'#':>3}  {'when (UTC)':19}  {'kind':14} {'source':6} {'status':14} {'exit':>4}  {'ms':>9}  {'vs best':>7}  candidate"]
+    for r in rows:
+        ms = "" if r["runtime_ms"] is None else f"{r['runtime_ms']:.4g}"
+        sp = "" if r["speedup_vs_best"] is None else f"{r['speedup_vs_best']:.3g}x"
+        lines.append(f"{r['seq']:>3}  {r['created_at'][:19].replace('T', ' '):19}  {r['kind']:14} {r['source']:6} {r['status']:14} "
+                     f"{r['exit_code'] if r['exit_code'] is not None else '':>4}  {ms:>9}  {sp:>7}  {str(r['candidate_hash'] or '')[:12]}")
+    return "\n".join(lines)
+
+
+# -- parsers ------------------------------------------------------------------------------------------
+
+
+def _policy_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", type=Path, help="a file (JSON or TOML) of objective settings: precision, atol, rtol, libraries, "
+                                               "allow_torch_compute, target_speedup, ...; flags win over it")
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where checks judge (default auto: cuda when present, decided at each check)")
+    p.add_argument("--target-speedup", type=float, help="the goal, against the faster of eager and torch.compile")
+    p.add_argument("--precision", choices=PRECISIONS, help="numerics candidates may use inside (default strict fp32)")
+    p.add_argument("--atol", type=float, help="absolute tolerance override")
+    p.add_argument("--rtol", type=float, help="relative tolerance override")
+    p.add_argument("--allow-library", action="append", metavar="NAME", help="a library candidates may call (repeatable; " + ", ".join(LIBRARIES) + ")")
+    p.add_argument("--allow-torch-compute", action="store_true", help="let candidates compute with torch operators")
+    p.add_argument("--baselines", choices=BASELINE_MODES, help="measured (default: timed once, then taken from the store), cached, or skip")
+    p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
+    p.add_argument("--seeds", type=int, help="secret correctness seeds per check (default 3)")
+    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per check (default 20 s)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+
+
+def _in_workspace(p: argparse.ArgumentParser, *, device: bool = True) -> None:
+    p.add_argument("--workspace", "-C", default=".", help="the workspace (or a folder inside it; default: the current folder)")
+    if device:
+        p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to judge (default: the workspace's setting)")
+    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+
+
+def _exit_codes_epilog() -> str:
+    return "exit codes:\n" + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `workspace` and `check` on the CLI's subparsers."""
+    w = sub.add_parser("workspace", help="a folder for working on one problem by hand or with any coding agent")
+    wsub = w.add_subparsers(dest="workspace_command", required=True)
+    wi = wsub.add_parser("init", help="make a workspace: the reference (read-only), model_new.py, kernels/, SKILL.md, README.md")
+    wi.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
+    wi.add_argument("dir", type=Path, help="a new or empty folder")
+    _policy_flags(wi)
+    wi.set_defaults(func=init_cmd)
+    wm = wsub.add_parser("import", help="make a workspace from a CUDA Agent workdir (model.py, model_new.py, binding.cpp, kernels/)")
+    wm.add_argument("src", type=Path, help="the CUDA Agent workdir")
+    wm.add_argument("dir", type=Path, help="a new or empty folder")
+    _policy_flags(wm)
+    wm.set_defaults(func=import_cmd)
+    we = wsub.add_parser("export", help="write a workspace's task in the CUDA Agent workdir layout")
+    we.add_argument("workspace", help="the workspace")
+    we.add_argument("dest", type=Path, help="a new or empty folder")
+    we.add_argument("--layout", default="cuda-agent", choices=("cuda-agent",), help="the layout (cuda-agent)")
+    we.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    we.set_defaults(func=export_cmd)
+    wh = wsub.add_parser("history", help="every check, tool call and submission made in a workspace")
+    _in_workspace(wh, device=False)
+    wh.add_argument("--show", type=int, default=None, metavar="N", help="also print check N's full report")
+    wh.set_defaults(func=history_cmd, device="auto")
+    c = sub.add_parser("check", help="in a workspace: compile, verify and profile the candidate; a compact report and an exit code",
+                       epilog=_exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = c.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="compile and verify only (no timing)")
+    group.add_argument("--final", action="store_true", help="the judgement that counts: fresh seeds, baselines timed beside it, compute-sanitizer on a GPU")
+    c.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute's per-kernel figures (GPU)")
+    c.add_argument("--breakdown", action="store_true", help="add the reference's time per kernel (torch profiler)")
+    c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    _in_workspace(c)
+    c.set_defaults(func=check_cmd)

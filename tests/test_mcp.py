@@ -152,6 +152,7 @@ def test_stdio_session_writes_compiles_verifies_and_profiles(workspace: Path, tm
     assert not profile.is_error and "status: correct" in text(profile), text(profile)
     assert "speedup:" in text(profile) and "vs eager" in text(profile), text(profile)
     assert profile.structured_content["status"] == "correct"
+    assert profile.structured_content["text"] == text(profile)  # clients that show only structured content
     assert progress, "the session's progress lines reached the client"
 
     assert out["outside"].is_error and "inside the workspace" in text(out["outside"]), text(out["outside"])
@@ -227,7 +228,8 @@ class FakeSession:
         self.progress("building")
         self.progress("timing")
         if name == "compile":
-            return ToolResult(text="build failed: error: expected ';'", ok=False, data={"build_ok": False, "path": Path("x")})
+            return ToolResult(text="build failed: error: expected ';'", ok=False,
+                              data={"build_ok": False, "path": Path("x"), "table": ["row"] * 500})
         return ToolResult(text=f"{name} done", data={"status": "correct", "verdict_id": "v-1"})
 
 
@@ -253,10 +255,11 @@ def test_server_results_errors_and_progress_in_process(tmp_path: Path):
 
     ok, failed, unknown = anyio.run(session)
     assert not ok.is_error and text(ok) == "verify done"
-    assert ok.structured_content == {"ok": True, "status": "correct", "verdict_id": "v-1"}
+    assert ok.structured_content == {"ok": True, "status": "correct", "text": "verify done", "verdict_id": "v-1"}
     assert lines == ["building", "timing"]
     assert failed.is_error and "build failed" in text(failed)
-    assert failed.structured_content == {"ok": False, "status": "error", "build_ok": False, "path": "x"}
+    assert failed.structured_content == {"ok": False, "status": "error", "text": text(failed), "build_ok": False, "path": "x"}
+    assert "table" not in failed.structured_content  # too large: the text renders it
     assert unknown.is_error and "unknown tool" in text(unknown)
     assert [c[2] for c in fake.calls] == ["mcp", "mcp"]  # the unknown tool never reached the session
 

@@ -33,6 +33,7 @@ HTTP_PATH = "/mcp"
 TRANSPORTS = ("stdio", "http")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 _READ_ONLY = frozenset({"list_files", "read_file"})  # tools that change nothing (hints for clients)
+_SMALL = 1000  # data values up to this many characters of JSON go into the structured content
 
 
 class MissingSDK(RuntimeError):
@@ -130,10 +131,15 @@ def _tool(types: Any, spec: Any) -> Any:
 
 
 def _structured(result: Any) -> dict[str, Any]:
-    """The result's data and status as one JSON object."""
-    data = dict(result.data or {})
-    data.setdefault("status", "ok" if result.ok else "error")
-    return json.loads(json.dumps({"ok": bool(result.ok), **data}, default=str))
+    """The result as one JSON object: ok, status, the report text, and the data's small values.
+
+    The text is in it because Claude Code and Codex show the model only the structured content when
+    there is one; data values over _SMALL characters of JSON (the reference's breakdown, Nsight
+    Compute tables) are left out: the text already renders them.
+    """
+    data = json.loads(json.dumps(dict(result.data or {}), default=str))
+    small = {k: v for k, v in data.items() if len(json.dumps(v)) <= _SMALL}
+    return {"ok": bool(result.ok), "status": data.get("status") or ("ok" if result.ok else "error"), "text": result.text, **small}
 
 
 def _call_result(types: Any, result: Any) -> Any:

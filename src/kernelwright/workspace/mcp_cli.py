@@ -26,11 +26,12 @@ def add_parser(sub: Any) -> None:
 
 def mcp_cmd(args: argparse.Namespace) -> int:
     """Serve until the client leaves (stdio) or Ctrl-C (HTTP); 2 without the SDK or outside a workspace."""
-    from kernelwright.cli import UsageError, err
+    from kernelwright.cli import err
     from kernelwright.workspace.mcp_server import MissingSDK, SessionError, serve
 
     if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be in 1..65535, got {args.port}")
+        err.print(f"usage error: --port must be in 1..65535, got {args.port}", markup=False, highlight=False, style="red")
+        return 2
 
     def echo(line: str) -> None:
         err.print(line, markup=False, highlight=False)

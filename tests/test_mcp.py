@@ -170,11 +170,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"the server exited with {proc.returncode}: {proc.stderr.read()}")
+            raise AssertionError(f"the server exited with {proc.returncode}: {log.read_text()}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -188,10 +188,12 @@ def test_streamable_http_lists_tools_and_compiles(workspace: Path, tmp_path: Pat
 
     (workspace / "model_new.py").write_text(candidate())
     port = free_port()
-    proc = subprocess.Popen([sys.executable, *command(workspace, tmp_path, "--transport", "http", "--port", str(port))],
-                            env=server_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "server.log"  # a file, not a pipe: progress lines could fill a pipe nobody reads
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, *command(workspace, tmp_path, "--transport", "http", "--port", str(port))],
+                                env=server_env(tmp_path), stdout=sink, stderr=sink, stdin=subprocess.DEVNULL)
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, log)
 
         async def session() -> tuple:
             with anyio.fail_after(150):
@@ -207,7 +209,8 @@ def test_streamable_http_lists_tools_and_compiles(workspace: Path, tmp_path: Pat
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    assert TOOLS <= names
+    assert TOOLS <= names, log.read_text()
+    assert "serving" in log.read_text() and "/mcp" in log.read_text()
     assert not compiled.is_error and "build ok" in text(compiled), text(compiled)
 
 

@@ -51,6 +51,7 @@ def reference_breakdown(problem: Problem, *, device: str, timeout_s: float = 120
     {"ran": True, "rows": [[name, total ms, calls, share]], "total_ms", "forwards", "unit"}, or
     {"ran": False, "reason": ...} when the child failed."""
     from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.gpulock import device_lock
     from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
     workdir = Path(tempfile.mkdtemp(prefix="kw-agent-profile-"))
@@ -59,8 +60,10 @@ def reference_breakdown(problem: Problem, *, device: str, timeout_s: float = 120
         child = Child(ChildConfig(role="reference", device=device, gpu_index=gpu_index, workdir=workdir, env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
         setup = {"problem_path": str(problem.path), "device": device, "precision": "fp32", "init_seed": 1, "atol": None,
                  "rtol": None, "strict": True}
-        child.call("setup", setup, timeout_s=timeout_s)
-        result = child.call("breakdown", {"forwards": forwards}, timeout_s=timeout_s)
+        with device_lock(device, gpu_index, "shared", what="loading the problem"):
+            child.call("setup", setup, timeout_s=timeout_s)
+        with device_lock(device, gpu_index, "exclusive", what="profiling the reference"):
+            result = child.call("breakdown", {"forwards": forwards}, timeout_s=timeout_s)
         return {"ran": True, **result}
     except ChildError as exc:
         return {"ran": False, "reason": f"the reference child failed: {exc}"[:600]}
@@ -107,12 +110,14 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
     if exe is None:
         return {"ran": False, "reason": "ncu (Nsight Compute) was not found on PATH or under CUDA_HOME"}
     from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.gpulock import device_lock
     from kernelwright.judge.workers import physical_gpu
 
     path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
            "PYTHONUNBUFFERED": "1", **({"PYTHONPATH": path} if path else {})}
-    return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s)
+    with device_lock(device, gpu_index, "exclusive", what="running ncu"):  # ncu measures durations
+        return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s)
 
 
 def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:

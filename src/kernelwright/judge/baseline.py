@@ -9,6 +9,8 @@ Two phases, so that compiling never disturbs a measurement:
    without a candidate child: the same L2 flush, events, lead spin, empty calls and held calls, and
    the same stopping rule), and prices them as a verdict prices its baselines (`price`).
 The next problem's child starts while one is timed; it only imports torch until its turn.
+Across processes, compiling holds the device's lock shared and timing holds it exclusive
+(judge.gpulock), so no other kernelwright process runs device work while a baseline is timed.
 
 Records go to the store as soon as each is made, keyed by problem hash and by the machine (device,
 GPU name, driver, torch and CUDA versions), the precision allowance and the compile mode, so an
@@ -35,6 +37,7 @@ from typing import Any, Callable
 
 from kernelwright.judge import measure
 from kernelwright.judge.build import cache_dir
+from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
 
@@ -201,9 +204,10 @@ def compile_one(problem: Any, device: str, policy: Policy, children: _Children, 
         return None, LATE
     child = children.new()
     try:
-        child.call("setup", _setup_args(problem, device, policy, timing=False), timeout_s=policy.build_timeout_s)
-        reply = child.call("setup_timing", {"pool_seeds": [1], "compile": True, "compile_mode": policy.compile_mode,
-                                            "warmup_ms": COMPILE_WARMUP_MS, "rehearse": None}, timeout_s=policy.build_timeout_s)
+        with device_lock(device, policy.gpu_index, "shared", what=f"compiling {problem.name}"):  # untimed device work
+            child.call("setup", _setup_args(problem, device, policy, timing=False), timeout_s=policy.build_timeout_s)
+            reply = child.call("setup_timing", {"pool_seeds": [1], "compile": True, "compile_mode": policy.compile_mode,
+                                                "warmup_ms": COMPILE_WARMUP_MS, "rehearse": None}, timeout_s=policy.build_timeout_s)
         return reply.get("compile_s"), ""
     except ChildError as exc:
         return None, f"torch.compile failed: {exc}"[:1000]
@@ -212,14 +216,18 @@ def compile_one(problem: Any, device: str, policy: Policy, children: _Children, 
 
 
 def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path) -> tuple[dict[str, Any], measure.TimingOutcome]:
-    """(setup meta, timing outcome) for one problem in a fresh reference child."""
-    meta = child.call("setup", _setup_args(problem, device, policy, timing=True), timeout_s=policy.build_timeout_s)
+    """(setup meta, timing outcome) for one problem in a fresh reference child; the timing (with
+    the torch.compile from inductor's caches that starts it) holds the device alone (judge.gpulock)."""
+    args = _setup_args(problem, device, policy, timing=True)
+    with device_lock(device, policy.gpu_index, "exclusive" if "null_switches" in args else "shared", what=f"loading {problem.name}"):
+        meta = child.call("setup", args, timeout_s=policy.build_timeout_s)  # with null_switches it times the empty call
     if meta.get("source_hash") != problem.hash:
         raise RuntimeError(f"the problem file changed on disk since it was loaded: {problem.path}")
     lead = policy.timing.lead_us if device == "cuda" and meta.get("lead_ok") else 0.0
     null_calls = measure.NULL_CALLS if device == "cuda" and policy.enabled("harness_overhead") else 0
-    outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
-                                 held=(device == "cuda" and meta.get("lead_ok") is True, False))
+    with device_lock(device, policy.gpu_index, "exclusive", what=f"timing the baselines of {problem.name}"):
+        outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
+                                     held=(device == "cuda" and meta.get("lead_ok") is True, False))
     return meta, outcome
 
 

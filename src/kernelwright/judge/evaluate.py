@@ -2,11 +2,14 @@
 
 Build in children (compilers, or a build child for torch extensions); reference outputs in the
 reference child; the candidate in a fresh GPU-pinned child; comparisons in the reference child,
-which never runs candidate code. Generated code never runs in this process.
+which never runs candidate code. Generated code never runs in this process. Device work holds the
+device's lock (judge.gpulock): shared for loading, references and correctness, exclusive for timing;
+builds hold none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -16,11 +19,12 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from kernelwright.judge import roofline
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
+from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
@@ -81,6 +85,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         return vb.finish(Status.INFRA_ERROR, "device cuda was asked for but no GPU is visible")
     if dev == "cuda":
         physical_gpu(policy.gpu_index)  # ValueError for an index outside CUDA_VISIBLE_DEVICES
+    gpu_lock_enabled()  # ValueError for a KERNELWRIGHT_GPU_LOCK other than on or off
     workdir = _workdir()
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
@@ -113,8 +118,9 @@ def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
         ext = files is not None and files.build_path == BuildPath.TORCH_EXTENSION
         env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(flow._extension_env() if ext else {})}
         try:
-            result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
-                                  timeout_s=flow.policy.sanitize_timeout_s)
+            with device_lock(flow.device, flow.policy.gpu_index, "shared", what="running compute-sanitizer", progress=say):
+                result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
+                                      timeout_s=flow.policy.sanitize_timeout_s)
         except Exception as exc:  # noqa: BLE001 - the sanitizer is advisory: its failure must not lose the verdict
             result = {"ran": False, "reason": f"the sanitizer run failed: {type(exc).__name__}: {exc}"[:300], "tools": []}
         say(sanitize.describe(result))
@@ -170,10 +176,25 @@ class _Flow:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
             return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         finally:
-            for child in self.children:
-                child.request_exit()  # all at once: a GPU child takes a moment to tear down
-            for child in self.children:
-                child.close()
+            self._close_children()
+
+    def _close_children(self) -> None:
+        for child in self.children:
+            child.request_exit()  # all at once: a GPU child takes a moment to tear down
+        for child in self.children:
+            child.close()  # a second close does nothing
+
+    @contextlib.contextmanager
+    def _device(self, mode: str, what: str) -> Iterator[None]:
+        """Hold the device lock (judge.gpulock: shared for untimed work, exclusive for timing); when
+        the section fails, the children are closed before the lock goes, so none of their device
+        work (references still computing, say) outlives it."""
+        with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say):
+            try:
+                yield
+            except BaseException:
+                self._close_children()
+                raise
 
     def _child(self, role: str, extra_env: dict[str, str] | None = None) -> Child:
         env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
@@ -203,13 +224,15 @@ class _Flow:
         cases = self.cases()
         # The reference child computes every case's reference while the candidate is imported.
         self.say(f"problem loaded (reference child: {_seconds(self.meta)}); computing references while the candidate is imported")
-        ref.send("references", {"cases": [c.to_dict() for c in cases]})
-        self._candidate_setup(cand)
-        self._correctness(ref, cand, cases)
+        with self._device("shared", "computing references and checking correctness"):
+            ref.send("references", {"cases": [c.to_dict() for c in cases]})
+            self._candidate_setup(cand)
+            self._correctness(ref, cand, cases)
         if self.policy.time_candidate:
             from kernelwright.judge.phases import timing_phase
 
-            timing_phase(self, ref, cand)
+            with self._device("exclusive", "timing"):
+                timing_phase(self, ref, cand)
         else:
             self.vb.timing_skipped("the policy asks for correctness only")
 
@@ -281,7 +304,9 @@ class _Flow:
 
             args["null_switches"] = policy_switches(self.policy, self.policy.timing.lead_us)
         try:
-            self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
+            # exclusive when the setup times the empty call (null_switches), shared otherwise
+            with self._device("exclusive" if "null_switches" in args else "shared", "loading the problem"):
+                self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:
             if exc.kind == "problem":
                 raise ProblemError(str(exc)) from None

@@ -36,6 +36,7 @@ def judge_env(tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNELWRIGHT_CACHE", str(root / "cache"))
         mp.setenv("KERNELWRIGHT_STORE", str(root / "store.sqlite"))
+        mp.setenv("KERNELWRIGHT_LOCK_DIR", str(root / "locks"))  # device locks private to this test session
         yield root
 
 

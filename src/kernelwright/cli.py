@@ -26,8 +26,7 @@ err = Console(stderr=True)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-class UsageError(ValueError):
-    """Bad command-line input (exit code 2)."""
+from kernelwright.errors import UsageError  # noqa: E402 - one class for `-m kernelwright.cli` and imports
 
 
 def _policy(args: argparse.Namespace) -> Policy:

@@ -35,17 +35,38 @@ PREAMBLE_START = "# --- kernelwright preamble: builds the CUDA Agent extension"
 PREAMBLE_END = "# --- end of the kernelwright preamble; the workdir's model_new.py follows unchanged ---\n"
 
 PREAMBLE = PREAMBLE_START + """ (binding.cpp and kernels/) as `cuda_extension` ---
+# The sources are mirrored into a fixed folder under TORCH_EXTENSIONS_DIR (a file is rewritten only
+# when its bytes differ), so ninja finds the same paths each time and rebuilds only what changed.
+import os as _kw_os
 import sys as _kw_sys
+import tempfile as _kw_tempfile
 from pathlib import Path as _KwPath
 
 from torch.utils.cpp_extension import load as _kw_load
 
-_KW_HERE = _KwPath(__file__).resolve().parent
-_KW_SOURCES = sorted(str(p) for p in [*_KW_HERE.glob("*.cu"), *_KW_HERE.glob("*.cpp"),
-                                      *(_KW_HERE / "kernels").rglob("*.cu"), *(_KW_HERE / "kernels").rglob("*.cpp")])
+
+def _kw_mirror():
+    here = _KwPath(__file__).resolve().parent
+    dest = _KwPath(_kw_os.environ.get("TORCH_EXTENSIONS_DIR") or _kw_tempfile.gettempdir()) / "kw_cuda_agent_sources"
+    found = [p for p in here.glob("*") if p.suffix in (".cu", ".cuh", ".cpp", ".h", ".hpp")]
+    if (here / "kernels").is_dir():
+        found += [p for p in (here / "kernels").rglob("*") if p.suffix in (".cu", ".cuh", ".cpp", ".h", ".hpp")]
+    sources = []
+    for path in sorted(found):
+        target = dest / path.relative_to(here)
+        data = path.read_bytes()
+        if not target.is_file() or target.read_bytes() != data:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        if path.suffix in (".cu", ".cpp"):
+            sources.append(str(target))
+    return dest, sources
+
+
 if "cuda_extension" not in _kw_sys.modules:
+    _kw_dest, _kw_sources = _kw_mirror()
     _kw_sys.modules["cuda_extension"] = _kw_load(
-        name="cuda_extension", sources=_KW_SOURCES, extra_include_paths=[str(_KW_HERE), str(_KW_HERE / "kernels")],
+        name="cuda_extension", sources=_kw_sources, extra_include_paths=[str(_kw_dest), str(_kw_dest / "kernels")],
         extra_cflags=["-O3", "-std=c++20"], extra_cuda_cflags=["-O3", "--use_fast_math"], verbose=False)
 """ + PREAMBLE_END
 

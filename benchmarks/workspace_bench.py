@@ -1,0 +1,243 @@
+"""Workspaces on a real device, through the command line only (`kernelwright workspace init`,
+`kernelwright check`, `kernelwright workspace history`), each command in a subprocess as a coding
+agent would run it.
+
+    PYTHONPATH=src python3 benchmarks/workspace_bench.py --out DIR --commit SHA [--sections concurrency,checks]
+        [--repeats 3] [--workspace WS --store STORE --candidates FILE ...]
+
+- concurrency: two workspaces (examples/DEVICE/softmax and examples/DEVICE/layernorm, with the
+  examples' candidates) are checked alone, one after the other, `--repeats` times; then both at
+  once, `--repeats` times; then both at once with the device lock off (KERNELWRIGHT_GPU_LOCK=off),
+  to show what the lock prevents. A warm-up check of each (which measures and caches the baselines
+  and fills the build cache) comes first and is not counted. Reported: the candidate's median time
+  of every check, and per workspace the ratio of the median concurrent time to the median time alone.
+- checks: in the workspace WS, for each FILE in order: copy it to WS/model_new.py (a FILE whose
+  name ends in `.quick.py` is checked with --quick, `.final.py` with --final), run `kernelwright
+  check`, keep its report; then `kernelwright workspace history --json`. The candidates are written
+  by an engineer acting as the coding agent between calls to this script; the store travels between
+  calls (DIR/store.sqlite back, --store in).
+
+Writes DIR/workspace_bench.json (rows with provenance, every report), DIR/console.log and
+DIR/store.sqlite (a copy of the checks' store). Prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+PAIR = ("softmax", "layernorm")  # the concurrency section's workspaces, from examples/DEVICE/
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(extra or {})}
+
+
+def _start(args: list[str], log: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, float, list[str]]:
+    cmd = [sys.executable, "-m", "kernelwright", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(extra_env))
+    return proc, time.monotonic(), args
+
+
+def _finish(started: tuple[subprocess.Popen, float, list[str]], log: Path, timeout_s: float = 400) -> dict[str, Any]:
+    proc, t0, args = started
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    wall = time.monotonic() - t0
+    with log.open("a") as f:
+        f.write(f"$ kernelwright {' '.join(args)}  (exit {proc.returncode}, {wall:.1f} s)\n{err}\n")
+    try:
+        data = json.loads(out)
+    except ValueError:
+        data = {"stdout": out[-3000:]}
+    return {"exit": proc.returncode, "wall_s": round(wall, 2), "data": data}
+
+
+def _cli(args: list[str], log: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    return _finish(_start(args, log, extra_env), log)
+
+
+def _row(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one check."""
+    v = (result["data"].get("verdict") or {})
+    timing = v.get("timing") or {}
+    return {"exit": result["exit"], "wall_s": result["wall_s"], "status": result["data"].get("status"),
+            "check": result["data"].get("check"), "runtime_ms": v.get("runtime_ms"), "iqr_ms": timing.get("iqr_ms"),
+            "n": timing.get("n"), "eager_ms": v.get("eager_ms"), "compile_ms": v.get("compile_ms"),
+            "baseline_source": v.get("baseline_source"), "speedup_vs_best": v.get("speedup_vs_best")}
+
+
+# -- concurrency ------------------------------------------------------------------------------------
+
+
+def _make_pair(scratch: Path, device: str, log: Path) -> dict[str, Path]:
+    roots = {}
+    for name in PAIR:
+        ex = ROOT / "examples" / device / name
+        root = scratch / name
+        shutil.rmtree(root, ignore_errors=True)
+        res = _cli(["workspace", "init", str(ex / "problem.py"), str(root), "--device", device, "--timing-budget-s", "5", "--json"], log)
+        assert res["exit"] == 0, res
+        (root / "model_new.py").unlink()
+        shutil.copyfile(ex / "model_new.py", root / "model_new.py")
+        if (ex / "kernels").is_dir():
+            shutil.rmtree(root / "kernels")
+            shutil.copytree(ex / "kernels", root / "kernels")
+        roots[name] = root
+    return roots
+
+
+def _check_args(root: Path, store: Path) -> list[str]:
+    return ["check", "-C", str(root), "--store", str(store), "--no-ncu", "--json", "-q"]
+
+
+def concurrency(a: argparse.Namespace, scratch: Path, log: Path) -> dict[str, Any]:
+    store = scratch / "concurrency.sqlite"
+    roots = _make_pair(scratch, a.device, log)
+    out: dict[str, Any] = {"warmup": {}, "alone": {n: [] for n in PAIR}, "together": {n: [] for n in PAIR},
+                           "together_lock_off": {n: [] for n in PAIR}}
+    for name, root in roots.items():
+        out["warmup"][name] = _row(_cli(_check_args(root, store), log))
+        print(f"warm-up {name}: {out['warmup'][name]}", flush=True)
+    for r in range(a.repeats):
+        for name, root in roots.items():
+            out["alone"][name].append(_row(_cli(_check_args(root, store), log)))
+        print(f"alone {r}: " + ", ".join(f"{n} {out['alone'][n][-1]['runtime_ms']}" for n in PAIR), flush=True)
+    for key, env in (("together", None), ("together_lock_off", {"KERNELWRIGHT_GPU_LOCK": "off"})):
+        for r in range(a.repeats if key == "together" else a.repeats_off):
+            started = {n: _start(_check_args(root, store), log, env) for n, root in roots.items()}
+            for name in PAIR:
+                out[key][name].append(_row(_finish(started[name], log)))
+            print(f"{key} {r}: " + ", ".join(f"{n} {out[key][n][-1]['runtime_ms']}" for n in PAIR), flush=True)
+    out["summary"] = _concurrency_summary(out)
+    return out
+
+
+def _median(rows: list[dict[str, Any]]) -> float | None:
+    times = [r["runtime_ms"] for r in rows if r.get("runtime_ms")]
+    return statistics.median(times) if times else None
+
+
+def _concurrency_summary(out: dict[str, Any]) -> dict[str, Any]:
+    summary = {}
+    for name in PAIR:
+        alone = _median(out["alone"][name])
+        row: dict[str, Any] = {"alone_median_ms": alone, "alone_all_ms": [r["runtime_ms"] for r in out["alone"][name]]}
+        for key in ("together", "together_lock_off"):
+            med = _median(out[key][name])
+            row[f"{key}_median_ms"] = med
+            row[f"{key}_all_ms"] = [r["runtime_ms"] for r in out[key][name]]
+            row[f"{key}_ratio"] = round(med / alone, 4) if med and alone else None
+            row[f"{key}_worst_ratio"] = (round(max(abs(t / alone - 1) for t in row[f"{key}_all_ms"] if t) + 1, 4)
+                                         if alone and any(row[f"{key}_all_ms"]) else None)
+        row["within_3pct"] = row["together_ratio"] is not None and abs(row["together_ratio"] - 1) <= 0.03
+        summary[name] = row
+    return summary
+
+
+# -- checks -----------------------------------------------------------------------------------------
+
+
+def checks(a: argparse.Namespace, log: Path) -> dict[str, Any]:
+    root, store = Path(a.workspace).resolve(), Path(a.store).resolve()
+    rows = []
+    for cand in a.candidates:
+        cand = Path(cand)
+        shutil.copyfile(cand, root / "model_new.py")
+        flags = ["--quick"] if cand.name.endswith(".quick.py") else ["--final"] if cand.name.endswith(".final.py") else []
+        res = _cli(["check", "-C", str(root), "--store", str(store), "--json", *flags], log)
+        report = _report(root, store, res["data"].get("check"), log)
+        rows.append({"candidate": cand.name, "flags": flags, **_row(res), "report": report})
+        print(f"\n===== {cand.name} {' '.join(flags)}: exit {res['exit']} in {res['wall_s']} s =====\n{report}", flush=True)
+    hist = _cli(["workspace", "history", "-C", str(root), "--store", str(store), "--json"], log)
+    return {"workspace": str(root), "rows": rows, "history": hist["data"]}
+
+
+def _report(root: Path, store: Path, seq: int | None, log: Path) -> str:
+    """The check's readable report, as `kernelwright check` printed it, from the history."""
+    if seq is None:
+        return "(not kept)"
+    hist = _cli(["workspace", "history", "-C", str(root), "--store", str(store), "--json"], log)
+    for r in hist["data"].get("checks", []):
+        if r["seq"] == seq:
+            return r["report"]
+    return "(not found)"
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def provenance(a: argparse.Namespace) -> dict[str, Any]:
+    from kernelwright.judge import baseline
+
+    machine = baseline.probe_machine(a.device)
+    return {**machine, "python": platform.python_version(), "commit": a.commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join(sys.argv)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--commit", default="unknown")
+    p.add_argument("--sections", default="concurrency,checks")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats-off", type=int, default=2)
+    p.add_argument("--workspace", default=None)
+    p.add_argument("--store", default=None)
+    p.add_argument("--candidates", nargs="*", default=[])
+    a = p.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    log = a.out / "console.log"
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "kw-workspace-bench"
+    scratch.mkdir(parents=True, exist_ok=True)
+    os.environ["KERNELWRIGHT_COMMIT"] = a.commit
+    prov = provenance(a)
+    print(f"machine: {prov.get('gpu')} driver {prov.get('driver')} torch {prov.get('torch')}", flush=True)
+    result: dict[str, Any] = {"provenance": prov}
+    sections = [s for s in a.sections.split(",") if s]
+    for section in sections:  # in the order given; the results are written after each
+        if section == "concurrency":
+            result["concurrency"] = concurrency(a, scratch, log)
+        elif section == "checks":
+            result["checks"] = checks(a, log)
+        else:
+            raise SystemExit(f"unknown section {section!r}")
+        (a.out / "workspace_bench.json").write_text(json.dumps(result, indent=2))
+        if a.store and Path(a.store).is_file():
+            shutil.copyfile(a.store, a.out / "store.sqlite")
+    _table(result)
+    return 0
+
+
+def _table(result: dict[str, Any]) -> None:
+    summary = (result.get("concurrency") or {}).get("summary") or {}
+    if summary:
+        print("\nworkspace    alone ms   together ms  ratio   lock off ms  ratio   within 3%")
+        for name, r in summary.items():
+            print(f"{name:12} {r['alone_median_ms'] or 0:9.4f} {r['together_median_ms'] or 0:12.4f} {r['together_ratio'] or 0:6.3f} "
+                  f"{r['together_lock_off_median_ms'] or 0:12.4f} {r['together_lock_off_ratio'] or 0:6.3f}   {r['within_3pct']}")
+    rows = (result.get("checks") or {}).get("rows") or []
+    if rows:
+        print("\ncandidate                       exit  status         ms        vs best   wall s")
+        for r in rows:
+            print(f"{r['candidate']:31} {r['exit']:4}  {str(r['status']):14} {r['runtime_ms'] or 0:9.4f} {r['speedup_vs_best'] or 0:8.3f} {r['wall_s']:8.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,6 +11,8 @@ agent would run it.
   to show what the lock prevents. A warm-up check of each (which measures and caches the baselines
   and fills the build cache) comes first and is not counted. Reported: the candidate's median time
   of every check, and per workspace the ratio of the median concurrent time to the median time alone.
+- final: `check --final` (fresh seeds, baselines timed beside it, compute-sanitizer) on the fastest
+  correct timed check of WS so far, its files taken from the store.
 - checks: in the workspace WS, for each FILE in order: copy it to WS/model_new.py (a FILE whose
   name ends in `.quick.py` is checked with --quick, `.final.py` with --final), run `kernelwright
   check`, keep its report; then `kernelwright workspace history --json`. The candidates are written
@@ -91,7 +93,8 @@ def _make_pair(scratch: Path, device: str, log: Path) -> dict[str, Path]:
         ex = ROOT / "examples" / device / name
         root = scratch / name
         shutil.rmtree(root, ignore_errors=True)
-        res = _cli(["workspace", "init", str(ex / "problem.py"), str(root), "--device", device, "--timing-budget-s", "5", "--json"], log)
+        res = _cli(["workspace", "init", str(ex / "problem.py"), str(root), "--device", device, "--timing-budget-s", "5",
+                    "--baselines", "skip", "--no-compile-baseline", "--json"], log)  # the candidate's own time is what is compared
         assert res["exit"] == 0, res
         (root / "model_new.py").unlink()
         shutil.copyfile(ex / "model_new.py", root / "model_new.py")
@@ -168,6 +171,27 @@ def checks(a: argparse.Namespace, log: Path) -> dict[str, Any]:
     return {"workspace": str(root), "rows": rows, "history": hist["data"]}
 
 
+def final(a: argparse.Namespace, log: Path) -> dict[str, Any]:
+    """`check --final` on the fastest correct timed check of the workspace so far (its files from the store)."""
+    from kernelwright.store import Store
+
+    root, store = Path(a.workspace).resolve(), Path(a.store).resolve()
+    hist = _cli(["workspace", "history", "-C", str(root), "--store", str(store), "--json"], log)["data"]
+    timed = [r for r in hist.get("checks", []) if r["status"] == "correct" and r.get("speedup_vs_best")]
+    if not timed:
+        return {"skipped": "no correct timed check yet"}
+    best = max(timed, key=lambda r: r["speedup_vs_best"])
+    with Store.open(store) as db:
+        files = db.get_candidate_files(best["candidate_hash"])
+    (root / "model_new.py").write_text(files["model_new.py"])
+    res = _cli(["check", "-C", str(root), "--store", str(store), "--json", "--final", "--sanitize-timeout-s", str(a.sanitize_timeout_s)], log)
+    report = _report(root, store, res["data"].get("check"), log)
+    print(f"\n===== check --final of check {best['seq']} ({best['candidate_hash'][:12]}): exit {res['exit']} in {res['wall_s']} s =====\n{report}", flush=True)
+    sanitizer = ((res["data"].get("verdict") or {}).get("sanitizer") or {})
+    return {"of_check": best["seq"], "candidate_hash": best["candidate_hash"], **_row(res), "report": report,
+            "sanitizer": {k: sanitizer.get(k) for k in ("ran", "reason", "tools", "total_errors")}}
+
+
 def _report(root: Path, store: Path, seq: int | None, log: Path) -> str:
     """The check's readable report, as `kernelwright check` printed it, from the history."""
     if seq is None:
@@ -201,6 +225,7 @@ def main() -> int:
     p.add_argument("--workspace", default=None)
     p.add_argument("--store", default=None)
     p.add_argument("--candidates", nargs="*", default=[])
+    p.add_argument("--sanitize-timeout-s", type=float, default=120.0, help="final: compute-sanitizer's limit per tool")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     log = a.out / "console.log"
@@ -216,6 +241,8 @@ def main() -> int:
             result["concurrency"] = concurrency(a, scratch, log)
         elif section == "checks":
             result["checks"] = checks(a, log)
+        elif section == "final":
+            result["final"] = final(a, log)
         else:
             raise SystemExit(f"unknown section {section!r}")
         (a.out / "workspace_bench.json").write_text(json.dumps(result, indent=2))

@@ -122,6 +122,8 @@ def check_cmd(args: argparse.Namespace) -> int:
     session = _session(args)
     mode = "quick" if args.quick else "final" if args.final else "full"
     try:
+        if args.sanitize_timeout_s is not None:
+            session.set_sanitize_timeout(args.sanitize_timeout_s)
         result = session.check(mode, ncu=not args.no_ncu, breakdown=args.breakdown, source="cli")
     except ValueError as exc:
         raise _usage(str(exc)) from None
@@ -223,6 +225,7 @@ def add_parsers(sub: Any) -> None:
     group.add_argument("--final", action="store_true", help="the judgement that counts: fresh seeds, baselines timed beside it, compute-sanitizer on a GPU")
     c.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute's per-kernel figures (GPU)")
     c.add_argument("--breakdown", action="store_true", help="add the reference's time per kernel (torch profiler)")
+    c.add_argument("--sanitize-timeout-s", type=float, default=None, help="--final: compute-sanitizer's limit per tool (default: the workspace's, 600 s)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     _in_workspace(c)
     c.set_defaults(func=check_cmd)

@@ -71,6 +71,13 @@ class Session:
         self._lock = threading.Lock()
         self._registered = False
 
+    def set_sanitize_timeout(self, seconds: float) -> None:
+        """compute-sanitizer's limit per tool in final judgements (check --final, submit)."""
+        import dataclasses
+
+        self.objective = dataclasses.replace(self.objective, sanitize_timeout_s=float(seconds))  # validated there
+        self.judge.objective = self.objective
+
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
         return TOOL_SPECS

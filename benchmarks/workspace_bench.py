@@ -11,6 +11,10 @@ agent would run it.
   to show what the lock prevents. A warm-up check of each (which measures and caches the baselines
   and fills the build cache) comes first and is not counted. Reported: the candidate's median time
   of every check, and per workspace the ratio of the median concurrent time to the median time alone.
+- contrast: softmax checked alone, then while layernorm is checked over and over in the background,
+  with the lock and with it off (KERNELWRIGHT_GPU_LOCK=off).
+- cuda_agent: a CUDA Agent-layout workdir (model.py, model_new.py importing cuda_extension,
+  binding.cpp, kernels/rowsum.cu) made here, imported with `workspace import`, and checked.
 - final: `check --final` (fresh seeds, baselines timed beside it, compute-sanitizer) on the fastest
   correct timed check of WS so far, its files taken from the store.
 - checks: in the workspace WS, for each FILE in order: copy it to WS/model_new.py (a FILE whose
@@ -171,6 +175,98 @@ def checks(a: argparse.Namespace, log: Path) -> dict[str, Any]:
     return {"workspace": str(root), "rows": rows, "history": hist["data"]}
 
 
+def contrast(a: argparse.Namespace, scratch: Path, log: Path) -> dict[str, Any]:
+    """softmax checked while layernorm is checked over and over in the background, with the device
+    lock and without: the background keeps the GPU busy, so the timing phases overlap unless the lock
+    keeps them apart."""
+    import threading
+
+    store = scratch / "contrast.sqlite"
+    roots = _make_pair(scratch, a.device, log)
+    out: dict[str, Any] = {"warmup": {n: _row(_cli(_check_args(r, store), log)) for n, r in roots.items()}, "alone": [], "busy_lock_on": [],
+                           "busy_lock_off": []}
+    out["alone"] = [_row(_cli(_check_args(roots["softmax"], store), log)) for _ in range(a.repeats)]
+    for key, env in (("busy_lock_on", None), ("busy_lock_off", {"KERNELWRIGHT_GPU_LOCK": "off"})):
+        for _ in range(a.repeats):
+            stop = threading.Event()
+
+            def hog(env=env, stop=stop) -> None:
+                while not stop.is_set():
+                    _cli(_check_args(roots["layernorm"], store), log, env)
+
+            thread = threading.Thread(target=hog, daemon=True)
+            thread.start()
+            time.sleep(4)  # the background check is past its start-up
+            out[key].append(_row(_cli(_check_args(roots["softmax"], store), log, env)))
+            stop.set()
+            thread.join()
+        print(f"{key}: " + ", ".join(str(r["runtime_ms"]) for r in out[key]), flush=True)
+    alone = _median(out["alone"])
+    out["summary"] = {k: {"median_ms": _median(out[k]), "ratio_to_alone": round(_median(out[k]) / alone, 4) if alone and _median(out[k]) else None,
+                          "all_ms": [r["runtime_ms"] for r in out[k]]} for k in ("alone", "busy_lock_on", "busy_lock_off")}
+    print(f"contrast: {json.dumps(out['summary'])}", flush=True)
+    return out
+
+
+AGENT_BINDING = """#include <torch/extension.h>
+torch::Tensor rowsum_forward(torch::Tensor x);
+PYBIND11_MODULE(cuda_extension, m) { m.def("rowsum_forward", &rowsum_forward); }
+"""
+
+AGENT_KERNEL = """#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void rowsum_kernel(const float* __restrict__ x, float* __restrict__ y, long cols) {
+    __shared__ float buf[256];
+    const long r = blockIdx.x;
+    float s = 0.0f;
+    for (long c = threadIdx.x; c < cols; c += blockDim.x) s += x[r * cols + c];
+    buf[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if (threadIdx.x < o) buf[threadIdx.x] += buf[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) y[r] = buf[0];
+}
+
+torch::Tensor rowsum_forward(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty({xc.size(0)}, xc.options());
+    if (xc.size(0) > 0)
+        rowsum_kernel<<<xc.size(0), 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(1));
+    return y;
+}
+"""
+
+AGENT_MODEL_NEW = """import torch
+import cuda_extension
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return cuda_extension.rowsum_forward(x)
+"""
+
+
+def cuda_agent(a: argparse.Namespace, scratch: Path, log: Path) -> dict[str, Any]:
+    """A CUDA Agent-layout workdir with a .cu kernel and a pybind binding, imported and checked on the device."""
+    wd = scratch / "agent_workdir"
+    shutil.rmtree(wd, ignore_errors=True)
+    shutil.rmtree(scratch / "imported", ignore_errors=True)
+    (wd / "kernels").mkdir(parents=True)
+    shutil.copyfile(ROOT / "tests" / "fixtures" / "problems" / "rowsum.py", wd / "model.py")
+    (wd / "model_new.py").write_text(AGENT_MODEL_NEW)
+    (wd / "binding.cpp").write_text(AGENT_BINDING)
+    (wd / "kernels" / "rowsum.cu").write_text(AGENT_KERNEL)
+    store = scratch / "agent.sqlite"
+    made = _cli(["workspace", "import", str(wd), str(scratch / "imported"), "--device", a.device, "--no-compile-baseline", "--json"], log)
+    res = _cli(["check", "-C", str(scratch / "imported"), "--store", str(store), "--no-ncu", "--json"], log)
+    report = _report(scratch / "imported", store, res["data"].get("check"), log)
+    print(f"\n===== CUDA Agent workdir imported (exit {made['exit']}), checked: exit {res['exit']} in {res['wall_s']} s =====\n{report}", flush=True)
+    return {"import_exit": made["exit"], **_row(res), "build": res["data"].get("build"), "report": report}
+
+
 def final(a: argparse.Namespace, log: Path) -> dict[str, Any]:
     """`check --final` on the fastest correct timed check of the workspace so far (its files from the store)."""
     from kernelwright.store import Store
@@ -243,6 +339,10 @@ def main() -> int:
             result["checks"] = checks(a, log)
         elif section == "final":
             result["final"] = final(a, log)
+        elif section == "contrast":
+            result["contrast"] = contrast(a, scratch, log)
+        elif section == "cuda_agent":
+            result["cuda_agent"] = cuda_agent(a, scratch, log)
         else:
             raise SystemExit(f"unknown section {section!r}")
         (a.out / "workspace_bench.json").write_text(json.dumps(result, indent=2))

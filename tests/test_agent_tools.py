@@ -21,55 +21,8 @@ from kernelwright.agent.workspace import MAX_WRITE_BYTES, Workspace
 from kernelwright.judge.records import Guard, Status, Timing, Verdict
 from kernelwright.problems.loader import load_problem
 
+from affine_fixture import PROBLEM, candidate  # the tiny problem and raw C++ candidate, shared with test_mcp.py
 from conftest import JUDGE_TIMEOUT_S
-
-# -- a tiny problem and tiny C++ raw candidates -----------------------------------------------------
-
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 2 + 1
-
-
-def get_inputs():
-    return [torch.randn(64, 32)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-CANDIDATE = '''
-import torch
-import torch.nn as nn
-
-from kernelwright import runtime
-
-SRC = r"""
-extern "C" int affine(const float* x, float* y, long n) {
-    for (long i = 0; i < n; ++i) y[i] = x[i] * 2.0f + BIAS;
-    return 0;
-}
-"""
-
-lib = runtime.load(SRC)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        lib.affine(x, y, x.numel())
-        return y
-'''
-
-
-def candidate(bias: str = "1.0f") -> str:
-    return CANDIDATE.replace("BIAS", bias)
 
 
 FAST = Objective(compile_baseline=False, seeds=1, timing_budget_s=1.0)

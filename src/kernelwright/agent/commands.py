@@ -38,8 +38,8 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
-def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    """Objective settings given on the command line (None: not given)."""
+def objective_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """Objective settings given on the command line (None: not given); shared with `workspace init`."""
     flags = {field: getattr(args, flag, None) for flag, field in OBJECTIVE_FLAGS.items()}
     if getattr(args, "allow_library", None):
         flags["libraries"] = tuple(args.allow_library)
@@ -75,7 +75,7 @@ def _objective(args: argparse.Namespace, model: str) -> Any:
             base.update({k: v for k, v in recorded.items() if k in SEARCH_SETTINGS})
         if args.config:
             base.update(load_config(args.config))
-        return merge(base, _flags(args))
+        return merge(base, objective_flags(args))
     except ValueError as exc:
         raise _usage(str(exc)) from None
 
@@ -104,7 +104,7 @@ def resume_cmd(args: argparse.Namespace) -> int:
     """Continue a paused (or interrupted) run with a hint or an engineer's candidate."""
     from kernelwright.agent import optimize
 
-    changes = {k: v for k, v in _flags(args).items() if v is not None}
+    changes = {k: v for k, v in objective_flags(args).items() if v is not None}
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
                                  base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force, out_dir=args.out)
@@ -215,6 +215,18 @@ def _store_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
 
 
+def judging_flags(p: argparse.ArgumentParser) -> None:
+    """The objective's judging rules as flags (shared with `workspace init`); every default is None."""
+    p.add_argument("--precision", choices=PRECISIONS, help="numerics candidates may use inside (default fp32)")
+    p.add_argument("--allow-library", action="append", metavar="NAME", help="a library candidates may call (repeatable; " + ", ".join(LIBRARIES) + ")")
+    p.add_argument("--allow-torch-compute", action="store_true", help="let candidates compute with torch operators")
+    p.add_argument("--baselines", choices=BASELINE_MODES, help="measured (default; timed once, then taken from the store), cached, or skip")
+    p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile (the target is then against eager)")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
+    p.add_argument("--seeds", type=int, help="secret correctness seeds per verdict (default 3)")
+    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s)")
+
+
 def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
     """Objective flags; every default is None so a config file or a recording can set it."""
     p.add_argument("--target-speedup", type=float, help="stop once a re-judged candidate is this much faster than the faster of eager and torch.compile")
@@ -229,14 +241,7 @@ def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, help="refine (default): one multi-turn trajectory; tree: ideas, K implementations each, a bank; best-of-n")
     p.add_argument("--branches", type=int, help="tree: implementations per idea; best-of-n: attempts (default 4)")
     p.add_argument("--ideas", type=int, help="tree: ideas per round (default 2)")
-    p.add_argument("--precision", choices=PRECISIONS, help="numerics candidates may use inside (default fp32)")
-    p.add_argument("--allow-library", action="append", metavar="NAME", help="a library candidates may call (repeatable; " + ", ".join(LIBRARIES) + ")")
-    p.add_argument("--allow-torch-compute", action="store_true", help="let candidates compute with torch operators")
-    p.add_argument("--baselines", choices=BASELINE_MODES, help="measured (default; timed once per run, then taken from the store), cached, or skip")
-    p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile (the target is then against eager)")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
-    p.add_argument("--seeds", type=int, help="secret correctness seeds per verdict (default 3)")
-    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s)")
+    judging_flags(p)
     p.add_argument("--price-in", type=float, help="USD per million prompt tokens (cost accounting when the server reports none)")
     p.add_argument("--price-out", type=float, help="USD per million completion tokens")
     p.add_argument("--parallel-builds", type=int, help="candidates built at once on the CPU (default 4)")

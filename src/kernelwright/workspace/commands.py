@@ -12,14 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
-from kernelwright.judge.provenance import LIBRARIES
+from kernelwright.agent.commands import judging_flags
 from kernelwright.workspace.exits import EXIT_CODES
 
-_POLICY_FLAGS = {  # flag -> objective field
-    "target_speedup": "target_speedup", "precision": "precision", "baselines": "baselines", "compile_mode": "compile_mode",
-    "seeds": "seeds", "timing_budget_s": "timing_budget_s", "atol": "atol", "rtol": "rtol",
-}
 
 
 def _usage(message: str) -> Exception:
@@ -30,15 +25,10 @@ def _usage(message: str) -> Exception:
 
 def _objective(args: argparse.Namespace) -> Any:
     """The workspace's objective: --policy file < flags."""
+    from kernelwright.agent.commands import objective_flags
     from kernelwright.agent.objective import load_config, merge
 
-    flags: dict[str, Any] = {field: getattr(args, flag, None) for flag, field in _POLICY_FLAGS.items()}
-    if args.allow_library:
-        flags["libraries"] = tuple(args.allow_library)
-    if args.allow_torch_compute:
-        flags["allow_torch_compute"] = True
-    if args.no_compile_baseline:
-        flags["compile_baseline"] = False
+    flags = {**objective_flags(args), "atol": args.atol, "rtol": args.rtol}
     try:
         return merge(load_config(args.policy) if args.policy else {}, flags)
     except ValueError as exc:
@@ -169,16 +159,9 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
                                                "allow_torch_compute, target_speedup, ...; flags win over it")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where checks judge (default auto: cuda when present, decided at each check)")
     p.add_argument("--target-speedup", type=float, help="the goal, against the faster of eager and torch.compile")
-    p.add_argument("--precision", choices=PRECISIONS, help="numerics candidates may use inside (default strict fp32)")
     p.add_argument("--atol", type=float, help="absolute tolerance override")
     p.add_argument("--rtol", type=float, help="relative tolerance override")
-    p.add_argument("--allow-library", action="append", metavar="NAME", help="a library candidates may call (repeatable; " + ", ".join(LIBRARIES) + ")")
-    p.add_argument("--allow-torch-compute", action="store_true", help="let candidates compute with torch operators")
-    p.add_argument("--baselines", choices=BASELINE_MODES, help="measured (default: timed once, then taken from the store), cached, or skip")
-    p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
-    p.add_argument("--seeds", type=int, help="secret correctness seeds per check (default 3)")
-    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per check (default 20 s)")
+    judging_flags(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
 
 

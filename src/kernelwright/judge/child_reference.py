@@ -55,7 +55,7 @@ def _load_problem(path: str) -> str:
     S.path = path
     source = Path(path).read_bytes()
     try:
-        S.problem = inputs.import_file(path, "kw_problem")
+        S.problem = inputs.import_file(path, "kw_problem", source)  # exactly the bytes hashed below
     except BaseException as exc:  # noqa: BLE001
         raise _problem_error("importing the problem failed", exc) from None
     folder = str(Path(path).resolve().parent)

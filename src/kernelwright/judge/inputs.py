@@ -20,18 +20,26 @@ from kernelwright.judge.policy import NEAR_POSITIONS
 LARGE_SCALE = 100.0  # the "large" distribution: normal samples times this
 
 
-def import_file(path: str | Path, module_name: str) -> ModuleType:
-    """Import a Python file as a module under a unique name, with its folder on sys.path."""
+def import_file(path: str | Path, module_name: str, source: bytes | None = None) -> ModuleType:
+    """Import a Python file as a module under a unique name, with its folder on sys.path.
+
+    The module is compiled from the file's bytes as read now (or from `source`, the bytes the
+    caller read and hashed), never from a cached .pyc in __pycache__: bytecode written beside a
+    problem by anyone who can write its folder must not change what the judge runs."""
     path = Path(path).resolve()
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
+    text = path.read_bytes() if source is None else source
+    module = ModuleType(module_name)
+    module.__file__ = str(path)
+    module.__spec__ = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        exec(compile(text, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the problem's (or candidate's) own code, in a child
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
     return module
 
 

@@ -147,6 +147,44 @@ def test_an_edited_reference_stops_every_check(tmp_path: Path) -> None:
         open_session(root, store=tmp_path / "s.sqlite")
 
 
+def test_a_loosened_policy_or_a_stray_file_beside_the_reference_stops_the_work(tmp_path: Path) -> None:
+    """workspace.json is compared with the workspace's first record in the store: allowing torch
+    compute there after the fact (which would pass the template) is refused, as is a file that
+    could stand in for a module beside the reference; the history stays readable."""
+    store = tmp_path / "s.sqlite"
+    root = _ws(tmp_path, cand=None)
+    code, _ = _check(root, "--quick", store=store)
+    assert code == Exit.REJECTED
+    cfg_path = root / ".kernelwright" / "workspace.json"
+    original = cfg_path.read_text()
+    cfg = json.loads(original)
+    cfg["objective"]["allow_torch_compute"] = True
+    cfg_path.write_text(json.dumps(cfg))
+    proc = cli("check", "-C", str(root), "--quick", "-q", "--store", str(store))
+    assert proc.returncode == 2 and "no longer matches" in proc.stderr and "allow_torch_compute False -> True" in proc.stderr
+    hist = cli("workspace", "history", "-C", str(root), "--store", str(store), "--json")
+    assert hist.returncode == 0 and len(json.loads(hist.stdout)["checks"]) == 1
+    cfg_path.write_text(original)
+    (root / "reference" / "torch_helpers.py").write_text("x = 1\n")
+    proc = cli("check", "-C", str(root), "--quick", "-q", "--store", str(store))
+    assert proc.returncode == 2 and "files other than the reference" in proc.stderr
+
+
+def test_the_best_check_skips_sanitizer_failures(tmp_path: Path) -> None:
+    from kernelwright.store import Store
+
+    with Store.open(tmp_path / "s.sqlite") as db:
+        db.register_workspace("ws-00000001", root=tmp_path, problem_hash="h", problem_name="p", config={})
+        db.add_check("ws-00000001", kind="check", source="cli", status="correct", report="r", payload={}, exit_code=0,
+                     runtime_ms=2.0, speedup_vs_best=1.5)
+        db.add_check("ws-00000001", kind="check --final", source="cli", status="correct", report="r", payload={}, exit_code=7,
+                     runtime_ms=1.0, speedup_vs_best=3.0)
+        assert db.best_check("ws-00000001")["seq"] == 1
+        db.register_workspace("ws-00000001", root=tmp_path / "moved", problem_hash="other", problem_name="p", config={"x": 1})
+        row = db.get_workspace("ws-00000001")
+        assert row["root"] == str(tmp_path / "moved") and row["problem_hash"] == "h" and row["config"] == {}  # pinned
+
+
 def test_session_tools_keep_their_calls_and_refuse_the_protected_files(tmp_path: Path) -> None:
     root = _ws(tmp_path)
     session = open_session(root, device="cpu", store=tmp_path / "s.sqlite")
@@ -154,6 +192,8 @@ def test_session_tools_keep_their_calls_and_refuse_the_protected_files(tmp_path:
     refused = session.call("write_file", {"path": "reference/rowsum.py", "content": "x"}, source="test")
     assert not refused.ok and "read-only" in refused.text
     assert not session.call("write_file", {"path": "SKILL.md", "content": "x"}, source="test").ok
+    assert not session.call("write_file", {"path": "skill.md", "content": "x"}, source="test").ok  # case-insensitive file systems
+    assert not session.call("write_file", {"path": "Reference/rowsum.py", "content": "x"}, source="test").ok
     assert session.call("compile", {}, source="test").ok
     verify = session.call("verify", {}, source="test")
     assert verify.ok and verify.data["status"] == "correct"
@@ -228,10 +268,35 @@ def test_cuda_agent_workdir_round_trip(tmp_path: Path) -> None:
     again = cuda_agent.import_workdir(out, tmp_path / "ws2", objective=FAST, device="cpu")
     assert again.problem_hash == config.problem_hash
     assert (tmp_path / "ws2" / "model_new.py").read_text() == main
+    native = tmp_path / "native"  # a kernelwright-native candidate goes out and comes back as it was
+    init_workspace(str(problem("rowsum")), native, objective=FAST, device="cpu")
+    shutil.copyfile(candidate("rowsum_correct") / "model_new.py", native / "model_new.py")
+    cuda_agent.export_workdir(native, tmp_path / "native_out")
+    cuda_agent.import_workdir(tmp_path / "native_out", tmp_path / "native_back", objective=FAST, device="cpu")
+    assert (tmp_path / "native_back" / "model_new.py").read_text() == (native / "model_new.py").read_text()
     with pytest.raises(ValueError, match="not a CUDA Agent workdir"):
         cuda_agent.import_workdir(tmp_path / "ws", tmp_path / "ws3", objective=FAST)
     with pytest.raises(ValueError, match="not an empty folder"):
         cuda_agent.export_workdir(root, out)
+
+
+@pytest.mark.parametrize("kind, built", [("compile", False), ("timeout", False), ("runtime", True), ("died", True)])
+def test_a_torch_extension_failing_after_its_build_is_left_to_the_judge(tmp_path: Path, monkeypatch, kind: str, built: bool) -> None:
+    """compile(): a compiler error or a build past its time is a failed build; a candidate that
+    raises or dies when imported or constructed built fine, and the judgement says what went wrong."""
+    from kernelwright.agent.judging import Judge
+    from kernelwright.judge import workers
+    from kernelwright.problems.loader import load_problem
+
+    def fail(self, cmd, args, timeout_s=None):
+        raise workers.ChildError(kind, f"setup failed ({kind})", "tail", "candidate")
+
+    monkeypatch.setattr(workers.Child, "call", fail)
+    wd = _workdir(tmp_path)
+    cuda_agent.import_workdir(wd, tmp_path / "ws", objective=FAST, device="cpu")
+    judge = Judge(load_problem(tmp_path / "ws" / "reference" / "agent_workdir.py"), FAST, device="cpu", store=None, record=False)
+    report = judge.compile(tmp_path / "ws" / "model_new.py")
+    assert report.ok is built and report.build_path == "torch_extension" and kind in report.log
 
 
 @pytest.mark.slow

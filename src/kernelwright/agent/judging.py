@@ -22,6 +22,7 @@ from typing import Any, Callable
 from kernelwright.agent.objective import Objective
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
+from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.records import BuildPath, Status, Verdict, truncate
 from kernelwright.judge.snapshot import files_hash, read_candidate, snapshot
@@ -235,13 +236,19 @@ class Judge:
             child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env))
             args = {"problem_path": str(self.problem.path), "candidate_path": str(main), "device": self.device,
                     "precision": policy.precision, "init_seed": 1, "check_identities": False}
-            child.call("setup", args, timeout_s=policy.build_timeout_s)
+            with device_lock(self.device, policy.gpu_index, "shared", what="building the torch extension", progress=self.progress):
+                child.call("setup", args, timeout_s=policy.build_timeout_s)  # the child constructs ModelNew on the device
             return BuildReport(True, "torch extension built and ModelNew constructed", time.perf_counter() - t0, [],
                                BuildPath.TORCH_EXTENSION.value)
         except ChildError as exc:
             if exc.kind in ("timeout", "died"):
                 shutil.rmtree(ext_dir, ignore_errors=True)  # torch's lock file would block the next build
-            return BuildReport(False, truncate(f"{exc}\n{exc.log_tail}"), time.perf_counter() - t0, [], BuildPath.TORCH_EXTENSION.value)
+            if exc.kind in ("compile", "timeout"):  # as the judge counts them: a build that times out is a compile error
+                return BuildReport(False, truncate(f"{exc}\n{exc.log_tail}"), time.perf_counter() - t0, [], BuildPath.TORCH_EXTENSION.value)
+            # the candidate failed after building (at import or in ModelNew's constructor): the judge's verdict says how
+            return BuildReport(True, truncate(f"no compiler error, but the candidate failed when imported or constructed "
+                                              f"({exc.kind}); the judgement will say how: {exc}"), time.perf_counter() - t0, [],
+                               BuildPath.TORCH_EXTENSION.value)
         finally:
             if child is not None:
                 child.close()

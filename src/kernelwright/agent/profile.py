@@ -115,9 +115,25 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
 
     path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
-           "PYTHONUNBUFFERED": "1", **({"PYTHONPATH": path} if path else {})}
+           "PYTHONUNBUFFERED": "1", **({"PYTHONPATH": path} if path else {}), **_extension_env(Path(cand_dir))}
     with device_lock(device, gpu_index, "exclusive", what="running ncu"):  # ncu measures durations
         return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s)
+
+
+def _extension_env(cand: Path) -> dict[str, str]:
+    """For a torch-extension candidate, the extension folder the judge built it in (keyed by the
+    candidate's content hash), so the forward under ncu loads that build instead of building again."""
+    from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.candidate import CandidateSyntaxError, discover
+    from kernelwright.judge.records import BuildPath
+
+    try:
+        files = discover(cand)
+    except (CandidateSyntaxError, ValueError, OSError):
+        return {}
+    if files.build_path != BuildPath.TORCH_EXTENSION:
+        return {}
+    return {"TORCH_EXTENSIONS_DIR": str(cache_dir() / "torch_extensions" / files.hash[:16])}
 
 
 def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:

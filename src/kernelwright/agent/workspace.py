@@ -114,7 +114,8 @@ class Workspace:
         rel_name = self._rel(path)
         if rel_name in RESERVED:
             raise ValueError(f"{rel!r} is a name the exported package writes itself ({', '.join(RESERVED)}); choose another")
-        if any(rel_name == p or rel_name.startswith(p.rstrip("/") + "/") for p in self.protected):
+        lowered = rel_name.lower()  # a case-insensitive file system would map SKILL.md and skill.md to one file
+        if any(lowered == p.lower() or lowered.startswith(p.lower().rstrip("/") + "/") for p in self.protected):
             raise ValueError(f"{rel!r} is read-only in this workspace (protected: {', '.join(self.protected)})")
         if path.suffix.lower() not in WRITABLE_SUFFIXES:
             raise ValueError(f"{rel!r}: only source and text files may be written ({' '.join(WRITABLE_SUFFIXES)})")

@@ -226,8 +226,11 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
     lead = policy.timing.lead_us if device == "cuda" and meta.get("lead_ok") else 0.0
     null_calls = measure.NULL_CALLS if device == "cuda" and policy.enabled("harness_overhead") else 0
     with device_lock(device, policy.gpu_index, "exclusive", what=f"timing the baselines of {problem.name}"):
-        outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
-                                     held=(device == "cuda" and meta.get("lead_ok") is True, False))
+        try:
+            outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
+                                         held=(device == "cuda" and meta.get("lead_ok") is True, False))
+        finally:
+            _close(child)  # the child's teardown before the next timing may start
     return meta, outcome
 
 

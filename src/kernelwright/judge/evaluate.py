@@ -228,11 +228,14 @@ class _Flow:
             ref.send("references", {"cases": [c.to_dict() for c in cases]})
             self._candidate_setup(cand)
             self._correctness(ref, cand, cases)
+            if not self.policy.time_candidate:
+                self._close_children()  # their teardown is device work too: done before the lock goes
         if self.policy.time_candidate:
             from kernelwright.judge.phases import timing_phase
 
             with self._device("exclusive", "timing"):
                 timing_phase(self, ref, cand)
+                self._close_children()  # before the next evaluation may time
         else:
             self.vb.timing_skipped("the policy asks for correctness only")
 
@@ -277,7 +280,8 @@ class _Flow:
         self.say("building the torch extension (load_inline) in a build child")
         t0 = time.perf_counter()
         try:
-            child.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
+            with self._device("shared", "building the torch extension"):  # the build child constructs ModelNew on the device
+                child.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:
             self.vb.build_s = time.perf_counter() - t0
             if exc.kind in ("timeout", "died"):

@@ -72,7 +72,10 @@ def enabled() -> bool:
 
 def lock_dir() -> Path:
     """The machine-wide folder of lock files, created world-writable (sticky) when missing."""
-    folder = Path(os.environ.get("KERNELWRIGHT_LOCK_DIR") or Path(tempfile.gettempdir()) / "kernelwright-locks")
+    # /tmp when the machine has one, not $TMPDIR: processes with different TMPDIRs (a batch job's,
+    # an MCP client's) must still meet in one folder
+    base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    folder = Path(os.environ.get("KERNELWRIGHT_LOCK_DIR") or base / "kernelwright-locks")
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):  # another user's folder, or a file system without modes

@@ -51,16 +51,15 @@ class WorkspacesMixin:
 
     def register_workspace(self, workspace_id: str, *, root: str | Path, problem_hash: str, problem_name: str,
                            config: dict[str, Any]) -> None:
-        """Record a workspace, or update where it lives and its settings when it is known."""
+        """Record a workspace. Its problem hash and settings are kept as first recorded (a later
+        call only updates where it lives), so a check can compare the workspace's file with them."""
         if not workspace_id.startswith(WORKSPACE_ID_PREFIX) or len(workspace_id) <= len(WORKSPACE_ID_PREFIX):
             raise ValueError(f"workspace id must look like {WORKSPACE_ID_PREFIX}1a2b3c4d, got {workspace_id!r}")
         now = _now()
         with self._transaction() as conn:
             conn.execute(
                 "INSERT INTO workspaces (id, root, problem_hash, problem_name, config_json, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET root = excluded.root, "
-                "problem_hash = excluded.problem_hash, problem_name = excluded.problem_name, "
-                "config_json = excluded.config_json, updated_at = excluded.updated_at",
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET root = excluded.root, updated_at = excluded.updated_at",
                 (workspace_id, str(root), problem_hash, problem_name, strict_json(config), now, now))
 
     def add_check(self, workspace_id: str, *, kind: str, source: str, status: str, report: str, payload: dict[str, Any],
@@ -95,8 +94,10 @@ class WorkspacesMixin:
         return [_check_dict(r) for r in rows]
 
     def best_check(self, workspace_id: str) -> dict[str, Any] | None:
-        """The fastest correct, timed check of a workspace (highest speedup_vs_best, then lowest runtime), or None."""
+        """The fastest correct, timed check of a workspace that exited 0 (not one with sanitizer errors):
+        highest speedup_vs_best, then lowest runtime; None when there is none."""
         row = self._conn.execute(
             f"SELECT {_CHECK_COLUMNS} FROM workspace_checks WHERE workspace_id = ? AND status = 'correct' AND runtime_ms IS NOT NULL "
+            "AND coalesce(exit_code, 0) = 0 "
             "ORDER BY speedup_vs_best IS NULL, speedup_vs_best DESC, runtime_ms ASC LIMIT 1", (workspace_id,)).fetchone()
         return None if row is None else _check_dict(row)

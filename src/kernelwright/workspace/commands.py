@@ -76,7 +76,12 @@ def import_cmd(args: argparse.Namespace) -> int:
 
 
 def _made(args: argparse.Namespace, config: Any, verb: str) -> int:
+    from kernelwright.store import Store
+
     root = Path(args.dir).expanduser().resolve()
+    with Store.open(args.store) as db:  # the problem and policy as first recorded: later checks compare with them
+        db.register_workspace(config.id, root=root, problem_hash=config.problem_hash, problem_name=config.problem_name,
+                              config=config.to_dict())
     text = (f"{verb} workspace {config.id} for {config.problem_name} in {root}\n"
             f"  reference/{config.problem_name}.py (read-only), model_new.py, kernels/, SKILL.md, README.md\n"
             f"  next: cd {root} && kernelwright check --quick")
@@ -122,26 +127,40 @@ def check_cmd(args: argparse.Namespace) -> int:
 
 
 def history_cmd(args: argparse.Namespace) -> int:
-    session = _session(args)
-    rows = session.history()
+    """The workspace's checks from the store. Reads only workspace.json and the store (no judge, no
+    reference check), so the history stays readable when the workspace is in a bad state."""
+    from kernelwright.store import Store
+    from kernelwright.workspace.layout import find_root, read_config
+
+    try:
+        root = find_root(args.workspace)
+        config = read_config(root)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    with Store.open(args.store) as db:
+        try:
+            db.get_workspace(config.id)
+            rows = db.workspace_checks(config.id)
+        except KeyError:
+            rows = []
     if args.json:
-        sys.stdout.write(json.dumps({"workspace": session.config.id, "problem": session.config.problem_name,
-                                     "root": str(session.root), "checks": rows}, indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps({"workspace": config.id, "problem": config.problem_name, "root": str(root), "checks": rows},
+                                    indent=2, allow_nan=False) + "\n")
         return 0
     from kernelwright.cli import out
 
-    out.print(history_table(session, rows), markup=False, highlight=False)
+    out.print(history_table(config, rows), markup=False, highlight=False)
     if args.show is not None:
         match = [r for r in rows if r["seq"] == args.show]
         if not match:
-            raise _usage(f"no check {args.show} in workspace {session.config.id} (it has {len(rows)})")
+            raise _usage(f"no check {args.show} in workspace {config.id} (it has {len(rows)})")
         out.print("\n" + match[0]["report"], markup=False, highlight=False)
     return 0
 
 
-def history_table(session: Any, rows: list[dict[str, Any]]) -> str:
+def history_table(config: Any, rows: list[dict[str, Any]]) -> str:
     """The history as a text table."""
-    lines = [f"workspace {session.config.id} · {session.config.problem_name} · {len(rows)} check(s)",
+    lines = [f"workspace {config.id} · {config.problem_name} · {len(rows)} check(s)",
              f"{'#':>3}  {'when (UTC)':19}  {'kind':14} {'source':6} {'status':14} {'exit':>4}  {'ms':>9}  {'vs best':>7}  candidate"]
     for r in rows:
         ms = "" if r["runtime_ms"] is None else f"{r['runtime_ms']:.4g}"
@@ -162,6 +181,7 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--atol", type=float, help="absolute tolerance override")
     p.add_argument("--rtol", type=float, help="relative tolerance override")
     judging_flags(p)
+    p.add_argument("--store", type=Path, default=None, help="the store that records the workspace (default: $KERNELWRIGHT_STORE or the user data dir)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
 
 

@@ -21,6 +21,7 @@ profile. (Layout as described in that project's README and seen in its public wo
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -34,9 +35,11 @@ SKIPPED = ("utils", "build", "__pycache__", ".git")  # never imported: scripts, 
 PREAMBLE_START = "# --- kernelwright preamble: builds the CUDA Agent extension"
 PREAMBLE_END = "# --- end of the kernelwright preamble; the workdir's model_new.py follows unchanged ---\n"
 
-PREAMBLE = PREAMBLE_START + """ (binding.cpp and kernels/) as `cuda_extension` ---
-# The sources are mirrored into a fixed folder under TORCH_EXTENSIONS_DIR (a file is rewritten only
-# when its bytes differ), so ninja finds the same paths each time and rebuilds only what changed.
+PREAMBLE = PREAMBLE_START + r""" (binding.cpp and kernels/) as `cuda_extension` ---
+# The sources are mirrored into a fixed folder under TORCH_EXTENSIONS_DIR, which the judge sets per
+# candidate (a file is rewritten only when its bytes differ), so ninja finds the same paths each
+# time and rebuilds only what changed.
+import hashlib as _kw_hashlib
 import os as _kw_os
 import sys as _kw_sys
 import tempfile as _kw_tempfile
@@ -47,12 +50,16 @@ from torch.utils.cpp_extension import load as _kw_load
 
 def _kw_mirror():
     here = _KwPath(__file__).resolve().parent
-    dest = _KwPath(_kw_os.environ.get("TORCH_EXTENSIONS_DIR") or _kw_tempfile.gettempdir()) / "kw_cuda_agent_sources"
     found = [p for p in here.glob("*") if p.suffix in (".cu", ".cuh", ".cpp", ".h", ".hpp")]
     if (here / "kernels").is_dir():
         found += [p for p in (here / "kernels").rglob("*") if p.suffix in (".cu", ".cuh", ".cpp", ".h", ".hpp")]
+    found = sorted(found)
+    digest = _kw_hashlib.sha256(b"".join(str(p.relative_to(here)).encode() + b"\0" + p.read_bytes() for p in found)).hexdigest()[:16]
+    # the judge sets TORCH_EXTENSIONS_DIR per candidate; elsewhere a folder of this user's, keyed by the sources
+    base = _kw_os.environ.get("TORCH_EXTENSIONS_DIR") or _kw_os.path.join(_kw_tempfile.gettempdir(), f"kw_cuda_agent_{_kw_os.getuid()}", digest)
+    dest = _KwPath(base) / "kw_cuda_agent_sources"
     sources = []
-    for path in sorted(found):
+    for path in found:
         target = dest / path.relative_to(here)
         data = path.read_bytes()
         if not target.is_file() or target.read_bytes() != data:
@@ -92,9 +99,15 @@ def workdir_candidate(src: Path) -> dict[str, str]:
     return files
 
 
+_IMPORTS_EXTENSION = re.compile(r"^\s*(import\s+cuda_extension\b|from\s+cuda_extension\s+import\b)", re.MULTILINE)
+
+
 def with_preamble(text: str) -> str:
-    """model_new.py with the preamble that builds cuda_extension (once, even when imported again)."""
-    return text if PREAMBLE_START in text else PREAMBLE + text
+    """model_new.py with the preamble that builds cuda_extension, when it imports cuda_extension (a
+    workdir exported from a kernelwright-native candidate does not, and is left as it is)."""
+    if PREAMBLE_START in text or not _IMPORTS_EXTENSION.search(text):
+        return text
+    return PREAMBLE + text
 
 
 def without_preamble(text: str) -> str:

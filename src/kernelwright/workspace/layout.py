@@ -120,6 +120,9 @@ def load_reference(root: Path, config: WorkspaceConfig) -> Problem:
     path = root / config.reference
     if not path.is_file():
         raise ValueError(f"the workspace's reference {path} is missing; restore it or make a new workspace")
+    strays = sorted(p.name for p in path.parent.iterdir() if p.name not in (path.name, "__pycache__"))
+    if strays:  # the reference's folder is on the path while it is imported: a sibling could stand in for a module it imports
+        raise ValueError(f"{path.parent} holds files other than the reference ({', '.join(strays)}); remove them")
     problem = load_problem(path)
     if problem.hash != config.problem_hash:
         raise ValueError(f"the reference {path} changed since the workspace was made (sha256 {problem.hash[:12]}, "

@@ -53,7 +53,8 @@ def compose(session: "Session", *, kind: str, digest: str | None, build: BuildRe
 
 def _header(session: "Session", kind: str, digest: str | None) -> str:
     cand = f"candidate {digest[:12]}" if digest else "no candidate"
-    return f"kernelwright {kind} · {session.config.problem_name} · {session.device} · {session.config.id} · {cand}"
+    return (f"kernelwright {kind} · {session.config.problem_name} · {session.device} · {session.config.id} · "
+            f"policy {session.policy_digest()} · {cand}")
 
 
 def _sanitizer(judged: Judged) -> list[str]:

@@ -70,6 +70,7 @@ class Session:
         self.tools = Tools(self.workspace, self.judge, target_speedup=self.objective.target_speedup)
         self._lock = threading.Lock()
         self._registered = False
+        self._pin()
 
     def set_sanitize_timeout(self, seconds: float) -> None:
         """compute-sanitizer's limit per tool in final judgements (check --final, submit)."""
@@ -134,20 +135,20 @@ class Session:
 
         t0 = time.perf_counter()
         path = self.workspace.candidate_path
-        digest = self._hash()
+        files, digest = self.workspace.files(), self._hash()  # what is kept for a build that fails
         self._say(f"compiling {MAIN} and kernels/")
         build = self.judge.compile(path)
         if not build.ok:
             text = report.compose(self, kind=kind, digest=digest, build=build, judged=None, extra={})
             return self._keep(kind=kind, source=source, status="compile_error", code=Exit.COMPILE_ERROR, text=text,
-                              payload=_payload(mode, build, {}, t0, note), candidate_hash=digest, build=build)
+                              payload=_payload(mode, build, {}, t0, note), candidate_hash=digest, build=build, files=files)
         judged = {"quick": self.judge.verify, "full": self.judge.full, "final": self.judge.final}[mode](path)
         extra = self._extras(judged, ncu=ncu and mode == "full", breakdown=breakdown and mode == "full")
         code = report.exit_code(judged, final=mode == "final")
         text = report.compose(self, kind=kind, digest=digest, build=build, judged=judged, extra=extra)
         return self._keep(kind=kind, source=source, status=judged.verdict.status.value, code=code, text=text,
                           payload=_payload(mode, build, extra, t0, note), candidate_hash=judged.candidate_hash,
-                          verdict=judged.verdict.to_dict(), verdict_id=judged.verdict_id, build=build)
+                          verdict=judged.verdict.to_dict(), verdict_id=judged.verdict_id, build=build, files=judged.files)
 
     def _extras(self, judged: Judged, *, ncu: bool, breakdown: bool) -> dict[str, Any]:
         """ncu per kernel (a correct candidate on the GPU) and the reference's breakdown, when asked."""
@@ -165,8 +166,9 @@ class Session:
 
     def _keep(self, *, kind: str, source: str, status: str, code: Exit, text: str, payload: dict[str, Any],
               candidate_hash: str | None, verdict: dict[str, Any] | None = None, verdict_id: str | None = None,
-              build: BuildReport | None = None) -> CheckResult:
-        """Record the check in the store (a store failure is logged, never a lost report)."""
+              build: BuildReport | None = None, files: dict[str, str] | None = None) -> CheckResult:
+        """Record the check in the store (a store failure is logged, never a lost report). `files`:
+        the candidate's files as judged (else read now)."""
         from kernelwright.store import Store
 
         verdict = verdict or {}
@@ -174,8 +176,9 @@ class Session:
         try:
             with Store.open(self.store) as db:
                 self._register(db)
-                if candidate_hash and self.workspace.has_candidate():
-                    db.put_candidate(candidate_hash, (build.build_path if build else None), self.workspace.files())
+                files = files if files is not None else (self.workspace.files() if self.workspace.has_candidate() else None)
+                if candidate_hash and files:
+                    db.put_candidate(candidate_hash, (build.build_path if build else None), files)
                 seq = db.add_check(self.config.id, kind=kind, source=source, status=status, report=text, payload=payload,
                                    candidate_hash=candidate_hash, exit_code=int(code), runtime_ms=verdict.get("runtime_ms"),
                                    speedup_vs_best=verdict.get("speedup_vs_best"), verdict_id=verdict_id)
@@ -190,6 +193,34 @@ class Session:
             db.register_workspace(self.config.id, root=self.root, problem_hash=self.problem.hash,
                                   problem_name=self.config.problem_name, config=self.config.to_dict())
             self._registered = True
+
+    def _pin(self) -> None:
+        """Register the workspace in the store, or compare it with its first record there: the
+        problem and the policy are fixed for a workspace's life, so an edit of workspace.json that
+        changes them (to loosen a tolerance, allow torch compute, or point at another reference)
+        stops the work. ValueError names what changed; a store that cannot be opened is logged."""
+        from kernelwright.store import Store
+
+        try:
+            with Store.open(self.store) as db:
+                try:
+                    first = db.get_workspace(self.config.id)
+                except KeyError:
+                    self._register(db)
+                    return
+                self._register(db)  # where it lives now
+        except Exception as exc:  # noqa: BLE001 - the history is a record, not the judge
+            log.warning("the workspace could not be compared with its record in %s: %s: %s", self.store, type(exc).__name__, exc)
+            return
+        why = pinned_difference(first, self.config)
+        if why:
+            raise ValueError(f"{self.root / '.kernelwright' / 'workspace.json'} no longer matches this workspace's record in the store "
+                             f"{self.store} (made {first['created_at'][:19]}): {why}. A workspace's problem and policy are fixed; "
+                             f"make a new workspace for another policy")
+
+    def policy_digest(self) -> str:
+        """A short hash of the workspace's objective, shown in every report."""
+        return policy_digest(self.config.objective)
 
     def history(self, since: int = 0) -> list[dict[str, Any]]:
         """The workspace's checks from the store, oldest first ([] before the first check)."""
@@ -233,6 +264,25 @@ class Session:
         log.info("%s", msg)
         if self.progress is not None:
             self.progress(msg)
+
+
+def policy_digest(objective: dict[str, Any]) -> str:
+    """The first 8 hex digits of the sha256 of the objective's settings (sorted JSON)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(objective, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def pinned_difference(first: dict[str, Any], config: WorkspaceConfig) -> str:
+    """How the workspace's settings differ from its first record in the store ('' when they do not)."""
+    if first.get("problem_hash") != config.problem_hash:
+        return f"the reference's hash is now {config.problem_hash[:12]}, recorded {str(first.get('problem_hash'))[:12]}"
+    recorded = (first.get("config") or {}).get("objective") or {}
+    changed = sorted(k for k in set(recorded) | set(config.objective) if recorded.get(k) != config.objective.get(k))
+    if changed:
+        return "the policy changed: " + ", ".join(f"{k} {recorded.get(k)!r} -> {config.objective.get(k)!r}" for k in changed)
+    return ""
 
 
 def _payload(mode: str, build: BuildReport, extra: dict[str, Any], t0: float, note: str) -> dict[str, Any]:

@@ -278,10 +278,14 @@ def pinned_difference(first: dict[str, Any], config: WorkspaceConfig) -> str:
     """How the workspace's settings differ from its first record in the store ('' when they do not)."""
     if first.get("problem_hash") != config.problem_hash:
         return f"the reference's hash is now {config.problem_hash[:12]}, recorded {str(first.get('problem_hash'))[:12]}"
-    recorded = (first.get("config") or {}).get("objective") or {}
-    changed = sorted(k for k in set(recorded) | set(config.objective) if recorded.get(k) != config.objective.get(k))
+    from kernelwright.agent.objective import Objective
+
+    defaults = Objective().to_dict()  # a setting a newer kernelwright added counts as its default in older records
+    recorded = {**defaults, **((first.get("config") or {}).get("objective") or {})}
+    now = {**defaults, **config.objective}
+    changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
     if changed:
-        return "the policy changed: " + ", ".join(f"{k} {recorded.get(k)!r} -> {config.objective.get(k)!r}" for k in changed)
+        return "the policy changed: " + ", ".join(f"{k} {recorded.get(k)!r} -> {now.get(k)!r}" for k in changed)
     return ""
 
 

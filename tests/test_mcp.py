@@ -116,6 +116,14 @@ def test_stdio_session_writes_compiles_verifies_and_profiles(workspace: Path, tm
     assert wrong.is_error or "status: incorrect" in text(wrong), text(wrong)
     assert wrong.structured_content["status"] == "incorrect"
 
+    from kernelwright.store import Store
+    from kernelwright.workspace.layout import read_config
+
+    with Store.open(tmp_path / "store.sqlite") as db:  # the workspace's history holds every judged call, marked as MCP's
+        rows = db.workspace_checks(read_config(workspace).id)
+    assert [(r["kind"], r["source"], r["status"]) for r in rows] == [
+        ("compile", "mcp", "build_ok"), ("verify", "mcp", "correct"), ("profile", "mcp", "correct"), ("verify", "mcp", "incorrect")]
+
 
 # -- streamable HTTP ----------------------------------------------------------------------------------
 

@@ -309,3 +309,17 @@ def test_an_imported_workdir_builds_and_verifies_through_check(tmp_path: Path) -
     code, data = _check(tmp_path / "ws", "--quick", store=tmp_path / "s.sqlite")
     assert code == Exit.OK and data["status"] == "correct", data.get("verdict", {}).get("log")
     assert data["build"]["build_path"] == "torch_extension"
+
+
+def test_ncu_takes_a_torch_extension_from_the_judges_build_folder(tmp_path: Path, monkeypatch) -> None:
+    """ncu runs the candidate's forward in a process of its own: a torch extension must load from the
+    folder the judge built it in (keyed by content hash), not be built again under the lock."""
+    from kernelwright.agent.profile import _extension_env
+    from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.candidate import discover
+
+    ext = candidate("relu_ext")
+    want = cache_dir() / "torch_extensions" / discover(ext).hash[:16]
+    assert _extension_env(ext) == {"TORCH_EXTENSIONS_DIR": str(want)}
+    assert _extension_env(candidate("rowsum_correct")) == {}  # raw kernels: nothing to point at
+    assert _extension_env(candidate("rowsum_syntax_error")) == {}

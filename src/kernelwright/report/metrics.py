@@ -1,0 +1,172 @@
+"""Bench metrics: pass rate, faster-than rates, fast_p and geometric-mean speedups with bootstrap
+intervals, per level and overall.
+
+Every denominator is every problem of the suite: a missing solution, a wrong kernel and a failure of
+the judge itself all count against the rates (`infra_error` is counted apart as well, so a reviewer
+sees it). Speedups are baseline time over candidate time, from the verdict's medians:
+- `over_1x`: t < t0; `over_5pct`: t < 0.95 * t0 (the milestone reward's margin);
+- `best` is the faster of eager and torch.compile, and needs both times; `both` asks each of them;
+- fast_p (KernelBench's metric): the share of problems that are correct with a speedup above p; a
+  correct result without that baseline's time counts only at p = 0, so fast_0 is the pass rate;
+- the geometric mean over the correct ones uses those with the baseline's time; over all problems, a
+  problem without a correct, timed result counts as 1x.
+Intervals resample the problems with replacement (percentile bootstrap), from a fixed seed per series,
+so the same verdicts give the same intervals.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.2, 1.5, 2.0)  # the fast_p thresholds
+MARGIN = 0.95  # "more than 5 % faster": t < MARGIN * t0
+BASELINES = ("eager", "compile", "best")  # speedup series; best = the faster of the two
+MISSING = "missing"  # status of a problem with no solution
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap:
+    """How intervals are drawn."""
+
+    resamples: int = 10_000  # bootstrap resamples per interval
+    seed: int = 0  # base seed; each series mixes in its own name
+    confidence: float = 0.95  # two-sided coverage
+
+    def __post_init__(self) -> None:
+        if self.resamples < 1:
+            raise ValueError(f"resamples must be at least 1, got {self.resamples}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must lie in (0, 1), got {self.confidence}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"resamples": self.resamples, "seed": self.seed, "confidence": self.confidence}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One problem's result, as the metrics see it."""
+
+    name: str  # problem name
+    level: Optional[int]  # suite level, None for a plain path
+    status: str  # the verdict's status, or "missing"
+    runtime_ms: Optional[float] = None  # candidate median
+    eager_ms: Optional[float] = None  # eager median
+    compile_ms: Optional[float] = None  # torch.compile median
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+    def baseline_ms(self, against: str) -> Optional[float]:
+        """The baseline's time; `best` is the faster of the two and needs both."""
+        if against == "eager":
+            return _positive(self.eager_ms)
+        if against == "compile":
+            return _positive(self.compile_ms)
+        if against == "best":
+            e, c = _positive(self.eager_ms), _positive(self.compile_ms)
+            return None if e is None or c is None else min(e, c)
+        raise ValueError(f"unknown baseline {against!r}; expected one of {', '.join(BASELINES)}")
+
+    def speedup(self, against: str) -> Optional[float]:
+        """Baseline time over candidate time for a correct, timed result; None otherwise."""
+        t, t0 = _positive(self.runtime_ms), self.baseline_ms(against)
+        if not self.correct or t is None or t0 is None:
+            return None
+        return t0 / t
+
+    def faster(self, against: str, margin: float = 1.0) -> bool:
+        """Correct and t < margin * t0; `both` needs it against eager and against torch.compile."""
+        if against == "both":
+            return self.faster("eager", margin) and self.faster("compile", margin)
+        t, t0 = _positive(self.runtime_ms), self.baseline_ms(against)
+        return self.correct and t is not None and t0 is not None and t < margin * t0
+
+
+def _positive(value: Optional[float]) -> Optional[float]:
+    if value is None or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def outcome_of(row: dict[str, Any]) -> Outcome:
+    """An Outcome from a bench problem row (name, level, status, verdict)."""
+    v = row.get("verdict") or {}
+    return Outcome(name=row["name"], level=row.get("level"), status=row.get("status") or v.get("status") or MISSING,
+                   runtime_ms=v.get("runtime_ms"), eager_ms=v.get("eager_ms"), compile_ms=v.get("compile_ms"))
+
+
+def geomean(values: Sequence[float]) -> Optional[float]:
+    """exp(mean(log x)); None for an empty list."""
+    if not values:
+        return None
+    return float(math.exp(sum(math.log(x) for x in values) / len(values)))
+
+
+def bootstrap_geomean(values: Sequence[float], boot: Bootstrap, key: str) -> Optional[list[float]]:
+    """Percentile interval of the geometric mean over resampled values; None for an empty list."""
+    if not values:
+        return None
+    logs = np.log(np.asarray(values, dtype=np.float64))
+    rng = np.random.default_rng([boot.seed, zlib.crc32(key.encode())])
+    idx = rng.integers(0, len(logs), size=(boot.resamples, len(logs)))
+    means = np.exp(logs[idx].mean(axis=1))
+    tail = (1.0 - boot.confidence) / 2.0 * 100.0
+    lo, hi = np.percentile(means, [tail, 100.0 - tail])
+    return [float(lo), float(hi)]
+
+
+def _rate(count: int, n: int) -> Optional[float]:
+    return count / n if n else None
+
+
+def _p_key(p: float) -> str:
+    return f"{p:g}"
+
+
+def fast_p(outcomes: Sequence[Outcome], against: str, p: float) -> Optional[float]:
+    """Share of problems correct with speedup > p (at p = 0 every correct one counts)."""
+    if p == 0:
+        return _rate(sum(o.correct for o in outcomes), len(outcomes))
+    return _rate(sum((s := o.speedup(against)) is not None and s > p for o in outcomes), len(outcomes))
+
+
+def _geomean_block(outcomes: Sequence[Outcome], against: str, boot: Bootstrap, group: str) -> dict[str, Any]:
+    timed = [s for o in outcomes if (s := o.speedup(against)) is not None]
+    everyone = [s if (s := o.speedup(against)) is not None else 1.0 for o in outcomes]
+    out = {}
+    for kind, values in (("correct", timed), ("all", everyone)):
+        out[kind] = {"value": geomean(values), "ci95": bootstrap_geomean(values, boot, f"{group}/{against}/{kind}"), "n": len(values)}
+    return out
+
+
+def group_metrics(outcomes: Sequence[Outcome], boot: Bootstrap, group: str = "overall") -> dict[str, Any]:
+    """Every metric of one group of problems (a level, or all of them)."""
+    n = len(outcomes)
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    correct = [o for o in outcomes if o.correct]
+    return {
+        "n_problems": n, "n_judged": n - counts.get(MISSING, 0), "n_missing": counts.get(MISSING, 0),
+        "n_correct": len(correct), "n_infra_error": counts.get("infra_error", 0), "status_counts": dict(sorted(counts.items())),
+        "pass_rate": _rate(len(correct), n),
+        "faster_than": {b: {"over_1x": _rate(sum(o.faster(b) for o in outcomes), n),
+                            "over_5pct": _rate(sum(o.faster(b, MARGIN) for o in outcomes), n)} for b in ("eager", "compile", "both")},
+        "fast_p": {b: {_p_key(p): fast_p(outcomes, b, p) for p in P_VALUES} for b in BASELINES},
+        "geomean_speedup": {b: _geomean_block(outcomes, b, boot, group) for b in BASELINES},
+        "n_missing_baseline": {b: sum(o.baseline_ms(b) is None for o in correct) for b in ("eager", "compile")},
+    }
+
+
+def bench_metrics(outcomes: Iterable[Outcome], boot: Bootstrap = Bootstrap()) -> dict[str, Any]:
+    """{"overall": ..., "levels": {"1": ..., ...}}; problems without a level appear only overall."""
+    items = list(outcomes)
+    levels = sorted({o.level for o in items if o.level is not None})
+    return {"overall": group_metrics(items, boot, "overall"),
+            "levels": {str(lv): group_metrics([o for o in items if o.level == lv], boot, f"level{lv}") for lv in levels}}

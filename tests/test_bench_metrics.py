@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kernelwright.report.metrics import Bootstrap, Outcome, bench_metrics, bootstrap_geomean, geomean, group_metrics
+from kernelwright.report.metrics import Bootstrap, Outcome, bench_metrics, bootstrap_geomean, fast_p, geomean, group_metrics
 
 # A: 2x eager, 4x compile          B: 1.02x eager (under the 5 % margin), 0.5x compile
 # C: wrong                         D: no solution
@@ -42,8 +42,10 @@ def test_faster_than_rates_at_1x_and_at_the_5_percent_margin():
 def test_fast_p_per_threshold():
     fp = level1()["fast_p"]
     assert fp["eager"] == {"0": 0.6, "0.5": 0.6, "0.8": 0.6, "1": 0.6, "1.2": 0.2, "1.5": 0.2, "2": 0.0}  # 2.0 is not > 2
-    # best = the faster baseline: A 2x, B 0.5x (not > 0.5), E has no compile time so counts only at p = 0
-    assert fp["best"] == {"0": 0.6, "0.5": 0.2, "0.8": 0.2, "1": 0.2, "1.2": 0.2, "1.5": 0.2, "2": 0.0}
+    # best = the faster baseline timed: A 2x, B 0.5x (not > 0.5), E 1.1x (eager only: no compile time)
+    assert fp["best"] == {"0": 0.6, "0.5": 0.4, "0.8": 0.4, "1": 0.4, "1.2": 0.2, "1.5": 0.2, "2": 0.0}
+    untimed = Outcome("u", 1, "correct", runtime_ms=1.0)  # correct, no baseline at all: counts at p = 0 only
+    assert fast_p([untimed], "best", 0) == 1.0 and fast_p([untimed], "best", 0.5) == 0.0
     assert fp["compile"]["1.5"] == pytest.approx(0.2) and fp["compile"]["0.5"] == pytest.approx(0.2)
 
 
@@ -53,7 +55,7 @@ def test_geomeans_over_correct_and_over_all_with_failures_as_1x():
     assert g["eager"]["correct"]["n"] == 3
     assert g["eager"]["all"]["value"] == pytest.approx((2 * 1.02 * 1.1) ** (1 / 5))
     assert g["eager"]["all"]["n"] == 5
-    assert g["best"]["correct"]["value"] == pytest.approx(1.0) and g["best"]["correct"]["n"] == 2  # 2x and 0.5x
+    assert g["best"]["correct"]["value"] == pytest.approx(1.1 ** (1 / 3)) and g["best"]["correct"]["n"] == 3  # 2x, 0.5x, 1.1x
     assert g["compile"]["all"]["value"] == pytest.approx((4 * 0.5) ** (1 / 5))
 
 

@@ -29,7 +29,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 from kernelwright.errors import UsageError  # noqa: E402 - one class for `-m kernelwright.cli` and imports
 
 
-def _policy(args: argparse.Namespace) -> Policy:
+def policy_from_args(args: argparse.Namespace) -> Policy:
     try:
         common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines != "skip",
                       compile_mode=args.compile_mode,
@@ -47,11 +47,7 @@ def _store_verdict(verdict, problem, files: dict[str, str], store: Optional[Path
     from kernelwright.store import Store
 
     with Store.open(store) as db:
-        db.put_problem(problem.hash, problem.name, str(problem.path), problem.source)
-        if verdict.candidate.get("hash"):
-            db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files)
-            return db.put_verdict(verdict)
-    return None
+        return db.keep_verdict(problem, files, verdict)
 
 
 def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path] = None):
@@ -84,7 +80,7 @@ def _keep(args: argparse.Namespace, problem, files: dict[str, str], verdict) -> 
 
 def eval_cmd(args: argparse.Namespace) -> int:
     """Judge CANDIDATE against PROBLEM and print the verdict."""
-    policy = _policy(args)
+    policy = policy_from_args(args)
     candidate = Path(args.candidate)
     if not candidate.exists():
         raise UsageError(f"no such candidate: {candidate}")
@@ -308,13 +304,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-store", action="store_true", help="do not record anything in the store")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernelwright", description="Write, verify and select kernels that beat PyTorch.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("eval", help="judge a candidate against a problem")
-    e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
-    e.add_argument("candidate", help="a model_new.py file or a folder holding one")
-    _common(e)
+def policy_flags(e: argparse.ArgumentParser) -> None:
+    """The judging policy as flags (eval, bench); read back by policy_from_args."""
     e.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="numerics the candidate may use inside (default strict fp32): tolerances loosen to the allowance, "
                         "references stay fp32, and the baselines are timed with the same allowance (TF32 on, or autocast)")
@@ -332,6 +323,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
     e.add_argument("--sanitize", action="store_true",
                    help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) and record the findings (GPU)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelwright", description="Write, verify and select kernels that beat PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("eval", help="judge a candidate against a problem")
+    e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
+    e.add_argument("candidate", help="a model_new.py file or a folder holding one")
+    _common(e)
+    policy_flags(e)
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")
     prsub = pr.add_subparsers(dest="problems_command", required=True)
@@ -370,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.agent.commands import add_parsers
 
     add_parsers(sub)  # optimize, resume, review, runs
+    from kernelwright.report.commands import add_parsers as add_report_parsers
+
+    add_report_parsers(sub)  # bench, report, compare
     from kernelwright.workspace.commands import add_parsers as add_workspace_parsers
 
     add_workspace_parsers(sub)  # workspace, check

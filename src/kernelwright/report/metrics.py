@@ -5,7 +5,8 @@ Every denominator is every problem of the suite: a missing solution, a wrong ker
 the judge itself all count against the rates (`infra_error` is counted apart as well, so a reviewer
 sees it). Speedups are baseline time over candidate time, from the verdict's medians:
 - `over_1x`: t < t0; `over_5pct`: t < 0.95 * t0 (the milestone reward's margin);
-- `best` is the faster of eager and torch.compile, and needs both times; `both` asks each of them;
+- `best` is the faster of eager and torch.compile that were timed (the verdict's `speedup_vs_best`;
+  `n_missing_baseline` counts the correct results that lack a baseline); `both` needs each of them;
 - fast_p (KernelBench's metric): the share of problems that are correct with a speedup above p; a
   correct result without that baseline's time counts only at p = 0, so fast_0 is the pass rate;
 - the geometric mean over the correct ones uses those with the baseline's time; over all problems, a
@@ -25,7 +26,7 @@ import numpy as np
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.2, 1.5, 2.0)  # the fast_p thresholds
 MARGIN = 0.95  # "more than 5 % faster": t < MARGIN * t0
-BASELINES = ("eager", "compile", "best")  # speedup series; best = the faster of the two
+BASELINES = ("eager", "compile", "best")  # speedup series; best = the faster of those timed
 MISSING = "missing"  # status of a problem with no solution
 
 
@@ -63,14 +64,14 @@ class Outcome:
         return self.status == "correct"
 
     def baseline_ms(self, against: str) -> Optional[float]:
-        """The baseline's time; `best` is the faster of the two and needs both."""
+        """The baseline's time; `best` is the faster of those timed."""
         if against == "eager":
             return _positive(self.eager_ms)
         if against == "compile":
             return _positive(self.compile_ms)
         if against == "best":
-            e, c = _positive(self.eager_ms), _positive(self.compile_ms)
-            return None if e is None or c is None else min(e, c)
+            times = [t for t in (_positive(self.eager_ms), _positive(self.compile_ms)) if t is not None]
+            return min(times) if times else None
         raise ValueError(f"unknown baseline {against!r}; expected one of {', '.join(BASELINES)}")
 
     def speedup(self, against: str) -> Optional[float]:

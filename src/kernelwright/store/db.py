@@ -200,6 +200,15 @@ class Store(RunsMixin, WorkspacesMixin):
 
     # -- verdicts -----------------------------------------------------------------------------
 
+    def keep_verdict(self, problem: Any, files: dict[str, str], verdict: Verdict) -> str | None:
+        """Record the problem, the candidate's files and the verdict; the verdict id, or None when the
+        verdict names no candidate (nothing was built to keep)."""
+        self.put_problem(problem.hash, problem.name, str(problem.path), problem.source)
+        if not verdict.candidate.get("hash"):
+            return None
+        self.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files)
+        return self.put_verdict(verdict)
+
     def put_verdict(self, verdict: Verdict) -> str:
         """Record a verdict and return its new id; its problem and candidate must be stored first."""
         problem_hash = _required_hash(verdict.problem, "problem")

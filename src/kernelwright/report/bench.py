@@ -1,0 +1,205 @@
+"""`kernelwright bench`: judge one candidate per problem of a suite and compute the metrics.
+
+Every candidate is judged afresh here (fresh secret seeds, baselines timed beside it unless the policy
+takes cached ones), never taken from the verdict a run kept: a run's best was selected on noisy
+measurements, and re-judging removes that selection's bias from the claim. Every verdict goes into the
+bench document, failures and missing solutions included. With `-o`, the document is rewritten after
+every problem (marked incomplete until the end), so a crash loses at most the problem being judged,
+and `--resume` takes the finished ones back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from kernelwright.errors import UsageError
+from kernelwright.problems.suite import Entry, load_suite
+from kernelwright.report.metrics import MISSING, Bootstrap, bench_metrics, outcome_of
+from kernelwright.report.solutions import Solution, find_solutions
+
+KIND = "kernelwright.bench"
+SCHEMA_VERSION = 1
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    """What to bench and where the results go."""
+
+    suite: str  # suite spec (builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], a folder)
+    sources: tuple[str, ...]  # solution folders and run ids
+    only: tuple[str, ...] = ()  # problem names to keep (all when empty)
+    device: str = "auto"  # auto, cuda or cpu
+    store: Optional[Path] = None  # SQLite store (baselines, runs, verdicts)
+    keep: bool = True  # record every verdict in the store
+    out: Optional[Path] = None  # the bench JSON, rewritten after every problem
+    resume: bool = False  # reuse finished problems from `out`
+    boot: Bootstrap = Bootstrap()  # how intervals are drawn
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("a bench needs at least one solutions folder or run id")
+        if self.resume and self.out is None:
+            raise ValueError("--resume needs -o FILE (the bench to resume)")
+
+
+def select_entries(suite: str, only: Sequence[str]) -> list[Entry]:
+    """The suite's problems, kept to `only` when given (an unknown name is a usage error)."""
+    entries = load_suite(suite)
+    if not only:
+        return entries
+    names = {e.problem.name for e in entries}
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise UsageError(f"not in {suite}: {', '.join(unknown)}")
+    return [e for e in entries if e.problem.name in set(only)]
+
+
+def _materialise(sol: Solution, root: Path) -> Path:
+    """Write the solution's files under root; the path the judge takes (folder or main file)."""
+    for name, text in sol.files.items():
+        target = (root / name).resolve()
+        if root.resolve() not in target.parents:
+            raise ValueError(f"{sol.ref}: file name {name!r} leaves the candidate folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return root if sol.main == "model_new.py" else root / sol.main
+
+
+def judge_solution(entry: Entry, sol: Solution, policy: Any, config: BenchConfig, say: Say) -> tuple[Any, Optional[str], str]:
+    """(verdict or None, verdict id, note); a malformed candidate gets no verdict, only the note."""
+    from kernelwright.judge.evaluate import evaluate
+
+    with tempfile.TemporaryDirectory(prefix="kw-bench-") as tmp:
+        try:
+            path = _materialise(sol, Path(tmp))
+            verdict = evaluate(entry.problem, path, policy, device=config.device, progress=say, baseline_store=config.store)
+        except ValueError as exc:
+            return None, None, f"candidate not judged: {exc}"
+    return (verdict, *_keep(entry, sol, verdict, config))
+
+
+def _keep(entry: Entry, sol: Solution, verdict: Any, config: BenchConfig) -> tuple[Optional[str], str]:
+    """(verdict id, note); a store failure is a note, never a lost verdict."""
+    if not config.keep:
+        return None, ""
+    from kernelwright.store import Store
+
+    try:
+        with Store.open(config.store) as db:
+            return db.keep_verdict(entry.problem, sol.files, verdict), ""
+    except Exception as exc:  # noqa: BLE001
+        return None, f"verdict not stored: {type(exc).__name__}: {exc}"[:300]
+
+
+def problem_row(entry: Entry, sol: Optional[Solution], verdict: Any = None, verdict_id: Optional[str] = None, note: str = "") -> dict[str, Any]:
+    """One problem's row of the bench document."""
+    v = verdict.to_dict() if verdict is not None else None
+    if sol is None:
+        note = note or "no solution found"
+    elif not sol.files:
+        note = note or f"{sol.ref} kept no verified candidate"
+    return {"name": entry.problem.name, "spec": entry.spec, "level": entry.level, "category": entry.category,
+            "problem_hash": entry.problem.hash, "reference_source": entry.problem.source,
+            "solution": sol.to_dict() if sol is not None else None, "status": v["status"] if v else MISSING,
+            "verdict": v, "verdict_id": verdict_id, "note": note, "run": sol.run if sol is not None else None}
+
+
+def _commit() -> Optional[str]:
+    if os.environ.get("KERNELWRIGHT_COMMIT"):
+        return os.environ["KERNELWRIGHT_COMMIT"]
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
+
+
+def bench_system(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where the verdicts ran (from the first one), with the commit; versions only when none ran."""
+    from kernelwright import __version__
+
+    system = next((r["verdict"]["system"] for r in rows if r.get("verdict") and r["verdict"].get("system")), None)
+    system = dict(system) if system else {"gpu": None, "python": platform.python_version(), "kernelwright": __version__}
+    system["commit"] = _commit()
+    return system
+
+
+def document(config: BenchConfig, policy: dict[str, Any], rows: list[dict[str, Any]], device: str, pending: Sequence[str] = ()) -> dict[str, Any]:
+    """The bench document: provenance, policy, every row, and the metrics over the rows."""
+    return {"kind": KIND, "schema_version": SCHEMA_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "complete": not pending, "pending": list(pending), "suite": config.suite, "only": list(config.only),
+            "solutions": list(config.sources), "device": device, "system": bench_system(rows), "policy": policy,
+            "bootstrap": config.boot.to_dict(), "problems": rows,
+            "metrics": bench_metrics([outcome_of(r) for r in rows], config.boot)}
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    """Write atomically: a crash mid-write leaves the previous file whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def load_bench(path: Path) -> dict[str, Any]:
+    """A bench document from disk; a usage error when it is not one."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a readable bench JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise UsageError(f"{path}: not a kernelwright bench (kind {doc.get('kind') if isinstance(doc, dict) else None!r})")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(f"{path}: bench schema_version {doc.get('schema_version')}, this kernelwright reads {SCHEMA_VERSION}")
+    return doc
+
+
+def _resumable(config: BenchConfig, policy: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Finished rows of `out` that still match (problem hash, candidate files, policy)."""
+    if not config.resume or config.out is None or not config.out.is_file():
+        return {}
+    old = load_bench(config.out)
+    if old.get("policy") != policy:
+        raise UsageError(f"{config.out} was judged under another policy; drop --resume or write elsewhere")
+    return {r["name"]: r for r in old["problems"] if r.get("verdict") and r["status"] != "infra_error"}
+
+
+def _reusable(row: Optional[dict[str, Any]], entry: Entry, sol: Optional[Solution]) -> bool:
+    return (row is not None and sol is not None and row.get("problem_hash") == entry.problem.hash
+            and (row.get("solution") or {}).get("files") == sol.files)
+
+
+def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int, str], None] = lambda i, n, name: None,
+              say: Say = lambda m: None, warn: Say = lambda m: None) -> dict[str, Any]:
+    """Judge every problem's candidate in suite order and return the bench document."""
+    from kernelwright.judge.evaluate import resolve_device
+
+    entries = select_entries(config.suite, config.only)
+    solutions, warnings = find_solutions(config.sources, entries, config.store)
+    for w in warnings:
+        warn(w)
+    device, pdict = resolve_device(config.device), policy.to_dict()
+    done = _resumable(config, pdict)
+    rows: list[dict[str, Any]] = []
+    for i, entry in enumerate(entries):
+        name, sol = entry.problem.name, solutions.get(entry.problem.name)
+        on_start(i, len(entries), name)
+        if _reusable(done.get(name), entry, sol):
+            rows.append(done[name])
+        elif sol is None or not sol.files:
+            rows.append(problem_row(entry, sol))
+        else:
+            rows.append(problem_row(entry, sol, *judge_solution(entry, sol, policy, config, say)))
+        if config.out is not None:
+            write_json(document(config, pdict, rows, device, [e.problem.name for e in entries[i + 1:]]), config.out)
+    return document(config, pdict, rows, device)

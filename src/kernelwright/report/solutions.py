@@ -1,0 +1,154 @@
+"""Where a bench's candidates come from: folders of files named after the problems, or agent runs.
+
+A folder gives, for a problem NAME, `NAME.py` (a single-file candidate) or `NAME/` (a folder holding
+model_new.py and its kernels), at its top or under `levelN/`. A run gives the candidate its run kept
+as best, taken from the store. One candidate per problem: two sources naming the same problem are a
+usage error, never a silent choice (picking the best of several would be best-of-trajectory
+selection).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from kernelwright.errors import UsageError
+from kernelwright.judge.snapshot import read_candidate
+from kernelwright.problems.suite import Entry
+
+@dataclass(frozen=True)
+class Solution:
+    """One problem's candidate, as found."""
+
+    source: str  # "path" or "run"
+    ref: str  # the file or folder, or the run id
+    main: str  # the candidate's main file among `files`
+    files: dict[str, str] = field(default_factory=dict)  # {relative name: text}; empty when a run kept none
+    run: Optional[dict[str, Any]] = None  # the run's id, status, strategy, model and progress
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "ref": self.ref, "main": self.main, "files": self.files}
+
+
+def _in_folder(root: Path, name: str, level: Optional[int]) -> Optional[Path]:
+    bases = [root] + ([root / f"level{level}"] if level is not None else [])
+    for base in bases:
+        if (base / name / "model_new.py").is_file():
+            return base / name
+        if (base / f"{name}.py").is_file():
+            return base / f"{name}.py"
+    return None
+
+
+def _from_path(found: Path) -> Solution:
+    """A folder is a whole candidate; a single file is judged alone as model_new.py (its neighbours are
+    other problems' candidates, not its sources)."""
+    try:
+        if found.is_dir():
+            files = read_candidate(found)
+            return Solution("path", str(found), "model_new.py", files)
+        return Solution("path", str(found), "model_new.py", {"model_new.py": found.read_text()})
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{found}: {exc}") from None
+
+
+def folder_solutions(root: Path, entries: Sequence[Entry]) -> dict[str, Solution]:
+    """{problem name: solution} for the problems that have a file or folder under root."""
+    out = {}
+    for e in entries:
+        found = _in_folder(root, e.problem.name, e.level)
+        if found is not None:
+            out[e.problem.name] = _from_path(found)
+    return out
+
+
+def unmatched_files(root: Path, entries: Sequence[Entry]) -> list[str]:
+    """Top-level candidates under root named after no problem of the suite (worth a warning)."""
+    names = {e.problem.name for e in entries}
+    found = []
+    for p in sorted(root.iterdir()):
+        stem = p.stem if p.suffix == ".py" else p.name
+        if (p.suffix == ".py" or (p / "model_new.py").is_file()) and stem not in names and not p.name.startswith(("_", ".")):
+            found.append(p.name)
+    return found
+
+
+def run_progress(run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best speedup against the faster baseline per round: a tree round is its `rN` branches; for the
+    other strategies every judged candidate is a round of its own."""
+    from kernelwright.agent.history import candidate_rows
+
+    rounds: dict[str, list[dict[str, Any]]] = {}
+    for i, row in enumerate(candidate_rows(steps)):
+        m = re.match(r"^r(\d+)", row.get("branch") or "") if run.get("strategy") == "tree" else None
+        rounds.setdefault(f"r{m.group(1)}" if m else str(i), []).append(row)
+    out, best = [], None
+    for i, (label, rows) in enumerate(rounds.items()):
+        speeds = [r["speedup_vs_best"] for r in rows if r.get("status") == "correct" and r.get("speedup_vs_best")]
+        top = max(speeds) if speeds else None
+        best = top if best is None or (top is not None and top > best) else best
+        out.append({"round": i, "label": label, "candidates": len(rows), "correct": sum(r.get("status") == "correct" for r in rows),
+                    "best_speedup_vs_best": top, "best_so_far": best})
+    return out
+
+
+def run_solution(db: Any, run_id: str) -> tuple[dict[str, Any], Solution]:
+    """(the run's row, the solution it kept as best); a run with no verified best gives no files."""
+    try:
+        run = db.get_run(run_id)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"{run_id}: neither a folder nor a run ({exc.args[0] if exc.args else exc})") from None
+    steps = db.run_steps(run["id"])
+    info = {"id": run["id"], "status": run.get("status"), "strategy": run.get("strategy"), "model": run.get("model"),
+            "progress": run_progress(run, steps)}
+    best = run.get("best") or {}
+    files: dict[str, str] = {}
+    if best.get("candidate_hash"):
+        files = db.get_candidate_files(best["candidate_hash"])
+    main = "model_new.py" if "model_new.py" in files or not files else next(iter(files))
+    return run, Solution("run", run["id"], main, files, info)
+
+
+def _match_run(run: dict[str, Any], entries: Sequence[Entry]) -> Entry:
+    by_hash = [e for e in entries if e.problem.hash == run.get("problem_hash")]
+    if by_hash:
+        return by_hash[0]
+    named = [e for e in entries if e.problem.name == run.get("problem_name")]
+    if named:
+        raise UsageError(f"{run['id']} was made on another version of {named[0].problem.name} "
+                         f"(problem hash {str(run.get('problem_hash'))[:12]}, the suite's is {named[0].problem.hash[:12]})")
+    raise UsageError(f"{run['id']} is for {run.get('problem_name')!r}, which is not in the suite")
+
+
+def _add(found: dict[str, Solution], name: str, sol: Solution) -> None:
+    if name in found:
+        raise UsageError(f"two solutions for {name}: {found[name].ref} and {sol.ref}; a bench judges one candidate per problem")
+    found[name] = sol
+
+
+def find_solutions(sources: Sequence[str], entries: Sequence[Entry], store: Optional[Path]) -> tuple[dict[str, Solution], list[str]]:
+    """({problem name: solution}, warnings) from folders and run ids, in the order given."""
+    found: dict[str, Solution] = {}
+    warnings: list[str] = []
+    runs = [s for s in sources if not Path(s).exists()]
+    for src in sources:
+        if src in runs:
+            continue
+        root = Path(src)
+        if not root.is_dir():
+            raise UsageError(f"{src}: solutions are a folder of candidates named after the problems, or a run id")
+        for name, sol in folder_solutions(root, entries).items():
+            _add(found, name, sol)
+        stray = unmatched_files(root, entries)
+        if stray:
+            warnings.append(f"{src}: {len(stray)} candidate(s) named after no problem of the suite: {', '.join(stray[:8])}")
+    if runs:
+        from kernelwright.store import Store
+
+        with Store.open(store) as db:
+            for ref in runs:
+                run, sol = run_solution(db, ref)
+                _add(found, _match_run(run, entries).problem.name, sol)
+    return found, warnings

@@ -1,0 +1,186 @@
+"""`kernelwright bench`, `report` and `compare` on the CPU backend: a three-problem suite (one honest
+candidate, one wrong, one missing), solutions from a folder and from a run in the store, resume after
+a crash, and the usage errors. CPU times check the flow only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import affine_fixture as fx
+from conftest import JUDGE_TIMEOUT_S, cli
+from kernelwright.errors import UsageError
+from kernelwright.report import bench as bench_mod
+from kernelwright.report.bench import BenchConfig, load_bench, run_bench
+from kernelwright.report.compare import compare
+from kernelwright.store import Store
+
+pytestmark = pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
+
+FAST = ("--device", "cpu", "--no-compile-baseline", "--budget-s", "0.3", "--seeds", "2")
+
+
+def make_suite(root: Path) -> tuple[Path, Path]:
+    """suite/{affine,affine_again,unsolved}.py and solutions/ holding affine.py (honest),
+    affine_again/model_new.py (wrong bias) and a stray file named after no problem."""
+    suite, sols = root / "suite", root / "solutions"
+    suite.mkdir()
+    (sols / "affine_again").mkdir(parents=True)
+    for name in ("affine", "affine_again", "unsolved"):
+        (suite / f"{name}.py").write_text(fx.PROBLEM)
+    (sols / "affine.py").write_text(fx.candidate())
+    (sols / "affine_again" / "model_new.py").write_text(fx.candidate("3.0f"))
+    (sols / "stray.py").write_text(fx.candidate())
+    return suite, sols
+
+
+@pytest.fixture(scope="module")
+def benched(tmp_path_factory):
+    """One `bench --json -o FILE` over the three problems: (doc, stderr, root)."""
+    root = tmp_path_factory.mktemp("bench")
+    suite, sols = make_suite(root)
+    res = cli("bench", "--suite", str(suite), "--solutions", str(sols), *FAST, "--json", "-o", str(root / "b.json"),
+              "--store", str(root / "s.sqlite"), "--resamples", "500", timeout=3 * JUDGE_TIMEOUT_S)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout), res.stderr, root
+
+
+def test_bench_judges_each_problem_and_counts_failures_and_missing(benched):
+    doc, stderr, root = benched
+    status = {r["name"]: r["status"] for r in doc["problems"]}
+    assert status == {"affine": "correct", "affine_again": "incorrect", "unsolved": "missing"}
+    m = doc["metrics"]["overall"]
+    assert (m["n_problems"], m["n_correct"], m["n_missing"]) == (3, 1, 1)
+    assert m["pass_rate"] == pytest.approx(1 / 3) and m["fast_p"]["eager"]["0"] == pytest.approx(1 / 3)
+    assert m["geomean_speedup"]["best"]["all"]["n"] == 3
+    assert "stray.py" in stderr  # a candidate named after no problem is a warning
+    assert doc["complete"] and doc["pending"] == [] and doc["device"] == "cpu" and doc["policy"]["n_seeds"] == 2
+
+
+def test_every_verdict_is_in_the_document_and_in_the_store(benched):
+    doc, _, root = benched
+    judged = [r for r in doc["problems"] if r["verdict"]]
+    assert len(judged) == 2 and all(r["verdict_id"] for r in judged)
+    assert judged[0]["solution"]["files"]["model_new.py"] == fx.candidate()  # the single file, judged alone
+    assert judged[0]["reference_source"] == fx.PROBLEM
+    with Store.open(root / "s.sqlite") as db:
+        ids = {row[0] for row in db._conn.execute("SELECT id FROM verdicts")}
+    assert {r["verdict_id"] for r in judged} <= ids
+    assert load_bench(root / "b.json")["metrics"] == doc["metrics"]  # -o holds the same document
+
+
+def test_resume_rejudges_only_what_changed(benched, tmp_path, monkeypatch):
+    doc, _, root = benched
+    suite, sols = root / "suite", root / "solutions"
+    out = tmp_path / "b.json"
+    out.write_text((root / "b.json").read_text())
+    from kernelwright.cli import build_parser, policy_from_args
+
+    policy = policy_from_args(build_parser().parse_args(["eval", "p", "c", *FAST]))
+    judged = []
+    real = bench_mod.judge_solution
+    monkeypatch.setattr(bench_mod, "judge_solution", lambda e, *a: (judged.append(e.problem.name), real(e, *a))[1])
+    (sols / "affine_again" / "model_new.py").write_text(fx.candidate())  # fixed since the crash
+    config = BenchConfig(suite=str(suite), sources=(str(sols),), device="cpu", keep=False, out=out, resume=True)
+    again = run_bench(config, policy)
+    assert judged == ["affine_again"]
+    assert {r["name"]: r["status"] for r in again["problems"]}["affine_again"] == "correct"
+    other = BenchConfig(suite=str(suite), sources=(str(sols),), device="cpu", keep=False, out=out, resume=True)
+    with pytest.raises(UsageError, match="another policy"):
+        run_bench(other, policy_from_args(build_parser().parse_args(["eval", "p", "c", *FAST[:-2], "--seeds", "3"])))
+
+
+def test_a_crash_leaves_the_finished_problems_on_disk(tmp_path, monkeypatch):
+    suite, sols = make_suite(tmp_path)
+    out = tmp_path / "partial.json"
+
+    def judge_then_crash(entry, *a):
+        if entry.problem.name == "affine_again":
+            raise RuntimeError("the machine went away")
+        return None, None, "stand-in for a verdict"
+
+    monkeypatch.setattr(bench_mod, "judge_solution", judge_then_crash)
+    from kernelwright.judge.policy import Policy
+
+    with pytest.raises(RuntimeError):
+        run_bench(BenchConfig(suite=str(suite), sources=(str(sols),), device="cpu", keep=False, out=out), Policy())
+    partial = load_bench(out)
+    assert [r["name"] for r in partial["problems"]] == ["affine"]
+    assert partial["complete"] is False and partial["pending"] == ["affine_again", "unsolved"]
+
+
+def test_run_solutions_report_and_compare(benched, tmp_path):
+    """A run's best candidate is judged again by bench; `report RUN` and `compare` take the run too."""
+    doc, _, root = benched
+    store = tmp_path / "runs.sqlite"
+    affine = next(r for r in doc["problems"] if r["name"] == "affine")
+    v = affine["verdict"]
+    with Store.open(store) as db:
+        db.put_problem(affine["problem_hash"], "affine", str(root / "suite" / "affine.py"), fx.PROBLEM)
+        db.put_candidate(v["candidate"]["hash"], v["candidate"]["build_path"], affine["solution"]["files"])
+        db.create_run("run-0000beef", problem_hash=affine["problem_hash"], problem_name="affine", problem_spec="affine.py",
+                      model="scripted", strategy="refine", objective={})
+        for speed in (None, 0.8, 1.3):
+            verdict = {**v, "status": "correct" if speed else "incorrect", "speedup_vs_best": speed}
+            db.add_step("run-0000beef", "candidate", {"verdict": verdict, "candidate_hash": v["candidate"]["hash"]})
+        db.add_step("run-0000beef", "final", {"verdict": v, "candidate_hash": v["candidate"]["hash"]})
+        db.update_run("run-0000beef", status="finished", best={"candidate_hash": v["candidate"]["hash"], "speedup_vs_best": 1.3})
+    res = cli("bench", "--suite", str(root / "suite"), "--solutions", "run-0000beef", *FAST, "--json", "--no-store", "--store", str(store),
+              "--only", "affine,unsolved", timeout=2 * JUDGE_TIMEOUT_S)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = json.loads(res.stdout)["problems"]
+    assert [r["status"] for r in rows] == ["correct", "missing"]
+    assert rows[0]["verdict"]["created_at"] != v["created_at"]  # judged again, not copied
+    assert [p["best_so_far"] for p in rows[0]["run"]["progress"]] == [None, 0.8, 1.3]
+    html = tmp_path / "run.html"
+    res = cli("report", "run-0000", "-o", str(html), "--store", str(store))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "run-0000beef" in html.read_text()
+    res = cli("compare", str(root / "b.json"), "run-0000beef", "--json", "--store", str(store))
+    assert res.returncode == 0, res.stderr[-3000:]
+    cmp = json.loads(res.stdout)
+    assert {r["name"]: r["change"] for r in cmp["problems"]}["affine_again"] == "only in A"
+
+
+def test_report_of_a_bench_file(benched, tmp_path):
+    _, _, root = benched
+    html = tmp_path / "r.html"
+    res = cli("report", str(root / "b.json"), "-o", str(html))
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = html.read_text()
+    assert "affine_again" in text and "unsolved" in text and "https://" not in text
+
+
+def test_usage_errors_exit_2(benched, tmp_path):
+    _, _, root = benched
+    suite, sols = root / "suite", root / "solutions"
+    assert cli("bench", "--suite", str(suite), "--solutions", str(sols), "--only", "nope", *FAST).returncode == 2
+    assert cli("bench", "--suite", str(suite), "--solutions", str(sols), str(sols), *FAST).returncode == 2  # two for each problem
+    assert cli("bench", "--suite", str(suite), "--solutions", "run-feedface", *FAST, "--store", str(tmp_path / "e.sqlite")).returncode == 2
+    assert cli("bench", "--suite", str(suite), "--solutions", str(sols), "--resume", *FAST).returncode == 2  # --resume needs -o
+    (tmp_path / "x.json").write_text("{}")
+    assert cli("report", str(tmp_path / "x.json"), "-o", str(tmp_path / "x.html")).returncode == 2
+
+
+def _doc(rows: list[tuple[str, str, float | None]], gpu: str = "H200", precision: str = "fp32") -> dict:
+    from kernelwright.report.metrics import Bootstrap, bench_metrics, outcome_of
+
+    problems = [{"name": n, "level": 1, "problem_hash": n, "status": s,
+                 "verdict": {"status": s, "runtime_ms": 1.0 if s == "correct" else None, "eager_ms": sp, "compile_ms": sp}} for n, s, sp in rows]
+    return {"policy": {"precision": precision}, "system": {"gpu": gpu}, "device": "cuda", "problems": problems,
+            "metrics": bench_metrics([outcome_of(r) for r in problems], Bootstrap(resamples=200))}
+
+
+def test_compare_pairs_problems_by_speedup_ratio_and_flags_confounds():
+    a = _doc([("p", "correct", 2.0), ("q", "incorrect", 1.0), ("r", "correct", 1.0), ("s", "correct", 1.0)])
+    b = _doc([("p", "correct", 3.0), ("q", "correct", 1.5), ("r", "incorrect", 1.0), ("s", "correct", 1.02)], gpu="A100", precision="bf16")
+    doc = compare(a, b, ("A", "B"))
+    change = {r["name"]: r["change"] for r in doc["problems"]}
+    assert change == {"p": "faster", "q": "fixed", "r": "broken", "s": "same"}
+    assert next(r for r in doc["problems"] if r["name"] == "p")["ratio"] == pytest.approx(1.5)
+    assert doc["aggregate"]["paired"]["n"] == 2
+    assert doc["aggregate"]["paired"]["geomean_ratio"] == pytest.approx((1.5 * 1.02) ** 0.5)
+    assert doc["aggregate"]["a"]["pass_rate"] == 0.75 and doc["aggregate"]["b"]["pass_rate"] == 0.75
+    assert any("precision" in w for w in doc["warnings"]) and any("A100" in w for w in doc["warnings"])

@@ -1,6 +1,6 @@
 """Reverse cumulative sum over time: the final candidate of the workspace in
-benchmarks/workspaces/cumsum_reverse_time (issue 6, written by hand in that workspace), copied here
-unchanged below this note.
+benchmarks/workspaces/cumsum_reverse_time (written by hand there; its history is in
+benchmarks/results/workspace_h200.md), copied here unchanged below this note.
 
 Reverse cumulative sum over time, step 5: step 4's idea pushed further. The serial chain of
 round trips to memory is what bounds a thread (4096 / 16 = 256 of them in step 4), so each thread

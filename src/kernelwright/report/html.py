@@ -13,15 +13,14 @@ marked safe. Any value of the bench may be null or missing: it shows as a dash.
 from __future__ import annotations
 
 import difflib
-import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Optional
 
 from kernelwright.report import svg
+from kernelwright.report.formats import (DASH, as_dict, as_list, fmt_ms, fmt_num, fmt_pct, fmt_x, ms, number, plain,
+                                         seconds, to_json)
 
-DASH = "–"  # a missing value
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 STATUS_CLASS = {  # CSS class of each status: green, red, magenta, yellow, grey
     "correct": "ok", "incorrect": "bad", "compile_error": "bad", "runtime_error": "bad", "timeout": "bad",
@@ -56,113 +55,52 @@ def _safe(markup: str) -> Any:
     return Markup(markup)
 
 
-# -- values ----------------------------------------------------------------------------------------
-
-
-def _d(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _l(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
-
-def _number(value: Any) -> Optional[float]:
-    """A finite number, or None for anything else (null, text, NaN, booleans)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def fmt_ms(value: Any) -> str:
-    """Milliseconds with 4 significant digits."""
-    n = _number(value)
-    if n is None:
-        return DASH
-    return f"{n:.0f}" if abs(n) >= 1e4 else f"{n:.4g}"
-
-
-def _ms(value: Any) -> str:
-    """Milliseconds with their unit, or a dash."""
-    text = fmt_ms(value)
-    return text if text == DASH else text + " ms"
-
-
-def fmt_x(value: Any) -> str:
-    """A speedup, e.g. 1.234x."""
-    n = _number(value)
-    return DASH if n is None else f"{n:.3f}x"
-
-
-def fmt_pct(value: Any) -> str:
-    """A rate in [0, 1] as a percent with one decimal."""
-    n = _number(value)
-    return DASH if n is None else f"{100 * n:.1f}%"
-
-
-def fmt_num(value: Any) -> str:
-    """Any other number, 3 significant digits."""
-    n = _number(value)
-    return DASH if n is None else f"{n:.3g}"
-
-
-def _seconds(value: Any) -> str:
-    text = fmt_num(value)
-    return text if text == DASH else text + " s"
-
-
-def _text(value: Any) -> str:
-    return DASH if value is None or value == "" else str(value)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=False, default=str)
-
-
 # -- header, summary, footer -------------------------------------------------------------------------
 
 
 def _view(bench: Any) -> dict[str, Any]:
     """Everything the template shows, formatted."""
-    bench = _d(bench)
-    problems = sorted((p for p in _l(bench.get("problems")) if isinstance(p, dict)), key=_order)
+    bench = as_dict(bench)
+    problems = sorted((p for p in as_list(bench.get("problems")) if isinstance(p, dict)), key=_order)
     anchors = _anchors(problems)
-    metrics = _d(bench.get("metrics"))
+    metrics = as_dict(bench.get("metrics"))
     return {
-        "header": _header(bench), "summary": _summary(metrics, _d(bench.get("bootstrap"))),
-        "fast_p": _fast_p(_d(metrics.get("overall"))), "distribution": _distribution(problems),
+        "header": _header(bench), "summary": _summary(metrics, as_dict(bench.get("bootstrap"))),
+        "fast_p": _fast_p(as_dict(metrics.get("overall"))), "distribution": _distribution(problems),
         "rows": [_row(p, a) for p, a in zip(problems, anchors)],
         "details": [_detail(p, a) for p, a in zip(problems, anchors)],
         "runs": _runs(problems, anchors),
-        "system": _system_rows(_d(bench.get("system"))), "policy_json": _json(bench.get("policy")),
+        "system": _system_rows(as_dict(bench.get("system"))), "policy_json": to_json(bench.get("policy")),
     }
 
 
 def _header(bench: dict) -> dict[str, Any]:
-    system = _d(bench.get("system"))
-    solutions = [str(s) for s in _l(bench.get("solutions"))]
+    system = as_dict(bench.get("system"))
+    solutions = [str(s) for s in as_list(bench.get("solutions"))]
     on_cpu = bench.get("device") == "cpu" or system.get("gpu") is None
-    version = _text(system.get("kernelwright")) + (f" (commit {system['commit']})" if system.get("commit") else "")
-    rows = [("suite", _text(bench.get("suite"))), ("solutions", ", ".join(solutions) or DASH),
-            ("created", _text(bench.get("created_at"))), ("device", _text(bench.get("device"))),
-            ("GPU", _text(system.get("gpu"))), ("driver", _text(system.get("driver"))),
-            ("CUDA", _text(system.get("cuda"))), ("torch", _text(system.get("torch"))),
+    version = plain(system.get("kernelwright")) + (f" (commit {system['commit']})" if system.get("commit") else "")
+    rows = [("suite", plain(bench.get("suite"))), ("solutions", ", ".join(solutions) or DASH),
+            ("created", plain(bench.get("created_at"))), ("device", plain(bench.get("device"))),
+            ("GPU", plain(system.get("gpu"))), ("driver", plain(system.get("driver"))),
+            ("CUDA", plain(system.get("cuda"))), ("torch", plain(system.get("torch"))),
             ("kernelwright", version)]
-    return {"title": f"kernelwright bench: {_text(bench.get('suite'))}", "rows": rows, "on_cpu": on_cpu,
-            "policy": _policy_sentence(_d(bench.get("policy")))}
+    pending = [str(x) for x in as_list(bench.get("pending"))]
+    return {"title": f"kernelwright bench: {plain(bench.get('suite'))}", "rows": rows, "on_cpu": on_cpu,
+            "policy": _policy_sentence(as_dict(bench.get("policy"))),
+            "incomplete": bench.get("complete") is False, "pending": ", ".join(pending)}
 
 
 def _policy_sentence(policy: dict) -> str:
     """The precision policy in one plain sentence."""
     preset = policy.get("preset")
-    libraries = [str(x) for x in _l(policy.get("libraries"))]
+    libraries = [str(x) for x in as_list(policy.get("libraries"))]
     torch_ok = policy.get("allow_torch_compute")
     parts = [
-        f"precision {_text(policy.get('precision'))}",
+        f"precision {plain(policy.get('precision'))}",
         f"preset {preset}: the verdicts follow that preset's settings" if preset else "no preset",
-        f"{_text(policy.get('n_seeds'))} correctness seeds",
-        "baselines " + BASELINE_WORDS.get(policy.get("baselines"), _text(policy.get("baselines"))),
-        f"torch.compile mode {_text(policy.get('compile_mode'))}",
+        f"{plain(policy.get('n_seeds'))} correctness seeds",
+        "baselines " + BASELINE_WORDS.get(policy.get("baselines"), plain(policy.get("baselines"))),
+        f"torch.compile mode {plain(policy.get('compile_mode'))}",
         "libraries allowed: " + (", ".join(libraries) or "none"),
         "torch compute in the candidate: " + {True: "allowed", False: "not allowed"}.get(torch_ok, DASH),
     ]
@@ -172,45 +110,46 @@ def _policy_sentence(policy: dict) -> str:
 def _system_rows(system: dict) -> list[tuple[str, str]]:
     keys = ("gpu", "driver", "cuda", "torch", "python", "kernelwright", "commit")
     extra = [k for k in system if k not in keys]
-    return [(k, _text(system.get(k))) for k in (*keys, *extra)]
+    return [(k, plain(system.get(k))) for k in (*keys, *extra)]
 
 
 def _summary(metrics: dict, boot: dict) -> dict[str, Any]:
     """Rows for the overall group and each level, and the notes under the table."""
-    levels = _d(metrics.get("levels"))
-    groups = [("overall", _d(metrics.get("overall")))]
-    groups += [(f"level {k}", _d(levels[k])) for k in sorted(levels, key=_level_key)]
-    confidence = _number(boot.get("confidence"))
+    levels = as_dict(metrics.get("levels"))
+    groups = [("overall", as_dict(metrics.get("overall")))]
+    groups += [(f"level {k}", as_dict(levels[k])) for k in sorted(levels, key=_level_key)]
+    confidence = number(boot.get("confidence"))
     return {"rows": [_summary_row(label, m) for label, m in groups],
             "ci": f"{100 * confidence:g}% CI" if confidence else "CI",
-            "resamples": _text(boot.get("resamples")), "seed": _text(boot.get("seed")),
-            "confidence": fmt_pct(confidence),
-            "missing_baseline": _d(_d(metrics.get("overall")).get("n_missing_baseline"))}
+            "resamples": plain(boot.get("resamples")), "seed": plain(boot.get("seed")),
+            "confidence": f"{100 * confidence:g}%" if confidence else DASH,
+            "missing_baseline": as_dict(as_dict(metrics.get("overall")).get("n_missing_baseline"))}
 
 
 def _summary_row(label: str, m: dict) -> dict[str, Any]:
-    faster = _d(m.get("faster_than"))
-    best = _d(_d(m.get("geomean_speedup")).get("best"))
-    return {"label": label, "n": _text(m.get("n_problems")), "correct": _text(m.get("n_correct")),
-            "missing": _text(m.get("n_missing")), "infra": _text(m.get("n_infra_error")),
+    faster = as_dict(m.get("faster_than"))
+    best = as_dict(as_dict(m.get("geomean_speedup")).get("best"))
+    return {"label": label, "n": plain(m.get("n_problems")), "correct": plain(m.get("n_correct")),
+            "missing": plain(m.get("n_missing")), "infra": plain(m.get("n_infra_error")),
             "pass_rate": fmt_pct(m.get("pass_rate")),
-            "faster": [_faster(_d(faster.get(k))) for k in ("eager", "compile", "both")],
-            "geo_correct": _geomean(_d(best.get("correct"))), "geo_all": _geomean(_d(best.get("all")))}
+            "faster": [_faster(as_dict(faster.get(k))) for k in ("eager", "compile", "both")],
+            "geo_correct": _geomean(as_dict(best.get("correct"))), "geo_all": _geomean(as_dict(best.get("all")))}
 
 
 def _faster(block: dict) -> str:
     return f"{fmt_pct(block.get('over_1x'))} / {fmt_pct(block.get('over_5pct'))}"
 
 
-def _geomean(block: dict) -> str:
-    ci = _l(block.get("ci95"))
-    interval = f" [{fmt_x(ci[0])}, {fmt_x(ci[1])}]" if len(ci) == 2 else ""
-    return f"{fmt_x(block.get('value'))}{interval} (n={_text(block.get('n'))})"
+def _geomean(block: dict) -> dict[str, str]:
+    """The geometric mean, its interval and its count, each as text."""
+    ci = as_list(block.get("ci95"))
+    interval = f"[{fmt_x(ci[0])}, {fmt_x(ci[1])}]" if len(ci) == 2 else ""
+    return {"value": fmt_x(block.get("value")), "ci": interval, "n": f"n={plain(block.get('n'))}"}
 
 
 def _level_key(level: Any) -> tuple[int, float, str]:
     """Numeric levels first, in order; then anything else by its text."""
-    n = _number(level)
+    n = number(level)
     if n is None and isinstance(level, str):
         try:
             n = float(level)
@@ -224,12 +163,12 @@ def _level_key(level: Any) -> tuple[int, float, str]:
 
 def _fast_p(overall: dict) -> dict[str, Any]:
     """The fast_p chart and a table of the same numbers."""
-    fast = _d(overall.get("fast_p"))
-    keys = sorted({k for key, *_ in SERIES for k in _d(fast.get(key)) if _p(k) is not None}, key=_p)
-    rows = [{"label": legend, "cells": [fmt_pct(_d(fast.get(key)).get(k)) for k in keys]} for key, legend, *_ in SERIES]
+    fast = as_dict(overall.get("fast_p"))
+    keys = sorted({k for key, *_ in SERIES for k in as_dict(fast.get(key)) if _p(k) is not None}, key=_p)
+    rows = [{"label": legend, "cells": [fmt_pct(as_dict(fast.get(key)).get(k)) for k in keys]} for key, legend, *_ in SERIES]
     if not keys:
         return {"chart": None, "ps": [], "rows": rows}
-    series = [svg.Series(legend, color, tuple((_p(k), _pct(_d(fast.get(key)).get(k))) for k in keys), dash)
+    series = [svg.Series(legend, color, tuple((_p(k), _pct(as_dict(fast.get(key)).get(k))) for k in keys), dash)
               for key, legend, color, dash in SERIES]
     xs = [_p(k) for k in keys]
     x = svg.Axis(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1, tuple((v, f"{v:g}") for v in xs),
@@ -247,7 +186,7 @@ def _p(key: Any) -> Optional[float]:
 
 
 def _pct(value: Any) -> Optional[float]:
-    n = _number(value)
+    n = number(value)
     return None if n is None else 100 * n
 
 
@@ -257,7 +196,7 @@ def _distribution(problems: list[dict]) -> dict[str, Any]:
     for p in problems:
         if p.get("status") != "correct":
             continue
-        s = _number(_d(p.get("verdict")).get("speedup_vs_best"))
+        s = number(as_dict(p.get("verdict")).get("speedup_vs_best"))
         if s is not None and s > 0:
             points.append((str(p.get("name")), s))
         else:
@@ -265,11 +204,11 @@ def _distribution(problems: list[dict]) -> dict[str, Any]:
     failed: dict[str, int] = {}
     for p in problems:
         if p.get("status") != "correct":
-            failed[_text(p.get("status"))] = failed.get(_text(p.get("status")), 0) + 1
+            failed[plain(p.get("status"))] = failed.get(plain(p.get("status")), 0) + 1
     chart = None
     if points:
         x = svg.log2_axis([v for _, v in points], "speedup vs the faster of eager and torch.compile (log2)")
-        rules = (svg.Rule(1.0, "1x", "#111"), svg.Rule(0.95, "0.95", "#999"))
+        rules = (svg.Rule(1.0, "1x", "#111"), svg.Rule(0.95, "0.95x", "#999", left=True))
         chart = _safe(svg.strip_chart(points, x, "speedup vs best of the correct problems", rules))
     return {"chart": chart, "n": len(points), "no_baseline": no_baseline,
             "failed": sorted(failed.items()), "n_failed": sum(failed.values())}
@@ -297,23 +236,23 @@ def _anchors(problems: list[dict]) -> list[str]:
 
 
 def _status(problem: dict) -> tuple[str, str]:
-    status = _text(problem.get("status"))
+    status = plain(problem.get("status"))
     return status, STATUS_CLASS.get(status, "other")
 
 
 def _row(problem: dict, anchor: str) -> dict[str, Any]:
     """One line of the per-problem table; `sort` holds the raw numbers for the sorting script."""
-    v = _d(problem.get("verdict"))
-    timing = _d(v.get("timing"))
+    v = as_dict(problem.get("verdict"))
+    timing = as_dict(v.get("timing"))
     status, cls = _status(problem)
     numbers = [v.get("runtime_ms"), v.get("eager_ms"), v.get("compile_ms"), v.get("speedup_vs_eager"),
                v.get("speedup_vs_compile"), v.get("speedup_vs_best"), timing.get("n"), timing.get("iqr_ms"),
                v.get("efficiency"), v.get("max_abs_error")]
     shown = [fmt_ms(numbers[0]), fmt_ms(numbers[1]), fmt_ms(numbers[2]), fmt_x(numbers[3]), fmt_x(numbers[4]),
-             fmt_x(numbers[5]), _text(timing.get("n")), fmt_ms(numbers[7]), fmt_pct(numbers[8]), fmt_num(numbers[9])]
-    cells = [{"text": t, "sort": "" if _number(n) is None else repr(_number(n))} for t, n in zip(shown, numbers)]
-    return {"anchor": anchor, "name": _text(problem.get("name")), "level": _text(problem.get("level")),
-            "category": _text(problem.get("category")), "status": status, "cls": cls, "cells": cells}
+             fmt_x(numbers[5]), plain(timing.get("n")), fmt_ms(numbers[7]), fmt_pct(numbers[8]), fmt_num(numbers[9])]
+    cells = [{"text": t, "sort": "" if number(n) is None else repr(number(n))} for t, n in zip(shown, numbers)]
+    return {"anchor": anchor, "name": plain(problem.get("name")), "level": plain(problem.get("level")),
+            "category": plain(problem.get("category")), "status": status, "cls": cls, "cells": cells}
 
 
 def _detail(problem: dict, anchor: str) -> dict[str, Any]:
@@ -321,25 +260,25 @@ def _detail(problem: dict, anchor: str) -> dict[str, Any]:
     status, cls = _status(problem)
     solution = problem.get("solution") if isinstance(problem.get("solution"), dict) else None
     verdict = problem.get("verdict") if isinstance(problem.get("verdict"), dict) else None
-    meta = [("level", _text(problem.get("level"))), ("category", _text(problem.get("category"))),
-            ("spec", _text(problem.get("spec"))), ("problem hash", _text(problem.get("problem_hash"))),
-            ("verdict id", _text(problem.get("verdict_id")))]
-    return {"anchor": anchor, "name": _text(problem.get("name")), "status": status, "cls": cls, "meta": meta,
+    meta = [("level", plain(problem.get("level"))), ("category", plain(problem.get("category"))),
+            ("spec", plain(problem.get("spec"))), ("problem hash", plain(problem.get("problem_hash"))),
+            ("verdict id", plain(problem.get("verdict_id")))] + ([("note", str(problem["note"]))] if problem.get("note") else [])
+    return {"anchor": anchor, "name": plain(problem.get("name")), "status": status, "cls": cls, "meta": meta,
             "solution": _solution(solution) if solution else None,
             "evidence": _evidence(verdict, status) if verdict else None,
             "diff": _diff(solution, problem.get("reference_source")) if solution else None}
 
 
 def _solution(solution: dict) -> dict[str, Any]:
-    files = {str(k): _text(v) for k, v in _d(solution.get("files")).items()}
+    files = {str(k): plain(v) for k, v in as_dict(solution.get("files")).items()}
     main = _main_name(solution)
     names = sorted(files, key=lambda n: (n != main, n))
-    return {"source": _text(solution.get("source")), "ref": _text(solution.get("ref")), "main": _text(main),
+    return {"source": plain(solution.get("source")), "ref": plain(solution.get("ref")), "main": plain(main),
             "files": [{"name": n, "text": files[n]} for n in names]}
 
 
 def _main_name(solution: dict) -> Optional[str]:
-    files = _d(solution.get("files"))
+    files = as_dict(solution.get("files"))
     main = solution.get("main")
     if main in files:
         return str(main)
@@ -348,31 +287,31 @@ def _main_name(solution: dict) -> Optional[str]:
 
 def _evidence(v: dict, status: str) -> dict[str, Any]:
     """What the verdict says, beyond the table: steps not run, guards fired, findings, timing, tools."""
-    numbers = [("candidate", _ms(v.get("runtime_ms"))), ("eager", _ms(v.get("eager_ms"))),
-               ("torch.compile", _ms(v.get("compile_ms"))), ("baseline source", _text(v.get("baseline_source"))),
+    numbers = [("candidate", ms(v.get("runtime_ms"))), ("eager", ms(v.get("eager_ms"))),
+               ("torch.compile", ms(v.get("compile_ms"))), ("baseline source", plain(v.get("baseline_source"))),
                ("speedup vs eager", fmt_x(v.get("speedup_vs_eager"))), ("speedup vs compile", fmt_x(v.get("speedup_vs_compile"))),
                ("speedup vs best", fmt_x(v.get("speedup_vs_best"))), ("max abs error", fmt_num(v.get("max_abs_error"))),
-               ("max rel error", fmt_num(v.get("max_rel_error"))), ("floor", _ms(v.get("floor_ms"))),
-               ("efficiency", fmt_pct(v.get("efficiency"))), ("build", _seconds(v.get("build_s")))]
-    steps = [(_text(s.get("name")), _text(s.get("reason"))) for s in map(_d, _l(v.get("steps"))) if s.get("ran") is False]
-    guards = [(_text(g.get("name")), _text(g.get("detail"))) for g in map(_d, _l(v.get("guards"))) if g.get("fired")]
+               ("max rel error", fmt_num(v.get("max_rel_error"))), ("floor", ms(v.get("floor_ms"))),
+               ("efficiency", fmt_pct(v.get("efficiency"))), ("build", seconds(v.get("build_s")))]
+    steps = [(plain(s.get("name")), plain(s.get("reason"))) for s in map(as_dict, as_list(v.get("steps"))) if s.get("ran") is False]
+    guards = [(plain(g.get("name")), plain(g.get("detail"))) for g in map(as_dict, as_list(v.get("guards"))) if g.get("fired")]
     log = v.get("log") if status != "correct" and v.get("log") else None
     return {"numbers": numbers, "steps": steps, "guards": guards,
-            "findings": [_finding(f) for f in _l(v.get("static_findings"))],
-            "timing": _pairs(_d(v.get("timing"))), "resources": _pairs(_d(v.get("resources"))),
+            "findings": [_finding(f) for f in as_list(v.get("static_findings"))],
+            "timing": _pairs(as_dict(v.get("timing"))), "resources": _pairs(as_dict(v.get("resources"))),
             "sanitizer": _sanitizer(v.get("sanitizer")), "log": None if log is None else str(log),
-            "json": _json(v)}
+            "json": to_json(v)}
 
 
 def _pairs(block: dict) -> list[tuple[str, str]]:
     """A small record as (key, value) lines; keys ending in _ms get milliseconds."""
-    return [(str(k), _ms(x) if str(k).endswith("_ms") else _text(x)) for k, x in block.items()]
+    return [(str(k), ms(x) if str(k).endswith("_ms") else plain(x)) for k, x in block.items()]
 
 
 def _finding(f: Any) -> str:
-    f = _d(f) or {"detail": f}
-    where = f"{_text(f.get('file'))}:{_text(f.get('line'))}" if f.get("file") else ""
-    return " ".join(x for x in (_text(f.get("rule")), where, _text(f.get("detail"))) if x)
+    f = as_dict(f) or {"detail": f}
+    where = f"{plain(f.get('file'))}:{plain(f.get('line'))}" if f.get("file") else ""
+    return " ".join(x for x in (plain(f.get("rule")), where, plain(f.get("detail"))) if x)
 
 
 def _sanitizer(result: Any) -> Optional[list[str]]:
@@ -380,19 +319,19 @@ def _sanitizer(result: Any) -> Optional[list[str]]:
     if not isinstance(result, dict):
         return None
     if not result.get("ran"):
-        return [f"sanitizer not run: {_text(result.get('reason'))}"]
+        return [f"sanitizer not run: {plain(result.get('reason'))}"]
     lines = []
-    for r in map(_d, _l(result.get("tools"))):
+    for r in map(as_dict, as_list(result.get("tools"))):
         errors = "?" if r.get("errors") is None else str(r.get("errors"))
-        lines.append(f"{_text(r.get('tool'))}: {errors} error(s)" + (f" ({r['note']})" if r.get("note") else ""))
-        lines += [f"  {line}" for line in _l(r.get("findings"))[:4]]
+        lines.append(f"{plain(r.get('tool'))}: {errors} error(s)" + (f" ({r['note']})" if r.get("note") else ""))
+        lines += [f"  {line}" for line in as_list(r.get("findings"))[:4]]
     return lines
 
 
 def _diff(solution: dict, reference: Any) -> dict[str, Any]:
     """The main file against the reference source, as classed lines of a unified diff."""
     main = _main_name(solution)
-    text = _d(solution.get("files")).get(main)
+    text = as_dict(solution.get("files")).get(main)
     if not isinstance(text, str) or not isinstance(reference, str):
         return {"note": "no diff: the main file or the reference source is missing", "lines": []}
     raw = difflib.unified_diff(reference.splitlines(), text.splitlines(), "reference", str(main), lineterm="")
@@ -415,22 +354,22 @@ def _runs(problems: list[dict], anchors: list[str]) -> list[dict[str, Any]]:
 
 
 def _run(problem: dict, anchor: str) -> dict[str, Any]:
-    run = _d(problem.get("run"))
-    progress = [_d(r) for r in _l(run.get("progress"))]
-    rows = [{"round": _text(r.get("round")), "label": _text(r.get("label")), "candidates": _text(r.get("candidates")),
-             "correct": _text(r.get("correct")), "best": fmt_x(r.get("best_speedup_vs_best")),
+    run = as_dict(problem.get("run"))
+    progress = [as_dict(r) for r in as_list(run.get("progress"))]
+    rows = [{"round": plain(r.get("round")), "label": plain(r.get("label")), "candidates": plain(r.get("candidates")),
+             "correct": plain(r.get("correct")), "best": fmt_x(r.get("best_speedup_vs_best")),
              "so_far": fmt_x(r.get("best_so_far"))} for r in progress]
-    meta = [("run", _text(run.get("id"))), ("status", _text(run.get("status"))),
-            ("strategy", _text(run.get("strategy"))), ("model", _text(run.get("model")))]
-    return {"anchor": anchor, "name": _text(problem.get("name")), "meta": meta, "rows": rows,
-            "chart": _run_chart(progress, _text(problem.get("name")))}
+    meta = [("run", plain(run.get("id"))), ("status", plain(run.get("status"))),
+            ("strategy", plain(run.get("strategy"))), ("model", plain(run.get("model")))]
+    return {"anchor": anchor, "name": plain(problem.get("name")), "meta": meta, "rows": rows,
+            "chart": _run_chart(progress, plain(problem.get("name")))}
 
 
 def _run_chart(progress: list[dict], name: str) -> Any:
     """best_so_far per round (line) and each round's best (dots), with the 1x line."""
-    xs = [_number(r.get("round")) if _number(r.get("round")) is not None else float(i) for i, r in enumerate(progress)]
-    so_far = [_number(r.get("best_so_far")) for r in progress]
-    per_round = [_number(r.get("best_speedup_vs_best")) for r in progress]
+    xs = [number(r.get("round")) if number(r.get("round")) is not None else float(i) for i, r in enumerate(progress)]
+    so_far = [number(r.get("best_so_far")) for r in progress]
+    per_round = [number(r.get("best_speedup_vs_best")) for r in progress]
     values = [v for v in so_far + per_round if v is not None]
     if not xs or not values:
         return None

@@ -12,7 +12,7 @@ from html import escape
 from typing import Optional, Sequence
 
 WIDTH, HEIGHT = 640, 320  # default drawing size, px (the page scales it down on narrow screens)
-LEFT, RIGHT, TOP, BOTTOM = 60, 20, 40, 50  # margins: axis labels left and below, legend above
+LEFT, RIGHT, TOP, BOTTOM = 60, 34, 40, 50  # margins: axis labels left and below, legend above, rule labels right
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Rule:
     value: float  # where it sits, in axis units
     label: str  # text beside it
     color: str = "#555"  # stroke colour
+    left: bool = False  # put the label before the line (vertical rules), so close rules do not collide
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,13 @@ class Frame:
 
 
 def linear_axis(lo: float, hi: float, label: str, n_ticks: int = 5, fmt: str = "{:g}") -> Axis:
-    """A linear axis from lo to hi with evenly spaced ticks."""
-    if hi <= lo:
-        hi = lo + 1.0
-    step = (hi - lo) / n_ticks
-    ticks = tuple((lo + i * step, fmt.format(round(lo + i * step, 6))) for i in range(n_ticks + 1))
-    return Axis(lo, hi, ticks, label)
+    """A linear axis covering lo to hi, widened to round ticks (steps of 1, 2, 2.5 or 5 times a power of ten)."""
+    raw = max(hi - lo, 1e-9) / n_ticks
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    values = [round(i * step, 9) for i in range(first, last + 1)]
+    return Axis(values[0], values[-1], tuple((v, fmt.format(v)) for v in values), label)
 
 
 def log2_axis(values: Sequence[float], label: str) -> Axis:
@@ -159,15 +161,16 @@ def _polyline(frame: Frame, s: Series, x: Axis, y: Axis) -> list[str]:
 def _hrule(frame: Frame, rule: Rule, y: Axis) -> str:
     py = _place(rule.value, y, frame.y0, frame.y1)
     return (f'<line x1="{frame.x0}" y1="{py:.1f}" x2="{frame.x1}" y2="{py:.1f}" stroke="{rule.color}" '
-            f'stroke-width="1.5" stroke-dasharray="6 3"/><text x="{frame.x1 - 4}" y="{py - 5:.1f}" '
-            f'text-anchor="end" class="rule">{escape(rule.label)}</text>')
+            f'stroke-width="1.5" stroke-dasharray="6 3"/><text x="{frame.x1 + 4}" y="{py + 4:.1f}" '
+            f'class="rule">{escape(rule.label)}</text>')
 
 
 def _vrule(frame: Frame, rule: Rule, x: Axis) -> str:
     px = _place(rule.value, x, frame.x0, frame.x1)
+    tx, anchor = (px - 4, "end") if rule.left else (px + 4, "start")
     return (f'<line x1="{px:.1f}" y1="{frame.y1}" x2="{px:.1f}" y2="{frame.y0}" stroke="{rule.color}" '
-            f'stroke-width="1.5" stroke-dasharray="6 3"/><text x="{px + 4:.1f}" y="{frame.y1 + 12}" '
-            f'class="rule">{escape(rule.label)}</text>')
+            f'stroke-width="1.5" stroke-dasharray="6 3"/><text x="{tx:.1f}" y="{frame.y1 + 12}" '
+            f'text-anchor="{anchor}" class="rule">{escape(rule.label)}</text>')
 
 
 def line_chart(series: Sequence[Series], x: Axis, y: Axis, title: str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -201,10 +202,7 @@ def _distribution(problems: list[dict]) -> dict[str, Any]:
             points.append((str(p.get("name")), s))
         else:
             no_baseline += 1
-    failed: dict[str, int] = {}
-    for p in problems:
-        if p.get("status") != "correct":
-            failed[plain(p.get("status"))] = failed.get(plain(p.get("status")), 0) + 1
+    failed = Counter(plain(p.get("status")) for p in problems if p.get("status") != "correct")
     chart = None
     if points:
         x = svg.log2_axis([v for _, v in points], "speedup vs the faster of eager and torch.compile (log2)")
@@ -262,7 +260,8 @@ def _detail(problem: dict, anchor: str) -> dict[str, Any]:
     verdict = problem.get("verdict") if isinstance(problem.get("verdict"), dict) else None
     meta = [("level", plain(problem.get("level"))), ("category", plain(problem.get("category"))),
             ("spec", plain(problem.get("spec"))), ("problem hash", plain(problem.get("problem_hash"))),
-            ("verdict id", plain(problem.get("verdict_id")))] + ([("note", str(problem["note"]))] if problem.get("note") else [])
+            ("verdict id", plain(problem.get("verdict_id")))]
+    meta += [("note", str(problem["note"]))] if problem.get("note") else []
     return {"anchor": anchor, "name": plain(problem.get("name")), "status": status, "cls": cls, "meta": meta,
             "solution": _solution(solution) if solution else None,
             "evidence": _evidence(verdict, status) if verdict else None,
@@ -293,8 +292,10 @@ def _evidence(v: dict, status: str) -> dict[str, Any]:
                ("speedup vs best", fmt_x(v.get("speedup_vs_best"))), ("max abs error", fmt_num(v.get("max_abs_error"))),
                ("max rel error", fmt_num(v.get("max_rel_error"))), ("floor", ms(v.get("floor_ms"))),
                ("efficiency", fmt_pct(v.get("efficiency"))), ("build", seconds(v.get("build_s")))]
-    steps = [(plain(s.get("name")), plain(s.get("reason"))) for s in map(as_dict, as_list(v.get("steps"))) if s.get("ran") is False]
-    guards = [(plain(g.get("name")), plain(g.get("detail"))) for g in map(as_dict, as_list(v.get("guards"))) if g.get("fired")]
+    steps = [(plain(s.get("name")), plain(s.get("reason")))
+             for s in map(as_dict, as_list(v.get("steps"))) if s.get("ran") is False]
+    guards = [(plain(g.get("name")), plain(g.get("detail")))
+              for g in map(as_dict, as_list(v.get("guards"))) if g.get("fired")]
     log = v.get("log") if status != "correct" and v.get("log") else None
     return {"numbers": numbers, "steps": steps, "guards": guards,
             "findings": [_finding(f) for f in as_list(v.get("static_findings"))],
@@ -374,7 +375,10 @@ def _run_chart(progress: list[dict], name: str) -> Any:
     if not xs or not values:
         return None
     lo, hi = min(xs), max(xs)
-    x = svg.Axis(lo, hi if hi > lo else lo + 1, tuple((v, f"{v:g}") for v in sorted(set(xs))), "round")
+    if len(set(xs)) > 10:  # many rounds: round ticks, not one per round
+        x = svg.linear_axis(lo, hi, "round")
+    else:
+        x = svg.Axis(lo, hi if hi > lo else lo + 1, tuple((v, f"{v:g}") for v in sorted(set(xs))), "round")
     top = max(values + [1.0]) * 1.1
     y = svg.linear_axis(min(0.0, min(values)), top, "speedup vs best baseline", fmt="{:.2f}x")
     series = [svg.Series("best so far", "#16a34a", tuple(zip(xs, so_far))),

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def warm(entries, policy, jobs: int, out: Path) -> None:
+def warm(entries, policy, jobs: int, out: Path, device: str) -> None:
     """Compile every problem's torch.compile baseline, `jobs` at a time, each in its own reference
     child (the code `kernelwright baseline` compiles with); the seconds go to DIR/warm.json."""
     from concurrent.futures import ThreadPoolExecutor
@@ -32,10 +32,10 @@ def warm(entries, policy, jobs: int, out: Path) -> None:
     from kernelwright.judge import baseline
 
     t0 = time.perf_counter()
-    children = baseline._Children("cuda", policy)
+    children = baseline._Children(device, policy)
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(lambda e: baseline.compile_one(e.problem, "cuda", policy, children), entries))
+            results = list(pool.map(lambda e: baseline.compile_one(e.problem, device, policy, children), entries))
     finally:
         children.close()
     rows = [{"problem": e.problem.name, "compile_s": s, "error": err} for e, (s, err) in zip(entries, results)]
@@ -53,6 +53,7 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=6.0, help="the judge's timing budget per verdict")
     ap.add_argument("--warm-jobs", type=int, default=12)
     ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cuda (the claim) or cpu (a dry run of this script)")
     ap.add_argument("--resume-from", type=Path, default=None)
     args = ap.parse_args()
     os.environ["KERNELWRIGHT_COMMIT"] = args.commit
@@ -68,11 +69,11 @@ def main() -> int:
         from kernelwright.report.solutions import find_solutions
 
         solved, _ = find_solutions(args.solutions, entries, None)
-        warm([e for e in entries if e.problem.name in solved], policy, args.warm_jobs, args.out)
+        warm([e for e in entries if e.problem.name in solved], policy, args.warm_jobs, args.out, args.device)
     bench_json = args.out / "bench.json"
     if args.resume_from:
         shutil.copyfile(args.resume_from, bench_json)
-    config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=only, device="cuda", store=args.out / "store.sqlite",
+    config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=only, device=args.device, store=args.out / "store.sqlite",
                          out=bench_json, resume=args.resume_from is not None)
     t0 = time.perf_counter()
     doc = run_bench(config, policy, on_start=lambda i, n, name: print(f"[bench {time.perf_counter() - t0:6.1f} s] {i + 1}/{n} {name}", flush=True),

@@ -112,36 +112,89 @@ def test_a_crash_leaves_the_finished_problems_on_disk(tmp_path, monkeypatch):
 
 
 def test_run_solutions_report_and_compare(benched, tmp_path):
-    """A run's best candidate is judged again by bench; `report RUN` and `compare` take the run too."""
+    """A run delivers its exported candidate: here the search's best (a wrong kernel that got lucky)
+    failed its final re-judge and the next one passed. bench judges the exported one again; `report
+    RUN` and `compare` take the run too, and every final re-judge is counted in the note."""
     doc, _, root = benched
     store = tmp_path / "runs.sqlite"
     affine = next(r for r in doc["problems"] if r["name"] == "affine")
-    v = affine["verdict"]
+    v, honest = affine["verdict"], affine["verdict"]["candidate"]["hash"]
+    lucky = "f" * 64
     with Store.open(store) as db:
         db.put_problem(affine["problem_hash"], "affine", str(root / "suite" / "affine.py"), fx.PROBLEM)
-        db.put_candidate(v["candidate"]["hash"], v["candidate"]["build_path"], affine["solution"]["files"])
+        db.put_candidate(honest, v["candidate"]["build_path"], affine["solution"]["files"])
+        db.put_candidate(lucky, "raw", {"model_new.py": fx.candidate("3.0f")})
         db.create_run("run-0000beef", problem_hash=affine["problem_hash"], problem_name="affine", problem_spec="affine.py",
                       model="scripted", strategy="refine", objective={})
-        for speed in (None, 0.8, 1.3):
+        for speed, cand in ((None, honest), (0.8, honest), (1.3, lucky)):
             verdict = {**v, "status": "correct" if speed else "incorrect", "speedup_vs_best": speed}
-            db.add_step("run-0000beef", "candidate", {"verdict": verdict, "candidate_hash": v["candidate"]["hash"]})
-        db.add_step("run-0000beef", "final", {"verdict": v, "candidate_hash": v["candidate"]["hash"]})
-        db.update_run("run-0000beef", status="finished", best={"candidate_hash": v["candidate"]["hash"], "speedup_vs_best": 1.3})
+            db.add_step("run-0000beef", "candidate", {"verdict": verdict, "candidate_hash": cand})
+        db.add_step("run-0000beef", "final", {"verdict": {**v, "status": "incorrect"}, "candidate_hash": lucky})
+        db.add_step("run-0000beef", "final", {"verdict": v, "candidate_hash": honest})
+        db.add_step("run-0000beef", "export", {"out_dir": "x", "candidate_hash": honest})
+        db.update_run("run-0000beef", status="finished", best={"candidate_hash": lucky, "speedup_vs_best": 1.3})
     res = cli("bench", "--suite", str(root / "suite"), "--solutions", "run-0000beef", *FAST, "--json", "--no-store", "--store", str(store),
               "--only", "affine,unsolved", timeout=2 * JUDGE_TIMEOUT_S)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = json.loads(res.stdout)["problems"]
+    bench = json.loads(res.stdout)
+    rows = bench["problems"]
     assert [r["status"] for r in rows] == ["correct", "missing"]
+    assert rows[0]["solution"]["files"] == affine["solution"]["files"]  # the exported candidate, not the lucky best
     assert rows[0]["verdict"]["created_at"] != v["created_at"]  # judged again, not copied
+    assert "2 final re-judge(s)" in rows[0]["note"] and "1 of them not passed" in rows[0]["note"]
     assert [p["best_so_far"] for p in rows[0]["run"]["progress"]] == [None, 0.8, 1.3]
+    assert any("subset: 2 of the suite's 3" in w for w in bench["warnings"])
     html = tmp_path / "run.html"
     res = cli("report", "run-0000", "-o", str(html), "--store", str(store))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "run-0000beef" in html.read_text()
+    assert "run-0000beef" in html.read_text() and "1 of them not passed" in html.read_text()
     res = cli("compare", str(root / "b.json"), "run-0000beef", "--json", "--store", str(store))
     assert res.returncode == 0, res.stderr[-3000:]
     cmp = json.loads(res.stdout)
     assert {r["name"]: r["change"] for r in cmp["problems"]}["affine_again"] == "only in A"
+
+
+def test_a_run_whose_final_re_judges_all_failed_delivers_nothing():
+    from kernelwright.report.solutions import run_choice
+
+    steps = [{"kind": "final", "payload": {"candidate_hash": "a", "verdict": {"status": "incorrect"}}}]
+    assert run_choice({"best": {"candidate_hash": "a"}}, steps) == (None, None, "no verified candidate: 1 final re-judge(s) on fresh seeds, "
+                                                                                 "1 of them not passed, none passed")
+    chosen, _, note = run_choice({"best": {"candidate_hash": "a"}}, [])
+    assert chosen == "a" and "selected among noisy measurements" in note
+
+
+def test_tree_progress_groups_rounds_also_after_a_resume():
+    from kernelwright.report.solutions import run_progress
+
+    def step(branch, speed):
+        return {"kind": "candidate", "branch": branch, "payload": {"verdict": {"status": "correct", "speedup_vs_best": speed}}}
+
+    steps = [step("r0/i0/b0/", 1.1), step("r0/i1/b0/", 0.9), step("x1/r1/i0/b0/", 1.4), step("x1/r1/i1/b1/", 1.2)]
+    rounds = run_progress({"strategy": "tree"}, steps)
+    assert [(r["label"], r["candidates"], r["best_so_far"]) for r in rounds] == [("r0", 2, 1.1), ("r1", 2, 1.4)]
+
+
+def test_environment_errors_stop_the_bench_before_any_problem(tmp_path, monkeypatch):
+    suite, sols = make_suite(tmp_path)
+    monkeypatch.setenv("KERNELWRIGHT_GPU_LOCK", "bogus")
+    from kernelwright.judge.policy import Policy
+
+    with pytest.raises(UsageError, match="KERNELWRIGHT_GPU_LOCK"):
+        run_bench(BenchConfig(suite=str(suite), sources=(str(sols),), device="cpu", keep=False), Policy())
+
+
+def test_a_malformed_candidate_is_its_own_failure_not_missing(tmp_path):
+    suite, sols = make_suite(tmp_path)
+    (sols / "affine.py").unlink()
+    (sols / "affine").mkdir()
+    (sols / "affine" / "model_new.py").write_text("x" * (17 * 2**20))  # over the judge's 16 MiB limit
+    from kernelwright.judge.policy import Policy
+
+    doc = run_bench(BenchConfig(suite=str(suite), sources=(str(sols),), only=("affine",), device="cpu", keep=False), Policy())
+    row = doc["problems"][0]
+    assert row["status"] == "invalid_candidate" and "limit" in row["note"]
+    assert doc["metrics"]["overall"]["n_judged"] == 0 and doc["metrics"]["overall"]["pass_rate"] == 0.0
 
 
 def test_report_of_a_bench_file(benched, tmp_path):

@@ -80,7 +80,8 @@ def test_bootstrap_interval_is_reproducible_and_brackets_the_estimate():
     assert a != bootstrap_geomean(values, BOOT, "another series")
     assert a[0] < geomean(values) < a[1]
     assert min(values) <= a[0] and a[1] <= max(values)
-    assert bootstrap_geomean([1.5, 1.5, 1.5], BOOT, "k") == pytest.approx([1.5, 1.5])
+    assert bootstrap_geomean([1.5] * 6, BOOT, "k") == pytest.approx([1.5, 1.5])
+    assert bootstrap_geomean([1.0, 2.0, 3.0, 4.0], BOOT, "k") is None  # under MIN_CI_N values: no interval
     assert bootstrap_geomean([], BOOT, "k") is None
 
 
@@ -99,6 +100,23 @@ def test_bad_bootstrap_settings_say_the_value():
         Bootstrap(resamples=0)
     with pytest.raises(ValueError, match="got 1.5"):
         Bootstrap(confidence=1.5)
+    with pytest.raises(ValueError, match="got -1"):
+        Bootstrap(seed=-1)
+
+
+def test_a_baseline_never_timed_gives_no_rates_not_zero():
+    no_compile = [Outcome("a", 1, "correct", runtime_ms=1.0, eager_ms=2.0), Outcome("b", 1, "incorrect")]
+    m = group_metrics(no_compile, BOOT)
+    assert m["faster_than"]["compile"] == {"over_1x": None, "over_5pct": None} and m["faster_than"]["both"]["over_1x"] is None
+    assert m["fast_p"]["compile"]["0"] is None and m["geomean_speedup"]["compile"]["all"]["value"] is None
+    assert m["faster_than"]["eager"]["over_1x"] == 0.5 and m["fast_p"]["best"]["1"] == 0.5  # best: the faster of those timed
+
+
+def test_sanitizer_errors_make_a_correct_verdict_a_failure():
+    dirty = Outcome("a", 1, "correct", runtime_ms=1.0, eager_ms=2.0, compile_ms=2.0, sanitizer_errors=3)
+    clean = Outcome("b", 1, "correct", runtime_ms=1.0, eager_ms=2.0, compile_ms=2.0, sanitizer_errors=0)
+    m = group_metrics([dirty, clean], BOOT)
+    assert m["n_correct"] == 1 and m["n_sanitizer_errors"] == 1 and m["faster_than"]["both"]["over_5pct"] == 0.5
 
 
 def test_non_finite_or_zero_times_are_not_speedups():

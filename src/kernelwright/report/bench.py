@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from kernelwright.errors import UsageError
 from kernelwright.problems.suite import Entry, load_suite
-from kernelwright.report.metrics import MISSING, Bootstrap, bench_metrics, outcome_of
+from kernelwright.problems.loader import ProblemError
+from kernelwright.report.metrics import INVALID, MISSING, PROBLEM_ERROR, Bootstrap, bench_metrics, outcome_of
 from kernelwright.report.solutions import Solution, find_solutions
 
 KIND = "kernelwright.bench"
@@ -70,21 +71,41 @@ def _materialise(sol: Solution, root: Path) -> Path:
         if root.resolve() not in target.parents:
             raise ValueError(f"{sol.ref}: file name {name!r} leaves the candidate folder")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        target.write_text(text, encoding="utf-8")
     return root if sol.main == "model_new.py" else root / sol.main
 
 
-def judge_solution(entry: Entry, sol: Solution, policy: Any, config: BenchConfig, say: Say) -> tuple[Any, Optional[str], str]:
-    """(verdict or None, verdict id, note); a malformed candidate gets no verdict, only the note."""
+def judge_solution(entry: Entry, sol: Solution, policy: Any, config: BenchConfig, say: Say) -> tuple[Any, Optional[str], str, str]:
+    """(verdict or None, verdict id, note, row status). A candidate the judge cannot take (malformed,
+    too large) and a problem that fails to load get no verdict, a status of their own and the note;
+    both stay failures in every denominator. The device and lock settings are checked before the
+    first problem (check_environment), so a ValueError here is the candidate's."""
     from kernelwright.judge.evaluate import evaluate
 
     with tempfile.TemporaryDirectory(prefix="kw-bench-") as tmp:
         try:
             path = _materialise(sol, Path(tmp))
             verdict = evaluate(entry.problem, path, policy, device=config.device, progress=say, baseline_store=config.store)
+        except ProblemError as exc:
+            return None, None, f"the problem did not load: {exc}"[:2000], PROBLEM_ERROR
         except ValueError as exc:
-            return None, None, f"candidate not judged: {exc}"
-    return (verdict, *_keep(entry, sol, verdict, config))
+            return None, None, f"the judge could not take the candidate: {exc}"[:2000], INVALID
+    return (verdict, *_keep(entry, sol, verdict, config), verdict.status.value)
+
+
+def check_environment(device: str, policy: Any) -> str:
+    """The resolved device; a usage error for a bad device, GPU index or lock setting, before any
+    problem is judged (inside the loop they would read as the candidates' failures)."""
+    from kernelwright.judge.evaluate import gpu_lock_enabled, physical_gpu, resolve_device
+
+    try:
+        dev = resolve_device(device)
+        if dev == "cuda":
+            physical_gpu(policy.gpu_index)
+        gpu_lock_enabled()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return dev
 
 
 def _keep(entry: Entry, sol: Solution, verdict: Any, config: BenchConfig) -> tuple[Optional[str], str]:
@@ -100,28 +121,41 @@ def _keep(entry: Entry, sol: Solution, verdict: Any, config: BenchConfig) -> tup
         return None, f"verdict not stored: {type(exc).__name__}: {exc}"[:300]
 
 
-def problem_row(entry: Entry, sol: Optional[Solution], verdict: Any = None, verdict_id: Optional[str] = None, note: str = "") -> dict[str, Any]:
+def problem_row(entry: Entry, sol: Optional[Solution], verdict: Any = None, verdict_id: Optional[str] = None, note: str = "",
+                status: str = MISSING) -> dict[str, Any]:
     """One problem's row of the bench document."""
     v = verdict.to_dict() if verdict is not None else None
+    run = {k: val for k, val in sol.run.items() if k != "verdict"} if sol is not None and sol.run else None
     if sol is None:
         note = note or "no solution found"
     elif not sol.files:
-        note = note or f"{sol.ref} kept no verified candidate"
+        note = note or f"{sol.ref} delivered no candidate"
+    if run and run.get("note"):
+        note = "; ".join(x for x in (f"{sol.ref}: {run['note']}", note) if x)
     return {"name": entry.problem.name, "spec": entry.spec, "level": entry.level, "category": entry.category,
             "problem_hash": entry.problem.hash, "reference_source": entry.problem.source,
-            "solution": sol.to_dict() if sol is not None else None, "status": v["status"] if v else MISSING,
-            "verdict": v, "verdict_id": verdict_id, "note": note, "run": sol.run if sol is not None else None}
+            "solution": sol.to_dict() if sol is not None else None, "status": v["status"] if v else status,
+            "verdict": v, "verdict_id": verdict_id, "note": note, "run": run}
 
 
 def _commit() -> Optional[str]:
+    """$KERNELWRIGHT_COMMIT, else the checkout this package runs from (`-dirty` with local changes);
+    None for an installed package outside a checkout of its own."""
     if os.environ.get("KERNELWRIGHT_COMMIT"):
         return os.environ["KERNELWRIGHT_COMMIT"]
+    here = Path(__file__).resolve().parent
+
+    def git(*cmd: str) -> str:
+        done = subprocess.run(["git", *cmd], capture_output=True, text=True, timeout=10, cwd=here)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent)
+        top = git("rev-parse", "--show-toplevel")
+        if not top or not (Path(top) / "src" / "kernelwright" / "report").resolve() == here:
+            return None
+        return git("describe", "--always", "--dirty", "--abbrev=12") or None
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.strip() or None
 
 
 def bench_system(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -134,13 +168,30 @@ def bench_system(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return system
 
 
-def document(config: BenchConfig, policy: dict[str, Any], rows: list[dict[str, Any]], device: str, pending: Sequence[str] = ()) -> dict[str, Any]:
+SYSTEM_KEYS = ("gpu", "driver", "cuda", "torch")  # verdicts that differ in these were not judged alike
+
+
+def warnings_of(rows: Sequence[dict[str, Any]], n_suite: int, only: Sequence[str]) -> list[str]:
+    """What a reader must know before trusting the metrics: mixed machines, a subset of the suite."""
+    out = []
+    seen = {tuple((r["verdict"].get("system") or {}).get(k) for k in SYSTEM_KEYS) for r in rows if r.get("verdict")}
+    if len(seen) > 1:
+        out.append("the verdicts come from different machines or versions: " + "; ".join(
+            ", ".join(f"{k} {v}" for k, v in zip(SYSTEM_KEYS, s)) for s in sorted(seen, key=str)))
+    if only:
+        out.append(f"a subset: {len(rows)} of the suite's {n_suite} problems (--only); the rates are over the subset")
+    return out
+
+
+def document(config: BenchConfig, policy: dict[str, Any], rows: list[dict[str, Any]], device: str, pending: Sequence[str] = (),
+             n_suite: Optional[int] = None) -> dict[str, Any]:
     """The bench document: provenance, policy, every row, and the metrics over the rows."""
+    n_suite = len(rows) + len(pending) if n_suite is None else n_suite
     return {"kind": KIND, "schema_version": SCHEMA_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "complete": not pending, "pending": list(pending), "suite": config.suite, "only": list(config.only),
-            "solutions": list(config.sources), "device": device, "system": bench_system(rows), "policy": policy,
-            "bootstrap": config.boot.to_dict(), "problems": rows,
-            "metrics": bench_metrics([outcome_of(r) for r in rows], config.boot)}
+            "complete": not pending, "pending": list(pending), "suite": config.suite, "n_suite_problems": n_suite,
+            "only": list(config.only), "solutions": list(config.sources), "device": device, "system": bench_system(rows),
+            "warnings": warnings_of(rows, n_suite, config.only), "policy": policy, "bootstrap": config.boot.to_dict(),
+            "problems": rows, "metrics": bench_metrics([outcome_of(r) for r in rows], config.boot)}
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:
@@ -164,13 +215,15 @@ def load_bench(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _resumable(config: BenchConfig, policy: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Finished rows of `out` that still match (problem hash, candidate files, policy)."""
+def _resumable(config: BenchConfig, policy: dict[str, Any], device: str) -> dict[str, dict[str, Any]]:
+    """Finished rows of `out` that still match (problem hash, candidate files, policy, device)."""
     if not config.resume or config.out is None or not config.out.is_file():
         return {}
     old = load_bench(config.out)
     if old.get("policy") != policy:
         raise UsageError(f"{config.out} was judged under another policy; drop --resume or write elsewhere")
+    if old.get("device") != device:
+        raise UsageError(f"{config.out} was judged on {old.get('device')}, this bench runs on {device}; drop --resume or write elsewhere")
     return {r["name"]: r for r in old["problems"] if r.get("verdict") and r["status"] != "infra_error"}
 
 
@@ -182,24 +235,25 @@ def _reusable(row: Optional[dict[str, Any]], entry: Entry, sol: Optional[Solutio
 def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int, str], None] = lambda i, n, name: None,
               say: Say = lambda m: None, warn: Say = lambda m: None) -> dict[str, Any]:
     """Judge every problem's candidate in suite order and return the bench document."""
-    from kernelwright.judge.evaluate import resolve_device
-
     entries = select_entries(config.suite, config.only)
+    n_suite = len(load_suite(config.suite)) if config.only else len(entries)
     solutions, warnings = find_solutions(config.sources, entries, config.store)
     for w in warnings:
         warn(w)
-    device, pdict = resolve_device(config.device), policy.to_dict()
-    done = _resumable(config, pdict)
+    device, pdict = check_environment(config.device, policy), policy.to_dict()
+    done = _resumable(config, pdict, device)
     rows: list[dict[str, Any]] = []
     for i, entry in enumerate(entries):
         name, sol = entry.problem.name, solutions.get(entry.problem.name)
         on_start(i, len(entries), name)
         if _reusable(done.get(name), entry, sol):
             rows.append(done[name])
+        elif sol is not None and sol.error:
+            rows.append(problem_row(entry, sol, note=sol.error, status=INVALID))
         elif sol is None or not sol.files:
             rows.append(problem_row(entry, sol))
         else:
             rows.append(problem_row(entry, sol, *judge_solution(entry, sol, policy, config, say)))
         if config.out is not None:
-            write_json(document(config, pdict, rows, device, [e.problem.name for e in entries[i + 1:]]), config.out)
-    return document(config, pdict, rows, device)
+            write_json(document(config, pdict, rows, device, [e.problem.name for e in entries[i + 1:]], n_suite), config.out)
+    return document(config, pdict, rows, device, (), n_suite)

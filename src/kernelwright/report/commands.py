@@ -38,15 +38,18 @@ def _boot(args: argparse.Namespace) -> Bootstrap:
 
 def summary_table(doc: dict[str, Any]) -> Table:
     """Overall and per-level metrics."""
-    t = Table(title=f"bench of {escape(str(doc.get('suite')))} on {escape(str((doc.get('system') or {}).get('gpu') or 'cpu'))}",
+    gpu = (doc.get("system") or {}).get("gpu")
+    t = Table(title=f"bench of {escape(str(doc.get('suite')))} on {escape(str(gpu or 'cpu'))}",
               caption="every problem in every denominator (missing and failed ones too); faster = over 1x / t < 0.95 t0; "
-                      "geomeans vs the faster baseline with bootstrap 95 % intervals")
-    for col in ("group", "problems", "correct", "pass", "> eager", "> compile", "> both", "fast_1 (best)", "geomean correct", "geomean all"):
+                      "geomeans vs the faster baseline timed, bootstrap 95 % intervals (none under 5 values)"
+                      + ("; CPU backend: times check the flow, never claims" if not gpu else ""))
+    for col in ("group", "problems", "correct", "missing", "infra", "pass", "> eager", "> compile", "> both", "fast_1 (best)",
+                "geomean correct", "geomean all"):
         t.add_column(col, justify="left" if col == "group" else "right")
     groups = [("overall", doc["metrics"]["overall"])] + [(f"level {k}", m) for k, m in doc["metrics"]["levels"].items()]
     for name, m in groups:
         f, g = m["faster_than"], m["geomean_speedup"]["best"]
-        t.add_row(name, str(m["n_problems"]), str(m["n_correct"]), _pct(m["pass_rate"]),
+        t.add_row(name, str(m["n_problems"]), str(m["n_correct"]), str(m["n_missing"]), str(m["n_infra_error"]), _pct(m["pass_rate"]),
                   *(f"{_pct(f[b]['over_1x'])} / {_pct(f[b]['over_5pct'])}" for b in ("eager", "compile", "both")),
                   _pct(m["fast_p"]["best"]["1"]), _ci(g["correct"]), _ci(g["all"]))
     return t
@@ -93,6 +96,12 @@ def bench_cmd(args: argparse.Namespace) -> int:
         return 0
     out.print(problems_table(doc))
     out.print(summary_table(doc))
+    p = doc["policy"]
+    out.print(f"policy: precision {p.get('precision')}, preset {p.get('preset') or 'none'}, {p.get('n_seeds')} seeds, baselines {p.get('baselines')}, "
+              f"torch.compile {p.get('compile_mode') if p.get('compile_baseline') else 'not timed'}, libraries {', '.join(p.get('libraries') or []) or 'none'}",
+              highlight=False, markup=False)
+    for w in doc.get("warnings", []):
+        err.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
     if args.o:
         out.print(f"bench written to {args.o}", highlight=False, markup=False)
     return 0

@@ -44,16 +44,29 @@ def confounds(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     names_b = {r["name"] for r in b.get("problems", [])}
     if names_a != names_b:
         out.append(f"problem sets differ: {len(names_a - names_b)} only in A, {len(names_b - names_a)} only in B")
-    changed = [r["name"] for r in a.get("problems", []) for s in b.get("problems", [])
-               if r["name"] == s["name"] and r.get("problem_hash") != s.get("problem_hash")]
+    changed = _changed_sources(a, b)
     if changed:
-        out.append("problem sources differ for " + ", ".join(changed[:6]))
+        out.append("problem sources differ for " + ", ".join(changed[:6]) + " (left out of the paired ratio)")
+    for key in ("driver", "cuda", "torch"):
+        va, vb = (a.get("system") or {}).get(key), (b.get("system") or {}).get(key)
+        if va != vb:
+            out.append(f"{key} differs: {va} vs {vb} (it moves the baselines too)")
+    for side, doc in (("A", a), ("B", b)):
+        if doc.get("complete") is False:
+            out.append(f"{side} is a partial bench: {len(doc.get('pending') or [])} problem(s) not judged yet")
     return out
+
+
+def _changed_sources(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    hashes = {r["name"]: r.get("problem_hash") for r in a.get("problems", [])}
+    return [r["name"] for r in b.get("problems", []) if r["name"] in hashes and hashes[r["name"]] != r.get("problem_hash")]
 
 
 def _change(ra: Optional[dict[str, Any]], rb: Optional[dict[str, Any]], ratio: Optional[float]) -> str:
     if ra is None or rb is None:
         return "only in B" if ra is None else "only in A"
+    if ra.get("problem_hash") != rb.get("problem_hash"):
+        return "problem changed"
     ca, cb = ra["status"] == "correct", rb["status"] == "correct"
     if ca != cb:
         return "fixed" if cb else "broken"
@@ -69,12 +82,13 @@ def problem_pairs(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     by_a = {r["name"]: r for r in a.get("problems", [])}
     by_b = {r["name"]: r for r in b.get("problems", [])}
     names = list(by_a) + [n for n in by_b if n not in by_a]
+    changed = set(_changed_sources(a, b))
     rows = []
     for name in names:
         ra, rb = by_a.get(name), by_b.get(name)
         sa = outcome_of(ra).speedup("best") if ra else None
         sb = outcome_of(rb).speedup("best") if rb else None
-        ratio = sb / sa if sa and sb else None
+        ratio = sb / sa if sa and sb and name not in changed else None
         rows.append({"name": name, "level": (ra or rb).get("level"), "status_a": ra["status"] if ra else None,
                      "status_b": rb["status"] if rb else None, "speedup_a": sa, "speedup_b": sb, "ratio": ratio,
                      "change": _change(ra, rb, ratio)})

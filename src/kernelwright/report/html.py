@@ -80,7 +80,9 @@ def _header(bench: dict) -> dict[str, Any]:
     solutions = [str(s) for s in as_list(bench.get("solutions"))]
     on_cpu = bench.get("device") == "cpu" or system.get("gpu") is None
     version = plain(system.get("kernelwright")) + (f" (commit {system['commit']})" if system.get("commit") else "")
-    rows = [("suite", plain(bench.get("suite"))), ("solutions", ", ".join(solutions) or DASH),
+    only = [str(x) for x in as_list(bench.get("only"))]
+    suite = plain(bench.get("suite")) + (f" (a subset of {len(as_list(bench.get('problems')))} problems: --only)" if only else "")
+    rows = [("suite", suite), ("solutions", ", ".join(solutions) or DASH),
             ("created", plain(bench.get("created_at"))), ("device", plain(bench.get("device"))),
             ("GPU", plain(system.get("gpu"))), ("driver", plain(system.get("driver"))),
             ("CUDA", plain(system.get("cuda"))), ("torch", plain(system.get("torch"))),
@@ -88,7 +90,8 @@ def _header(bench: dict) -> dict[str, Any]:
     pending = [str(x) for x in as_list(bench.get("pending"))]
     return {"title": f"kernelwright bench: {plain(bench.get('suite'))}", "rows": rows, "on_cpu": on_cpu,
             "policy": _policy_sentence(as_dict(bench.get("policy"))),
-            "incomplete": bench.get("complete") is False, "pending": ", ".join(pending)}
+            "incomplete": bench.get("complete") is False, "pending": ", ".join(pending),
+            "warnings": [str(w) for w in as_list(bench.get("warnings"))]}
 
 
 def _policy_sentence(policy: dict) -> str:

@@ -27,6 +27,7 @@ class Solution:
     main: str  # the candidate's main file among `files`
     files: dict[str, str] = field(default_factory=dict)  # {relative name: text}; empty when a run kept none
     run: Optional[dict[str, Any]] = None  # the run's id, status, strategy, model and progress
+    error: str = ""  # why the judge cannot take it (malformed, too large): a failure, never skipped
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "ref": self.ref, "main": self.main, "files": self.files}
@@ -49,9 +50,9 @@ def _from_path(found: Path) -> Solution:
         if found.is_dir():
             files = read_candidate(found)
             return Solution("path", str(found), "model_new.py", files)
-        return Solution("path", str(found), "model_new.py", {"model_new.py": found.read_text()})
+        return Solution("path", str(found), "model_new.py", {"model_new.py": found.read_text(encoding="utf-8")})
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{found}: {exc}") from None
+        return Solution("path", str(found), "model_new.py", error=f"the judge could not take the candidate: {exc}"[:2000])
 
 
 def folder_solutions(root: Path, entries: Sequence[Entry]) -> dict[str, Solution]:
@@ -65,24 +66,26 @@ def folder_solutions(root: Path, entries: Sequence[Entry]) -> dict[str, Solution
 
 
 def unmatched_files(root: Path, entries: Sequence[Entry]) -> list[str]:
-    """Top-level candidates under root named after no problem of the suite (worth a warning)."""
-    names = {e.problem.name for e in entries}
+    """Candidates under root (or root/levelN) that the bench did not take: named after no problem
+    of the suite, or in another level's folder (worth a warning)."""
+    taken = {str(_in_folder(root, e.problem.name, e.level)) for e in entries}
     found = []
-    for p in sorted(root.iterdir()):
-        stem = p.stem if p.suffix == ".py" else p.name
-        if (p.suffix == ".py" or (p / "model_new.py").is_file()) and stem not in names and not p.name.startswith(("_", ".")):
-            found.append(p.name)
+    for folder in [root] + sorted(p for p in root.glob("level*") if p.is_dir()):
+        for p in sorted(folder.iterdir()):
+            is_candidate = (p.suffix == ".py" and p.is_file()) or (p / "model_new.py").is_file()
+            if is_candidate and str(p) not in taken and not p.name.startswith(("_", ".")):
+                found.append(str(p.relative_to(root)))
     return found
 
 
 def run_progress(run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Best speedup against the faster baseline per round: a tree round is its `rN` branches; for the
-    other strategies every judged candidate is a round of its own."""
+    """Best speedup against the faster baseline per round: a tree round is its `rN` branches (after
+    a resume they read `xK/rN/...`); for the other strategies every judged candidate is a round."""
     from kernelwright.agent.history import candidate_rows
 
     rounds: dict[str, list[dict[str, Any]]] = {}
     for i, row in enumerate(candidate_rows(steps)):
-        m = re.match(r"^r(\d+)", row.get("branch") or "") if run.get("strategy") == "tree" else None
+        m = re.search(r"(?:^|/)r(\d+)/", row.get("branch") or "") if run.get("strategy") == "tree" else None
         rounds.setdefault(f"r{m.group(1)}" if m else str(i), []).append(row)
     out, best = [], None
     for i, (label, rows) in enumerate(rounds.items()):
@@ -94,27 +97,56 @@ def run_progress(run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> list[d
     return out
 
 
+def run_choice(run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> tuple[Optional[str], Optional[dict[str, Any]], str]:
+    """(candidate hash, its verdict, note) of what a run delivered. The exported candidate, with the
+    final re-judge that passed; if final re-judges ran and none passed, nothing; if none ran (a
+    paused run), the search's best, and the note says it was selected among noisy measurements."""
+    from kernelwright.agent.history import best_verdict
+
+    finals = [s["payload"] for s in steps if s.get("kind") == "final" and isinstance(s.get("payload"), dict)]
+    exports = [s["payload"] for s in steps if s.get("kind") == "export" and isinstance(s.get("payload"), dict)]
+    failed = [f for f in finals if not exports or f.get("candidate_hash") != exports[-1].get("candidate_hash")]
+    tried = f"{len(finals)} final re-judge(s) on fresh seeds" + (f", {len(failed)} of them not passed" if failed else "")
+    if exports:
+        chosen = exports[-1].get("candidate_hash")
+        verdict = next((f.get("verdict") for f in reversed(finals) if f.get("candidate_hash") == chosen), None)
+        return chosen, verdict, f"the exported candidate; {tried}"
+    if finals:
+        return None, None, f"no verified candidate: {tried}, none passed"
+    _, verdict = best_verdict(run, steps)
+    chosen = (run.get("best") or {}).get("candidate_hash")
+    if not chosen:
+        return None, None, "the run kept no verified candidate"
+    return chosen, verdict, "no final re-judge ran: the search's best, selected among noisy measurements"
+
+
 def run_solution(db: Any, run_id: str) -> tuple[dict[str, Any], Solution]:
-    """(the run's row, the solution it kept as best); a run with no verified best gives no files."""
+    """(the run's row, the solution it delivered: see run_choice); no files when it delivered none."""
     try:
         run = db.get_run(run_id)
     except (KeyError, ValueError) as exc:
         raise UsageError(f"{run_id}: neither a folder nor a run ({exc.args[0] if exc.args else exc})") from None
     steps = db.run_steps(run["id"])
+    chosen, verdict, note = run_choice(run, steps)
     info = {"id": run["id"], "status": run.get("status"), "strategy": run.get("strategy"), "model": run.get("model"),
-            "progress": run_progress(run, steps)}
-    best = run.get("best") or {}
+            "progress": run_progress(run, steps), "candidate_hash": chosen, "verdict": verdict, "note": note}
     files: dict[str, str] = {}
-    if best.get("candidate_hash"):
-        files = db.get_candidate_files(best["candidate_hash"])
+    if chosen:
+        try:
+            files = db.get_candidate_files(chosen)
+        except KeyError:
+            raise UsageError(f"{run['id']}: the store has no files for its candidate {chosen[:12]}") from None
     main = "model_new.py" if "model_new.py" in files or not files else next(iter(files))
     return run, Solution("run", run["id"], main, files, info)
 
 
 def _match_run(run: dict[str, Any], entries: Sequence[Entry]) -> Entry:
     by_hash = [e for e in entries if e.problem.hash == run.get("problem_hash")]
+    exact = [e for e in by_hash if e.problem.name == run.get("problem_name")]
+    if exact or len(by_hash) == 1:
+        return (exact or by_hash)[0]
     if by_hash:
-        return by_hash[0]
+        raise UsageError(f"{run['id']}: {len(by_hash)} problems of the suite have its problem's text and none is named {run.get('problem_name')!r}")
     named = [e for e in entries if e.problem.name == run.get("problem_name")]
     if named:
         raise UsageError(f"{run['id']} was made on another version of {named[0].problem.name} "

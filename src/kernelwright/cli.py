@@ -380,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.workspace.mcp_cli import add_parser as add_mcp_parser
 
     add_mcp_parser(sub)  # mcp
+    from kernelwright.synth.commands import add_parsers as add_synth_parsers
+
+    add_synth_parsers(sub)  # synth
     return parser
 
 

@@ -78,6 +78,13 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
                 raise RuntimeError(f"the reference child failed on {problem.path}: {exc}\n{exc.log_tail}") from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    findings = findings_of(reply)
+    return CheckResult(problem, any(f["native"] for f in findings), findings, reply["cases"])
+
+
+def findings_of(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reference child's degeneracy reply as findings; a finding with native=True makes the
+    problem degenerate (also used by the synthesis filters)."""
     findings = []
     n_outputs = len({key.partition(":")[2] for key in reply["checks"]})
     for key, where in sorted(reply["checks"].items()):
@@ -89,4 +96,4 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
                 "distributions": where["distributions"],
                 "detail": f"{CHECKS[check]}" + (f" (output {output})" if n_outputs > 1 else "") + (f" on get_inputs(); {caught}" if where["native"] else " on the judge's other distributions only"),
             })
-    return CheckResult(problem, any(f["native"] for f in findings), findings, reply["cases"])
+    return findings

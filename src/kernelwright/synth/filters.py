@@ -1,0 +1,295 @@
+"""The filters by execution, run on one candidate task inside a synthesis worker process.
+
+Stages, in order; the first that fails rejects the task and names the reason:
+
+- compose: the seeded composer drew an operator stack (compose.compose);
+- shape: the model builds and runs on meta tensors, its output has the shape the operators' rules
+  predicted, and a batch size is chosen so the runtime proxy lands on a target drawn inside the window
+  (memory permitting);
+- runtime (CPU): the calibrated proxy lies in the window. On a GPU the eager time is measured instead,
+  as the last stage, with no other worker using the GPU meanwhile;
+- contaminated: AST similarity to a benchmark program at or above the threshold;
+- eager: the problem loads as the judge loads it (its reference child's setup), builds and runs;
+- deterministic: two runs on one seed agree (the judge's own check, at its tolerance);
+- compile: torch.compile of the model gives the eager outputs (aot_eager on a CPU: graph capture and
+  decomposition; inductor on a GPU);
+- degenerate: the judge's degeneracy gate (problems.check) finds no trick that passes.
+
+On a CPU the execution stages run the task's small-scale text (compose.Spec.render(scale="small"));
+on a GPU they run the exported text. Duplicates are removed by the parent, which sees every task.
+This module's functions run task code, so only worker processes call them, never the CLI's process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+STAGES = ("compose", "shape", "runtime", "contaminated", "eager", "deterministic", "compile", "degenerate", "duplicate")
+MAX_TENSOR_BYTES = 2 << 30  # no tensor of a task above 2 GiB
+MAX_OUT_BYTES = 48 << 30  # the outputs of all its operators together under 48 GiB
+MAX_BATCH = 1 << 16
+TIMED_CALLS = 5  # eager calls timed on a GPU (after 2 warm-up calls)
+
+
+class Rejected(Exception):
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(reason)
+        self.stage = stage
+
+
+class Clock:
+    """Seconds spent per stage."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+def examine(job: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """One candidate, every stage; never raises for a rejected task."""
+    clock = Clock()
+    result: dict[str, Any] = {"index": job["index"], "status": "rejected", "stage": None, "reason": "", "task": None}
+    try:
+        task = _composed(job, ctx, clock) if job.get("source") is None else _given(job)
+        task["device"] = ctx["device"]  # where the filters ran
+        task.setdefault("measured_ms", None)
+        result["task"] = task
+        _execute(task, job, ctx, clock)
+        result["status"] = "accepted"
+    except Rejected as exc:
+        result["stage"], result["reason"] = exc.stage, str(exc)[:500]
+    result["seconds"] = {k: round(v, 4) for k, v in clock.seconds.items()}
+    return result
+
+
+def _given(job: dict[str, Any]) -> dict[str, Any]:
+    """A task record handed in whole (re-filtering an exported set)."""
+    task = dict(job["task"]) if job.get("task") else {}
+    task.setdefault("source", job["source"])
+    return task
+
+
+def _composed(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[str, Any]:
+    from kernelwright.synth.compose import compose
+
+    with clock.stage("compose"):
+        spec = compose(job["seed"], job["index"], job.get("weights"))
+        if spec is None:
+            raise Rejected("compose", "no operator stack could be drawn")
+    with clock.stage("shape"):
+        batch, cost = _size(spec, job, ctx)
+    task = {"id": spec.task_id, "index": spec.index, "seed": spec.seed, "name": spec.name, "ops": spec.ops,
+            "n_ops": len(spec.steps), "level": 1 if len(spec.steps) == 1 else 2, "layout": spec.layout, "batch": batch,
+            "source": spec.render(batch), "check_source": spec.render(batch, "small"),
+            "proxy_raw_ms": round(cost.proxy_ms, 5), "flops": cost.flops, "bytes": cost.bytes, "kernels": cost.kernels}
+    task["hash"] = hashlib.sha256(task["source"].encode()).hexdigest()
+    task["proxy_ms"] = round(_calibrated(cost.proxy_ms, ctx), 5)
+    return task
+
+
+def _calibrated(proxy_ms: float, ctx: dict[str, Any]) -> float:
+    from kernelwright.synth.cost import calibrated_ms
+
+    return calibrated_ms(proxy_ms, ctx["calibration"])
+
+
+def _size(spec: Any, job: dict[str, Any], ctx: dict[str, Any]) -> tuple[int, Any]:
+    """Batch size for a target eager time drawn log-uniformly inside the window."""
+    from kernelwright.synth.cost import LAUNCH_MS
+
+    cost1 = _meta_cost(spec.render(1), (1,) + spec.out.full[1:])
+    lo, hi = job["window"]
+    rng = random.Random(f"kernelwright-synth:{spec.seed}:{spec.index}:size")
+    target = math.exp(rng.uniform(math.log(lo * 2), math.log(hi / 3)))
+    cal = ctx["calibration"]
+    raw_target = math.exp((math.log(target) - cal["intercept"]) / cal["slope"])  # invert the calibration
+    fixed = cost1.kernels * LAUNCH_MS
+    per_sample = max(cost1.proxy_ms - fixed, 1e-9)
+    batch = max(1, min(MAX_BATCH, round((raw_target - fixed) / per_sample)))
+    if cost1.max_tensor_bytes:
+        batch = max(1, min(batch, MAX_TENSOR_BYTES // cost1.max_tensor_bytes))
+    if cost1.out_bytes * batch > MAX_OUT_BYTES or cost1.max_tensor_bytes * batch > MAX_TENSOR_BYTES:
+        raise Rejected("shape", f"one sample alone needs {cost1.max_tensor_bytes / 2**30:.1f} GiB in one tensor")
+    cost = _meta_cost(spec.render(batch), (batch,) + spec.out.full[1:])
+    return batch, cost
+
+
+def _meta_cost(source: str, expect: tuple[int, ...]) -> Any:
+    import torch
+
+    from kernelwright.synth.cost import measure
+
+    namespace: dict[str, Any] = {"__name__": "kw_synth_meta"}
+    try:
+        exec(compile(source, "<synth task>", "exec"), namespace)  # noqa: S102 - composed task code, in a worker process
+        with torch.device("meta"):
+            model = namespace["Model"](*namespace["get_init_inputs"]()).eval()  # as the judge builds it
+            values = namespace["get_inputs"]()
+        cost, outs = measure(model, values)
+    except Exception as exc:  # noqa: BLE001 - any failure is this stage's rejection
+        raise Rejected("shape", f"the model fails on meta tensors: {type(exc).__name__}: {exc}") from None
+    got = tuple(outs[0].shape)
+    if got != tuple(expect):
+        raise Rejected("shape", f"output shape {got} differs from the rules' {tuple(expect)}")
+    return cost
+
+
+def _execute(task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> None:
+    cuda = ctx["device"] == "cuda"
+    if not cuda and task.get("proxy_ms") is not None:
+        with clock.stage("runtime"):
+            lo, hi = job["window"]
+            if not lo <= task["proxy_ms"] <= hi:
+                raise Rejected("runtime", f"proxy eager time {task['proxy_ms']:.3g} ms outside [{lo:g}, {hi:g}] ms")
+    with clock.stage("contaminated"):
+        _decontaminate(task, ctx)
+    source = task["source"] if cuda or not task.get("check_source") else task["check_source"]
+    with tempfile.TemporaryDirectory(prefix="kw-synth-") as tmp:
+        path = Path(tmp) / f"{task.get('name', 'task')[:80]}.py"
+        path.write_text(source)
+        _run_checks(str(path), task, job, ctx, clock)
+
+
+def _decontaminate(task: dict[str, Any], ctx: dict[str, Any]) -> None:
+    import difflib
+
+    from kernelwright.problems.similarity import tokens
+
+    mine = tokens(task["source"])
+    best, matches = None, []
+    for name, theirs in ctx["against"].items():
+        n, m = len(mine), len(theirs)
+        if 2 * min(n, m) / (n + m) < ctx["threshold"]:
+            continue  # the lengths alone keep the ratio under the threshold
+        sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
+        if sm.quick_ratio() < ctx["threshold"]:
+            continue  # so does the token multiset (an upper bound of the ratio)
+        r = sm.ratio()
+        best = max(best or (name, r), (name, r), key=lambda p: p[1])
+        if r >= ctx["threshold"]:
+            matches.append({"reference": name, "similarity": round(r, 4)})
+    # the nearest reference among those whose bounds reached the threshold (None: every one was below it by a bound)
+    task["nearest_reference"] = {"reference": best[0], "similarity": round(best[1], 4)} if best else None
+    if matches:
+        task["contamination"] = sorted(matches, key=lambda d: -d["similarity"])
+        raise Rejected("contaminated", f"AST similarity {matches[0]['similarity']:.3f} to {matches[0]['reference']}")
+
+
+def _run_checks(path: str, task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> None:
+    import torch
+
+    from kernelwright.judge import child_reference as ref
+    from kernelwright.judge.child import CommandError
+
+    seeds = job.get("seeds") or [1, 2, 3]
+    args = {"problem_path": path, "device": ctx["device"], "precision": "fp32", "init_seed": seeds[0],
+            "atol": ctx["atol"], "rtol": ctx["rtol"], "strict": True}
+    gate = ctx.get("gate")
+    with _shared(gate):
+        with clock.stage("eager"):
+            try:
+                ref.setup(args)
+            except CommandError as exc:
+                stage = "deterministic" if "not deterministic" in str(exc) else "eager"
+                raise Rejected(stage, str(exc)) from None
+        with clock.stage("compile"):
+            _compile_check(ref, seeds[0], ctx["backend"])
+        with clock.stage("degenerate"):
+            _degeneracy(ref, seeds)
+    if ctx["device"] == "cuda":
+        with clock.stage("runtime"), _exclusive(gate):
+            task["measured_ms"] = round(_time_eager(ref, seeds[0]), 5)
+        lo, hi = job["window"]
+        if not lo <= task["measured_ms"] <= hi:
+            raise Rejected("runtime", f"eager time {task['measured_ms']:.3g} ms on the GPU outside [{lo:g}, {hi:g}] ms")
+        ref.S.model = ref.S.compiled = None
+        torch.cuda.empty_cache()
+
+
+def _compile_check(ref: Any, seed: int, backend: str) -> None:
+    import torch
+
+    from kernelwright.judge import correctness, inputs
+    from kernelwright.judge.inputs import Case
+
+    values = inputs.make_inputs(ref.S.problem, Case("native", seed), ref.S.device)
+    eager = ref._forward(values)
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(ref.S.model, backend=backend)
+        with torch.no_grad():
+            got = correctness.as_output_list(compiled(*values))
+        if ref.S.device.type == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - a compile failure of any kind rejects the task
+        raise Rejected("compile", f"torch.compile (backend {backend}) failed: {type(exc).__name__}: {str(exc)[:300]}") from None
+    finally:
+        torch._dynamo.reset()
+    cmp = correctness.compare_outputs(eager, got, ref.S.atol, ref.S.rtol, True, ref.S.tols)
+    if not cmp.ok:
+        raise Rejected("compile", f"torch.compile (backend {backend}) disagrees with eager: {cmp.message}")
+
+
+def _degeneracy(ref: Any, seeds: list[int]) -> None:
+    from kernelwright.judge.child import CommandError
+    from kernelwright.judge.evaluate import correctness_cases
+    from kernelwright.judge.policy import Policy
+    from kernelwright.problems.check import findings_of
+
+    cases = [c for c in correctness_cases(seeds, Policy(seeds=tuple(seeds)), 0) if c.kind != "near"]
+    try:
+        reply = ref.degeneracy({"cases": [c.to_dict() for c in cases]})
+    except CommandError as exc:
+        raise Rejected("degenerate", f"the gate's cases failed: {exc}") from None
+    native = [f for f in findings_of(reply) if f["native"]]
+    if native:
+        raise Rejected("degenerate", "; ".join(f["detail"] for f in native))
+
+
+def _time_eager(ref: Any, seed: int) -> float:
+    """Median eager milliseconds over TIMED_CALLS calls, with the judge's timing function (L2 flushed,
+    CUDA events, device-wide sync)."""
+    import statistics
+
+    import torch
+
+    from kernelwright.judge import inputs, timing
+    from kernelwright.judge.inputs import Case
+
+    values = inputs.make_inputs(ref.S.problem, Case("native", seed), ref.S.device)
+    switches = timing.TimingSwitches(flush=True, events=True, sync=True)
+    with torch.no_grad():
+        timing.time_calls(ref.S.model, lambda i: values, 2, cuda=True, switches=switches)
+        return statistics.median(timing.time_calls(ref.S.model, lambda i: values, TIMED_CALLS, cuda=True, switches=switches))
+
+
+@contextmanager
+def _shared(gate: Any) -> Iterator[None]:
+    if gate is None:
+        yield
+        return
+    with gate.shared():
+        yield
+
+
+@contextmanager
+def _exclusive(gate: Any) -> Iterator[None]:
+    if gate is None:
+        yield
+        return
+    with gate.exclusive():
+        yield

@@ -1,0 +1,291 @@
+"""The synthesis run: candidates through the filters in worker processes, duplicates removed in order,
+the accepted tasks exported, and a report of what each filter cost and kept.
+
+Candidate i is a pure function of (seed, i), and the parent takes candidates in index order however
+the workers finish, so a seed gives the same task set on any number of workers. Every worker result is
+appended to `candidates.jsonl` as it arrives; a run started again with `resume=True` reads it back
+and examines only what is missing. With `source` set, the candidates are an exported set's tasks
+(`tasks.jsonl`) filtered again, for example on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kernelwright.synth.filters import STAGES
+
+KIND = "kernelwright.synth"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthConfig:
+    """One synthesis run."""
+
+    n: int  # tasks to accept
+    out: Path  # the run's folder
+    seed: int = 0  # candidate i is compose(seed, i)
+    device: str = "cpu"  # cpu (small-scale checks, runtime proxy) or cuda (full size, inductor, measured eager time)
+    workers: int = 2  # worker processes
+    window_ms: tuple[float, float] = (1.0, 100.0)  # eager runtime window on the H200
+    against: tuple[str, ...] = ("builtin",)  # suites or folders to decontaminate against
+    threshold: float = 0.9  # AST similarity at or above which a task is contaminated
+    dedup_threshold: float = 1.0  # similarity at or above which two tasks are duplicates (1.0: same program up to numbers and names)
+    weights: dict[int, float] | None = None  # operator-count weights (compose.OP_COUNT_WEIGHTS when None)
+    backend: str | None = None  # torch.compile backend (aot_eager on cpu, inductor on cuda when None)
+    timeout_s: float = 300.0  # per candidate
+    max_candidates: int | None = None  # stop after this many (default 20 n + 100)
+    source: Path | None = None  # re-filter this exported set (its tasks.jsonl) instead of composing
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        lo, hi = self.window_ms
+        if not 0 < lo < hi:
+            raise ValueError(f"the runtime window must satisfy 0 < low < high, got {lo}, {hi}")
+        if not 0 < self.threshold <= 1 or not 0 < self.dedup_threshold <= 1:
+            raise ValueError(f"thresholds must be in (0, 1], got {self.threshold}, {self.dedup_threshold}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.weights is not None and (not self.weights or any(k not in range(1, 6) or v < 0 for k, v in self.weights.items())):
+            raise ValueError(f"weights must map operator counts 1-5 to non-negative numbers, got {self.weights}")
+
+    @property
+    def compile_backend(self) -> str:
+        return self.backend or ("inductor" if self.device == "cuda" else "aot_eager")
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for a resume: everything that changes which tasks come out."""
+        return {"seed": self.seed, "device": self.device, "window_ms": list(self.window_ms), "against": list(self.against),
+                "threshold": self.threshold, "dedup_threshold": self.dedup_threshold, "weights": self.weights,
+                "backend": self.compile_backend, "source": str(self.source) if self.source else None}
+
+
+@dataclass
+class _State:
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    frontier: int = 0  # indices below it went through selection
+    keys: set[str] = field(default_factory=set)  # exact and near-duplicate keys of accepted tasks
+    tokens: list[list[str]] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) a synthesis; returns the report (also written to out/report.json and report.md)."""
+    from kernelwright.synth.cost import load_calibration
+    from kernelwright.synth.export import export_tasks, load_jsonl
+    from kernelwright.synth.pool import Pool
+
+    out = Path(config.out)
+    given = load_jsonl(Path(config.source) / "tasks.jsonl") if config.source else None
+    state = _open(config, out)
+    context = {"device": config.device, "calibration": load_calibration(), "against": _references(config.against),
+               "threshold": config.threshold, "atol": 1e-4, "rtol": 1e-4, "backend": config.compile_backend}
+    limit = len(given) if given is not None else (config.max_candidates or 20 * config.n + 100)
+    t0 = time.monotonic()
+    _advance(state, config, limit)
+    log = (out / "candidates.jsonl").open("a")
+    pool = Pool(config.workers, context, timeout_s=config.timeout_s, gpu=config.device == "cuda") if not _done(state, config, limit) else None
+    try:
+        if pool is not None:
+            for result in pool.run(_jobs(state, config, given, limit)):
+                log.write(json.dumps(result) + "\n")
+                log.flush()
+                state.results[result["index"]] = result
+                _advance(state, config, limit)
+                if progress:
+                    progress({"accepted": len(state.accepted), "n": config.n, "examined": len(state.results), "frontier": state.frontier})
+                if _done(state, config, limit):
+                    break
+    finally:
+        log.close()
+        if pool is not None:
+            pool.close()
+    wall = time.monotonic() - t0
+    export = export_tasks(state.accepted, out, device="cuda")
+    report = build_report(config, state, wall, export, context)
+    _write_json(out / "report.json", report)
+    (out / "report.md").write_text(render_markdown(report))
+    return report
+
+
+def _open(config: SynthConfig, out: Path) -> _State:
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = out / "manifest.json"
+    state = _State()
+    if manifest.exists() and (out / "candidates.jsonl").exists():
+        old = json.loads(manifest.read_text())
+        if not config.resume:
+            raise ValueError(f"{out} already holds a synthesis run; pass --resume to continue it or choose another --out")
+        if old.get("identity") != config.identity():
+            raise ValueError(f"{out} was made with other settings ({old.get('identity')}); a resume needs the same ones")
+        for line in (out / "candidates.jsonl").read_text().splitlines():
+            try:
+                result = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash: that candidate runs again
+            if isinstance(result.get("index"), int):
+                state.results[result["index"]] = result
+    _write_json(manifest, {"kind": KIND, "schema_version": SCHEMA_VERSION, "identity": config.identity()})
+    return state
+
+
+def _jobs(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, limit: int) -> Iterator[dict[str, Any]]:
+    i = 0
+    while i < limit and not _done(state, config, limit):
+        if i not in state.results:
+            job: dict[str, Any] = {"index": i, "seed": config.seed, "window": list(config.window_ms), "weights": config.weights}
+            if given is not None:
+                job.update(source=given[i]["source"], task={k: v for k, v in given[i].items() if k != "file"})
+            yield job
+        i += 1
+
+
+def _done(state: _State, config: SynthConfig, limit: int) -> bool:
+    return len(state.accepted) >= config.n or state.frontier >= limit
+
+
+def _advance(state: _State, config: SynthConfig, limit: int) -> None:
+    """Selection in index order: each finished candidate at the frontier is kept unless it duplicates
+    one kept before it."""
+    while state.frontier < limit and state.frontier in state.results and len(state.accepted) < config.n:
+        result = state.results[state.frontier]
+        state.frontier += 1
+        if result["status"] != "accepted":
+            continue
+        dup = _duplicate_of(state, result["task"], config.dedup_threshold)
+        if dup is not None:
+            result.update(status="rejected", stage="duplicate", reason=f"duplicates {dup}")
+            state.duplicates.append({"task": result["task"]["id"], "of": dup})
+            continue
+        state.accepted.append(result["task"])
+
+
+def _duplicate_of(state: _State, task: dict[str, Any], threshold: float) -> str | None:
+    from kernelwright.problems.similarity import similarity, tokens
+
+    toks = tokens(task["source"])
+    exact, near = "exact:" + task["hash"], "near:" + "\x1f".join(toks)
+    for key in (exact, near if threshold >= 1.0 else None):
+        if key and key in state.keys:
+            return next((t["id"] for t in state.accepted if (key == exact and t["hash"] == task["hash"])
+                         or (key == near and "near:" + "\x1f".join(tokens(t["source"])) == near)), "an earlier task")
+    if threshold < 1.0:
+        for other, theirs in zip(state.accepted, state.tokens):
+            if similarity(toks, theirs) >= threshold:
+                return other["id"]
+    state.keys.update({exact, near})
+    state.tokens.append(toks)
+    return None
+
+
+def _references(specs: tuple[str, ...]) -> dict[str, list[str]]:
+    """Token streams of every program to decontaminate against: a suite spec (builtin,
+    kernelbench:PATH) or a folder of .py files."""
+    from kernelwright.problems.similarity import tokens
+    from kernelwright.problems.suite import load_suite
+
+    found: dict[str, list[str]] = {}
+    for spec in specs:
+        folder = Path(spec)
+        if ":" not in spec and spec != "builtin" and folder.is_dir():
+            for path in sorted(folder.rglob("*.py")):
+                try:
+                    found[f"{spec}/{path.relative_to(folder)}"] = tokens(path.read_text())
+                except (SyntaxError, UnicodeDecodeError):
+                    continue
+            continue
+        for entry in load_suite(spec):
+            found[f"{spec}/{entry.problem.name}" if spec != "builtin" else entry.problem.name] = tokens(entry.problem.source)
+    return found
+
+
+def build_report(config: SynthConfig, state: _State, wall_s: float, export: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    considered = [state.results[i] for i in range(state.frontier) if i in state.results]
+    order = [s for s in STAGES if s != "runtime"]
+    order.insert(order.index("contaminated") if config.device == "cpu" else order.index("duplicate"), "runtime")
+    stages = []
+    entered = len(considered)
+    for stage in order + ["timeout", "crash"]:
+        failed = sum(1 for r in considered if r.get("stage") == stage)
+        seconds = sum(r.get("seconds", {}).get(stage, 0.0) for r in considered)
+        if stage in ("timeout", "crash") and not failed:
+            continue
+        stages.append({"stage": stage, "entered": entered, "passed": entered - failed, "rejected": failed,
+                       "acceptance": round((entered - failed) / entered, 4) if entered else None, "worker_seconds": round(seconds, 2)})
+        entered -= failed
+    hist: dict[str, int] = {}
+    for t in state.accepted:
+        hist[str(t["n_ops"])] = hist.get(str(t["n_ops"]), 0) + 1
+    contaminated = [{"task": r["task"]["id"], "name": r["task"]["name"], "matches": r["task"].get("contamination", [])}
+                    for r in considered if r.get("stage") == "contaminated" and r.get("task")]
+    times = sorted(t.get("measured_ms") if config.device == "cuda" else t.get("proxy_ms") for t in state.accepted)
+    return {
+        "kind": KIND, "schema_version": SCHEMA_VERSION, "config": {**config.identity(), "n": config.n, "workers": config.workers},
+        "provenance": _provenance(context), "wall_s": round(wall_s, 1), "n_accepted": len(state.accepted), "n_requested": config.n,
+        "n_candidates": len(considered), "acceptance": round(len(state.accepted) / len(considered), 4) if considered else None,
+        "stages": stages, "n_ops_histogram": dict(sorted(hist.items())), "ops": _op_counts(state.accepted),
+        "runtime_ms": {"source": "measured eager on the GPU" if config.device == "cuda" else "calibrated proxy",
+                       "quantiles": {q: times[min(len(times) - 1, int(q * len(times)))] for q in (0.0, 0.1, 0.5, 0.9, 1.0)} if times else {}},
+        "decontamination": {"against": list(config.against), "n_references": len(context["against"]), "threshold": config.threshold,
+                            "n_contaminated": len(contaminated), "pairs": contaminated},
+        "duplicates": state.duplicates, "export": export,
+    }
+
+
+def _op_counts(tasks: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in tasks:
+        for name in t["ops"]:
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _provenance(context: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    gpu = torch.cuda.get_device_name() if context["device"] == "cuda" and torch.cuda.is_available() else None
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit, "torch": torch.__version__,
+            "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(), "gpu": gpu,
+            "calibration": {k: context["calibration"].get(k) for k in ("intercept", "slope", "fitted_on", "spearman")}}
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    cfg, prov = report["config"], report["provenance"]
+    lines = [f"# Synthesis: {report['n_accepted']} of {report['n_requested']} tasks", "",
+             f"- seed {cfg['seed']}, device {cfg['device']}, {cfg['workers']} workers, compile backend {cfg['backend']}, window {cfg['window_ms']} ms",
+             f"- wall time {report['wall_s']} s; {report['n_candidates']} candidates, {report['acceptance']} accepted overall",
+             f"- torch {prov['torch']}, commit {prov['commit']}, {prov['cpus']} CPUs, GPU {prov['gpu']}, {prov['date']}", "",
+             "| stage | entered | passed | acceptance | worker seconds |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {s['stage']} | {s['entered']} | {s['passed']} | {s['acceptance']} | {s['worker_seconds']} |" for s in report["stages"]]
+    lines += ["", "Operators per task: " + ", ".join(f"{k}: {v}" for k, v in report["n_ops_histogram"].items()), "",
+              f"Runtime ({report['runtime_ms']['source']}), quantiles in ms: {report['runtime_ms']['quantiles']}", ""]
+    d = report["decontamination"]
+    lines += [f"Decontamination against {d['against']} ({d['n_references']} programs) at {d['threshold']}: {d['n_contaminated']} rejected"]
+    lines += [f"- {p['task']} {p['name']}: " + ", ".join(f"{m['reference']} {m['similarity']}" for m in p["matches"]) for p in d["pairs"]]
+    return "\n".join(lines) + "\n"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+__all__ = ["SynthConfig", "run_synth", "build_report", "render_markdown", "asdict"]

@@ -1,0 +1,154 @@
+"""Synthesis worker processes: task code runs in them, never in the parent.
+
+Each worker imports torch once and examines candidates one at a time (filters.examine). The parent
+keeps a few jobs queued per worker; a job that runs past its timeout, or a worker that dies, costs
+that one candidate (stage "timeout" or "crash") and the worker is replaced. On a GPU the workers share
+a gate: any number may run checks at once, but timing the eager model waits until no other worker
+uses the GPU, and holds it alone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Iterator
+
+
+class Gate:
+    """Shared use for checks, exclusive use for timing (writers first, so timing is not starved)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._cond = ctx.Condition()
+        self._active = ctx.Value("i", 0, lock=False)
+        self._timing = ctx.Value("i", 0, lock=False)
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._timing.value:
+                self._cond.wait()
+            self._active.value += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active.value -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._timing.value:
+                self._cond.wait()
+            self._timing.value = 1
+            while self._active.value:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._timing.value = 0
+                self._cond.notify_all()
+
+
+def _worker_main(conn: Connection, context: dict[str, Any], gate: Any) -> None:
+    import os
+
+    import torch
+
+    from kernelwright.synth.filters import examine
+
+    torch.set_num_threads(int(os.environ.get("KERNELWRIGHT_SYNTH_THREADS", "1")))
+    context = dict(context, gate=gate)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        conn.send(examine(job, context))
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    job: dict[str, Any] | None = None
+    started: float = 0.0
+    queue: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Pool:
+    """n worker processes; `run(jobs)` yields results as they finish (any order)."""
+
+    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float, gpu: bool) -> None:
+        if n < 1:
+            raise ValueError(f"workers must be at least 1, got {n}")
+        self._mp = mp.get_context("spawn")
+        self._context = context
+        self._gate = Gate(self._mp) if gpu else None
+        self.timeout_s = timeout_s
+        self._workers = [self._spawn() for _ in range(n)]
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._mp.Pipe()
+        process = self._mp.Process(target=_worker_main, args=(child, self._context, self._gate), daemon=True)
+        process.start()
+        child.close()
+        return _Worker(process, parent)
+
+    def run(self, jobs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Results of the jobs; stop pulling from `jobs` by closing the generator."""
+        pending = iter(jobs)
+        exhausted = False
+        while True:
+            for w in self._workers:
+                if w.job is None and not exhausted:
+                    job = next(pending, None)
+                    if job is None:
+                        exhausted = True
+                        continue
+                    w.job, w.started = job, time.monotonic()
+                    w.conn.send(job)
+            busy = [w for w in self._workers if w.job is not None]
+            if not busy:
+                return
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=1.0)
+            for i, w in enumerate(self._workers):
+                if w.job is None:
+                    continue
+                if w.conn in ready and w.conn.poll():
+                    try:
+                        result = w.conn.recv()
+                    except EOFError:
+                        result = self._lost(i, "crash", "the worker died")
+                    else:
+                        w.job = None
+                    yield result
+                elif w.process.sentinel in ready or not w.process.is_alive():
+                    yield self._lost(i, "crash", f"the worker died (exit code {w.process.exitcode})")
+                elif time.monotonic() - w.started > self.timeout_s:
+                    yield self._lost(i, "timeout", f"no answer within {self.timeout_s:g} s")
+
+    def _lost(self, i: int, stage: str, reason: str) -> dict[str, Any]:
+        w = self._workers[i]
+        job = w.job or {}
+        w.process.kill()
+        w.process.join(5)
+        self._workers[i] = self._spawn()
+        return {"index": job.get("index"), "status": "rejected", "stage": stage, "reason": reason, "task": job.get("task"), "seconds": {}}
+
+    def close(self) -> None:
+        for w in self._workers:
+            try:
+                w.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for w in self._workers:
+            w.process.join(5)
+            if w.process.is_alive():
+                w.process.kill()

@@ -39,9 +39,21 @@ def synth_cmd(args: argparse.Namespace) -> int:
                              workers=args.workers or max(1, os.cpu_count() or 1), window_ms=tuple(args.window_ms),
                              against=tuple(args.against or ['builtin']), threshold=args.threshold, dedup_threshold=args.dedup_threshold,
                              weights=_weights(args.op_weights), backend=args.compile_backend, timeout_s=args.timeout_s,
-                             max_candidates=args.max_candidates, source=Path(args.source) if args.source else None, resume=args.resume)
+                             max_candidates=args.max_candidates, source=Path(args.source) if args.source else None,
+                             composer=args.composer_model or "rules", resume=args.resume)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
+    composer = None
+    if args.composer_model:
+        from kernelwright.agent.llm import make_backend
+        from kernelwright.synth.llm_composer import LLMComposer
+
+        if args.source:
+            raise UsageError("--composer-model composes new tasks; it cannot be combined with --from")
+        try:
+            composer = LLMComposer(make_backend(args.composer_model, base_url=args.base_url), window_ms=config.window_ms)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False)
     bar = progress.add_task("accepted", total=config.n)
 
@@ -50,7 +62,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
 
     with progress:
         try:
-            report = run_synth(config, on_progress)
+            report = run_synth(config, on_progress, composer)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if args.json:
@@ -88,6 +100,8 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--timeout-s", type=float, default=300.0, help="seconds per candidate before its worker is replaced")
     s.add_argument("--max-candidates", type=int, default=None, help="give up after this many candidates (default 20 n + 100)")
     s.add_argument("--from", dest="source", default=None, help="filter an exported set (a synth folder) again instead of composing, e.g. on a GPU")
+    s.add_argument("--composer-model", default=None, help="PROVIDER:MODEL: an LLM writes each candidate's program from the drawn operators (default: the rule composer)")
+    s.add_argument("--base-url", default=None, help="the composer model's server (OpenAI-compatible)")
     s.add_argument("--resume", action="store_true", help="continue the run in --out")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=synth_cmd)

@@ -25,11 +25,11 @@ HEAVY_FIRST = 0.75  # chance that the first operator is a compute-heavy one
 TRIES = 24  # draws per position before giving up on a composition
 
 INPUT_SIZES = {  # per layout: feature/channel choices and full spatial choices (batch comes from the runtime proxy)
-    "vec": {"features": [256, 512, 1024, 2048, 4096, 8192]},
-    "seq": {"features": [64, 128, 256, 512, 1024], "seq_len": [128, 256, 512, 1024, 2048]},
-    "ncl": {"channels": [3, 16, 32, 64, 128], "length": [512, 1024, 4096, 16384]},
-    "nchw": {"channels": [3, 16, 32, 64], "height": [32, 64, 128, 224, 256]},
-    "ncdhw": {"channels": [3, 8, 16], "depth": [8, 16, 32], "height": [32, 64, 128]},
+    "vec": {"features": [256, 512, 1024, 2048, 4096, 8192, 16384]},
+    "seq": {"features": [64, 128, 256, 512, 1024], "seq_len": [128, 256, 512, 1024, 2048, 4096]},
+    "ncl": {"channels": [3, 16, 32, 64, 128], "length": [512, 1024, 4096, 16384, 65536]},
+    "nchw": {"channels": [3, 16, 32, 64], "height": [32, 64, 128, 224, 256, 512]},
+    "ncdhw": {"channels": [3, 8, 16], "depth": [8, 16, 32, 64], "height": [32, 64, 128]},
 }
 
 

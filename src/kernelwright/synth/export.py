@@ -169,20 +169,24 @@ def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def export_tasks(tasks: list[dict[str, Any]], out: Path, *, data_source: str = "kernelwright/synth",
-                 split: str = "train", device: str = "cuda") -> dict[str, Any]:
-    """Write the KernelBench files, tasks.jsonl and train.parquet under out; return a summary."""
+                 split: str = "train", device: str = "cuda", parquet: bool = True) -> dict[str, Any]:
+    """Write the KernelBench files, tasks.jsonl and (unless parquet=False) train.parquet under out;
+    return a summary."""
     validate_tasks(tasks)
     out = Path(out)
     rows = [training_row(t, data_source=data_source, split=split, device=device) for t in tasks]
     paths = kernelbench_paths(tasks)
-    _pyarrow()  # fail before touching any file when pyarrow is missing
+    if parquet:
+        _pyarrow()  # fail before touching any file when pyarrow is missing
     _clear_kernelbench(out / KERNELBENCH_DIR)
     for task, rel in zip(tasks, paths):
         _write_text(out / rel, task["source"])
     _write_text(out / JSONL_NAME, _jsonl_text(tasks, paths))
-    _write_parquet(out / PARQUET_NAME, rows)
+    if parquet:
+        _write_parquet(out / PARQUET_NAME, rows)
     per_level: dict[int, int] = {}
     for task in tasks:
         per_level[task["level"]] = per_level.get(task["level"], 0) + 1
-    return {"n": len(tasks), "files": {"kernelbench": KERNELBENCH_DIR, "jsonl": JSONL_NAME, "parquet": PARQUET_NAME},
+    files = {"kernelbench": KERNELBENCH_DIR, "jsonl": JSONL_NAME, **({"parquet": PARQUET_NAME} if parquet else {})}
+    return {"n": len(tasks), "files": files,
             "per_level": dict(sorted(per_level.items()))}

@@ -7,10 +7,11 @@ Stages, in order; the first that fails rejects the task and names the reason:
   predicted, and a batch size is chosen so the runtime proxy lands on a target drawn inside the window
   (memory permitting);
 - runtime (CPU): the calibrated proxy lies in the window. On a GPU the eager time is measured instead,
-  as the last stage, with no other worker using the GPU meanwhile;
+  as the last stage, by one worker after the others have finished their checks;
 - contaminated: AST similarity to a benchmark program at or above the threshold;
 - eager: the problem loads as the judge loads it (its reference child's setup), builds and runs;
-- deterministic: two runs on one seed agree (the judge's own check, at its tolerance);
+- deterministic: two runs on one seed agree (the judge's own check, at its tolerance), and so do
+  repeated forwards on the same tensors without reseeding;
 - compile: torch.compile of the model gives the eager outputs (aot_eager on a CPU: graph capture and
   decomposition; inductor on a GPU);
 - degenerate: the judge's degeneracy gate (problems.check) finds no trick that passes.
@@ -34,7 +35,7 @@ from typing import Any, Iterator
 STAGES = ("compose", "shape", "runtime", "contaminated", "eager", "deterministic", "compile", "degenerate", "duplicate")
 MAX_TENSOR_BYTES = 2 << 30  # no tensor of a task above 2 GiB
 MAX_OUT_BYTES = 48 << 30  # the outputs of all its operators together under 48 GiB
-MAX_BATCH = 1 << 16
+MAX_BATCH = 4096  # KernelBench's largest batches are of this order
 TIMED_CALLS = 5  # eager calls timed on a GPU (after 2 warm-up calls)
 
 
@@ -60,15 +61,24 @@ class Clock:
 
 
 def examine(job: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    """One candidate, every stage; never raises for a rejected task."""
+    """One candidate through its phase's stages; never raises for a rejected task.
+
+    job["phase"]: "all" (every stage; on a CPU), "check" (every stage but the measured runtime; GPU
+    workers in parallel) or "time" (load and time the eager model alone; one GPU worker)."""
     clock = Clock()
-    result: dict[str, Any] = {"index": job["index"], "status": "rejected", "stage": None, "reason": "", "task": None}
+    phase = job.get("phase", "all")
+    result: dict[str, Any] = {"index": job["index"], "phase": phase, "status": "rejected", "stage": None, "reason": "", "task": None}
+    if job.get("rejected"):  # the composer already failed (an LLM reply with no program)
+        return dict(result, task=job.get("task"), seconds={}, **job["rejected"])
     try:
-        task = _composed(job, ctx, clock) if job.get("source") is None else _given(job)
+        task = _composed(job, ctx, clock) if job.get("source") is None else _sourced(job, ctx, clock)
         task["device"] = ctx["device"]  # where the filters ran
         task.setdefault("measured_ms", None)
         result["task"] = task
-        _execute(task, job, ctx, clock)
+        if phase == "time":
+            _time_phase(task, job, ctx, clock)
+        else:
+            _execute(task, job, ctx, clock)
         result["status"] = "accepted"
     except Rejected as exc:
         result["stage"], result["reason"] = exc.stage, str(exc)[:500]
@@ -76,10 +86,17 @@ def examine(job: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _given(job: dict[str, Any]) -> dict[str, Any]:
-    """A task record handed in whole (re-filtering an exported set)."""
-    task = dict(job["task"]) if job.get("task") else {}
-    task.setdefault("source", job["source"])
+def _sourced(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[str, Any]:
+    """A task whose source is given: an exported set filtered again, or an LLM composer's answer.
+    The meta run (stage shape) gives its proxy when the record has none."""
+    task = {k: v for k, v in (job.get("task") or {}).items() if k != "file"}
+    task["source"] = job["source"]
+    task.setdefault("hash", hashlib.sha256(job["source"].encode()).hexdigest())
+    if task.get("proxy_raw_ms") is None and job.get("phase", "all") != "time":
+        with clock.stage("shape"):
+            cost = _meta_cost(job["source"], None)
+        task.update(proxy_raw_ms=round(cost.proxy_ms, 5), flops=cost.flops, bytes=cost.bytes, kernels=cost.kernels)
+        task["proxy_ms"] = round(_calibrated(cost.proxy_ms, ctx), 5)
     return task
 
 
@@ -128,7 +145,7 @@ def _size(spec: Any, job: dict[str, Any], ctx: dict[str, Any]) -> tuple[int, Any
     return batch, cost
 
 
-def _meta_cost(source: str, expect: tuple[int, ...]) -> Any:
+def _meta_cost(source: str, expect: tuple[int, ...] | None) -> Any:
     import torch
 
     from kernelwright.synth.cost import measure
@@ -142,8 +159,10 @@ def _meta_cost(source: str, expect: tuple[int, ...]) -> Any:
         cost, outs = measure(model, values)
     except Exception as exc:  # noqa: BLE001 - any failure is this stage's rejection
         raise Rejected("shape", f"the model fails on meta tensors: {type(exc).__name__}: {exc}") from None
-    got = tuple(outs[0].shape)
-    if got != tuple(expect):
+    got = tuple(outs[0].shape) if outs and isinstance(outs[0], torch.Tensor) else None
+    if got is None:
+        raise Rejected("shape", "the model's forward returns no tensor")
+    if expect is not None and got != tuple(expect):
         raise Rejected("shape", f"output shape {got} differs from the rules' {tuple(expect)}")
     return cost
 
@@ -190,34 +209,71 @@ def _decontaminate(task: dict[str, Any], ctx: dict[str, Any]) -> None:
 
 
 def _run_checks(path: str, task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> None:
-    import torch
-
     from kernelwright.judge import child_reference as ref
     from kernelwright.judge.child import CommandError
 
     seeds = job.get("seeds") or [1, 2, 3]
     args = {"problem_path": path, "device": ctx["device"], "precision": "fp32", "init_seed": seeds[0],
             "atol": ctx["atol"], "rtol": ctx["rtol"], "strict": True}
-    gate = ctx.get("gate")
-    with _shared(gate):
+    try:
         with clock.stage("eager"):
             try:
-                ref.setup(args)
+                ref.setup(args)  # imports, builds, runs, and checks two runs agree, as the judge does
             except CommandError as exc:
-                stage = "deterministic" if "not deterministic" in str(exc) else "eager"
-                raise Rejected(stage, str(exc)) from None
+                raise Rejected("deterministic" if "not deterministic" in str(exc) else "eager", str(exc)) from None
+        with clock.stage("deterministic"):
+            _repeat_check(ref, seeds[0])
         with clock.stage("compile"):
             _compile_check(ref, seeds[0], ctx["backend"])
         with clock.stage("degenerate"):
             _degeneracy(ref, seeds)
-    if ctx["device"] == "cuda":
-        with clock.stage("runtime"), _exclusive(gate):
-            task["measured_ms"] = round(_time_eager(ref, seeds[0]), 5)
-        lo, hi = job["window"]
-        if not lo <= task["measured_ms"] <= hi:
-            raise Rejected("runtime", f"eager time {task['measured_ms']:.3g} ms on the GPU outside [{lo:g}, {hi:g}] ms")
-        ref.S.model = ref.S.compiled = None
+    finally:
+        _release(ref)
+
+
+def _time_phase(task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> None:
+    """The GPU's runtime stage, in a worker that has the GPU alone: load the exported text, time its
+    eager forward, hold it to the window."""
+    from kernelwright.judge import child_reference as ref
+    from kernelwright.judge.child import CommandError
+
+    seed = (job.get("seeds") or [1])[0]
+    with tempfile.TemporaryDirectory(prefix="kw-synth-") as tmp, clock.stage("runtime"):
+        path = Path(tmp) / "task.py"
+        path.write_text(task["source"])
+        try:
+            ref.setup({"problem_path": str(path), "device": ctx["device"], "precision": "fp32", "init_seed": seed,
+                       "atol": ctx["atol"], "rtol": ctx["rtol"], "strict": True})
+            task["measured_ms"] = round(_time_eager(ref, seed), 5)
+        except CommandError as exc:
+            raise Rejected("runtime", f"the task failed when loaded for timing: {exc}") from None
+        finally:
+            _release(ref)
+    lo, hi = job["window"]
+    if not lo <= task["measured_ms"] <= hi:
+        raise Rejected("runtime", f"eager time {task['measured_ms']:.3g} ms on the GPU outside [{lo:g}, {hi:g}] ms")
+
+
+def _release(ref: Any) -> None:
+    import torch
+
+    ref.S.model = ref.S.compiled = ref.S.problem = None
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def _repeat_check(ref: Any, seed: int) -> None:
+    """Three forwards on the same input tensors with no reseeding between them must agree (the judge's
+    own check reseeds before each run, so a forward drawing random numbers could pass it)."""
+    from kernelwright.judge import correctness, inputs
+    from kernelwright.judge.inputs import Case
+
+    values = inputs.make_inputs(ref.S.problem, Case("native", seed), ref.S.device)
+    first = ref._forward(values)
+    for _ in range(2):
+        cmp = correctness.compare_outputs(first, ref._forward(values), ref.S.atol, ref.S.rtol, True, ref.S.tols)
+        if not cmp.ok:
+            raise Rejected("deterministic", f"two forwards on the same inputs differ: {cmp.message}")
 
 
 def _compile_check(ref: Any, seed: int, backend: str) -> None:
@@ -275,21 +331,3 @@ def _time_eager(ref: Any, seed: int) -> float:
     with torch.no_grad():
         timing.time_calls(ref.S.model, lambda i: values, 2, cuda=True, switches=switches)
         return statistics.median(timing.time_calls(ref.S.model, lambda i: values, TIMED_CALLS, cuda=True, switches=switches))
-
-
-@contextmanager
-def _shared(gate: Any) -> Iterator[None]:
-    if gate is None:
-        yield
-        return
-    with gate.shared():
-        yield
-
-
-@contextmanager
-def _exclusive(gate: Any) -> Iterator[None]:
-    if gate is None:
-        yield
-        return
-    with gate.exclusive():
-        yield

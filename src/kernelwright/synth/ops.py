@@ -164,7 +164,7 @@ def conv2d_depthwise(rng: random.Random, act: Act, names: Names) -> Step | None:
     if act.layout != "nchw" or act.feature < 8:
         return None
     k = rng.choice([3, 5, 7])
-    attr, ch, ks = names("depthwise"), names("channels"), names("kernel_size")
+    attr, ch, ks = names("depthwise"), names("in_channels"), names("kernel_size")
     line = f"self.{attr} = nn.Conv2d({ch}, {ch}, {ks}, padding={ks} // 2, groups={ch})"
     return Step("conv2d_depthwise", "DepthwiseConv2d", (f"x = self.{attr}(x)",), act, (line,), ((ch, act.feature), (ks, k)))
 
@@ -302,6 +302,9 @@ def param_activation(rng: random.Random, act: Act, names: Names) -> Step | None:
         ("elu", "ELU", lambda: f"x = F.elu(x, alpha={rng.choice([0.5, 1.0, 2.0])})"),
         ("softplus", "Softplus", lambda: f"x = F.softplus(x, beta={rng.choice([0.5, 2.0])})"),
         ("gelu_tanh", "GELUTanh", lambda: 'x = F.gelu(x, approximate="tanh")'),
+        ("gelu", "GELU", lambda: "x = F.gelu(x)"),
+        ("logsigmoid", "LogSigmoid", lambda: "x = F.logsigmoid(x)"),
+        ("softshrink", "Softshrink", lambda: f"x = F.softshrink(x, lambd={rng.choice([0.25, 0.5])})"),
     ]
     key, label, line = rng.choice(choices)
     return Step(key, label, (line(),), act)

@@ -43,6 +43,7 @@ class SynthConfig:
     timeout_s: float = 300.0  # per candidate
     max_candidates: int | None = None  # stop after this many (default 20 n + 100)
     source: Path | None = None  # re-filter this exported set (its tasks.jsonl) instead of composing
+    composer: str = "rules"  # "rules", or the backend spec (PROVIDER:MODEL) of the LLM composer
     resume: bool = False
 
     def __post_init__(self) -> None:
@@ -68,24 +69,39 @@ class SynthConfig:
         """What must match for a resume: everything that changes which tasks come out."""
         return {"seed": self.seed, "device": self.device, "window_ms": list(self.window_ms), "against": list(self.against),
                 "threshold": self.threshold, "dedup_threshold": self.dedup_threshold, "weights": self.weights,
-                "backend": self.compile_backend, "source": str(self.source) if self.source else None}
+                "backend": self.compile_backend, "source": str(self.source) if self.source else None, "composer": self.composer}
 
 
 @dataclass
 class _State:
-    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)  # final results by index
+    checked: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU: passed the checks, waiting to be timed
     accepted: list[dict[str, Any]] = field(default_factory=list)
     frontier: int = 0  # indices below it went through selection
     keys: set[str] = field(default_factory=set)  # exact and near-duplicate keys of accepted tasks
     tokens: list[list[str]] = field(default_factory=list)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
 
+    def take(self, result: dict[str, Any]) -> None:
+        """File one worker result: a GPU check that passed waits for its timing; anything else is final
+        (a timing result carries the seconds its checks took)."""
+        i = result["index"]
+        if result.get("phase") == "check" and result["status"] == "accepted":
+            self.checked[i] = result
+            return
+        if result.get("phase") == "time" and i in self.checked:
+            seconds = dict(self.checked[i].get("seconds", {}))
+            for k, v in result.get("seconds", {}).items():
+                seconds[k] = seconds.get(k, 0.0) + v
+            result = dict(result, seconds=seconds)
+        self.results[i] = result
 
-def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) a synthesis; returns the report (also written to out/report.json and report.md)."""
+
+def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | None = None, composer: Any = None) -> dict[str, Any]:
+    """Run (or resume) a synthesis; returns the report (also written to out/report.json and report.md).
+    `composer` (synth.llm_composer.LLMComposer) writes each candidate's source instead of the rules."""
     from kernelwright.synth.cost import load_calibration
     from kernelwright.synth.export import export_tasks, load_jsonl
-    from kernelwright.synth.pool import Pool
 
     out = Path(config.out)
     given = load_jsonl(Path(config.source) / "tasks.jsonl") if config.source else None
@@ -95,29 +111,56 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
     limit = len(given) if given is not None else (config.max_candidates or 20 * config.n + 100)
     t0 = time.monotonic()
     _advance(state, config, limit)
-    log = (out / "candidates.jsonl").open("a")
-    pool = Pool(config.workers, context, timeout_s=config.timeout_s, gpu=config.device == "cuda") if not _done(state, config, limit) else None
-    try:
-        if pool is not None:
-            for result in pool.run(_jobs(state, config, given, limit)):
-                log.write(json.dumps(result) + "\n")
-                log.flush()
-                state.results[result["index"]] = result
-                _advance(state, config, limit)
-                if progress:
-                    progress({"accepted": len(state.accepted), "n": config.n, "examined": len(state.results), "frontier": state.frontier})
-                if _done(state, config, limit):
+    with (out / "candidates.jsonl").open("a") as log:
+        def sink(result: dict[str, Any]) -> bool:
+            log.write(json.dumps(result) + "\n")
+            log.flush()
+            state.take(result)
+            _advance(state, config, limit)
+            if progress:
+                progress({"accepted": len(state.accepted), "n": config.n, "examined": len(state.results) + len(state.checked), "frontier": state.frontier})
+            return _done(state, config, limit)
+
+        if config.device == "cpu":
+            _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "all"), sink)
+        else:
+            while not _done(state, config, limit):
+                before = (len(state.results), len(state.checked))
+                _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "check"), sink)
+                _drain(1, context, config, _time_jobs(state, config), sink)  # the GPU alone for each timing
+                if (len(state.results), len(state.checked)) == before:
                     break
-    finally:
-        log.close()
-        if pool is not None:
-            pool.close()
     wall = time.monotonic() - t0
-    export = export_tasks(state.accepted, out, device="cuda")
+    try:
+        export = export_tasks(state.accepted, out, device="cuda")
+    except RuntimeError as exc:  # no pyarrow here: keep the files that need none, and say so
+        export = dict(export_tasks(state.accepted, out, device="cuda", parquet=False), warning=str(exc))
     report = build_report(config, state, wall, export, context)
     _write_json(out / "report.json", report)
     (out / "report.md").write_text(render_markdown(report))
     return report
+
+
+def _drain(workers: int, context: dict[str, Any], config: SynthConfig, jobs: Iterator[dict[str, Any]],
+           sink: Callable[[dict[str, Any]], bool]) -> None:
+    """Run jobs on a pool of workers until they run out or the sink says the run is done."""
+    from kernelwright.synth.pool import Pool
+
+    first = next(jobs, None)
+    if first is None:
+        return
+    pool = Pool(workers, context, timeout_s=config.timeout_s)
+    try:
+        for result in pool.run(_chain(first, jobs)):
+            if sink(result):
+                break
+    finally:
+        pool.close()
+
+
+def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    yield first
+    yield from rest
 
 
 def _open(config: SynthConfig, out: Path) -> _State:
@@ -136,20 +179,37 @@ def _open(config: SynthConfig, out: Path) -> _State:
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash: that candidate runs again
             if isinstance(result.get("index"), int):
-                state.results[result["index"]] = result
+                state.take(result)
     _write_json(manifest, {"kind": KIND, "schema_version": SCHEMA_VERSION, "identity": config.identity()})
     return state
 
 
-def _jobs(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, limit: int) -> Iterator[dict[str, Any]]:
+def _jobs(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, limit: int, composer: Any,
+          phase: str) -> Iterator[dict[str, Any]]:
+    """Candidates in index order, skipping those with a result. On a GPU the checking phase stops once
+    enough candidates wait for timing to likely fill the set (the timing phase then runs, and the loop
+    comes back for more if it fell short)."""
     i = 0
     while i < limit and not _done(state, config, limit):
-        if i not in state.results:
-            job: dict[str, Any] = {"index": i, "seed": config.seed, "window": list(config.window_ms), "weights": config.weights}
+        if phase == "check":
+            missing = config.n - len(state.accepted)
+            if len([k for k in state.checked if k not in state.results]) >= missing + missing // 2 + 2:
+                return
+        if i not in state.results and i not in state.checked:
+            job: dict[str, Any] = {"index": i, "seed": config.seed, "window": list(config.window_ms), "weights": config.weights, "phase": phase}
             if given is not None:
-                job.update(source=given[i]["source"], task={k: v for k, v in given[i].items() if k != "file"})
+                job.update(source=given[i]["source"], task=given[i])
+            elif composer is not None:
+                job.update(composer.job(config.seed, i, config.weights))
             yield job
         i += 1
+
+
+def _time_jobs(state: _State, config: SynthConfig) -> Iterator[dict[str, Any]]:
+    for i in sorted(state.checked):
+        if i not in state.results:
+            task = state.checked[i]["task"]
+            yield {"index": i, "seed": config.seed, "window": list(config.window_ms), "phase": "time", "source": task["source"], "task": task}
 
 
 def _done(state: _State, config: SynthConfig, limit: int) -> bool:

@@ -2,59 +2,20 @@
 
 Each worker imports torch once and examines candidates one at a time (filters.examine). The parent
 keeps a few jobs queued per worker; a job that runs past its timeout, or a worker that dies, costs
-that one candidate (stage "timeout" or "crash") and the worker is replaced. On a GPU the workers share
-a gate: any number may run checks at once, but timing the eager model waits until no other worker
-uses the GPU, and holds it alone.
+that one candidate (stage "timeout" or "crash") and the worker is replaced. On a GPU, timing runs in
+a pool of its own with one worker, after the checking pool has finished (pipeline).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Iterator
 
 
-class Gate:
-    """Shared use for checks, exclusive use for timing (writers first, so timing is not starved)."""
-
-    def __init__(self, ctx: Any) -> None:
-        self._cond = ctx.Condition()
-        self._active = ctx.Value("i", 0, lock=False)
-        self._timing = ctx.Value("i", 0, lock=False)
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._timing.value:
-                self._cond.wait()
-            self._active.value += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._active.value -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._timing.value:
-                self._cond.wait()
-            self._timing.value = 1
-            while self._active.value:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._timing.value = 0
-                self._cond.notify_all()
-
-
-def _worker_main(conn: Connection, context: dict[str, Any], gate: Any) -> None:
+def _worker_main(conn: Connection, context: dict[str, Any]) -> None:
     import os
 
     import torch
@@ -62,7 +23,6 @@ def _worker_main(conn: Connection, context: dict[str, Any], gate: Any) -> None:
     from kernelwright.synth.filters import examine
 
     torch.set_num_threads(int(os.environ.get("KERNELWRIGHT_SYNTH_THREADS", "1")))
-    context = dict(context, gate=gate)
     while True:
         try:
             job = conn.recv()
@@ -85,18 +45,17 @@ class _Worker:
 class Pool:
     """n worker processes; `run(jobs)` yields results as they finish (any order)."""
 
-    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float, gpu: bool) -> None:
+    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float) -> None:
         if n < 1:
             raise ValueError(f"workers must be at least 1, got {n}")
         self._mp = mp.get_context("spawn")
         self._context = context
-        self._gate = Gate(self._mp) if gpu else None
         self.timeout_s = timeout_s
         self._workers = [self._spawn() for _ in range(n)]
 
     def _spawn(self) -> _Worker:
         parent, child = self._mp.Pipe()
-        process = self._mp.Process(target=_worker_main, args=(child, self._context, self._gate), daemon=True)
+        process = self._mp.Process(target=_worker_main, args=(child, self._context), daemon=True)
         process.start()
         child.close()
         return _Worker(process, parent)

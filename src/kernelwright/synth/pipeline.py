@@ -45,6 +45,7 @@ class SynthConfig:
     source: Path | None = None  # re-filter this exported set (its tasks.jsonl) instead of composing
     composer: str = "rules"  # "rules", or the backend spec (PROVIDER:MODEL) of the LLM composer
     resume: bool = False
+    timed: bool | None = None  # measure the eager time in a phase of its own (default: on cuda); else the proxy decides
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -62,13 +63,17 @@ class SynthConfig:
             raise ValueError(f"weights must map operator counts 1-5 to non-negative numbers, got {self.weights}")
 
     @property
+    def measures_runtime(self) -> bool:
+        return self.device == "cuda" if self.timed is None else self.timed
+
+    @property
     def compile_backend(self) -> str:
         return self.backend or ("inductor" if self.device == "cuda" else "aot_eager")
 
     def identity(self) -> dict[str, Any]:
         """What must match for a resume: everything that changes which tasks come out."""
         return {"seed": self.seed, "device": self.device, "window_ms": list(self.window_ms), "against": list(self.against),
-                "threshold": self.threshold, "dedup_threshold": self.dedup_threshold, "weights": self.weights,
+                "threshold": self.threshold, "dedup_threshold": self.dedup_threshold, "weights": self.weights, "timed": self.measures_runtime,
                 "backend": self.compile_backend, "source": str(self.source) if self.source else None, "composer": self.composer}
 
 
@@ -107,7 +112,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
     given = load_jsonl(Path(config.source) / "tasks.jsonl") if config.source else None
     state = _open(config, out)
     context = {"device": config.device, "calibration": load_calibration(), "against": _references(config.against),
-               "threshold": config.threshold, "atol": 1e-4, "rtol": 1e-4, "backend": config.compile_backend}
+               "threshold": config.threshold, "atol": 1e-4, "rtol": 1e-4, "backend": config.compile_backend, "timed": config.measures_runtime}
     limit = len(given) if given is not None else (config.max_candidates or 20 * config.n + 100)
     t0 = time.monotonic()
     _advance(state, config, limit)
@@ -121,7 +126,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
                 progress({"accepted": len(state.accepted), "n": config.n, "examined": len(state.results) + len(state.checked), "frontier": state.frontier})
             return _done(state, config, limit)
 
-        if config.device == "cpu":
+        if not config.measures_runtime:
             _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "all"), sink)
         else:
             while not _done(state, config, limit):
@@ -274,14 +279,15 @@ def _references(specs: tuple[str, ...]) -> dict[str, list[str]]:
 def build_report(config: SynthConfig, state: _State, wall_s: float, export: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     considered = [state.results[i] for i in range(state.frontier) if i in state.results]
     order = [s for s in STAGES if s != "runtime"]
-    order.insert(order.index("contaminated") if config.device == "cpu" else order.index("duplicate"), "runtime")
+    order.insert(order.index("duplicate") if config.measures_runtime else order.index("contaminated"), "runtime")
     stages = []
     entered = len(considered)
-    for stage in order + ["timeout", "crash"]:
+    for stage in order + ["error", "timeout", "crash"]:
         failed = sum(1 for r in considered if r.get("stage") == stage)
         seconds = sum(r.get("seconds", {}).get(stage, 0.0) for r in considered)
-        if stage in ("timeout", "crash") and not failed:
-            continue
+        ran = any(stage in r.get("seconds", {}) for r in considered)
+        if not failed and (stage in ("error", "timeout", "crash") or (not ran and stage != "duplicate")):
+            continue  # a stage that never ran here (the composer's, when the sources were given)
         stages.append({"stage": stage, "entered": entered, "passed": entered - failed, "rejected": failed,
                        "acceptance": round((entered - failed) / entered, 4) if entered else None, "worker_seconds": round(seconds, 2)})
         entered -= failed
@@ -290,13 +296,13 @@ def build_report(config: SynthConfig, state: _State, wall_s: float, export: dict
         hist[str(t["n_ops"])] = hist.get(str(t["n_ops"]), 0) + 1
     contaminated = [{"task": r["task"]["id"], "name": r["task"]["name"], "matches": r["task"].get("contamination", [])}
                     for r in considered if r.get("stage") == "contaminated" and r.get("task")]
-    times = sorted(t.get("measured_ms") if config.device == "cuda" else t.get("proxy_ms") for t in state.accepted)
+    times = sorted(t.get("measured_ms") if config.measures_runtime else t.get("proxy_ms") for t in state.accepted)
     return {
         "kind": KIND, "schema_version": SCHEMA_VERSION, "config": {**config.identity(), "n": config.n, "workers": config.workers},
         "provenance": _provenance(context), "wall_s": round(wall_s, 1), "n_accepted": len(state.accepted), "n_requested": config.n,
         "n_candidates": len(considered), "acceptance": round(len(state.accepted) / len(considered), 4) if considered else None,
         "stages": stages, "n_ops_histogram": dict(sorted(hist.items())), "ops": _op_counts(state.accepted),
-        "runtime_ms": {"source": "measured eager on the GPU" if config.device == "cuda" else "calibrated proxy",
+        "runtime_ms": {"source": f"measured eager on {config.device}" if config.measures_runtime else "calibrated proxy",
                        "quantiles": {q: times[min(len(times) - 1, int(q * len(times)))] for q in (0.0, 0.1, 0.5, 0.9, 1.0)} if times else {}},
         "decontamination": {"against": list(config.against), "n_references": len(context["against"]), "threshold": config.threshold,
                             "n_contaminated": len(contaminated), "pairs": contaminated},

@@ -9,11 +9,16 @@
    worker, with the GPU to itself, times each survivor's eager forward (the judge's timing function)
    and holds it to the 1-100 ms window. The run stops at --budget-s; a second call with
    --resume-from (the candidates.jsonl the first call brought back) finishes it.
-3. Fits log(H200 eager ms) = a + b log(raw proxy ms) over the timed tasks and reports Spearman's rank
-   correlation of the proxy with the measured times (`calibration.json`).
+3. Calibrates the runtime proxy on the timed tasks (`calibration.json`): log(H200 ms) = a + b log(raw
+   proxy), and per-operator-class coefficients (convolutions, matrix products, memory-bound work,
+   launches); Spearman's rank correlation of each with the measured times, and the per-class fit's
+   two-fold cross-validated error.
 
-Files in --out: candidates.jsonl, report.json, report.md (when the run finished), calibration.json,
-env.json, console.log.
+With --extras (tasks the CPU proxy put outside the window), the budget's last --extras-s seconds time
+those too, without checks, so the calibration sees times beyond the window.
+
+Files in --out: candidates.jsonl, report.json, report.md (when the run finished), extras.jsonl,
+calibration.json, env.json, console.log.
 """
 
 from __future__ import annotations
@@ -80,8 +85,18 @@ def synth(given: Path, run: Path, n: int, workers: int, budget_s: float, resume:
             return 124
 
 
+def _with_parts(parts: dict):
+    from kernelwright.synth.cost import Cost
+
+    return Cost(0, 0, 0, sum(parts.values()), 0, 0, tuple(parts.items()))
+
+
 def calibrate(candidates: Path) -> dict:
-    from kernelwright.synth.cost import fit, spearman
+    """Both calibrations over the timed tasks: log-linear on the raw proxy, and per operator class
+    (cost.fit_parts, classes recomputed on meta tensors here), each with its rank correlation, and the
+    per-class fit's two-fold cross-validated error (fitted on one half, scored on the other)."""
+    from kernelwright.synth.cost import calibrated_ms, fit, fit_parts, spearman
+    from kernelwright.synth.filters import _meta_cost
 
     timed = []
     for line in candidates.read_text().splitlines():
@@ -92,16 +107,55 @@ def calibrate(candidates: Path) -> dict:
         t = r.get("task") or {}
         if r.get("phase") == "time" and t.get("measured_ms") and t.get("proxy_raw_ms"):
             timed.append(t)
-    if len(timed) < 3:
-        return {"n": len(timed), "error": "fewer than 3 tasks timed"}
+    if len(timed) < 6:
+        return {"n": len(timed), "error": "fewer than 6 tasks timed"}
     raw = [t["proxy_raw_ms"] for t in timed]
     measured = [t["measured_ms"] for t in timed]
-    fitted = fit(raw, measured)
-    in_window = sum(1 for m in measured if 1.0 <= m <= 100.0)
-    ratio = sorted(m / t["proxy_ms"] for m, t in zip(measured, timed) if t.get("proxy_ms"))
-    return {**fitted, "spearman_cpu_proxy": spearman([t["proxy_ms"] for t in timed], measured), "n_timed": len(timed),
-            "in_window": in_window, "measured_over_cpu_proxy": {"p10": ratio[len(ratio) // 10], "median": ratio[len(ratio) // 2],
-                                                                  "p90": ratio[9 * len(ratio) // 10]}}
+    parts = [dict(_meta_cost(t["source"], None).parts) for t in timed]
+    loglin = fit(raw, measured)
+    coefficients = fit_parts(parts, measured)
+
+    def scored(coef: dict, idx: list[int]) -> dict:
+        pred = [sum(coef[k] * parts[i].get(k, 0.0) for k in coef) for i in idx]
+        rel = sorted(abs(p / measured[i] - 1) for p, i in zip(pred, idx))
+        return {"spearman": spearman(pred, [measured[i] for i in idx]), "median_rel_error": rel[len(rel) // 2],
+                "p90_rel_error": rel[9 * len(rel) // 10]}
+
+    even, odd = list(range(0, len(timed), 2)), list(range(1, len(timed), 2))
+    cv = [scored(fit_parts([parts[i] for i in a], [measured[i] for i in a]), b) for a, b in ((even, odd), (odd, even))]
+    window = [1.0, 100.0]
+    predicted = [calibrated_ms(_with_parts(p), {"coefficients": coefficients}) for p in parts]
+    agree = sum(1 for m, p in zip(measured, predicted) if (window[0] <= m <= window[1]) == (window[0] <= p <= window[1]))
+    return {"intercept": loglin["intercept"], "slope": loglin["slope"], "loglinear": loglin, "coefficients": coefficients,
+            "per_class_in_sample": scored(coefficients, list(range(len(timed)))), "per_class_two_fold": cv,
+            "spearman_raw_proxy": spearman(raw, measured), "spearman_cpu_proxy": spearman([t["proxy_ms"] for t in timed], measured),
+            "n_timed": len(timed), "in_window": sum(1 for m in measured if window[0] <= m <= window[1]), "window_agreement": agree,
+            "measured_ms": {"min": min(measured), "median": sorted(measured)[len(measured) // 2], "max": max(measured)}}
+
+
+def time_extras(extras: Path, deadline: float, out: Path) -> int:
+    """Time tasks the CPU's proxy put outside the window (no checks; one worker, the GPU alone), so the
+    calibration sees times beyond the window too; stops at the deadline. Returns how many were timed."""
+    from kernelwright.synth.cost import load_calibration
+    from kernelwright.synth.pool import Pool
+
+    tasks = [json.loads(line) for line in extras.read_text().splitlines() if line.strip()]
+    context = {"device": "cuda", "calibration": load_calibration(), "against": {}, "threshold": 0.9, "atol": 1e-4, "rtol": 1e-4,
+               "backend": "inductor", "timed": True}
+    jobs = ({"index": i, "phase": "time", "window": [1.0, 100.0], "source": t["source"], "task": t} for i, t in enumerate(tasks))
+    pool = Pool(1, context, timeout_s=60)
+    n = 0
+    try:
+        with out.open("w") as f:
+            for result in pool.run(jobs):
+                f.write(json.dumps(result) + "\n")
+                f.flush()
+                n += 1
+                if time.time() > deadline:
+                    break
+    finally:
+        pool.close()
+    return n
 
 
 def main() -> int:
@@ -113,6 +167,8 @@ def main() -> int:
     ap.add_argument("--commit", default="unknown")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--resume-from", type=Path, default=None)
+    ap.add_argument("--extras", type=Path, default=None, help="tasks outside the window by the CPU proxy, timed with what is left of the budget")
+    ap.add_argument("--extras-s", type=float, default=100, help="seconds of the budget kept for --extras")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script's plumbing (small-scale checks, no timing)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -120,11 +176,19 @@ def main() -> int:
     (args.out / "env.json").write_text(json.dumps(environment(args.commit), indent=1))
     given, run = prepare(args.tasks, args.n, args.resume_from)
     t0 = time.time()
-    rc = synth(given, run, args.n, args.workers, args.budget_s, args.resume_from is not None, args.out / "console.log", args.device)
+    main_budget = args.budget_s - (args.extras_s if args.extras else 0)
+    rc = synth(given, run, args.n, args.workers, main_budget, args.resume_from is not None, args.out / "console.log", args.device)
     for name in ("candidates.jsonl", "report.json", "report.md"):
         if (run / name).exists():
             shutil.copy(run / name, args.out / name)
-    cal = calibrate(run / "candidates.jsonl") if (run / "candidates.jsonl").exists() else {"error": "no candidates"}
+    n_extra = 0
+    if args.extras and args.device == "cuda":
+        n_extra = time_extras(args.extras, t0 + args.budget_s, args.out / "extras.jsonl")
+    timed = (args.out / "timed.jsonl")
+    timed.write_text("".join(p.read_text() for p in (run / "candidates.jsonl", args.out / "extras.jsonl") if p.exists()))
+    cal = calibrate(timed) if timed.exists() else {"error": "no candidates"}
+    cal["n_extras_timed"] = n_extra
+    timed.unlink()
     cal.update(fitted_on=f"benchmarks/synth_h200.py, commit {args.commit}, {time.strftime('%Y-%m-%d')}", rc=rc, wall_s=round(time.time() - t0, 1))
     (args.out / "calibration.json").write_text(json.dumps(cal, indent=1))
     print(json.dumps(cal, indent=1))

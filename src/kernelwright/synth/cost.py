@@ -37,14 +37,28 @@ class Cost:
     bytes: int  # bytes read and written by non-view operators
     kernels: int  # non-view aten operators (kernels eager launches, about)
     proxy_ms: float  # the raw roofline proxy
-    max_tensor_bytes: int  # the largest tensor any operator produced
+    max_tensor_bytes: int  # the largest tensor any operator produced (or the inputs, where the caller adds them)
     out_bytes: int  # bytes of every operator's outputs, summed (a bound on the memory the forward touches)
+    parts: tuple[tuple[str, float], ...] = ()  # proxy_ms split by operator class (PART_NAMES), for the calibration
 
     def scaled(self, batch: int) -> "Cost":
         """This cost (measured at batch 1) at another batch: everything but launches scales with it."""
         work = self.proxy_ms - self.kernels * LAUNCH_MS
+        parts = tuple((k, v if k == "launch" else v * batch) for k, v in self.parts)
         return Cost(self.flops * batch, self.bytes * batch, self.kernels, work * batch + self.kernels * LAUNCH_MS,
-                    self.max_tensor_bytes * batch, self.out_bytes * batch)
+                    self.max_tensor_bytes * batch, self.out_bytes * batch, parts)
+
+
+PART_NAMES = ("conv", "matmul", "memory", "launch")
+
+
+def part_of(op_name: str) -> str:
+    """The operator class an aten operator's time is charged to."""
+    if "conv" in op_name:
+        return "conv"
+    if op_name in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear") or "attention" in op_name:
+        return "matmul"
+    return "memory"
 
 
 def measure(model: Any, values: list[Any]) -> tuple[Cost, list[Any]]:
@@ -55,6 +69,7 @@ def measure(model: Any, values: list[Any]) -> tuple[Cost, list[Any]]:
 
     counter = FlopCounterMode(display=False)
     totals = {"flops": 0, "bytes": 0, "kernels": 0, "ms": 0.0, "max": 0, "out": 0}
+    parts = dict.fromkeys(PART_NAMES, 0.0)
 
     def nbytes(value: Any) -> int:
         if isinstance(value, torch.Tensor):
@@ -74,14 +89,18 @@ def measure(model: Any, values: list[Any]) -> tuple[Cost, list[Any]]:
             totals["flops"] += flops
             totals["bytes"] += moved
             totals["kernels"] += 1
-            totals["ms"] += max(flops / FLOP_RATE, moved / BYTE_RATE) * 1e3 + LAUNCH_MS
+            work = max(flops / FLOP_RATE, moved / BYTE_RATE) * 1e3
+            totals["ms"] += work + LAUNCH_MS
+            parts[part_of(func.__name__.split(".")[0])] += work
+            parts["launch"] += LAUNCH_MS
             totals["max"] = max(totals["max"], nbytes(out) if isinstance(out, torch.Tensor) else 0)
             totals["out"] += nbytes(out)
             return out
 
     with counter, Counting(), torch.no_grad():
         out = model(*values)
-    cost = Cost(int(totals["flops"]), int(totals["bytes"]), int(totals["kernels"]), float(totals["ms"]), int(totals["max"]), int(totals["out"]))
+    cost = Cost(int(totals["flops"]), int(totals["bytes"]), int(totals["kernels"]), float(totals["ms"]), int(totals["max"]), int(totals["out"]),
+                tuple(parts.items()))
     return cost, out if isinstance(out, (list, tuple)) else [out]
 
 
@@ -101,10 +120,32 @@ def load_calibration(path: Path | None = None) -> dict[str, Any]:
     return data
 
 
-def calibrated_ms(proxy_ms: float, calibration: dict[str, Any]) -> float:
+def calibrated_ms(cost: "Cost | float", calibration: dict[str, Any]) -> float:
+    """The H200 estimate: with fitted per-class coefficients, sum(c_k * part_k); with a log-linear fit
+    (or none), exp(intercept + slope * log(raw proxy))."""
+    coefficients = calibration.get("coefficients")
+    if coefficients and isinstance(cost, Cost) and cost.parts:
+        return sum(float(coefficients.get(k, 1.0)) * v for k, v in cost.parts)
+    proxy_ms = cost.proxy_ms if isinstance(cost, Cost) else float(cost)
     if proxy_ms <= 0:
         return 0.0
-    return math.exp(calibration["intercept"] + calibration["slope"] * math.log(proxy_ms))
+    return math.exp(calibration.get("intercept", 0.0) + calibration.get("slope", 1.0) * math.log(proxy_ms))
+
+
+def fit_parts(parts: list[dict[str, float]], measured_ms: list[float]) -> dict[str, float]:
+    """Per-class coefficients c minimising the relative error of sum(c_k * part_k) against the measured
+    times (least squares on rows divided by the measured time); a class whose coefficient comes out
+    negative is dropped and the rest refitted (its coefficient is then 0)."""
+    import numpy as np
+
+    names = [k for k in PART_NAMES if any(p.get(k, 0.0) > 0 for p in parts)]
+    while names:
+        a = np.array([[p.get(k, 0.0) / m for k in names] for p, m in zip(parts, measured_ms)])
+        c, *_ = np.linalg.lstsq(a, np.ones(len(parts)), rcond=None)
+        if (c >= 0).all():
+            return {**dict.fromkeys(PART_NAMES, 0.0), **{k: float(v) for k, v in zip(names, c)}}
+        names = [k for k, v in zip(names, c) if v >= 0]
+    raise ValueError("no class of the proxy explains the measured times")
 
 
 def fit(proxy_ms: list[float], measured_ms: list[float]) -> dict[str, Any]:

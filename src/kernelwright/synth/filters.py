@@ -23,6 +23,7 @@ This module's functions run task code, so only worker processes call them, never
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -67,7 +68,8 @@ def examine(job: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     workers in parallel) or "time" (load and time the eager model alone; one GPU worker)."""
     clock = Clock()
     phase = job.get("phase", "all")
-    result: dict[str, Any] = {"index": job["index"], "phase": phase, "status": "rejected", "stage": None, "reason": "", "task": None}
+    result: dict[str, Any] = {"index": job["index"], "phase": phase, "status": "rejected", "stage": None, "reason": "", "task": None,
+                              "retry": bool(job.get("retry"))}
     if job.get("rejected"):  # the composer already failed (an LLM reply with no program)
         return dict(result, task=job.get("task"), seconds={}, **job["rejected"])
     try:
@@ -81,7 +83,8 @@ def examine(job: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
             _execute(task, job, ctx, clock)
         result["status"] = "accepted"
     except Rejected as exc:
-        result["stage"], result["reason"] = exc.stage, str(exc)[:500]
+        oom = "OutOfMemoryError" in str(exc) or "out of memory" in str(exc)  # the machine's limit, not the task's fault
+        result["stage"], result["reason"] = "error" if oom else exc.stage, str(exc)[:500]
     except Exception as exc:  # noqa: BLE001 - a failure of the machinery (out of memory, say), not a verdict on the task
         result["stage"], result["reason"] = "error", f"{type(exc).__name__}: {str(exc)[:400]}"
     result["seconds"] = {k: round(v, 4) for k, v in clock.seconds.items()}
@@ -97,8 +100,9 @@ def _sourced(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[str
     if task.get("proxy_raw_ms") is None and job.get("phase", "all") != "time":
         with clock.stage("shape"):
             cost = _meta_cost(job["source"], None)
-        task.update(proxy_raw_ms=round(cost.proxy_ms, 5), flops=cost.flops, bytes=cost.bytes, kernels=cost.kernels)
-        task["proxy_ms"] = round(_calibrated(cost.proxy_ms, ctx), 5)
+        task.update(proxy_raw_ms=round(cost.proxy_ms, 5), flops=cost.flops, bytes=cost.bytes, kernels=cost.kernels,
+                    proxy_parts={k: round(v, 6) for k, v in cost.parts})
+        task["proxy_ms"] = round(_calibrated(cost, ctx), 5)
     return task
 
 
@@ -116,35 +120,36 @@ def _composed(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[st
             "source": spec.render(batch), "check_source": spec.render(batch, "small"),
             "proxy_raw_ms": round(cost.proxy_ms, 5), "flops": cost.flops, "bytes": cost.bytes, "kernels": cost.kernels}
     task["hash"] = hashlib.sha256(task["source"].encode()).hexdigest()
-    task["proxy_ms"] = round(_calibrated(cost.proxy_ms, ctx), 5)
+    task["proxy_ms"] = round(_calibrated(cost, ctx), 5)
+    task["proxy_parts"] = {k: round(v, 6) for k, v in cost.parts}
     return task
 
 
-def _calibrated(proxy_ms: float, ctx: dict[str, Any]) -> float:
+def _calibrated(cost: Any, ctx: dict[str, Any]) -> float:
     from kernelwright.synth.cost import calibrated_ms
 
-    return calibrated_ms(proxy_ms, ctx["calibration"])
+    return calibrated_ms(cost, ctx["calibration"])
 
 
 def _size(spec: Any, job: dict[str, Any], ctx: dict[str, Any]) -> tuple[int, Any]:
-    """Batch size for a target eager time drawn log-uniformly inside the window."""
-    from kernelwright.synth.cost import LAUNCH_MS
-
+    """Batch size for a target eager time drawn log-uniformly inside the window: the smallest batch
+    whose calibrated proxy reaches the target (memory permitting)."""
     cost1 = _meta_cost(spec.render(1), (1,) + spec.out.full[1:])
     lo, hi = job["window"]
     rng = random.Random(f"kernelwright-synth:{spec.seed}:{spec.index}:size")
     target = math.exp(rng.uniform(math.log(lo * 2), math.log(hi / 3)))
-    cal = ctx["calibration"]
-    raw_target = math.exp((math.log(target) - cal["intercept"]) / cal["slope"])  # invert the calibration
-    fixed = cost1.kernels * LAUNCH_MS
-    per_sample = max(cost1.proxy_ms - fixed, 1e-9)
-    batch = max(1, min(MAX_BATCH, round((raw_target - fixed) / per_sample)))
-    if cost1.max_tensor_bytes:
-        batch = max(1, min(batch, MAX_TENSOR_BYTES // cost1.max_tensor_bytes))
-    if cost1.out_bytes * batch > MAX_OUT_BYTES or cost1.max_tensor_bytes * batch > MAX_TENSOR_BYTES:
+    if cost1.max_tensor_bytes > MAX_TENSOR_BYTES or cost1.out_bytes > MAX_OUT_BYTES:
         raise Rejected("shape", f"one sample alone needs {cost1.max_tensor_bytes / 2**30:.1f} GiB in one tensor")
-    cost = _meta_cost(spec.render(batch), (batch,) + spec.out.full[1:])
-    return batch, cost
+    top = max(1, min(MAX_BATCH, MAX_TENSOR_BYTES // max(cost1.max_tensor_bytes, 1), MAX_OUT_BYTES // max(cost1.out_bytes, 1)))
+    low, high = 1, top  # calibrated time grows with the batch: bisect for the first batch at the target
+    while low < high:
+        mid = (low + high) // 2
+        if _calibrated(cost1.scaled(mid), ctx) >= target:
+            high = mid
+        else:
+            low = mid + 1
+    cost = _meta_cost(spec.render(low), (low,) + spec.out.full[1:])
+    return low, cost
 
 
 def _meta_cost(source: str, expect: tuple[int, ...] | None) -> Any:
@@ -159,6 +164,8 @@ def _meta_cost(source: str, expect: tuple[int, ...] | None) -> Any:
             model = namespace["Model"](*namespace["get_init_inputs"]()).eval()  # as the judge builds it
             values = namespace["get_inputs"]()
         cost, outs = measure(model, values)
+        biggest_input = max((v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor)), default=0)
+        cost = dataclasses.replace(cost, max_tensor_bytes=max(cost.max_tensor_bytes, biggest_input))
     except Exception as exc:  # noqa: BLE001 - any failure is this stage's rejection
         raise Rejected("shape", f"the model fails on meta tensors: {type(exc).__name__}: {exc}") from None
     got = tuple(outs[0].shape) if outs and isinstance(outs[0], torch.Tensor) else None

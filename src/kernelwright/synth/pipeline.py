@@ -132,6 +132,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
             while not _done(state, config, limit):
                 before = (len(state.results), len(state.checked))
                 _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "check"), sink)
+                _drain(1, context, config, _retries(state, config, given, composer, "check"), sink)  # out of memory beside others: again, alone
                 _drain(1, context, config, _time_jobs(state, config), sink)  # the GPU alone for each timing
                 if (len(state.results), len(state.checked)) == before:
                     break
@@ -191,23 +192,44 @@ def _open(config: SynthConfig, out: Path) -> _State:
 
 def _jobs(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, limit: int, composer: Any,
           phase: str) -> Iterator[dict[str, Any]]:
-    """Candidates in index order, skipping those with a result. On a GPU the checking phase stops once
-    enough candidates wait for timing to likely fill the set (the timing phase then runs, and the loop
-    comes back for more if it fell short)."""
+    """Candidates in index order, skipping those with a result. On a CPU, a candidate whose worker hit
+    a machine error (out of memory) goes again first. On a GPU the checking phase stops once enough
+    candidates wait for timing to likely fill the set (the timing phase then runs, and the loop comes
+    back for more if it fell short); its machine errors are retried alone afterwards (_retries)."""
     i = 0
     while i < limit and not _done(state, config, limit):
+        if phase == "all":
+            yield from _retries(state, config, given, composer, phase)
         if phase == "check":
             missing = config.n - len(state.accepted)
             if len([k for k in state.checked if k not in state.results]) >= missing + missing // 2 + 2:
                 return
         if i not in state.results and i not in state.checked:
-            job: dict[str, Any] = {"index": i, "seed": config.seed, "window": list(config.window_ms), "weights": config.weights, "phase": phase}
-            if given is not None:
-                job.update(source=given[i]["source"], task=given[i])
-            elif composer is not None:
-                job.update(composer.job(config.seed, i, config.weights))
-            yield job
+            yield _job(i, state, config, given, composer, phase)
         i += 1
+
+
+def _job(i: int, state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, composer: Any, phase: str,
+         retry: bool = False) -> dict[str, Any]:
+    job: dict[str, Any] = {"index": i, "seed": config.seed, "window": list(config.window_ms), "weights": config.weights, "phase": phase}
+    if retry:
+        job["retry"] = True
+    earlier = (state.results.get(i) or {}).get("task") or {}
+    if given is not None:
+        job.update(source=given[i]["source"], task=given[i])
+    elif composer is not None and earlier.get("source"):
+        job.update(source=earlier["source"], task=earlier)  # a retry does not ask the model again
+    elif composer is not None:
+        job.update(composer.job(config.seed, i, config.weights))
+    return job
+
+
+def _retries(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, composer: Any, phase: str) -> Iterator[dict[str, Any]]:
+    """Candidates whose first try ended in a machine error, once more each."""
+    for i in sorted(k for k, r in state.results.items() if r.get("stage") == "error" and not r.get("retry")):
+        job = _job(i, state, config, given, composer, phase, retry=True)
+        del state.results[i]
+        yield job
 
 
 def _time_jobs(state: _State, config: SynthConfig) -> Iterator[dict[str, Any]]:
@@ -226,6 +248,8 @@ def _advance(state: _State, config: SynthConfig, limit: int) -> None:
     one kept before it."""
     while state.frontier < limit and state.frontier in state.results and len(state.accepted) < config.n:
         result = state.results[state.frontier]
+        if result.get("stage") == "error" and not result.get("retry"):
+            break  # it will be tried again; selection waits for it
         state.frontier += 1
         if result["status"] != "accepted":
             continue
@@ -278,19 +302,24 @@ def _references(specs: tuple[str, ...]) -> dict[str, list[str]]:
 
 def build_report(config: SynthConfig, state: _State, wall_s: float, export: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     considered = [state.results[i] for i in range(state.frontier) if i in state.results]
+    infra_stages = ("error", "timeout", "crash")  # the machine failed, not the task: outside the funnel
+    infra = [r for r in considered if r.get("stage") in infra_stages]
     order = [s for s in STAGES if s != "runtime"]
     order.insert(order.index("duplicate") if config.measures_runtime else order.index("contaminated"), "runtime")
     stages = []
-    entered = len(considered)
-    for stage in order + ["error", "timeout", "crash"]:
+    entered = len(considered) - len(infra)
+    for stage in order:
         failed = sum(1 for r in considered if r.get("stage") == stage)
         seconds = sum(r.get("seconds", {}).get(stage, 0.0) for r in considered)
         ran = any(stage in r.get("seconds", {}) for r in considered)
-        if not failed and (stage in ("error", "timeout", "crash") or (not ran and stage != "duplicate")):
+        if not failed and not ran and stage != "duplicate":
             continue  # a stage that never ran here (the composer's, when the sources were given)
         stages.append({"stage": stage, "entered": entered, "passed": entered - failed, "rejected": failed,
                        "acceptance": round((entered - failed) / entered, 4) if entered else None, "worker_seconds": round(seconds, 2)})
         entered -= failed
+    infrastructure = {"counts": {k: sum(1 for r in infra if r["stage"] == k) for k in infra_stages},
+                      "retried": sum(1 for r in considered if r.get("retry")),
+                      "examples": [{"index": r["index"], "stage": r["stage"], "reason": r["reason"][:200]} for r in infra[:5]]}
     hist: dict[str, int] = {}
     for t in state.accepted:
         hist[str(t["n_ops"])] = hist.get(str(t["n_ops"]), 0) + 1
@@ -301,7 +330,7 @@ def build_report(config: SynthConfig, state: _State, wall_s: float, export: dict
         "kind": KIND, "schema_version": SCHEMA_VERSION, "config": {**config.identity(), "n": config.n, "workers": config.workers},
         "provenance": _provenance(context), "wall_s": round(wall_s, 1), "n_accepted": len(state.accepted), "n_requested": config.n,
         "n_candidates": len(considered), "acceptance": round(len(state.accepted) / len(considered), 4) if considered else None,
-        "stages": stages, "n_ops_histogram": dict(sorted(hist.items())), "ops": _op_counts(state.accepted),
+        "stages": stages, "infrastructure": infrastructure, "n_ops_histogram": dict(sorted(hist.items())), "ops": _op_counts(state.accepted),
         "runtime_ms": {"source": f"measured eager on {config.device}" if config.measures_runtime else "calibrated proxy",
                        "quantiles": {q: times[min(len(times) - 1, int(q * len(times)))] for q in (0.0, 0.1, 0.5, 0.9, 1.0)} if times else {}},
         "decontamination": {"against": list(config.against), "n_references": len(context["against"]), "threshold": config.threshold,
@@ -340,6 +369,9 @@ def render_markdown(report: dict[str, Any]) -> str:
              f"- torch {prov['torch']}, commit {prov['commit']}, {prov['cpus']} CPUs, GPU {prov['gpu']}, {prov['date']}", "",
              "| stage | entered | passed | acceptance | worker seconds |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {s['stage']} | {s['entered']} | {s['passed']} | {s['acceptance']} | {s['worker_seconds']} |" for s in report["stages"]]
+    infra = report["infrastructure"]
+    lines += ["", f"Machine failures outside the funnel (tried once more, alone on a GPU; {infra['retried']} retried): {infra['counts']}"]
+    lines += [f"- {e['index']} {e['stage']}: {e['reason']}" for e in infra["examples"]]
     lines += ["", "Operators per task: " + ", ".join(f"{k}: {v}" for k, v in report["n_ops_histogram"].items()), "",
               f"Runtime ({report['runtime_ms']['source']}), quantiles in ms: {report['runtime_ms']['quantiles']}", ""]
     d = report["decontamination"]

@@ -318,3 +318,19 @@ def test_timed_phase_measures_survivors_alone(tmp_path):
     assert stage["degenerate"]["rejected"] == 1 and stage["runtime"]["entered"] == 2 and stage["compile"]["worker_seconds"] > 0
     narrow = _run(tmp_path, "narrow", n=3, source=src, window_ms=(1e4, 1e5), timed=True)
     assert narrow["n_accepted"] == 0 and {s["stage"]: s["rejected"] for s in narrow["stages"]}["runtime"] == 2
+
+
+@pytest.mark.slow
+def test_machine_errors_are_retried_once_and_kept_outside_the_funnel(tmp_path):
+    src = tmp_path / "given"
+    src.mkdir()
+    oom = HONEST.replace("return F.gelu(self.linear(x))", 'raise RuntimeError("CUDA out of memory (simulated)")')
+    tasks = [{"id": f"g{i}", "index": i, "name": f"g{i}", "ops": ["x"], "n_ops": 1, "level": 1, "source": text, "hash": str(i),
+              "seed": 0, "proxy_ms": 1.0, "proxy_raw_ms": 1.0, "measured_ms": None, "device": "cpu"}
+             for i, text in enumerate([oom, HONEST])]
+    (src / "tasks.jsonl").write_text("\n".join(json.dumps(t) for t in tasks) + "\n")
+    report = _run(tmp_path, "oom", n=2, source=src, window_ms=tuple(WIDE))
+    rows = [json.loads(line) for line in (tmp_path / "oom" / "candidates.jsonl").read_text().splitlines()]
+    assert [(r["index"], r["stage"], r["retry"]) for r in rows if r["index"] == 0] == [(0, "error", False), (0, "error", True)]
+    assert report["n_accepted"] == 1 and report["infrastructure"]["counts"]["error"] == 1 and report["infrastructure"]["retried"] == 1
+    assert report["stages"][0]["entered"] == 1  # the machine's failure is not a filter's rejection

@@ -86,11 +86,14 @@ class _State:
     keys: set[str] = field(default_factory=set)  # exact and near-duplicate keys of accepted tasks
     tokens: list[list[str]] = field(default_factory=list)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
+    first_errors: dict[int, str] = field(default_factory=dict)  # machine errors on a first try (each tried once more)
 
     def take(self, result: dict[str, Any]) -> None:
         """File one worker result: a GPU check that passed waits for its timing; anything else is final
         (a timing result carries the seconds its checks took)."""
         i = result["index"]
+        if result.get("stage") == "error" and not result.get("retry"):
+            self.first_errors[i] = result.get("reason", "")
         if result.get("phase") == "check" and result["status"] == "accepted":
             self.checked[i] = result
             return
@@ -128,6 +131,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
 
         if not config.measures_runtime:
             _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "all"), sink)
+            _drain(1, context, config, _retries(state, config, given, composer, "all"), sink)  # errors that came back last
         else:
             while not _done(state, config, limit):
                 before = (len(state.results), len(state.checked))
@@ -318,7 +322,8 @@ def build_report(config: SynthConfig, state: _State, wall_s: float, export: dict
                        "acceptance": round((entered - failed) / entered, 4) if entered else None, "worker_seconds": round(seconds, 2)})
         entered -= failed
     infrastructure = {"counts": {k: sum(1 for r in infra if r["stage"] == k) for k in infra_stages},
-                      "retried": sum(1 for r in considered if r.get("retry")),
+                      "retried": sum(1 for i in state.first_errors if i < state.frontier),
+                      "first_try_errors": [{"index": i, "reason": r[:160]} for i, r in sorted(state.first_errors.items())[:5]],
                       "examples": [{"index": r["index"], "stage": r["stage"], "reason": r["reason"][:200]} for r in infra[:5]]}
     hist: dict[str, int] = {}
     for t in state.accepted:
@@ -370,7 +375,8 @@ def render_markdown(report: dict[str, Any]) -> str:
              "| stage | entered | passed | acceptance | worker seconds |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {s['stage']} | {s['entered']} | {s['passed']} | {s['acceptance']} | {s['worker_seconds']} |" for s in report["stages"]]
     infra = report["infrastructure"]
-    lines += ["", f"Machine failures outside the funnel (tried once more, alone on a GPU; {infra['retried']} retried): {infra['counts']}"]
+    lines += ["", f"Machine errors (out of memory beside other workers, say) on a first try: {infra['retried']}, each tried once more (alone on a GPU); "
+              f"failures left after that, outside the funnel: {infra['counts']}"]
     lines += [f"- {e['index']} {e['stage']}: {e['reason']}" for e in infra["examples"]]
     lines += ["", "Operators per task: " + ", ".join(f"{k}: {v}" for k, v in report["n_ops_histogram"].items()), "",
               f"Runtime ({report['runtime_ms']['source']}), quantiles in ms: {report['runtime_ms']['quantiles']}", ""]

@@ -334,3 +334,13 @@ def test_machine_errors_are_retried_once_and_kept_outside_the_funnel(tmp_path):
     assert [(r["index"], r["stage"], r["retry"]) for r in rows if r["index"] == 0] == [(0, "error", False), (0, "error", True)]
     assert report["n_accepted"] == 1 and report["infrastructure"]["counts"]["error"] == 1 and report["infrastructure"]["retried"] == 1
     assert report["stages"][0]["entered"] == 1  # the machine's failure is not a filter's rejection
+
+
+def test_the_committed_cpu_run_is_reproduced_by_its_seed():
+    """benchmarks/results/synth_cpu_s0 holds the first tasks of `synth --n 1000 --seed 0`: the composer
+    and the batch recorded give back each source byte for byte."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "synth_cpu_s0" / "tasks.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()[:40]]
+    for row in rows:
+        spec = C.compose(row["seed"], row["index"])
+        assert spec.render(row["batch"]) == row["source"] and spec.render(row["batch"], "small") == row["check_source"], row["id"]

@@ -71,12 +71,7 @@ def measure(model: Any, values: list[Any]) -> tuple[Cost, list[Any]]:
     totals = {"flops": 0, "bytes": 0, "kernels": 0, "ms": 0.0, "max": 0, "out": 0}
     parts = dict.fromkeys(PART_NAMES, 0.0)
 
-    def nbytes(value: Any) -> int:
-        if isinstance(value, torch.Tensor):
-            return value.numel() * value.element_size()
-        if isinstance(value, (list, tuple)):
-            return sum(nbytes(v) for v in value)
-        return 0
+    from kernelwright.judge.inputs import tensor_bytes as nbytes
 
     class Counting(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol

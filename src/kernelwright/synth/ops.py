@@ -231,21 +231,26 @@ def instancenorm(rng: random.Random, act: Act, names: Names) -> Step | None:
                 (f"self.{attr} = nn.InstanceNorm{nd}d({ch}, affine=True)",), ((ch, act.feature),))
 
 
-@op("l2_normalize", start=LAYOUTS)
-def l2_normalize(rng: random.Random, act: Act, names: Names) -> Step | None:
+def _along_features(act: Act) -> int | None:
+    """The dim an operator along the channels/features acts on (None when it does not apply)."""
     if act.layout not in LAYOUTS or act.feature < 2:
         return None
-    dim = 1 if act.layout in CHANNEL_LAYOUTS else -1
-    return Step("l2_normalize", "L2Normalize", (f"x = F.normalize(x, dim={dim})",), act)
+    return 1 if act.layout in CHANNEL_LAYOUTS else -1
+
+
+@op("l2_normalize", start=LAYOUTS)
+def l2_normalize(rng: random.Random, act: Act, names: Names) -> Step | None:
+    dim = _along_features(act)
+    return None if dim is None else Step("l2_normalize", "L2Normalize", (f"x = F.normalize(x, dim={dim})",), act)
 
 
 # ---------------------------------------------------------------- softmax and friends
 
 @op("softmax", start=LAYOUTS)
 def softmax(rng: random.Random, act: Act, names: Names) -> Step | None:
-    if act.layout not in LAYOUTS or act.feature < 2:
+    dim = _along_features(act)
+    if dim is None:
         return None
-    dim = 1 if act.layout in CHANNEL_LAYOUTS else -1
     fn = rng.choice(["softmax", "log_softmax"])
     return Step(fn, "Softmax" if fn == "softmax" else "LogSoftmax", (f"x = torch.{fn}(x, dim={dim})",), act)
 
@@ -395,10 +400,8 @@ def channel_reduce(rng: random.Random, act: Act, names: Names) -> Step | None:
 
 @op("cumsum", start=LAYOUTS)
 def cumsum(rng: random.Random, act: Act, names: Names) -> Step | None:
-    if act.layout not in LAYOUTS or act.feature < 2:
-        return None
-    dim = 1 if act.layout in CHANNEL_LAYOUTS else -1
-    return Step("cumsum", "Cumsum", (f"x = torch.cumsum(x, dim={dim})",), act)
+    dim = _along_features(act)
+    return None if dim is None else Step("cumsum", "Cumsum", (f"x = torch.cumsum(x, dim={dim})",), act)
 
 
 @op("transpose", start=("seq", "ncl"))

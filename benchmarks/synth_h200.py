@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/synth_h200.py --tasks benchmarks/results/synth_cpu_s0/tasks.jsonl \
         --n 200 --workers 10 --budget-s 540 --commit SHA --out "$OUT" [--resume-from CANDIDATES.jsonl]
+    PYTHONPATH=src python3 benchmarks/synth_h200.py --seed 1 --n 100 --workers 5 --budget-s 520 --commit SHA --out "$OUT"
 
 1. Takes the first N tasks of a CPU synthesis (`tasks.jsonl`) into a fixed scratch folder.
 2. Runs `kernelwright synth --from THAT --device cuda`: at full size, workers in parallel run the
@@ -13,6 +14,11 @@
    proxy), and per-operator-class coefficients (convolutions, matrix products, memory-bound work,
    launches); Spearman's rank correlation of each with the measured times, and the per-class fit's
    two-fold cross-validated error.
+
+Without --tasks, step 2 composes a fresh set on the GPU instead (`kernelwright synth --seed S --device
+cuda`: sizing by the shipped calibration, then the same checks and timing), and the shipped
+calibration is scored out of sample on its timed tasks (`out_of_sample` in calibration.json): the
+proxy each task was sized with against the H200's measurement, and whether both put it in the window.
 
 With --extras (tasks the CPU proxy put outside the window), the budget's last --extras-s seconds time
 those too, without checks, so the calibration sees times beyond the window.
@@ -52,27 +58,32 @@ def _driver() -> str | None:
         return None
 
 
-def prepare(tasks: Path, n: int, resume_from: Path | None) -> tuple[Path, Path]:
+def prepare(tasks: Path | None, n: int, resume_from: Path | None) -> tuple[Path | None, Path]:
     given, run = SCRATCH / "given", SCRATCH / "run"
     if SCRATCH.exists() and resume_from is None:
         shutil.rmtree(SCRATCH)
-    given.mkdir(parents=True, exist_ok=True)
-    lines = tasks.read_text().splitlines()[:n]
-    (given / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    if tasks is None:
+        given = None  # a fresh set, composed on the GPU
+    else:
+        given.mkdir(parents=True, exist_ok=True)
+        lines = tasks.read_text().splitlines()[:n]
+        (given / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     if resume_from is not None:
         run.mkdir(parents=True, exist_ok=True)
         shutil.copy(resume_from, run / "candidates.jsonl")
     return given, run
 
 
-def synth(given: Path, run: Path, n: int, workers: int, budget_s: float, resume: bool, log: Path, device: str) -> int:
-    cmd = [sys.executable, "-m", "kernelwright", "synth", "--from", str(given), "--n", str(n), "--device", device,
+def synth(given: Path | None, seed: int, run: Path, n: int, workers: int, budget_s: float, resume: bool, log: Path, device: str) -> int:
+    source = ["--from", str(given)] if given is not None else ["--seed", str(seed)]
+    cmd = [sys.executable, "-m", "kernelwright", "synth", *source, "--n", str(n), "--device", device,
            "--workers", str(workers), "--out", str(run), "--timeout-s", "300"] + (["--resume"] if resume else [])
     if resume:
         # the manifest is rewritten from the same settings, so the resume check passes
         from kernelwright.synth.pipeline import KIND, SCHEMA_VERSION, SynthConfig
 
-        cfg = SynthConfig(n=n, out=run, device=device, workers=workers, source=given, timeout_s=300)
+        cfg = SynthConfig(n=n, out=run, device=device, workers=workers, source=given, seed=0 if given else seed, timeout_s=300)
         (run / "manifest.json").write_text(json.dumps({"kind": KIND, "schema_version": SCHEMA_VERSION, "identity": cfg.identity()}))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TORCHINDUCTOR_COMPILE_THREADS="1")
     with log.open("a") as f:
@@ -133,6 +144,30 @@ def calibrate(candidates: Path) -> dict:
             "measured_ms": {"min": min(measured), "median": sorted(measured)[len(measured) // 2], "max": max(measured)}}
 
 
+def out_of_sample(candidates: Path) -> dict:
+    """The shipped calibration scored on tasks it was not fitted on: the calibrated proxy each timed
+    task carries (computed by the worker with the shipped calibration.json) against the H200's time."""
+    from kernelwright.synth.cost import load_calibration, spearman
+
+    lo, hi = 1.0, 100.0
+    pairs = []
+    for line in candidates.read_text().splitlines():
+        r = json.loads(line)
+        t = r.get("task") or {}
+        if r.get("phase") == "time" and t.get("measured_ms") and t.get("proxy_ms"):
+            pairs.append((t["proxy_ms"], t["measured_ms"]))
+    if len(pairs) < 6:
+        return {"n": len(pairs), "error": "fewer than 6 tasks timed"}
+    proxy, measured = zip(*pairs)
+    rel = sorted(abs(p / m - 1) for p, m in pairs)
+    inside = [lo <= m <= hi for m in measured]
+    return {"calibration": load_calibration().get("fitted_on"), "n": len(pairs), "spearman": spearman(list(proxy), list(measured)),
+            "median_rel_error": rel[len(rel) // 2], "p90_rel_error": rel[9 * len(rel) // 10],
+            "measured_in_window": sum(inside), "proxy_in_window": sum(lo <= p <= hi for p in proxy),
+            "window_agreement": sum(1 for (p, m), i in zip(pairs, inside) if (lo <= p <= hi) == i),
+            "median_measured_over_proxy": sorted(m / p for p, m in pairs)[len(pairs) // 2]}
+
+
 def time_extras(extras: Path, deadline: float, out: Path) -> int:
     """Time tasks the CPU's proxy put outside the window (no checks; one worker, the GPU alone), so the
     calibration sees times beyond the window too; stops at the deadline. Returns how many were timed."""
@@ -160,7 +195,8 @@ def time_extras(extras: Path, deadline: float, out: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tasks", type=Path, required=True)
+    ap.add_argument("--tasks", type=Path, default=None, help="a CPU synthesis's tasks.jsonl to filter again (default: compose afresh with --seed)")
+    ap.add_argument("--seed", type=int, default=1, help="without --tasks: the seed of the set composed on the GPU")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workers", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=540)
@@ -177,7 +213,7 @@ def main() -> int:
     given, run = prepare(args.tasks, args.n, args.resume_from)
     t0 = time.time()
     main_budget = args.budget_s - (args.extras_s if args.extras else 0)
-    rc = synth(given, run, args.n, args.workers, main_budget, args.resume_from is not None, args.out / "console.log", args.device)
+    rc = synth(given, args.seed, run, args.n, args.workers, main_budget, args.resume_from is not None, args.out / "console.log", args.device)
     for name in ("candidates.jsonl", "report.json", "report.md"):
         if (run / name).exists():
             shutil.copy(run / name, args.out / name)
@@ -188,6 +224,8 @@ def main() -> int:
     timed.write_text("".join(p.read_text() for p in (run / "candidates.jsonl", args.out / "extras.jsonl") if p.exists()))
     cal = calibrate(timed) if timed.exists() else {"error": "no candidates"}
     cal["n_extras_timed"] = n_extra
+    if given is None and (run / "candidates.jsonl").exists():
+        cal["out_of_sample"] = out_of_sample(run / "candidates.jsonl")
     timed.unlink()
     cal.update(fitted_on=f"benchmarks/synth_h200.py, commit {args.commit}, {time.strftime('%Y-%m-%d')}", rc=rc, wall_s=round(time.time() - t0, 1))
     (args.out / "calibration.json").write_text(json.dumps(cal, indent=1))

@@ -126,7 +126,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
             state.take(result)
             _advance(state, config, limit)
             if progress:
-                progress({"accepted": len(state.accepted), "n": config.n, "examined": len(state.results) + len(state.checked), "frontier": state.frontier})
+                progress({"accepted": len(state.accepted), "n": config.n, "examined": len(state.results.keys() | state.checked.keys()), "frontier": state.frontier})
             return _done(state, config, limit)
 
         if not config.measures_runtime:

@@ -81,6 +81,18 @@ def similarity(a: str | list[str], b: str | list[str]) -> float:
     return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
 
 
+def bounded_ratio(ta: list[str], tb: list[str], threshold: float) -> float | None:
+    """The ratio of two token streams, or None where a cheap upper bound (the lengths, then the token
+    multisets) already keeps it under the threshold."""
+    n, m = len(ta), len(tb)
+    if n + m == 0 or 2 * min(n, m) / (n + m) < threshold:
+        return None
+    sm = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+    if sm.real_quick_ratio() < threshold or sm.quick_ratio() < threshold:
+        return None
+    return sm.ratio()
+
+
 @dataclass(frozen=True)
 class Pair:
     """Two programs at or above the threshold."""
@@ -109,15 +121,7 @@ def similar_pairs(named: dict[str, str], threshold: float = THRESHOLD, against: 
         lookup = {**other, **{("\0" + k): v for k, v in toks.items()}}
     found = []
     for x, y in pairs:
-        ta = toks[x]
-        tb = lookup[y] if other is not None else toks[y]
-        n, m = len(ta), len(tb)
-        if n + m == 0 or 2 * min(n, m) / (n + m) < threshold:
-            continue
-        sm = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-        if sm.real_quick_ratio() < threshold or sm.quick_ratio() < threshold:
-            continue
-        r = sm.ratio()
-        if r >= threshold:
+        r = bounded_ratio(toks[x], lookup[y] if other is not None else toks[y], threshold)
+        if r is not None and r >= threshold:
             found.append(Pair(x, y, r))
     return sorted(found, key=lambda p: -p.similarity)

@@ -24,6 +24,14 @@ def _weights(text: str | None) -> dict[int, float] | None:
         raise UsageError(f"--op-weights takes COUNT:WEIGHT pairs separated by commas, got {text!r}") from None
 
 
+GPU_WORKERS = 4  # checking workers sharing one GPU: the H200 run lost a third of 200 tasks to out-of-memory at 5 (each retried alone)
+
+
+def default_workers(device: str) -> int:
+    cpus = max(1, os.cpu_count() or 1)
+    return min(cpus, GPU_WORKERS) if device == "cuda" else cpus
+
+
 def synth_cmd(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -36,7 +44,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
     try:
         device = resolve_device(args.device)
         config = SynthConfig(n=args.n, out=Path(args.out or f"synth-s{args.seed}"), seed=args.seed, device=device,
-                             workers=args.workers or max(1, os.cpu_count() or 1), window_ms=tuple(args.window_ms),
+                             workers=args.workers or default_workers(device), window_ms=tuple(args.window_ms),
                              against=tuple(args.against or ['builtin']), threshold=args.threshold, dedup_threshold=args.dedup_threshold,
                              weights=_weights(args.op_weights), backend=args.compile_backend, timeout_s=args.timeout_s,
                              max_candidates=args.max_candidates, source=Path(args.source) if args.source else None,
@@ -90,7 +98,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--out", default=None, help="the run's folder (default synth-sSEED)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="auto", help="auto, cpu (small-scale checks, runtime proxy) or cuda (full size, inductor, measured eager time)")
-    s.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU core)")
+    s.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU core; at most 4 on a GPU, which they share)")
     s.add_argument("--window-ms", type=float, nargs=2, default=[1.0, 100.0], metavar=("LOW", "HIGH"), help="eager runtime window on the H200 (default 1 100)")
     s.add_argument("--against", action="append", default=None, help="suite (builtin, kernelbench:PATH) or folder to decontaminate against; repeatable (default builtin)")
     s.add_argument("--threshold", type=float, default=0.9, help="AST similarity that counts as contamination (default 0.9)")

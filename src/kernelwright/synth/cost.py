@@ -41,13 +41,6 @@ class Cost:
     out_bytes: int  # bytes of every operator's outputs, summed (a bound on the memory the forward touches)
     parts: tuple[tuple[str, float], ...] = ()  # proxy_ms split by operator class (PART_NAMES), for the calibration
 
-    def scaled(self, batch: int) -> "Cost":
-        """This cost (measured at batch 1) at another batch: everything but launches scales with it."""
-        work = self.proxy_ms - self.kernels * LAUNCH_MS
-        parts = tuple((k, v if k == "launch" else v * batch) for k, v in self.parts)
-        return Cost(self.flops * batch, self.bytes * batch, self.kernels, work * batch + self.kernels * LAUNCH_MS,
-                    self.max_tensor_bytes * batch, self.out_bytes * batch, parts)
-
 
 PART_NAMES = ("conv", "matmul", "memory", "launch")
 

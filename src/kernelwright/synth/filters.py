@@ -97,9 +97,12 @@ def _sourced(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[str
     task = {k: v for k, v in (job.get("task") or {}).items() if k != "file"}
     task["source"] = job["source"]
     task.setdefault("hash", hashlib.sha256(job["source"].encode()).hexdigest())
-    if task.get("proxy_raw_ms") is None and job.get("phase", "all") != "time":
-        with clock.stage("shape"):
-            cost = _meta_cost(job["source"], None)
+    if job.get("phase", "all") == "time":
+        return task
+    with clock.stage("shape"):
+        cost = _meta_cost(job["source"], None)
+        _within_memory(cost)
+    if task.get("proxy_raw_ms") is None:
         task.update(proxy_raw_ms=round(cost.proxy_ms, 5), flops=cost.flops, bytes=cost.bytes, kernels=cost.kernels,
                     proxy_parts={k: round(v, 6) for k, v in cost.parts})
         task["proxy_ms"] = round(_calibrated(cost, ctx), 5)
@@ -131,24 +134,50 @@ def _calibrated(cost: Any, ctx: dict[str, Any]) -> float:
     return calibrated_ms(cost, ctx["calibration"])
 
 
+def _within_memory(cost: Any) -> None:
+    if cost.max_tensor_bytes > MAX_TENSOR_BYTES:
+        raise Rejected("shape", f"a tensor of {cost.max_tensor_bytes / 2**30:.1f} GiB exceeds the cap of {MAX_TENSOR_BYTES / 2**30:g} GiB")
+    if cost.out_bytes > MAX_OUT_BYTES:
+        raise Rejected("shape", f"the operators' outputs take {cost.out_bytes / 2**30:.1f} GiB, over the cap of {MAX_OUT_BYTES / 2**30:g} GiB")
+
+
+def size_target(seed: int, index: int, window: tuple[float, float] | list[float]) -> float:
+    """The eager time candidate (seed, index) is sized for: log-uniform in [2 low, high / 3]."""
+    lo, hi = window
+    rng = random.Random(f"kernelwright-synth:{seed}:{index}:size")
+    return math.exp(rng.uniform(math.log(lo * 2), math.log(hi / 3)))
+
+
+def max_batch(cost1: Any) -> int:
+    """The largest batch the caps allow, from the cost at batch 1 (activations grow linearly with it)."""
+    return max(1, min(MAX_BATCH, MAX_TENSOR_BYTES // max(cost1.max_tensor_bytes, 1), MAX_OUT_BYTES // max(cost1.out_bytes, 1)))
+
+
 def _size(spec: Any, job: dict[str, Any], ctx: dict[str, Any]) -> tuple[int, Any]:
     """Batch size for a target eager time drawn log-uniformly inside the window: the smallest batch
-    whose calibrated proxy reaches the target (memory permitting)."""
+    whose calibrated proxy, measured on meta tensors at that batch, reaches the target (memory
+    permitting). Each step of the bisection is a meta run of its own (a few ms), since weights and
+    launches do not grow with the batch and GEMMs turn from memory- to compute-bound as it grows."""
     cost1 = _meta_cost(spec.render(1), (1,) + spec.out.full[1:])
-    lo, hi = job["window"]
-    rng = random.Random(f"kernelwright-synth:{spec.seed}:{spec.index}:size")
-    target = math.exp(rng.uniform(math.log(lo * 2), math.log(hi / 3)))
-    if cost1.max_tensor_bytes > MAX_TENSOR_BYTES or cost1.out_bytes > MAX_OUT_BYTES:
-        raise Rejected("shape", f"one sample alone needs {cost1.max_tensor_bytes / 2**30:.1f} GiB in one tensor")
-    top = max(1, min(MAX_BATCH, MAX_TENSOR_BYTES // max(cost1.max_tensor_bytes, 1), MAX_OUT_BYTES // max(cost1.out_bytes, 1)))
+    target = size_target(spec.seed, spec.index, job["window"])
+    _within_memory(cost1)
+    top = max_batch(cost1)
+    costs = {1: cost1}
+
+    def at(batch: int) -> Any:
+        if batch not in costs:
+            costs[batch] = _meta_cost(spec.render(batch), (batch,) + spec.out.full[1:])
+        return costs[batch]
+
     low, high = 1, top  # calibrated time grows with the batch: bisect for the first batch at the target
     while low < high:
         mid = (low + high) // 2
-        if _calibrated(cost1.scaled(mid), ctx) >= target:
+        if _calibrated(at(mid), ctx) >= target:
             high = mid
         else:
             low = mid + 1
-    cost = _meta_cost(spec.render(low), (low,) + spec.out.full[1:])
+    cost = at(low)
+    _within_memory(cost)
     return low, cost
 
 
@@ -192,20 +221,14 @@ def _execute(task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], clo
 
 
 def _decontaminate(task: dict[str, Any], ctx: dict[str, Any]) -> None:
-    import difflib
-
-    from kernelwright.problems.similarity import tokens
+    from kernelwright.problems.similarity import bounded_ratio, tokens
 
     mine = tokens(task["source"])
     best, matches = None, []
     for name, theirs in ctx["against"].items():
-        n, m = len(mine), len(theirs)
-        if 2 * min(n, m) / (n + m) < ctx["threshold"]:
-            continue  # the lengths alone keep the ratio under the threshold
-        sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
-        if sm.quick_ratio() < ctx["threshold"]:
-            continue  # so does the token multiset (an upper bound of the ratio)
-        r = sm.ratio()
+        r = bounded_ratio(mine, theirs, ctx["threshold"])
+        if r is None:
+            continue  # the lengths or the token multisets alone keep it under the threshold
         best = max(best or (name, r), (name, r), key=lambda p: p[1])
         if r >= ctx["threshold"]:
             matches.append({"reference": name, "similarity": round(r, 4)})

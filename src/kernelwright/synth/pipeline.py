@@ -71,8 +71,16 @@ class SynthConfig:
         return self.backend or ("inductor" if self.device == "cuda" else "aot_eager")
 
     def identity(self) -> dict[str, Any]:
-        """What must match for a resume: everything that changes which tasks come out."""
-        return {"seed": self.seed, "device": self.device, "window_ms": list(self.window_ms), "against": list(self.against),
+        """What must match for a resume: everything that changes which tasks come out (torch's version
+        too, since the registry's functionals are introspected from it, and the calibration that sizes them)."""
+        import hashlib
+
+        import torch
+
+        from kernelwright.synth.cost import CALIBRATION
+
+        calibration = hashlib.sha256(CALIBRATION.read_bytes()).hexdigest()[:16] if CALIBRATION.exists() else None
+        return {"seed": self.seed, "torch": torch.__version__, "calibration": calibration, "device": self.device, "window_ms": list(self.window_ms), "against": list(self.against),
                 "threshold": self.threshold, "dedup_threshold": self.dedup_threshold, "weights": self.weights, "timed": self.measures_runtime,
                 "backend": self.compile_backend, "source": str(self.source) if self.source else None, "composer": self.composer}
 
@@ -83,15 +91,17 @@ class _State:
     checked: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU: passed the checks, waiting to be timed
     accepted: list[dict[str, Any]] = field(default_factory=list)
     frontier: int = 0  # indices below it went through selection
-    keys: set[str] = field(default_factory=set)  # exact and near-duplicate keys of accepted tasks
+    keys: dict[str, str] = field(default_factory=dict)  # token stream of each accepted task -> its id
     tokens: list[list[str]] = field(default_factory=list)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
     first_errors: dict[int, str] = field(default_factory=dict)  # machine errors on a first try (each tried once more)
+    retrying: set[int] = field(default_factory=set)  # handed out again, no result back yet
 
     def take(self, result: dict[str, Any]) -> None:
         """File one worker result: a GPU check that passed waits for its timing; anything else is final
         (a timing result carries the seconds its checks took)."""
         i = result["index"]
+        self.retrying.discard(i)
         if result.get("stage") == "error" and not result.get("retry"):
             self.first_errors[i] = result.get("reason", "")
         if result.get("phase") == "check" and result["status"] == "accepted":
@@ -208,7 +218,7 @@ def _jobs(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None
             missing = config.n - len(state.accepted)
             if len([k for k in state.checked if k not in state.results]) >= missing + missing // 2 + 2:
                 return
-        if i not in state.results and i not in state.checked:
+        if i not in state.results and i not in state.checked and i not in state.retrying:
             yield _job(i, state, config, given, composer, phase)
         i += 1
 
@@ -229,18 +239,25 @@ def _job(i: int, state: _State, config: SynthConfig, given: list[dict[str, Any]]
 
 
 def _retries(state: _State, config: SynthConfig, given: list[dict[str, Any]] | None, composer: Any, phase: str) -> Iterator[dict[str, Any]]:
-    """Candidates whose first try ended in a machine error, once more each."""
+    """Candidates whose first try ended in a machine error, once more each: a timing that failed is
+    timed again (its checks passed), anything else goes through its checks again."""
     for i in sorted(k for k, r in state.results.items() if r.get("stage") == "error" and not r.get("retry")):
-        job = _job(i, state, config, given, composer, phase, retry=True)
+        timing = state.results[i].get("phase") == "time" and i in state.checked
+        job = dict(_time_job(i, state, config), retry=True) if timing else _job(i, state, config, given, composer, phase, retry=True)
         del state.results[i]
+        state.retrying.add(i)
         yield job
+
+
+def _time_job(i: int, state: _State, config: SynthConfig) -> dict[str, Any]:
+    task = state.checked[i]["task"]
+    return {"index": i, "seed": config.seed, "window": list(config.window_ms), "phase": "time", "source": task["source"], "task": task}
 
 
 def _time_jobs(state: _State, config: SynthConfig) -> Iterator[dict[str, Any]]:
     for i in sorted(state.checked):
-        if i not in state.results:
-            task = state.checked[i]["task"]
-            yield {"index": i, "seed": config.seed, "window": list(config.window_ms), "phase": "time", "source": task["source"], "task": task}
+        if i not in state.results and i not in state.retrying:
+            yield _time_job(i, state, config)
 
 
 def _done(state: _State, config: SynthConfig, limit: int) -> bool:
@@ -266,19 +283,21 @@ def _advance(state: _State, config: SynthConfig, limit: int) -> None:
 
 
 def _duplicate_of(state: _State, task: dict[str, Any], threshold: float) -> str | None:
-    from kernelwright.problems.similarity import similarity, tokens
+    """The id of an accepted task this one duplicates: the same token stream (the program up to names,
+    numbers and docstrings; exact copies included), or, under a threshold below 1, a similarity at or
+    above it. None keeps the task (and records its tokens)."""
+    from kernelwright.problems.similarity import bounded_ratio, tokens
 
     toks = tokens(task["source"])
-    exact, near = "exact:" + task["hash"], "near:" + "\x1f".join(toks)
-    for key in (exact, near if threshold >= 1.0 else None):
-        if key and key in state.keys:
-            return next((t["id"] for t in state.accepted if (key == exact and t["hash"] == task["hash"])
-                         or (key == near and "near:" + "\x1f".join(tokens(t["source"])) == near)), "an earlier task")
+    key = "\x1f".join(toks)
+    if key in state.keys:
+        return state.keys[key]
     if threshold < 1.0:
         for other, theirs in zip(state.accepted, state.tokens):
-            if similarity(toks, theirs) >= threshold:
+            r = bounded_ratio(toks, theirs, threshold)
+            if r is not None and r >= threshold:
                 return other["id"]
-    state.keys.update({exact, near})
+    state.keys[key] = task["id"]
     state.tokens.append(toks)
     return None
 

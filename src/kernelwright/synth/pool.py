@@ -18,6 +18,8 @@ from typing import Any, Iterator
 def _worker_main(conn: Connection, context: dict[str, Any]) -> None:
     import os
 
+    # each worker compiles on its own: a pool of inductor compile processes per worker would crowd the cores
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
     from kernelwright.synth.filters import examine
@@ -99,7 +101,8 @@ class Pool:
         w.process.kill()
         w.process.join(5)
         self._workers[i] = self._spawn()
-        return {"index": job.get("index"), "status": "rejected", "stage": stage, "reason": reason, "task": job.get("task"), "seconds": {}}
+        return {"index": job.get("index"), "phase": job.get("phase", "all"), "status": "rejected", "stage": stage, "reason": reason,
+                "task": job.get("task"), "retry": bool(job.get("retry")), "seconds": {}}
 
     def close(self) -> None:
         for w in self._workers:

@@ -96,28 +96,40 @@ def synth(given: Path | None, seed: int, run: Path, n: int, workers: int, budget
             return 124
 
 
-def _with_parts(parts: dict):
-    from kernelwright.synth.cost import Cost
+def timed_tasks(paths: list[Path]) -> list[dict]:
+    """The tasks an H200 timed, from candidates.jsonl / extras.jsonl files (a line cut short is skipped)."""
+    timed = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            t = r.get("task") or {}
+            if r.get("phase") == "time" and t.get("measured_ms") and t.get("proxy_raw_ms"):
+                timed.append(t)
+    return timed
 
-    return Cost(0, 0, 0, sum(parts.values()), 0, 0, tuple(parts.items()))
+
+def _scored(coef: dict, parts: list[dict], measured: list[float]) -> dict:
+    from kernelwright.synth.cost import spearman
+
+    window = (1.0, 100.0)
+    pred = [sum(coef[k] * p.get(k, 0.0) for k in coef) for p in parts]
+    rel = sorted(abs(q / m - 1) for q, m in zip(pred, measured))
+    agree = sum(1 for q, m in zip(pred, measured) if (window[0] <= q <= window[1]) == (window[0] <= m <= window[1]))
+    return {"n": len(parts), "spearman": spearman(pred, measured), "median_rel_error": rel[len(rel) // 2],
+            "p90_rel_error": rel[9 * len(rel) // 10], "window_agreement": agree}
 
 
-def calibrate(candidates: Path) -> dict:
+def calibrate(timed: list[dict], holdout: list[dict] | None = None) -> dict:
     """Both calibrations over the timed tasks: log-linear on the raw proxy, and per operator class
-    (cost.fit_parts, classes recomputed on meta tensors here), each with its rank correlation, and the
-    per-class fit's two-fold cross-validated error (fitted on one half, scored on the other)."""
-    from kernelwright.synth.cost import calibrated_ms, fit, fit_parts, spearman
+    (cost.fit_parts, classes recomputed on meta tensors here, so a new class split refits old
+    measurements), each with its rank correlation; the per-class fit's two-fold cross-validated
+    error (fitted on one half, scored on the other) and, with `holdout`, its score on those tasks."""
+    from kernelwright.synth.cost import fit, fit_parts, spearman
     from kernelwright.synth.filters import _meta_cost
 
-    timed = []
-    for line in candidates.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        t = r.get("task") or {}
-        if r.get("phase") == "time" and t.get("measured_ms") and t.get("proxy_raw_ms"):
-            timed.append(t)
     if len(timed) < 6:
         return {"n": len(timed), "error": "fewer than 6 tasks timed"}
     raw = [t["proxy_raw_ms"] for t in timed]
@@ -125,23 +137,17 @@ def calibrate(candidates: Path) -> dict:
     parts = [dict(_meta_cost(t["source"], None).parts) for t in timed]
     loglin = fit(raw, measured)
     coefficients = fit_parts(parts, measured)
-
-    def scored(coef: dict, idx: list[int]) -> dict:
-        pred = [sum(coef[k] * parts[i].get(k, 0.0) for k in coef) for i in idx]
-        rel = sorted(abs(p / measured[i] - 1) for p, i in zip(pred, idx))
-        return {"spearman": spearman(pred, [measured[i] for i in idx]), "median_rel_error": rel[len(rel) // 2],
-                "p90_rel_error": rel[9 * len(rel) // 10]}
-
     even, odd = list(range(0, len(timed), 2)), list(range(1, len(timed), 2))
-    cv = [scored(fit_parts([parts[i] for i in a], [measured[i] for i in a]), b) for a, b in ((even, odd), (odd, even))]
-    window = [1.0, 100.0]
-    predicted = [calibrated_ms(_with_parts(p), {"coefficients": coefficients}) for p in parts]
-    agree = sum(1 for m, p in zip(measured, predicted) if (window[0] <= m <= window[1]) == (window[0] <= p <= window[1]))
-    return {"intercept": loglin["intercept"], "slope": loglin["slope"], "loglinear": loglin, "coefficients": coefficients,
-            "per_class_in_sample": scored(coefficients, list(range(len(timed)))), "per_class_two_fold": cv,
-            "spearman_raw_proxy": spearman(raw, measured), "spearman_cpu_proxy": spearman([t["proxy_ms"] for t in timed], measured),
-            "n_timed": len(timed), "in_window": sum(1 for m in measured if window[0] <= m <= window[1]), "window_agreement": agree,
-            "measured_ms": {"min": min(measured), "median": sorted(measured)[len(measured) // 2], "max": max(measured)}}
+    cv = [_scored(fit_parts([parts[i] for i in a], [measured[i] for i in a]), [parts[i] for i in b], [measured[i] for i in b])
+          for a, b in ((even, odd), (odd, even))]
+    out = {"intercept": loglin["intercept"], "slope": loglin["slope"], "loglinear": loglin, "coefficients": coefficients,
+           "per_class_in_sample": _scored(coefficients, parts, measured), "per_class_two_fold": cv,
+           "spearman_raw_proxy": spearman(raw, measured), "spearman_cpu_proxy": spearman([t["proxy_ms"] for t in timed], measured),
+           "n_timed": len(timed), "in_window": sum(1 for m in measured if 1.0 <= m <= 100.0),
+           "measured_ms": {"min": min(measured), "median": sorted(measured)[len(measured) // 2], "max": max(measured)}}
+    if holdout:
+        out["holdout"] = _scored(coefficients, [dict(_meta_cost(t["source"], None).parts) for t in holdout], [t["measured_ms"] for t in holdout])
+    return out
 
 
 def out_of_sample(candidates: Path) -> dict:
@@ -220,13 +226,10 @@ def main() -> int:
     n_extra = 0
     if args.extras and args.device == "cuda":
         n_extra = time_extras(args.extras, t0 + args.budget_s, args.out / "extras.jsonl")
-    timed = (args.out / "timed.jsonl")
-    timed.write_text("".join(p.read_text() for p in (run / "candidates.jsonl", args.out / "extras.jsonl") if p.exists()))
-    cal = calibrate(timed) if timed.exists() else {"error": "no candidates"}
+    cal = calibrate(timed_tasks([p for p in (run / "candidates.jsonl", args.out / "extras.jsonl") if p.exists()]))
     cal["n_extras_timed"] = n_extra
     if given is None and (run / "candidates.jsonl").exists():
         cal["out_of_sample"] = out_of_sample(run / "candidates.jsonl")
-    timed.unlink()
     cal.update(fitted_on=f"benchmarks/synth_h200.py, commit {args.commit}, {time.strftime('%Y-%m-%d')}", rc=rc, wall_s=round(time.time() - t0, 1))
     (args.out / "calibration.json").write_text(json.dumps(cal, indent=1))
     print(json.dumps(cal, indent=1))

@@ -145,6 +145,16 @@ def test_proxy_counts_flops_and_bytes_of_a_linear():
     assert cost.kernels >= 1 and cost.proxy_ms > 0 and outs[0].shape == (64, 128)
 
 
+def test_transposed_3d_convolutions_have_a_class_of_their_own():
+    with torch.device("meta"):
+        x = torch.randn(2, 4, 6, 6, 6)
+        deconv, conv, deconv2d = nn.ConvTranspose3d(4, 8, 3), nn.Conv3d(4, 8, 3), nn.ConvTranspose2d(4, 8, 3)
+    parts = lambda model, inp: {k: v for k, v in measure(model, [inp])[0].parts if v > 0}  # noqa: E731
+    assert "deconv3d" in parts(deconv, x) and "conv" not in parts(deconv, x)
+    assert "conv" in parts(conv, x) and "deconv3d" not in parts(conv, x)
+    assert "conv" in parts(deconv2d, x[:, :, 0]) and "deconv3d" not in parts(deconv2d, x[:, :, 0])
+
+
 def test_sizing_meets_the_target_at_the_chosen_batch():
     """The batch is the smallest whose calibrated proxy, measured at that batch, reaches the target
     (weights and launches do not grow with the batch, so a cost at batch 1 scaled up misjudges it)."""

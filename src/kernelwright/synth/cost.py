@@ -42,13 +42,16 @@ class Cost:
     parts: tuple[tuple[str, float], ...] = ()  # proxy_ms split by operator class (PART_NAMES), for the calibration
 
 
-PART_NAMES = ("conv", "matmul", "memory", "launch")
+PART_NAMES = ("conv", "deconv3d", "matmul", "memory", "launch")
 
 
-def part_of(op_name: str) -> str:
-    """The operator class an aten operator's time is charged to."""
+def part_of(op_name: str, args: tuple = ()) -> str:
+    """The operator class an aten operator's time is charged to. Transposed 3-D convolutions have a
+    class of their own: eager runs them about 9 times slower than their roofline on the H200, against
+    about 2.5 times for other convolutions (benchmarks/results/synth_h200.md)."""
     if "conv" in op_name:
-        return "conv"
+        transposed = len(args) > 6 and args[6] is True  # aten.convolution(input, weight, bias, stride, padding, dilation, transposed, ...)
+        return "deconv3d" if transposed and getattr(args[1], "dim", lambda: 0)() == 5 else "conv"
     if op_name in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear") or "attention" in op_name:
         return "matmul"
     return "memory"
@@ -79,7 +82,7 @@ def measure(model: Any, values: list[Any]) -> tuple[Cost, list[Any]]:
             totals["kernels"] += 1
             work = max(flops / FLOP_RATE, moved / BYTE_RATE) * 1e3
             totals["ms"] += work + LAUNCH_MS
-            parts[part_of(func.__name__.split(".")[0])] += work
+            parts[part_of(func.__name__.split(".")[0], args)] += work
             parts["launch"] += LAUNCH_MS
             totals["max"] = max(totals["max"], nbytes(out) if isinstance(out, torch.Tensor) else 0)
             totals["out"] += nbytes(out)

@@ -148,7 +148,7 @@ def test_proxy_counts_flops_and_bytes_of_a_linear():
 def test_transposed_3d_convolutions_have_a_class_of_their_own():
     with torch.device("meta"):
         x = torch.randn(2, 4, 6, 6, 6)
-        deconv, conv, deconv2d = nn.ConvTranspose3d(4, 8, 3), nn.Conv3d(4, 8, 3), nn.ConvTranspose2d(4, 8, 3)
+        deconv, conv, deconv2d = torch.nn.ConvTranspose3d(4, 8, 3), torch.nn.Conv3d(4, 8, 3), torch.nn.ConvTranspose2d(4, 8, 3)
     parts = lambda model, inp: {k: v for k, v in measure(model, [inp])[0].parts if v > 0}  # noqa: E731
     assert "deconv3d" in parts(deconv, x) and "conv" not in parts(deconv, x)
     assert "conv" in parts(conv, x) and "deconv3d" not in parts(conv, x)

@@ -75,7 +75,8 @@ def prepare(tasks: Path | None, n: int, resume_from: Path | None) -> tuple[Path 
     return given, run
 
 
-def synth(given: Path | None, seed: int, run: Path, n: int, workers: int, budget_s: float, resume: bool, log: Path, device: str) -> int:
+def synth(given: Path | None, seed: int, run: Path, n: int, workers: int, budget_s: float, resume: bool, log: Path, device: str,
+          commit: str) -> int:
     source = ["--from", str(given)] if given is not None else ["--seed", str(seed)]
     cmd = [sys.executable, "-m", "kernelwright", "synth", *source, "--n", str(n), "--device", device,
            "--workers", str(workers), "--out", str(run), "--timeout-s", "300"] + (["--resume"] if resume else [])
@@ -85,7 +86,8 @@ def synth(given: Path | None, seed: int, run: Path, n: int, workers: int, budget
 
         cfg = SynthConfig(n=n, out=run, device=device, workers=workers, source=given, seed=0 if given else seed, timeout_s=300)
         (run / "manifest.json").write_text(json.dumps({"kind": KIND, "schema_version": SCHEMA_VERSION, "identity": cfg.identity()}))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TORCHINDUCTOR_COMPILE_THREADS="1")
+    # the machine's .git may be older than the tree it holds: the report names the commit given
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TORCHINDUCTOR_COMPILE_THREADS="1", KERNELWRIGHT_COMMIT=commit)
     with log.open("a") as f:
         f.write(f"$ {' '.join(cmd)}\n")
         f.flush()
@@ -219,7 +221,8 @@ def main() -> int:
     given, run = prepare(args.tasks, args.n, args.resume_from)
     t0 = time.time()
     main_budget = args.budget_s - (args.extras_s if args.extras else 0)
-    rc = synth(given, args.seed, run, args.n, args.workers, main_budget, args.resume_from is not None, args.out / "console.log", args.device)
+    rc = synth(given, args.seed, run, args.n, args.workers, main_budget, args.resume_from is not None, args.out / "console.log", args.device,
+               args.commit)
     for name in ("candidates.jsonl", "report.json", "report.md"):
         if (run / name).exists():
             shutil.copy(run / name, args.out / name)

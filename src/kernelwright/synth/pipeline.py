@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -374,11 +373,9 @@ def _op_counts(tasks: list[dict[str, Any]]) -> dict[str, int]:
 def _provenance(context: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=Path(__file__).parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    from kernelwright.report.bench import _commit  # $KERNELWRIGHT_COMMIT, else the checkout's (-dirty with local changes)
+
+    commit = _commit()
     gpu = torch.cuda.get_device_name() if context["device"] == "cuda" and torch.cuda.is_available() else None
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(), "gpu": gpu,

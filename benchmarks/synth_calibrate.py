@@ -47,6 +47,11 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.json").write_text(json.dumps(report, indent=1))
     if args.ship:
+        from kernelwright.synth.cost import PART_NAMES
+
+        unpriced = [k for k in PART_NAMES if not everything["coefficients"].get(k)]
+        if unpriced:
+            raise SystemExit(f"not shipped: the fit gives no coefficient to {unpriced} (no task has them, or least squares dropped them)")
         cv = everything["per_class_two_fold"]
         shipped = {"intercept": everything["intercept"], "slope": everything["slope"], "coefficients": everything["coefficients"],
                    "fitted_on": f"H200 eager times of {everything['n_timed']} synthesised tasks ({', '.join(str(p) for p in args.timed + args.holdout)}), "

@@ -114,10 +114,10 @@ def timed_tasks(paths: list[Path]) -> list[dict]:
 
 
 def _scored(coef: dict, parts: list[dict], measured: list[float]) -> dict:
-    from kernelwright.synth.cost import spearman
+    from kernelwright.synth.cost import coefficient, spearman
 
     window = (1.0, 100.0)
-    pred = [sum(coef[k] * p.get(k, 0.0) for k in coef) for p in parts]
+    pred = [sum(coefficient(coef, k) * v for k, v in p.items()) for p in parts]
     rel = sorted(abs(q / m - 1) for q, m in zip(pred, measured))
     agree = sum(1 for q, m in zip(pred, measured) if (window[0] <= q <= window[1]) == (window[0] <= m <= window[1]))
     return {"n": len(parts), "spearman": spearman(pred, measured), "median_rel_error": rel[len(rel) // 2],
@@ -158,12 +158,7 @@ def out_of_sample(candidates: Path) -> dict:
     from kernelwright.synth.cost import load_calibration, spearman
 
     lo, hi = 1.0, 100.0
-    pairs = []
-    for line in candidates.read_text().splitlines():
-        r = json.loads(line)
-        t = r.get("task") or {}
-        if r.get("phase") == "time" and t.get("measured_ms") and t.get("proxy_ms"):
-            pairs.append((t["proxy_ms"], t["measured_ms"]))
+    pairs = [(t["proxy_ms"], t["measured_ms"]) for t in timed_tasks([candidates]) if t.get("proxy_ms")]
     if len(pairs) < 6:
         return {"n": len(pairs), "error": "fewer than 6 tasks timed"}
     proxy, measured = zip(*pairs)

@@ -445,6 +445,32 @@ def test_a_resumed_machine_error_is_tried_once_more_not_twice(tmp_path):
     assert report["n_accepted"] == 2 and report["infrastructure"]["counts"]["error"] == 1
 
 
+@pytest.mark.slow
+def test_a_resumed_check_retry_that_passed_is_not_checked_again(tmp_path):
+    """GPU phases (on the CPU's host clock): a run stopped after a check's retry passed and before its
+    timing resumes with the timing, not a third check."""
+    src = _given(tmp_path, [HONEST, HONEST.replace("F.gelu", "F.silu")])
+    kw = dict(n=2, source=src, window_ms=tuple(WIDE), timed=True, dedup_threshold=0.999999)
+    _run(tmp_path, "gpu-cut", **kw)
+    log = tmp_path / "gpu-cut" / "candidates.jsonl"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    check = next(r for r in rows if r["index"] == 0 and r["phase"] == "check")
+    error = dict(check, status="rejected", stage="error", reason="OutOfMemoryError: simulated", retry=False)
+    log.write_text("".join(json.dumps(r) + "\n" for r in (error, dict(check, retry=True))))  # stopped before any timing
+    report = _run(tmp_path, "gpu-cut", resume=True, **kw)
+    after = [(r["phase"], r["stage"], r["retry"]) for r in map(json.loads, log.read_text().splitlines()) if r["index"] == 0]
+    assert after == [("check", "error", False), ("check", None, True), ("time", None, False)], after
+    assert report["n_accepted"] == 2
+
+
+def test_a_calibration_without_a_class_prices_it_as_the_class_it_came_from():
+    from kernelwright.synth.cost import Cost, calibrated_ms, fit_parts
+
+    cost = Cost(0, 0, 1, 3.0, 0, 0, (("conv", 1.0), ("deconv3d", 2.0)))
+    assert calibrated_ms(cost, {"coefficients": {"conv": 1.5}}) == pytest.approx(1.5 + 3.0)  # an older file: deconv3d was conv
+    assert "deconv3d" not in fit_parts([{"conv": 1.0, "memory": 0.5}, {"conv": 2.0, "memory": 0.2}], [2.0, 3.0])
+
+
 def test_the_resume_identity_names_torch_and_the_calibration(tmp_path):
     from kernelwright.synth.cost import CALIBRATION
 
@@ -458,6 +484,8 @@ def test_a_given_source_is_held_to_the_memory_caps():
     huge = HONEST.replace("batch_size = 8", "batch_size = 600000").replace("in_features = 64", "in_features = 1024")
     r = _judge(huge)
     assert r["stage"] == "shape" and "exceeds the cap" in r["reason"], r
+    with_proxy = examine({"index": 0, "seed": 0, "window": WIDE, "source": huge, "task": {"id": "t", "name": "t", "proxy_raw_ms": 1.0}}, _ctx())
+    assert with_proxy["stage"] == "shape" and "exceeds the cap" in with_proxy["reason"]  # a --from record with its own proxy
     assert _judge(HONEST)["status"] == "accepted"
 
 

@@ -116,25 +116,37 @@ def calibrated_ms(cost: "Cost | float", calibration: dict[str, Any]) -> float:
     (or none), exp(intercept + slope * log(raw proxy))."""
     coefficients = calibration.get("coefficients")
     if coefficients and isinstance(cost, Cost) and cost.parts:
-        return sum(float(coefficients.get(k, 1.0)) * v for k, v in cost.parts)
+        return sum(coefficient(coefficients, k) * v for k, v in cost.parts)
     proxy_ms = cost.proxy_ms if isinstance(cost, Cost) else float(cost)
     if proxy_ms <= 0:
         return 0.0
     return math.exp(calibration.get("intercept", 0.0) + calibration.get("slope", 1.0) * math.log(proxy_ms))
 
 
+FALLBACK = {"deconv3d": "conv"}  # a calibration fitted before a class existed, or without it: the class it was part of
+
+
+def coefficient(coefficients: dict[str, float], part: str) -> float:
+    """A class's fitted coefficient; a class the fit never saw takes the one it was split from (else 1)."""
+    if part in coefficients:
+        return float(coefficients[part])
+    return float(coefficients.get(FALLBACK.get(part, part), 1.0))
+
+
 def fit_parts(parts: list[dict[str, float]], measured_ms: list[float]) -> dict[str, float]:
     """Per-class coefficients c minimising the relative error of sum(c_k * part_k) against the measured
     times (least squares on rows divided by the measured time); a class whose coefficient comes out
-    negative is dropped and the rest refitted (its coefficient is then 0)."""
+    negative is dropped and the rest refitted (its coefficient is then 0). A class no task has is left
+    out, so `coefficient` falls back for it rather than pricing it at 0."""
     import numpy as np
 
-    names = [k for k in PART_NAMES if any(p.get(k, 0.0) > 0 for p in parts)]
+    present = [k for k in PART_NAMES if any(p.get(k, 0.0) > 0 for p in parts)]
+    names = list(present)
     while names:
         a = np.array([[p.get(k, 0.0) / m for k in names] for p, m in zip(parts, measured_ms)])
         c, *_ = np.linalg.lstsq(a, np.ones(len(parts)), rcond=None)
         if (c >= 0).all():
-            return {**dict.fromkeys(PART_NAMES, 0.0), **{k: float(v) for k, v in zip(names, c)}}
+            return {**dict.fromkeys(present, 0.0), **{k: float(v) for k, v in zip(names, c)}}
         names = [k for k, v in zip(names, c) if v >= 0]
     raise ValueError("no class of the proxy explains the measured times")
 

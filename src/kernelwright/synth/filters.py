@@ -93,7 +93,7 @@ def examine(job: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
 
 def _sourced(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[str, Any]:
     """A task whose source is given: an exported set filtered again, or an LLM composer's answer.
-    The meta run (stage shape) gives its proxy when the record has none."""
+    The meta run (stage shape) holds it to the memory caps and gives its proxy."""
     task = {k: v for k, v in (job.get("task") or {}).items() if k != "file"}
     task["source"] = job["source"]
     task.setdefault("hash", hashlib.sha256(job["source"].encode()).hexdigest())
@@ -102,10 +102,9 @@ def _sourced(job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> dict[str
     with clock.stage("shape"):
         cost = _meta_cost(job["source"], None)
         _within_memory(cost)
-    if task.get("proxy_raw_ms") is None:
-        task.update(proxy_raw_ms=round(cost.proxy_ms, 5), flops=cost.flops, bytes=cost.bytes, kernels=cost.kernels,
-                    proxy_parts={k: round(v, 6) for k, v in cost.parts})
-        task["proxy_ms"] = round(_calibrated(cost, ctx), 5)
+    # the proxy as this run's classes and calibration give it (a record's own may come from another calibration)
+    task.update(proxy_raw_ms=round(cost.proxy_ms, 5), flops=cost.flops, bytes=cost.bytes, kernels=cost.kernels,
+                proxy_parts={k: round(v, 6) for k, v in cost.parts}, proxy_ms=round(_calibrated(cost, ctx), 5))
     return task
 
 

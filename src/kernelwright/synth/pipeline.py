@@ -105,6 +105,7 @@ class _State:
             self.first_errors[i] = result.get("reason", "")
         if result.get("phase") == "check" and result["status"] == "accepted":
             self.checked[i] = result
+            self.results.pop(i, None)  # a check retried after a machine error: that error is over
             return
         if result.get("phase") == "time" and i in self.checked:
             seconds = dict(self.checked[i].get("seconds", {}))

@@ -268,12 +268,13 @@ def test_seeded_order_independent_and_resumable(tmp_path):
         _run(tmp_path, "resumed")
     with pytest.raises(ValueError, match="other settings"):
         _run(tmp_path, "resumed", seed=6, resume=True)
-    before = [json.loads(line)["index"] for line in (tmp_path / "resumed" / "candidates.jsonl").read_text().splitlines()]
+    log = tmp_path / "resumed" / "candidates.jsonl"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()[:2]))  # as if it had crashed after two results
+    before = [json.loads(line)["index"] for line in log.read_text().splitlines()]
     _run(tmp_path, "resumed", resume=True)
     assert ids("resumed") == ids("two")
     after = [json.loads(line)["index"] for line in (tmp_path / "resumed" / "candidates.jsonl").read_text().splitlines()]
-    assert after[:len(before)] == before and len(after) == len(set(after))  # the resume examined only what was missing
-    assert set(after) - set(before), "the resume had nothing left to do; the test shows nothing"
+    assert after[:len(before)] == before and len(after) == len(set(after)) > len(before)  # the resume examined only what was missing
     report = json.loads((tmp_path / "two" / "report.json").read_text())
     stages = [s["stage"] for s in report["stages"]]
     assert stages[:3] == ["compose", "shape", "runtime"] and stages[-1] == "duplicate"

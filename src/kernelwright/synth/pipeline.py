@@ -79,7 +79,8 @@ class SynthConfig:
         from kernelwright.synth.cost import CALIBRATION
 
         calibration = hashlib.sha256(CALIBRATION.read_bytes()).hexdigest()[:16] if CALIBRATION.exists() else None
-        return {"seed": self.seed, "torch": torch.__version__, "calibration": calibration, "device": self.device, "window_ms": list(self.window_ms), "against": list(self.against),
+        return {"seed": self.seed, "torch": torch.__version__, "calibration": calibration, "device": self.device,
+                "window_ms": list(self.window_ms), "against": list(self.against),
                 "threshold": self.threshold, "dedup_threshold": self.dedup_threshold, "weights": self.weights, "timed": self.measures_runtime,
                 "backend": self.compile_backend, "source": str(self.source) if self.source else None, "composer": self.composer}
 

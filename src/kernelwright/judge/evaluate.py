@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import roofline
+from kernelwright.judge import forkpool, roofline
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -86,6 +86,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     if dev == "cuda":
         physical_gpu(policy.gpu_index)  # ValueError for an index outside CUDA_VISIBLE_DEVICES
     gpu_lock_enabled()  # ValueError for a KERNELWRIGHT_GPU_LOCK other than on or off
+    forkpool.warm_up()  # its torch import overlaps the snapshot and the build
     workdir = _workdir()
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
@@ -205,21 +206,18 @@ class _Flow:
 
     def _run(self) -> None:
         files = self._discover()
-        self.say("starting the children")
-        # Every child starts now, so their interpreter and torch start-ups overlap with each other
-        # and with the build; each waits for its first command. No candidate code runs before the
-        # reference child has loaded the problem.
         ext = files.build_path == BuildPath.TORCH_EXTENSION
+        # Raw kernels build first (compilers only: no candidate code runs), while the fork server
+        # imports torch; children forked from it start in milliseconds, each waiting for its first
+        # command. No candidate code runs before the reference child has loaded the problem.
+        if not ext and not self._build(files):
+            raise Stop(Status.COMPILE_ERROR, self.vb.log)
+        self.say("starting the children")
         ref = self._child("reference")
         builder = self._child("candidate", self._extension_env()) if ext else None
         cand = self._child("candidate", self._extension_env() if ext else {})
-        if builder is not None:
-            self._reference_setup(ref)  # before the build child runs candidate code
-            built = self._build_extension(builder)
-        else:
-            built = self._build(files)  # compilers only: no candidate code runs
-            self._reference_setup(ref)
-        if not built:
+        self._reference_setup(ref)  # before the build child runs candidate code
+        if builder is not None and not self._build_extension(builder):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()
         # The reference child computes every case's reference while the candidate is imported.

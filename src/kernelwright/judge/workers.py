@@ -1,7 +1,9 @@
 """The one place that launches judge children: spawn, command, hard timeouts, kill.
 
 A child is `python -m kernelwright.judge.child ROLE FD` in its own process group, pinned to one GPU
-through CUDA_VISIBLE_DEVICES, its stdout and stderr going to a log file. Commands go in on stdin as
+through CUDA_VISIBLE_DEVICES, its stdout and stderr going to a log file. It is forked from the fork
+server (judge.forkpool) when one runs, and spawned afresh otherwise; either way it is a new process,
+used once. Commands go in on stdin as
 JSON lines; results come back on an authenticated pipe (judge.channel).
 """
 
@@ -18,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelwright.judge import forkpool
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, new_key
+from kernelwright.judge.forkpool import Forked, ForkServerError
 from kernelwright.judge.records import truncate
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,17 @@ def physical_gpu(index: int) -> str:
     return visible[index]
 
 
+def child_env(config: ChildConfig) -> dict[str, str]:
+    """The whole environment of a child: the judge's, the config's extras, and the pinning."""
+    env = dict(os.environ)
+    env.update(config.env)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
+    if config.device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(config.gpu_index)
+    return env
+
+
 def describe_exit(returncode: int | None) -> str:
     """Human words for a child's exit status."""
     if returncode is None:
@@ -92,13 +107,14 @@ class Child:
         self._read_fd = read_fd
         self._send_line(self._key.hex())
 
-    def _spawn(self, write_fd: int) -> subprocess.Popen:
-        env = dict(os.environ)
-        env.update(self.config.env)
-        env["PYTHONUNBUFFERED"] = "1"
-        env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
-        if self.config.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = physical_gpu(self.config.gpu_index)
+    def _spawn(self, write_fd: int) -> subprocess.Popen | Forked:
+        env = child_env(self.config)
+        srv = forkpool.server()
+        if srv is not None:
+            try:
+                return srv.spawn(role=self.config.role, env=env, cwd=self.config.workdir, log_path=self.log_path, result_fd=write_fd)
+            except (ForkServerError, OSError) as exc:
+                forkpool.mark_failed(srv, str(exc))
         cmd = [sys.executable, "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
         logfile = open(self.log_path, "ab")
         try:

@@ -1,0 +1,195 @@
+"""The fork server: `python -m kernelwright.judge.forkserver FD`.
+
+A process that has imported torch and the judge's child code, and has never touched CUDA, forks
+each judge child on request, so a child starts in milliseconds instead of paying Python's and
+torch's start-up. It never runs problem or candidate code itself: a forked child is a fresh process,
+used for one role and never reused, and gets its own session, working folder, environment and
+descriptors before the child's own code (judge.child.main) runs in it.
+
+The judge talks to it over a unix socket (FD, SOCK_SEQPACKET): a spawn request is one JSON message
+carrying three descriptors (the child's stdin, its log, its result pipe); the answer is its pid. When
+a child exits the server reaps it and says so ({"exit": pid, "code": returncode}), since the judge is
+not its parent. The server exits when the judge's end of the socket closes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+# Imported once here, inherited by every child; the optional ones (seconds each, for the compile
+# baseline) while the server is idle. Any of them loading the CUDA driver stops the server.
+PRELOAD = ("torch", "numpy", "kernelwright.judge.child", "kernelwright.judge.child_candidate", "kernelwright.judge.child_reference",
+           "kernelwright.runtime", "torch.profiler", "torch.utils.flop_counter", "torch.autograd.profiler_legacy",
+           "torch.utils._python_dispatch")
+PRELOAD_OPTIONAL = ("torch._dynamo", "torch._inductor.compile_fx")
+MAX_MESSAGE = 1 << 20  # a spawn request (its environment included) larger than this is refused
+
+
+def _cuda_touched() -> bool:
+    """Whether this process has loaded the CUDA driver (a fork after that is unsafe)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return any("libcuda.so" in line for line in f)
+    except OSError:
+        return False
+
+
+def preload() -> None:
+    """Import PRELOAD; refuse to serve when that loaded the CUDA driver."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    if _cuda_touched():
+        raise RuntimeError("importing the judge's child code loaded the CUDA driver; children cannot be forked")
+
+
+def preload_optional(name: str) -> str:
+    """Import one of PRELOAD_OPTIONAL while no request waits; '' or why it was skipped. A child
+    forked before it imports the module itself where it needs it."""
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - an optional import only costs the children time
+        return f"{name}: {type(exc).__name__}: {exc}"[:200]
+    if _cuda_touched():
+        raise RuntimeError(f"importing {name} loaded the CUDA driver; children cannot be forked")
+    return ""
+
+
+def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: tuple[int, int]) -> int:
+    """In the forked child: become a fresh judge child and run its main loop; the exit code."""
+    stdin_fd, log_fd, result_fd = fds
+    sock.close()
+    signal.set_wakeup_fd(-1)
+    for fd in wake:
+        os.close(fd)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.dup2(stdin_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(stdin_fd)
+    os.close(log_fd)
+    os.set_inheritable(result_fd, True)  # as pass_fds made it for a spawned child
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True, errors="backslashreplace")
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    from kernelwright.judge import child
+
+    child.STARTED = time.perf_counter()
+    return child.main(["kernelwright.judge.child", request["role"], str(result_fd)])
+
+
+def _fork(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: tuple[int, int]) -> int:
+    """Fork one child; return its pid once it leads a session of its own (so that killing its
+    process group, as the judge does, cannot miss it)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    settled_r, settled_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(settled_r)
+            os.setsid()
+            os.close(settled_w)
+            code = _child(request, fds, sock, wake)
+        except BaseException:  # noqa: BLE001 - a child that failed to become one says why in its log
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(settled_w)
+    try:
+        os.read(settled_r, 1)  # end of file once the child has its session (or died trying)
+    finally:
+        os.close(settled_r)
+    return pid
+
+
+def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
+    try:
+        sock.send(json.dumps(obj).encode())
+    except OSError:
+        pass  # the judge is gone; the loop ends on its next read
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _spawn_request(sock: socket.socket, wake: tuple[int, int]) -> bool:
+    """Serve one message; False when the judge closed its end."""
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+    except OSError:
+        return False
+    if not data:
+        return False
+    request: dict[str, Any] = {}
+    try:
+        request = json.loads(data)
+        if len(fds) != 3:
+            raise ValueError(f"a spawn request carries 3 descriptors, got {len(fds)}")
+        pid = _fork(request, fds, sock, wake)
+        _send(sock, {"id": request["id"], "pid": pid})
+    except Exception as exc:  # noqa: BLE001 - a bad request is answered, the server goes on
+        _send(sock, {"id": request.get("id") if isinstance(request, dict) else None, "error": f"{type(exc).__name__}: {exc}"[:500]})
+    finally:
+        for fd in fds:
+            os.close(fd)  # the child has its copies; no other child may inherit these
+    return True
+
+
+def serve(sock: socket.socket) -> None:
+    wake = os.pipe()
+    os.set_blocking(wake[1], False)
+    signal.set_wakeup_fd(wake[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
+    optional = list(PRELOAD_OPTIONAL)
+    while True:
+        ready, _, _ = select.select([sock, wake[0]], [], [], 0.2 if optional else None)
+        if wake[0] in ready:
+            os.read(wake[0], 4096)
+        _reap(sock)
+        if sock in ready and not _spawn_request(sock, wake):
+            return
+        if not ready and optional:
+            skipped = preload_optional(optional.pop(0))
+            if skipped:
+                _send(sock, {"note": skipped})
+
+
+def main(argv: list[str]) -> int:
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]  # as a child does (judge.child)
+    sock = socket.socket(fileno=int(argv[1]))
+    began = time.perf_counter()
+    try:
+        preload()
+    except Exception as exc:  # noqa: BLE001 - the judge falls back to spawning children
+        _send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        return 1
+    _send(sock, {"ready": True, "pid": os.getpid(), "preload_s": round(time.perf_counter() - began, 3)})
+    serve(sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,135 @@
+"""The fork server (judge.forkserver, judge.forkpool): children forked in milliseconds, each a fresh
+process of its own session, nothing carried from one candidate to the next, faults survived."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge
+from kernelwright.judge import forkpool
+from kernelwright.judge.workers import Child, ChildConfig, child_env
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
+
+
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
+
+
+def _config(tmp_path: Path, **env: str) -> ChildConfig:
+    return ChildConfig(role="reference", device="cpu", gpu_index=0, workdir=tmp_path, env=env)
+
+
+PROBE = """
+import os, sys, torch
+open(os.environ["KW_TEST_OUT"], "w").write(repr((os.environ.get("KW_TEST_MARKER"), os.getcwd(), "" in sys.path or os.getcwd() in sys.path)))
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+def get_inputs():
+    return [torch.randn(4)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_children_are_forked_fresh_in_their_own_session(tmp_path):
+    srv = forkpool.server()
+    assert srv is not None
+    srv.wait_ready()
+    (tmp_path / "probe.py").write_text(PROBE)
+    dirs = [tmp_path / "one", tmp_path / "two"]
+    for d in dirs:
+        d.mkdir()
+    children = [Child(ChildConfig(role="reference", device="cpu", gpu_index=0, workdir=d, env={"KW_TEST_MARKER": d.name, "KW_TEST_OUT": str(d / "seen")}))
+                for d in dirs]
+    try:
+        pids = [c._proc.pid for c in children]
+        assert all(isinstance(c._proc, forkpool.Forked) for c in children) and len({*pids, srv.pid}) == 3
+        for child, d in zip(children, dirs):
+            pid = child._proc.pid
+            state, ppid, pgrp, session = _stat(pid)[:4]
+            assert int(ppid) == srv.pid  # forked by the server, not spawned by us
+            assert int(pgrp) == pid and int(session) == pid  # a session of its own: kill() takes its whole group
+            child.call("setup", {"problem_path": str(tmp_path / "probe.py"), "device": "cpu", "precision": "fp32", "init_seed": 1,
+                                 "atol": 1e-4, "rtol": 1e-4, "strict": True}, timeout_s=60)
+            assert (d / "seen").read_text() == repr((d.name, str(d), False))  # its own environment and folder; the folder not importable
+            assert child._proc.poll() is None
+    finally:
+        for child in children:
+            child.close()
+    assert all(c._proc.returncode is not None for c in children)
+
+
+def test_a_child_killed_reports_the_signal(tmp_path):
+    child = Child(_config(tmp_path))
+    try:
+        os.killpg(child._proc.pid, signal.SIGKILL)
+        assert child._proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        child.close()
+
+
+def test_child_env_carries_the_pinning_and_extras(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    env = child_env(ChildConfig(role="candidate", device="cuda", gpu_index=1, workdir=tmp_path, env={"X_EXTRA": "1"}))
+    assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["X_EXTRA"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_the_server_key_ignores_call_time_variables():
+    base = {"PATH": "/bin", "TORCH_LOGS": "x"}
+    assert forkpool.import_env_key(base) == forkpool.import_env_key({**base, "KERNELWRIGHT_CACHE": "/a", "CUDA_VISIBLE_DEVICES": "1",
+                                                                     "TORCH_EXTENSIONS_DIR": "/b"})
+    assert forkpool.import_env_key(base) != forkpool.import_env_key({**base, "TORCH_LOGS": "y"})
+
+
+def test_disabled_spawns_afresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
+    assert forkpool.server() is None
+    with Child(_config(tmp_path)) as child:
+        assert not isinstance(child._proc, forkpool.Forked)
+
+
+def test_a_failing_server_falls_back_to_spawning(tmp_path, monkeypatch):
+    def broken(self, **kw):
+        raise forkpool.ForkServerError("the fork server did not start: simulated")
+
+    monkeypatch.setenv("KW_TEST_FALLBACK", "1")  # not an import-time variable: the same server...
+    monkeypatch.setenv("PYTHONKWTESTFALLBACK", "1")  # ...so this one gives the test a server of its own
+    monkeypatch.setattr(forkpool.ForkServer, "spawn", broken)
+    with Child(_config(tmp_path)) as child:
+        assert not isinstance(child._proc, forkpool.Forked)
+    assert forkpool.server() is None  # remembered: no second attempt for this environment
+
+
+def test_a_candidate_cannot_taint_the_next_candidates_children():
+    """The first candidate patches the judge's comparison and the reference's tolerances in its
+    own process; the next (wrong) candidate is forked from the same server and must still fail."""
+    srv = forkpool.server()
+    first = judge("rowsum", "rowsum_taints_judge", correctness_policy())
+    assert first.status.value in ("rejected", "incorrect"), first.log
+    second = judge("rowsum", "rowsum_wrong", correctness_policy())
+    assert second.status.value == "incorrect", second.log
+    assert forkpool.server() is srv and not srv.lost  # both were forked from one server
+
+
+def test_the_fork_server_killed_mid_verdict_loses_nothing():
+    """A candidate that kills the fork server at import: its children live on (sessions of their
+    own), its verdict is reached, and the next evaluation starts a new server."""
+    srv = forkpool.server()
+    srv.wait_ready()
+    verdict = judge("rowsum", "rowsum_kills_forkserver", correctness_policy())
+    assert verdict.status.value == "correct", verdict.log
+    deadline = time.monotonic() + 10
+    while not srv.lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.lost
+    after = judge("rowsum", "rowsum_correct", correctness_policy())
+    assert after.status.value == "correct", after.log
+    assert forkpool.server() is not srv

@@ -129,6 +129,33 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 
 
+def reset(args: dict[str, Any]) -> dict[str, Any]:
+    """Between two evaluations of a warm reference child (judge.refpool): drop every output, input
+    pool and compiled baseline of the last one and give its device memory back; with `init_seed`,
+    construct Model afresh under the new evaluation's seed, as a new child's setup would."""
+    S.refs, S.pool = [], []
+    if S.compiled is not None:
+        import torch._dynamo
+
+        S.compiled = None
+        torch._dynamo.reset()  # a fresh model compiles afresh, never past dynamo's recompile limit
+    S.model = None
+    if args.get("init_seed") is not None:
+        S.model = _checked("constructing Model(*get_init_inputs()) failed",
+                           lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
+    if S.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return {"memory": _device_memory()}
+
+
+def _device_memory() -> dict[str, int]:
+    """What this child holds on its device (bytes): allocated by tensors, reserved by the caching allocator."""
+    if S.device.type != "cuda":
+        return {}
+    return {"allocated": int(torch.cuda.memory_allocated()), "reserved": int(torch.cuda.memory_reserved())}
+
+
 def _driver_version() -> str | None:
     """The NVIDIA kernel driver's version, as nvidia-smi reports it (read from /proc: no subprocess)."""
     try:
@@ -391,5 +418,5 @@ def _operator_rows(prof: Any) -> dict[str, tuple[float, int]]:
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
     return {
         "setup": setup, "references": references, "compare": compare, "recheck": recheck, "setup_timing": setup_timing,
-        "time": time_batch, "degeneracy": degeneracy, "breakdown": breakdown,
+        "time": time_batch, "degeneracy": degeneracy, "breakdown": breakdown, "reset": reset,
     }

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, roofline
+from kernelwright.judge import forkpool, refpool, roofline
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -163,12 +163,16 @@ class _Flow:
         self.cand_meta: dict[str, Any] = {}  # the candidate child's setup reply
         self.baseline_store: str | Path | None = None  # where cached baselines are looked up (None: the default store)
         self.cache_note = ""  # why cached baselines were measured after all (step interleave)
+        self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
 
     def run(self) -> Verdict:
+        clean = False  # a verdict reached: the reference child may serve the next evaluation
         try:
             self._run()
+            clean = True
             return self.vb.finish(Status.CORRECT)
         except Stop as stop:
+            clean = True
             return self.vb.finish(stop.status, str(stop))
         except ProblemError:
             raise
@@ -177,22 +181,41 @@ class _Flow:
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
             return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         finally:
-            self._close_children()
+            self._release_children() if clean else self._close_children()
 
     def _close_children(self) -> None:
-        for child in self.children:
+        warm, self.warm_ref = self.warm_ref, None
+        children = self.children + ([warm.child] if warm else [])
+        for child in children:
             child.request_exit()  # all at once: a GPU child takes a moment to tear down
-        for child in self.children:
+        for child in children:
             child.close()  # a second close does nothing
+        if warm is not None:
+            warm.close()
+
+    def _release_children(self) -> None:
+        """At a verdict: the reference child goes back to the warm pool when it is alive, idle and
+        reset (its outputs and memory dropped); every other child closes."""
+        warm, self.warm_ref = self.warm_ref, None
+        if warm is not None:
+            try:
+                ok = warm.child.drain(self.policy.run_timeout_s) and warm.child.call("reset", {}, timeout_s=self.policy.run_timeout_s) is not None
+            except ChildError:
+                ok = False
+            refpool.POOL.give_back(warm) if ok else warm.close()
+        self._close_children()
 
     @contextlib.contextmanager
     def _device(self, mode: str, what: str) -> Iterator[None]:
         """Hold the device lock (judge.gpulock: shared for untimed work, exclusive for timing); when
-        the section fails, the children are closed before the lock goes, so none of their device
-        work (references still computing, say) outlives it."""
+        the section ends in a verdict or fails, the children are released or closed before the
+        lock goes, so none of their device work (references still computing, say) outlives it."""
         with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say):
             try:
                 yield
+            except Stop:
+                self._release_children()
+                raise
             except BaseException:
                 self._close_children()
                 raise
@@ -213,27 +236,26 @@ class _Flow:
         if not ext and not self._build(files):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         self.say("starting the children")
-        ref = self._child("reference")
         builder = self._child("candidate", self._extension_env()) if ext else None
         cand = self._child("candidate", self._extension_env() if ext else {})
-        self._reference_setup(ref)  # before the build child runs candidate code
+        ref, how = self._reference()  # before the build child runs candidate code
         if builder is not None and not self._build_extension(builder):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()
         # The reference child computes every case's reference while the candidate is imported.
-        self.say(f"problem loaded (reference child: {_seconds(self.meta)}); computing references while the candidate is imported")
+        self.say(f"problem loaded ({how}); computing references while the candidate is imported")
         with self._device("shared", "computing references and checking correctness"):
             ref.send("references", {"cases": [c.to_dict() for c in cases]})
             self._candidate_setup(cand)
             self._correctness(ref, cand, cases)
             if not self.policy.time_candidate:
-                self._close_children()  # their teardown is device work too: done before the lock goes
+                self._release_children()  # their teardown is device work too: done before the lock goes
         if self.policy.time_candidate:
             from kernelwright.judge.phases import timing_phase
 
             with self._device("exclusive", "timing"):
                 timing_phase(self, ref, cand)
-                self._close_children()  # before the next evaluation may time
+                self._release_children()  # before the next evaluation may time
         else:
             self.vb.timing_skipped("the policy asks for correctness only")
 
@@ -295,7 +317,7 @@ class _Flow:
 
     # -- children -----------------------------------------------------------------------------
 
-    def _reference_setup(self, ref: Child) -> None:
+    def _reference_args(self) -> dict[str, Any]:
         args = {
             "problem_path": str(self.problem.path), "device": self.device, "precision": self.policy.precision,
             "init_seed": self.seeds[0], "atol": self.policy.atol, "rtol": self.policy.rtol,
@@ -305,6 +327,35 @@ class _Flow:
             from kernelwright.judge.measure import policy_switches
 
             args["null_switches"] = policy_switches(self.policy, self.policy.timing.lead_us)
+        return args
+
+    def _reference(self) -> tuple[Child, str]:
+        """The reference child and how it came: a warm one of this problem and policy when one is
+        idle (reset under this evaluation's init seed), else a new one set up now."""
+        args = self._reference_args()
+        k = refpool.key(self.problem.hash, str(self.problem.path), self.device, self.policy.gpu_index, args)
+        warm = refpool.POOL.take(k) if refpool.capacity() else None
+        if warm is not None:
+            self.warm_ref = warm
+            t0 = time.perf_counter()
+            try:
+                with self._device("shared", "resetting the warm reference child"):
+                    warm.child.call("reset", {"init_seed": self.seeds[0]}, timeout_s=self.policy.build_timeout_s)
+            except ChildError as exc:
+                raise Stop(Status.INFRA_ERROR, f"the warm reference child failed its reset: {exc}\n{exc.log_tail}") from None
+            warm.uses += 1
+            self.meta = dict(warm.meta)
+            self.vb.set_problem_meta(self.meta)
+            return warm.child, f"warm reference child, evaluation {warm.uses + 1} it serves, reset in {time.perf_counter() - t0:.2f} s"
+        workdir = refpool.new_workdir()
+        child = Child(ChildConfig(role="reference", device=self.device, gpu_index=self.policy.gpu_index, workdir=workdir,
+                                  env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
+        self.warm_ref = refpool.Warm(key=k, child=child, meta={}, workdir=workdir)
+        self._reference_setup(child, args)
+        self.warm_ref.meta = dict(self.meta)
+        return child, f"reference child: {_seconds(self.meta)}"
+
+    def _reference_setup(self, ref: Child, args: dict[str, Any]) -> None:
         try:
             # exclusive when the setup times the empty call (null_switches), shared otherwise
             with self._device("exclusive" if "null_switches" in args else "shared", "loading the problem"):

@@ -104,6 +104,7 @@ class Child:
         self._reader = Reader(read_fd, self._key)
         self._exit_sent = False
         self._closed = False
+        self.outstanding = 0  # commands sent whose replies were not collected
         self._read_fd = read_fd
         self._send_line(self._key.hex())
 
@@ -142,9 +143,11 @@ class Child:
         """Send one command without waiting: the child works on it while the judge does other
         things; `wait` collects the result (one outstanding command at a time)."""
         self._send_line(json.dumps({"cmd": command, "args": args or {}}))
+        self.outstanding += 1
 
     def wait(self, command: str, *, timeout_s: float) -> Any:
         """The result of the command sent last; raise ChildError on failure."""
+        self.outstanding = max(0, self.outstanding - 1)
         try:
             reply = self._reader.recv(timeout_s)
         except ChannelTimeout:
@@ -160,6 +163,19 @@ class Child:
             err = reply.get("error") or {}
             raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
         return reply.get("result")
+
+    def alive(self) -> bool:
+        return not self._closed and self._proc.poll() is None
+
+    def drain(self, timeout_s: float) -> bool:
+        """Collect (and drop) the replies of commands still outstanding; whether the child is
+        alive and idle afterwards."""
+        try:
+            while self.outstanding:
+                self.wait("an outstanding command", timeout_s=timeout_s)
+        except ChildError:
+            return False
+        return self.alive()
 
     def _wait_exit(self) -> int | None:
         try:

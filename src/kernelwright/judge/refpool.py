@@ -1,0 +1,151 @@
+"""Warm reference children: one per (problem, policy, device), kept across evaluations.
+
+A reference child never runs candidate code, so it can serve the next candidate of the same problem:
+its CUDA context, the loaded problem, its metadata, the determinism check and the empty call's
+timing at setup are kept; everything that belongs to one evaluation (the model under that
+evaluation's secret init seed, reference outputs, input pools, the compiled baseline) is dropped by
+its `reset` command and made afresh for the next. A child is given back only when it is alive and
+idle (every reply collected); one that failed, timed out or was left mid-command is closed.
+
+Idle children hold their CUDA context, so the pool is small and they go after an idle timeout:
+`KERNELWRIGHT_WARM_REFERENCES` (default 2, 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S`
+(default 300).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelwright.judge import forkpool
+from kernelwright.judge.workers import Child
+
+log = logging.getLogger(__name__)
+
+
+def capacity() -> int:
+    return _int_env("KERNELWRIGHT_WARM_REFERENCES", 2)
+
+
+def idle_s() -> float:
+    return float(_int_env("KERNELWRIGHT_WARM_IDLE_S", 300))
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value}")
+    return value
+
+
+@dataclass
+class Warm:
+    """A reference child set up for one problem and policy, with what its setup answered."""
+
+    key: tuple[Any, ...]  # what it was set up for (see key())
+    child: Child  # the reference child
+    meta: dict[str, Any]  # its setup reply
+    workdir: Path  # its own folder (its log), removed with it
+    uses: int = 0  # evaluations it served after its setup's
+    idle_since: float = field(default_factory=time.monotonic)
+
+    def close(self) -> None:
+        self.child.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def key(problem_hash: str, problem_path: str, device: str, gpu_index: int, setup_args: dict[str, Any]) -> tuple[Any, ...]:
+    """Everything a reference child's setup depends on, but the init seed (each evaluation's own)."""
+    args = tuple(sorted((k, repr(v)) for k, v in setup_args.items() if k != "init_seed"))
+    env = (os.environ.get("KERNELWRIGHT_CACHE"), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return (problem_hash, problem_path, device, gpu_index, args, env, forkpool.import_env_key())
+
+
+def new_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="kw-reference-"))
+
+
+class ReferencePool:
+    """Idle warm reference children, at most `capacity()` of them, each for at most `idle_s()`."""
+
+    def __init__(self) -> None:
+        self._idle: list[Warm] = []
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def take(self, k: tuple[Any, ...]) -> Warm | None:
+        """An idle child set up for `k`, now the caller's alone; None when there is none."""
+        with self._lock:
+            expired = self._expired()
+            found = next((w for w in reversed(self._idle) if w.key == k and w.child.alive()), None)
+            if found is not None:
+                self._idle.remove(found)
+        _close_all(expired)
+        return found
+
+    def give_back(self, warm: Warm) -> None:
+        """Keep an idle, alive child for the next evaluation (the oldest goes past the capacity)."""
+        if capacity() == 0 or not warm.child.alive():
+            warm.close()
+            return
+        warm.idle_since = time.monotonic()
+        with self._lock:
+            self._idle.append(warm)
+            over = self._idle[:-capacity()] if len(self._idle) > capacity() else []
+            self._idle = self._idle[len(over):]
+            over += self._expired()
+            self._arm()
+        _close_all(over)
+
+    def _expired(self) -> list[Warm]:
+        now, limit = time.monotonic(), idle_s()
+        gone = [w for w in self._idle if now - w.idle_since > limit or not w.child.alive()]
+        self._idle = [w for w in self._idle if w not in gone]
+        return gone
+
+    def _arm(self) -> None:
+        """A timer that closes expired children while nothing else calls the pool."""
+        if self._timer is None or not self._timer.is_alive():
+            self._timer = threading.Timer(min(idle_s(), 30.0) + 0.5, self._sweep)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _sweep(self) -> None:
+        with self._lock:
+            expired = self._expired()
+            self._timer = None
+            if self._idle:
+                self._arm()
+        _close_all(expired)
+
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        _close_all(idle)
+
+
+def _close_all(items: list[Warm]) -> None:
+    for w in items:
+        w.child.request_exit()
+    for w in items:
+        w.close()
+
+
+POOL = ReferencePool()
+atexit.register(POOL.close)

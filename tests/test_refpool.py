@@ -1,0 +1,97 @@
+"""Warm reference children (judge.refpool): reused across evaluations of one problem and policy,
+carrying nothing from one candidate to the next, closed when they fail, idle too long or overflow."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from conftest import JUDGE_TIMEOUT_S, candidate, correctness_policy, problem
+from kernelwright.judge import refpool
+from kernelwright.judge.evaluate import evaluate
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
+
+
+@pytest.fixture(autouse=True)
+def empty_pool():
+    refpool.POOL.close()
+    yield
+    refpool.POOL.close()
+
+
+def _judge(cand: str, policy=None, prob: str = "rowsum"):
+    said: list[str] = []
+    verdict = evaluate(problem(prob), candidate(cand), policy or correctness_policy(), device="cpu", progress=said.append)
+    warm = any("warm reference child" in m for m in said)
+    return verdict, warm
+
+
+def _idle_pids() -> list[int]:
+    return [w.child._proc.pid for w in refpool.POOL._idle]
+
+
+def test_the_second_evaluation_gets_the_first_ones_reference_child():
+    first, warm1 = _judge("rowsum_correct")
+    pids = _idle_pids()
+    second, warm2 = _judge("rowsum_correct")
+    assert (first.status.value, second.status.value) == ("correct", "correct")
+    assert not warm1 and warm2 and len(pids) == 1 and _idle_pids() == pids
+
+
+def test_nothing_carries_over_between_candidates():
+    """Wrong, right, a candidate that patches the judge's comparison, wrong, right: each judged as
+    if alone, all by one reference child."""
+    statuses = [_judge(c)[0].status.value for c in ("rowsum_wrong", "rowsum_correct", "rowsum_taints_judge", "rowsum_wrong", "rowsum_correct")]
+    assert statuses == ["incorrect", "correct", "rejected", "incorrect", "correct"]
+    assert len(_idle_pids()) == 1
+
+
+def test_another_policy_gets_another_reference_child():
+    _judge("rowsum_correct")
+    _, warm = _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
+    assert not warm and len(_idle_pids()) == 2
+
+
+def test_a_dead_idle_reference_child_is_not_used():
+    _judge("rowsum_correct")
+    (pid,) = _idle_pids()
+    os.killpg(pid, signal.SIGKILL)
+    refpool.POOL._idle[0].child._proc.wait(timeout=10)
+    verdict, warm = _judge("rowsum_correct")
+    assert verdict.status.value == "correct" and not warm and _idle_pids() != [pid]
+
+
+def test_a_crashing_candidate_leaves_the_reference_child_usable():
+    crashed, _ = _judge("rowsum_segfault")
+    assert crashed.status.value == "runtime_error"
+    verdict, warm = _judge("rowsum_correct")
+    assert verdict.status.value == "correct" and warm
+
+
+def test_reuse_off_and_idle_timeout(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "0")
+    _judge("rowsum_correct")
+    assert _idle_pids() == []
+    monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "1")
+    monkeypatch.setenv("KERNELWRIGHT_WARM_IDLE_S", "0")
+    _judge("rowsum_correct")
+    _, warm = _judge("rowsum_correct")
+    assert not warm  # expired before it was asked for
+
+
+def test_the_pool_keeps_at_most_its_capacity(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "1")
+    _judge("rowsum_correct")
+    _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
+    assert len(_idle_pids()) == 1
+    _, warm = _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
+    assert warm  # the newest stayed
+
+
+def test_bad_settings_are_refused(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "many")
+    with pytest.raises(ValueError, match="KERNELWRIGHT_WARM_REFERENCES must be a whole number"):
+        refpool.capacity()

@@ -60,8 +60,15 @@ def sec_sanity(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     srv = forkpool.server()
     ready = srv.wait_ready()
     maps = Path(f"/proc/{srv.pid}/maps").read_text()
+    fds = []
+    for fd in os.listdir(f"/proc/{srv.pid}/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/{srv.pid}/fd/{fd}"))
+        except OSError:
+            pass
     doc["sanity"] = {"fork_server_ready_s": time.perf_counter() - t0, "preload_s": ready.get("preload_s"),
-                     "libcuda_in_fork_server": "libcuda.so" in maps, "torch_in_fork_server": "libtorch" in maps}
+                     "libcuda_mapped_in_fork_server": "libcuda.so" in maps, "torch_in_fork_server": "libtorch" in maps,
+                     "nvidia_device_files_open_in_fork_server": [f for f in fds if f.startswith("/dev/nvidia")]}
 
 
 def sec_baseline(a: argparse.Namespace, doc: dict[str, Any]) -> None:

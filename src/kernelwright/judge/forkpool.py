@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelwright.judge.forkserver import OPTIONAL_ENV
+
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600.0  # a loaded 2-core machine took minutes to import torch
@@ -70,7 +72,7 @@ class Forked:
 class ForkServer:
     """A running fork server and the thread that reads its answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, optional_imports: bool = True) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         self._lock = threading.Lock()  # one spawn request on the socket at a time
@@ -80,7 +82,9 @@ class ForkServer:
         self._next_id = 0
         self.ready: dict[str, Any] | None = None
         self.lost = False
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.cuda_touched = ""  # the optional import that initialised CUDA, when one did (the server then exits)
+        self.optional_imports = optional_imports
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"}))
         self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
                                       pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
         theirs.close()
@@ -105,6 +109,8 @@ class ForkServer:
                     self.ready = msg
                 elif "note" in msg:
                     log.info("fork server: %s", msg["note"])
+                elif "cuda_touched" in msg:
+                    self.cuda_touched = str(msg["cuda_touched"])
                 elif "exit" in msg:
                     self._codes[int(msg["exit"])] = int(msg["code"])
                 else:
@@ -201,11 +207,16 @@ def server() -> ForkServer | None:
         if key in _failed:
             return None
         srv = _servers.get(key)
+        optional = True
         if srv is not None and (srv.lost or srv._proc.poll() is not None):
-            log.warning("the fork server (pid %s) is gone; starting another", srv.pid)
+            optional = srv.optional_imports and not srv.cuda_touched
+            if srv.cuda_touched:
+                log.warning("importing %s in the fork server initialised CUDA; its next server imports it no more", srv.cuda_touched)
+            else:
+                log.warning("the fork server (pid %s) is gone; starting another", srv.pid)
             srv = None
         if srv is None:
-            srv = _servers[key] = ForkServer()
+            srv = _servers[key] = ForkServer(optional)
         return srv
 
 

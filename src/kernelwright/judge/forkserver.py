@@ -32,16 +32,27 @@ PRELOAD = ("torch", "numpy", "kernelwright.judge.child", "kernelwright.judge.chi
            "kernelwright.runtime", "torch.profiler", "torch.utils.flop_counter", "torch.autograd.profiler_legacy",
            "torch.utils._python_dispatch")
 PRELOAD_OPTIONAL = ("torch._dynamo", "torch._inductor.compile_fx")
+OPTIONAL_ENV = "KERNELWRIGHT_FORKSERVER_OPTIONAL"  # "0": no optional imports (set by the judge after one touched CUDA)
 MAX_MESSAGE = 1 << 20  # a spawn request (its environment included) larger than this is refused
 
 
 def _cuda_touched() -> bool:
-    """Whether this process has loaded the CUDA driver (a fork after that is unsafe)."""
+    """Whether this process has initialised the CUDA driver (a fork after that is unsafe): the
+    driver holds its device files open from then on. Its library merely being loaded (torch's
+    CUDA build links it) is harmless."""
     try:
-        with open("/proc/self/maps") as f:
-            return any("libcuda.so" in line for line in f)
+        fds = os.listdir("/proc/self/fd")
     except OSError:
         return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue
+    import torch
+
+    return bool(torch.cuda.is_initialized())
 
 
 def preload() -> None:
@@ -59,8 +70,6 @@ def preload_optional(name: str) -> str:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - an optional import only costs the children time
         return f"{name}: {type(exc).__name__}: {exc}"[:200]
-    if _cuda_touched():
-        raise RuntimeError(f"importing {name} loaded the CUDA driver; children cannot be forked")
     return ""
 
 
@@ -162,7 +171,7 @@ def serve(sock: socket.socket) -> None:
     os.set_blocking(wake[1], False)
     signal.set_wakeup_fd(wake[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
-    optional = list(PRELOAD_OPTIONAL)
+    optional = list(PRELOAD_OPTIONAL) if os.environ.get(OPTIONAL_ENV, "1") != "0" else []
     while True:
         ready, _, _ = select.select([sock, wake[0]], [], [], 0.2 if optional else None)
         if wake[0] in ready:
@@ -171,9 +180,13 @@ def serve(sock: socket.socket) -> None:
         if sock in ready and not _spawn_request(sock, wake):
             return
         if not ready and optional:
-            skipped = preload_optional(optional.pop(0))
+            name = optional.pop(0)
+            skipped = preload_optional(name)
             if skipped:
                 _send(sock, {"note": skipped})
+            if _cuda_touched():  # no child may be forked from here on; the judge starts a server without these imports
+                _send(sock, {"cuda_touched": name})
+                return
 
 
 def main(argv: list[str]) -> int:

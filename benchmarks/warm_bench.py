@@ -118,7 +118,7 @@ def judge_once(a: argparse.Namespace, mode: str, correctness_only: bool = False)
     d = verdict.to_dict()
     return {"mode": mode, "correctness_only": correctness_only, "wall_s": wall, "status": d["status"], "runtime_ms": d["runtime_ms"],
             "eager_ms": d["eager_ms"], "compile_ms": d["compile_ms"], "baseline_source": d["baseline_source"], "timing": d["timing"],
-            "steps": d["steps"], "phases": phases}
+            "steps": d["steps"], "phases": phases, "log": (d.get("log") or "")[:3000]}
 
 
 def sec_sequential(a: argparse.Namespace, doc: dict[str, Any]) -> None:
@@ -133,6 +133,8 @@ def sec_sequential(a: argparse.Namespace, doc: dict[str, Any]) -> None:
             row["index"] = i
             rows.append(row)
             log_line(a, f"{mode}{' correctness-only' if co else ''} #{i}: {row['wall_s']:.2f} s {row['status']} runtime {row['runtime_ms']}")
+            if row["status"] != "correct":
+                log_line(a, "  log: " + row["log"][:1500])
     doc["sequential"] = rows
     doc["sequential_summary"] = summarize(rows)
 

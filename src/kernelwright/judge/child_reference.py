@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import re
 import statistics
 import sys
@@ -135,10 +136,8 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
     construct Model afresh under the new evaluation's seed, as a new child's setup would."""
     S.refs, S.pool = [], []
     if S.compiled is not None:
-        import torch._dynamo
-
         S.compiled = None
-        torch._dynamo.reset()  # a fresh model compiles afresh, never past dynamo's recompile limit
+        importlib.import_module("torch._dynamo").reset()  # a fresh model compiles afresh, never past dynamo's recompile limit
     S.model = None
     if args.get("init_seed") is not None:
         S.model = _checked("constructing Model(*get_init_inputs()) failed",

@@ -31,7 +31,7 @@ from typing import Any
 PRELOAD = ("torch", "numpy", "kernelwright.judge.child", "kernelwright.judge.child_candidate", "kernelwright.judge.child_reference",
            "kernelwright.runtime", "torch.profiler", "torch.utils.flop_counter", "torch.autograd.profiler_legacy",
            "torch.utils._python_dispatch")
-PRELOAD_OPTIONAL = ("torch._dynamo", "torch._inductor.compile_fx")
+PRELOAD_OPTIONAL = ("torch._dynamo",)  # torch._inductor.compile_fx initialised CUDA on the H200 (torch 2.11)
 OPTIONAL_ENV = "KERNELWRIGHT_FORKSERVER_OPTIONAL"  # "0": no optional imports (set by the judge after one touched CUDA)
 MAX_MESSAGE = 1 << 20  # a spawn request (its environment included) larger than this is refused
 

@@ -50,20 +50,40 @@ def _store_verdict(verdict, problem, files: dict[str, str], store: Optional[Path
         return db.keep_verdict(problem, files, verdict)
 
 
-def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path] = None):
-    """Load the problem, read the candidate's files (what the store keeps), judge a copy of them."""
-    from kernelwright.judge.evaluate import evaluate
+def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path] = None, *,
+           service: Optional[str] = None, quiet: bool = False):
+    """Load the problem, read the candidate's files (what the store keeps), judge a copy of them:
+    in this process, or through the service when one is named (or KERNELWRIGHT_SERVICE is set).
+    Each phase goes to stderr as a line, with the seconds since the start."""
+    import time
+
+    from kernelwright.client import Judge
     from kernelwright.judge.snapshot import read_candidate
     from kernelwright.problems.loader import load_problem
 
     problem = load_problem(problem_spec)
     try:
         files = read_candidate(candidate)
+        judge = Judge(service, device=device)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    with err.status(f"judging {candidate} on {problem.name}") as status:
-        verdict = evaluate(problem, candidate, policy, device=device, progress=lambda m: status.update(f"{problem.name}: {m}"),
-                           baseline_store=store)
+    t0 = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not quiet:
+            err.print(f"{time.perf_counter() - t0:7.2f} s  {problem.name}: {message}", markup=False, highlight=False, style="dim")
+
+    if judge.service is not None:
+        progress(f"judged by the service at {judge.service}")
+    try:
+        if judge.service is None:
+            from kernelwright.judge.evaluate import evaluate
+
+            verdict = evaluate(problem, candidate, policy, device=device, progress=progress, baseline_store=store)
+        else:
+            verdict = judge.evaluate(problem, candidate, policy, progress=progress)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return problem, files, verdict
 
 
@@ -84,7 +104,7 @@ def eval_cmd(args: argparse.Namespace) -> int:
     candidate = Path(args.candidate)
     if not candidate.exists():
         raise UsageError(f"no such candidate: {candidate}")
-    problem, files, verdict = _judge(args.problem, candidate, policy, args.device, args.store)
+    problem, files, verdict = _judge(args.problem, candidate, policy, args.device, args.store, service=args.service, quiet=args.quiet)
     if args.json:
         sys.stdout.write(verdict.to_json() + "\n")
         sys.stdout.flush()
@@ -332,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
     _common(e)
+    e.add_argument("--service", default=None, metavar="URL",
+                   help="judge through a running `kernelwright serve` (unix:///PATH or http://HOST:PORT; default $KERNELWRIGHT_SERVICE); "
+                        "cached baselines then come from the service's store")
+    e.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     policy_flags(e)
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")
@@ -383,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.synth.commands import add_parsers as add_synth_parsers
 
     add_synth_parsers(sub)  # synth
+    from kernelwright.client.commands import add_parser as add_serve_parser
+
+    add_serve_parser(sub)  # serve
     return parser
 
 

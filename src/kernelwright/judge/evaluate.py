@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -59,15 +60,20 @@ def _workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="kw-eval-", dir=shm if roomy else None))
 
 
+class Cancelled(BaseException):
+    """evaluate() was cancelled through its `cancel` event (a BaseException: never a verdict)."""
+
+
 def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None,
-             baseline_store: str | Path | None = None) -> Verdict:
+             baseline_store: str | Path | None = None, cancel: threading.Event | None = None) -> Verdict:
     """Judge one candidate against one problem. With `policy.baselines == "cached"`, the eager and
     torch.compile times come from the store at `baseline_store` (default: the user's store) where
     `kernelwright baseline` recorded them for this machine; where it has none they are measured.
 
     Raises ProblemError for a malformed problem and ValueError for a malformed candidate path or a
     GPU index outside the visible devices; every
-    other outcome, a failure of the judge itself included, is a verdict.
+    other outcome, a failure of the judge itself included, is a verdict. Setting `cancel` kills
+    the evaluation's children and makes it raise Cancelled instead.
     """
     policy = policy or Policy()
     problem = problem if isinstance(problem, Problem) else load_problem(problem)
@@ -93,13 +99,40 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         judged = main.parent if main.name == "model_new.py" else main
         flow = _Flow(problem, judged, policy, dev, vb, workdir, say)
         flow.baseline_store = baseline_store
-        verdict = flow.run()
+        with _cancellable(flow, cancel):
+            verdict = flow.run()
         say(f"verdict {verdict.status.value}")
         if policy.sanitize:
             verdict = _sanitize(flow, verdict, say)
         return verdict
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _cancellable(flow: "_Flow", cancel: threading.Event | None) -> Iterator[None]:
+    """While the block runs, a set `cancel` kills the flow's children (its waits end at once);
+    afterwards it turns whatever the flow concluded into Cancelled."""
+    if cancel is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.1):
+                flow._close_children()
+                return
+
+    watcher = threading.Thread(target=watch, name="kw-cancel", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+    if cancel.is_set():
+        raise Cancelled()
 
 
 SANITIZED = (Status.CORRECT, Status.INCORRECT, Status.RUNTIME_ERROR, Status.REJECTED)  # the candidate built and imported

@@ -1,0 +1,85 @@
+"""`kernelwright serve`: the evaluation service on a private unix socket (default) or on TCP with a token."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def default_socket() -> Path:
+    """$XDG_RUNTIME_DIR/kernelwright/judge.sock, else the cache folder's serve/judge.sock."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "kernelwright" / "judge.sock"
+    from kernelwright.judge.build import cache_dir
+
+    return cache_dir() / "serve" / "judge.sock"
+
+
+def add_parser(sub: Any) -> None:
+    """Register `kernelwright serve` on the CLI's subparsers."""
+    p = sub.add_parser("serve", help="a local evaluation service holding warm judge workers",
+                       description="Judge candidates for any number of callers (eval/check --service, kernelwright.client.Judge) "
+                                   "with warm workers kept for the service's lifetime. Listens on a unix socket only this user "
+                                   "can open, or on TCP with a bearer token.")
+    p.add_argument("--socket", type=Path, default=None, help=f"unix socket path (default: {default_socket()})")
+    p.add_argument("--port", type=int, default=None, help="listen on TCP at this port instead (127.0.0.1 unless --host); needs a token")
+    p.add_argument("--host", default="127.0.0.1", help="TCP only: the address to bind (default 127.0.0.1)")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="TCP only: read the token from this file, or write a new one there (mode 0600) when it does not exist")
+    p.add_argument("--workers", type=int, default=2, help="evaluations judged at once (default 2; timing is serialised per GPU)")
+    p.set_defaults(func=serve_cmd)
+
+
+def _token(path: Path | None) -> str:
+    if path is not None and path.is_file():
+        token = path.read_text().strip()
+        if not token:
+            raise ValueError(f"{path}: the token file is empty")
+        return token
+    token = secrets.token_urlsafe(32)
+    if path is not None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    return token
+
+
+def serve_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.cli import err
+    from kernelwright.client.service import JudgeService, make_server
+    from kernelwright.errors import UsageError
+
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError(f"--port must be in 1..65535, got {args.port}")
+    try:
+        token = _token(args.token_file) if args.port is not None else None
+        service = JudgeService(workers=args.workers)
+        server, url = make_server(service, socket_path=None if args.port is not None else (args.socket or default_socket()),
+                                  host=args.host, port=args.port, token=token)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    from kernelwright.judge import forkpool
+
+    forkpool.warm_up()
+    err.print(f"kernelwright serve: listening on {url}", markup=False, highlight=False)
+    if token is not None:
+        where = f"in {args.token_file}" if args.token_file else token
+        err.print(f"  token: {where} (send it as 'Authorization: Bearer TOKEN', or set KERNELWRIGHT_SERVICE_TOKEN)", markup=False, highlight=False)
+    err.print(f"  use it with: KERNELWRIGHT_SERVICE={url} kernelwright eval ... (or --service {url})", markup=False, highlight=False)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        server.server_close()
+        service.close()
+        if args.port is None:
+            Path(url.removeprefix("unix://")).unlink(missing_ok=True)
+    return 0

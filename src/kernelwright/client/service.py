@@ -1,0 +1,322 @@
+"""`kernelwright serve`: a local evaluation service that holds the judge's warm workers.
+
+Requests carry the problem's bytes, the candidate's files and the whole policy (judge.policy's wire
+form), never paths, so the service and its callers need not share a folder. Each is queued, judged
+by one of a few worker threads with exactly `evaluate()` (the fork server and the warm reference
+children live in this process for its lifetime), and answered with exactly the verdict JSON of
+`kernelwright eval`. Time in the queue counts against nothing: an evaluation's timeouts start when
+a worker takes it. A queued or running evaluation can be cancelled.
+
+HTTP/1.1 with JSON bodies, on a unix socket in a folder only its user can open (default), or on
+TCP with a bearer token (loopback is not private on a shared host):
+
+    POST   /v1/evaluations          {"problem": {...}, "candidate": {...}, "policy": {...}, "device": "auto"} -> {"id": ...}
+    GET    /v1/evaluations/ID?wait=S  the job: state (queued, running, done, failed, cancelled), verdict or error
+    DELETE /v1/evaluations/ID       cancel it
+    GET    /v1/health               queue and worker counts
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import logging
+import queue
+import shutil
+import socketserver
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from kernelwright.judge.evaluate import Cancelled
+from kernelwright.judge.policy import policy_from_wire
+from kernelwright.judge.snapshot import MAX_BYTES
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 2**20  # a request larger than this is refused
+MAX_WAIT_S = 60.0  # the longest a GET waits for a job to finish
+KEEP_DONE = 1000  # finished jobs kept for their callers to collect (the oldest go first)
+STATES = ("queued", "running", "done", "failed", "cancelled")
+
+
+@dataclass
+class Job:
+    """One evaluation asked of the service."""
+
+    id: str  # eval-<hex>
+    request: dict[str, Any]  # as received (validated)
+    state: str = "queued"  # one of STATES
+    verdict: dict[str, Any] | None = None  # the verdict JSON once done
+    error: dict[str, str] | None = None  # {"kind": problem | usage | infra, "message"} once failed
+    progress: str = ""  # the judge's last progress message
+    cancel: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    times: dict[str, float] = field(default_factory=dict)  # queued, started, finished (unix time)
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.times
+        waited = t.get("started", t.get("finished", time.time())) - t["queued"]
+        judged = t["finished"] - t["started"] if "finished" in t and "started" in t else None
+        return {"id": self.id, "state": self.state, "verdict": self.verdict, "error": self.error, "progress": self.progress,
+                "queued_s": waited, "judged_s": judged}
+
+
+def validate(request: Any) -> dict[str, Any]:
+    """The request, checked: ValueError naming what is malformed."""
+    if not isinstance(request, dict):
+        raise ValueError("a request is a JSON object")
+    prob, cand = request.get("problem"), request.get("candidate")
+    if not isinstance(prob, dict) or not isinstance(prob.get("name"), str) or not isinstance(prob.get("source_b64"), str):
+        raise ValueError("problem must be {\"name\": str, \"source_b64\": str}")
+    _safe_name(prob["name"] + ".py")
+    if not isinstance(cand, dict) or not isinstance(cand.get("files"), dict) or "model_new.py" not in cand["files"]:
+        raise ValueError("candidate must be {\"files\": {\"model_new.py\": text, ...}}")
+    total = 0
+    for name, text in cand["files"].items():
+        _safe_name(name)
+        if not isinstance(text, str):
+            raise ValueError(f"candidate file {name!r} must be text")
+        total += len(text.encode())
+    if total > MAX_BYTES:
+        raise ValueError(f"candidate files add up to {total} bytes, over the {MAX_BYTES}-byte limit")
+    policy_from_wire(request.get("policy") or {})
+    if request.get("device", "auto") not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device must be auto, cuda or cpu, got {request.get('device')!r}")
+    return request
+
+
+def _safe_name(name: str) -> PurePosixPath:
+    path = PurePosixPath(name)
+    if not name or path.is_absolute() or any(part in ("", ".", "..") for part in path.parts) or "\\" in name or "\0" in name:
+        raise ValueError(f"file name {name!r} must be a plain relative path")
+    return path
+
+
+class JudgeService:
+    """The queue, the worker threads and the jobs; HTTP is layered on top (make_server)."""
+
+    def __init__(self, *, workers: int = 2, root: Path | None = None) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.root = Path(tempfile.mkdtemp(prefix="kw-serve-", dir=root))
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._work, name=f"kw-judge-{i}", daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, request: Any) -> Job:
+        job = Job(id=f"eval-{uuid.uuid4().hex[:12]}", request=validate(request))
+        job.times["queued"] = time.time()
+        with self._lock:
+            self._jobs[job.id] = job
+            self._forget_old()
+        self._queue.put(job)
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def cancel(self, job_id: str) -> Job | None:
+        job = self.get(job_id)
+        if job is not None and job.state in ("queued", "running"):
+            job.cancel.set()
+            if job.state == "queued":
+                self._end(job, "cancelled")
+        return job
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        return {s: sum(j.state == s for j in jobs) for s in STATES} | {"workers": len(self._threads)}
+
+    def _forget_old(self) -> None:
+        done = [j for j in self._jobs.values() if j.finished.is_set()]
+        for j in done[:max(0, len(done) - KEEP_DONE)]:
+            del self._jobs[j.id]
+
+    def _end(self, job: Job, state: str) -> None:
+        job.state = state
+        job.times["finished"] = time.time()
+        job.finished.set()
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if job.cancel.is_set():
+                continue
+            job.state, job.times["started"] = "running", time.time()
+            try:
+                self._judge(job)
+            except Cancelled:
+                self._end(job, "cancelled")
+            except Exception as exc:  # noqa: BLE001 - a failure is the job's answer, the worker goes on
+                log.exception("service job %s failed", job.id)
+                job.error = {"kind": "infra", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+                self._end(job, "failed")
+
+    def _judge(self, job: Job) -> None:
+        from kernelwright.judge.evaluate import evaluate
+        from kernelwright.problems.loader import ProblemError, load_problem
+
+        folder = self.root / job.id
+        try:
+            problem_path, candidate_dir = _materialize(job.request, folder)
+            policy = policy_from_wire(job.request.get("policy") or {})
+
+            def progress(message: str) -> None:
+                job.progress = message
+
+            try:
+                verdict = evaluate(load_problem(problem_path), candidate_dir, policy, device=job.request.get("device", "auto"),
+                                   progress=progress, cancel=job.cancel)
+            except ProblemError as exc:
+                job.error = {"kind": "problem", "message": str(exc)}
+                return self._end(job, "failed")
+            except ValueError as exc:
+                job.error = {"kind": "usage", "message": str(exc)}
+                return self._end(job, "failed")
+            job.verdict = verdict.to_dict()
+            self._end(job, "done")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _materialize(request: dict[str, Any], folder: Path) -> tuple[Path, Path]:
+    """Write the problem and the candidate into the job's own folder; their paths."""
+    prob = request["problem"]
+    problem_path = folder / "problem" / f"{prob['name']}.py"
+    problem_path.parent.mkdir(parents=True)
+    problem_path.write_bytes(base64.b64decode(prob["source_b64"], validate=True))
+    cand_dir = folder / "candidate"
+    for name, text in request["candidate"]["files"].items():
+        dest = cand_dir / _safe_name(name)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    return problem_path, cand_dir
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_HTTPServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        log.debug("serve: " + fmt, *args)
+
+    def address_string(self) -> str:  # a unix socket's peer has no address
+        return str(self.client_address or "unix")
+
+    def _reply(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, allow_nan=False).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if token is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return True
+        self._reply(401, {"error": {"kind": "usage", "message": "missing or wrong bearer token"}})
+        return False
+
+    def _job_id(self) -> str | None:
+        parts = urlparse(self.path).path.strip("/").split("/")
+        return parts[2] if len(parts) == 3 and parts[:2] == ["v1", "evaluations"] else None
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        if not self._authorized():
+            return
+        if urlparse(self.path).path.rstrip("/") != "/v1/evaluations":
+            return self._reply(404, {"error": {"kind": "usage", "message": f"no such endpoint: POST {self.path}"}})
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.close_connection = True
+            return self._reply(413, {"error": {"kind": "usage", "message": f"request of {length} bytes, over {MAX_BODY}"}})
+        try:
+            job = self.server.service.submit(json.loads(self.rfile.read(length) or b"null"))
+        except ValueError as exc:
+            return self._reply(400, {"error": {"kind": "usage", "message": str(exc)}})
+        self._reply(202, {"id": job.id, "state": job.state})
+
+    def do_GET(self) -> None:  # noqa: N802
+        if not self._authorized():
+            return
+        url = urlparse(self.path)
+        if url.path.rstrip("/") == "/v1/health":
+            return self._reply(200, {"ok": True, **self.server.service.counts()})
+        job = self.server.service.get(self._job_id() or "")
+        if job is None:
+            return self._reply(404, {"error": {"kind": "usage", "message": f"no such evaluation: {self.path}"}})
+        try:
+            wait = min(MAX_WAIT_S, max(0.0, float(parse_qs(url.query).get("wait", ["0"])[0])))
+        except ValueError:
+            return self._reply(400, {"error": {"kind": "usage", "message": "wait must be a number of seconds"}})
+        job.finished.wait(wait)
+        self._reply(200, job.to_dict())
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        if not self._authorized():
+            return
+        job = self.server.service.cancel(self._job_id() or "")
+        if job is None:
+            return self._reply(404, {"error": {"kind": "usage", "message": f"no such evaluation: {self.path}"}})
+        self._reply(200, job.to_dict())
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    service: JudgeService
+    token: str | None
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    service: JudgeService
+    token: str | None
+
+    def server_bind(self) -> None:
+        socketserver.UnixStreamServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
+def make_server(service: JudgeService, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,
+                token: str | None = None) -> tuple[Any, str]:
+    """An HTTP server for the service and its URL: on a unix socket (its folder made private to
+    this user), or on TCP, where a token is required."""
+    if socket_path is not None:
+        socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        socket_path.parent.chmod(0o700)
+        if socket_path.exists():
+            socket_path.unlink()  # a stale socket of a service that is gone
+        server: Any = _UnixHTTPServer(str(socket_path), _Handler)
+        socket_path.chmod(0o600)
+        url = f"unix://{socket_path}"
+    else:
+        if not token:
+            raise ValueError("a TCP service needs a token: on a shared host loopback is not private")
+        server = _HTTPServer((host, port or 0), _Handler)
+        url = f"http://{host}:{server.server_address[1]}"
+    server.service, server.token = service, token
+    return server, url

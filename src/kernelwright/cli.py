@@ -76,12 +76,9 @@ def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, stor
     if judge.service is not None:
         progress(f"judged by the service at {judge.service}")
     try:
-        if judge.service is None:
-            from kernelwright.judge.evaluate import evaluate
-
-            verdict = evaluate(problem, candidate, policy, device=device, progress=progress, baseline_store=store)
-        else:
-            verdict = judge.evaluate(problem, candidate, policy, progress=progress)
+        verdict = judge.evaluate(problem, candidate, policy, progress=progress, baseline_store=store)
+    except ProblemError:
+        raise
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return problem, files, verdict

@@ -146,11 +146,11 @@ class Judge:
         return judged
 
     def _judge(self, cand_dir: Path, mode: str, digest: str, files: dict[str, str]) -> Judged:
-        from kernelwright.judge.evaluate import evaluate
+        from kernelwright.client import Judge as JudgeClient
 
-        with self.device_lock:
-            verdict = evaluate(self.problem, Path(cand_dir), self.policy(mode), device=self.device, progress=self.progress,
-                               baseline_store=self.store)
+        with self.device_lock:  # in process, or through the service KERNELWRIGHT_SERVICE names
+            verdict = JudgeClient(device=self.device).evaluate(self.problem, Path(cand_dir), self.policy(mode), progress=self.progress,
+                                                              baseline_store=self.store)
         return Judged(mode, verdict, self._keep(verdict, files), digest, files)
 
     def _keep(self, verdict: Verdict, files: dict[str, str]) -> str | None:

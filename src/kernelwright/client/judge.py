@@ -57,13 +57,15 @@ class Judge:
                 raise ValueError(f"a service is unix:///PATH or http://HOST:PORT, got {self.service!r}")
 
     def evaluate(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *,
-                 progress: Any = None) -> Verdict:
+                 progress: Any = None, baseline_store: str | Path | None = None) -> Verdict:
+        """The verdict. `baseline_store` is where cached baselines are looked up in process; a
+        service looks them up in its own store."""
         policy = policy or Policy()
         problem = problem if isinstance(problem, Problem) else load_problem(problem)
         if self.service is None:
             from kernelwright.judge.evaluate import evaluate
 
-            return evaluate(problem, candidate, policy, device=self.device, progress=progress)
+            return evaluate(problem, candidate, policy, device=self.device, progress=progress, baseline_store=baseline_store)
         return self._remote(problem, Path(candidate), policy, progress)
 
     async def aevaluate(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None) -> Verdict:

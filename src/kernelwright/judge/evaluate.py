@@ -272,6 +272,9 @@ class _Flow:
         builder = self._child("candidate", self._extension_env()) if ext else None
         cand = self._child("candidate", self._extension_env() if ext else {})
         ref, how = self._reference()  # before the build child runs candidate code
+        warm = self.warm_ref
+        self.vb.workers = {"children": "forked" if isinstance(cand._proc, forkpool.Forked) else "spawned",
+                           "reference": "warm" if warm and warm.uses else "new", "reference_evaluations": (warm.uses + 1) if warm else 1}
         if builder is not None and not self._build_extension(builder):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()

@@ -80,12 +80,12 @@ def judge_solution(entry: Entry, sol: Solution, policy: Any, config: BenchConfig
     too large) and a problem that fails to load get no verdict, a status of their own and the note;
     both stay failures in every denominator. The device and lock settings are checked before the
     first problem (check_environment), so a ValueError here is the candidate's."""
-    from kernelwright.judge.evaluate import evaluate
+    from kernelwright.client import Judge
 
     with tempfile.TemporaryDirectory(prefix="kw-bench-") as tmp:
         try:
-            path = _materialise(sol, Path(tmp))
-            verdict = evaluate(entry.problem, path, policy, device=config.device, progress=say, baseline_store=config.store)
+            path = _materialise(sol, Path(tmp))  # judged in process, or by the service KERNELWRIGHT_SERVICE names
+            verdict = Judge(device=config.device).evaluate(entry.problem, path, policy, progress=say, baseline_store=config.store)
         except ProblemError as exc:
             return None, None, f"the problem did not load: {exc}"[:2000], PROBLEM_ERROR
         except ValueError as exc:

@@ -133,3 +133,17 @@ def test_the_fork_server_killed_mid_verdict_loses_nothing():
     after = judge("rowsum", "rowsum_correct", correctness_policy())
     assert after.status.value == "correct", after.log
     assert forkpool.server() is not srv
+
+
+def test_a_server_refused_for_an_optional_import_is_replaced_without_it(tmp_path, monkeypatch):
+    """On the H200 an optional import (the inductor's) once initialised CUDA in the server: the
+    judge then starts a server without optional imports, rather than spawning every child."""
+    monkeypatch.setenv("PYTHONKWTESTOPTIONAL", "1")  # a server of this test's own
+    srv = forkpool.server()
+    srv.wait_ready()
+    srv.cuda_touched = "torch._dynamo"  # as the server reports it when that import opened a device file
+    forkpool.mark_failed(srv, "the fork server did not start: simulated")
+    again = forkpool.server()
+    assert again is not None and again is not srv and not again.optional_imports
+    with Child(_config(tmp_path)) as child:
+        assert isinstance(child._proc, forkpool.Forked) and child._proc.pid != srv.pid

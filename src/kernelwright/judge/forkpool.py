@@ -82,7 +82,7 @@ class ForkServer:
         self._next_id = 0
         self.ready: dict[str, Any] | None = None
         self.lost = False
-        self.cuda_touched = ""  # the optional import that initialised CUDA, when one did (the server then exits)
+        self.cuda_touched = ""  # the optional import that initialised CUDA, when one did (the server then refused)
         self.optional_imports = optional_imports
         env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"}))
         self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
@@ -107,10 +107,7 @@ class ForkServer:
             with self._cond:
                 if "ready" in msg:
                     self.ready = msg
-                elif "note" in msg:
-                    log.info("fork server: %s", msg["note"])
-                elif "cuda_touched" in msg:
-                    self.cuda_touched = str(msg["cuda_touched"])
+                    self.cuda_touched = str(msg.get("cuda_touched") or "")
                 elif "exit" in msg:
                     self._codes[int(msg["exit"])] = int(msg["code"])
                 else:
@@ -194,6 +191,7 @@ def _alive(pid: int) -> bool:
 
 _servers: dict[tuple[Any, ...], ForkServer] = {}
 _failed: set[tuple[Any, ...]] = set()
+_no_optional: set[tuple[Any, ...]] = set()  # environments whose server initialised CUDA in an optional import
 _registry_lock = threading.Lock()
 
 
@@ -207,16 +205,11 @@ def server() -> ForkServer | None:
         if key in _failed:
             return None
         srv = _servers.get(key)
-        optional = True
         if srv is not None and (srv.lost or srv._proc.poll() is not None):
-            optional = srv.optional_imports and not srv.cuda_touched
-            if srv.cuda_touched:
-                log.warning("importing %s in the fork server initialised CUDA; its next server imports it no more", srv.cuda_touched)
-            else:
-                log.warning("the fork server (pid %s) is gone; starting another", srv.pid)
+            log.warning("the fork server (pid %s) is gone; starting another", srv.pid)
             srv = None
         if srv is None:
-            srv = _servers[key] = ForkServer(optional)
+            srv = _servers[key] = ForkServer(key not in _no_optional)
         return srv
 
 
@@ -229,13 +222,20 @@ def warm_up() -> None:
 
 
 def mark_failed(srv: ForkServer, why: str) -> None:
-    """Stop using a server that failed; children are spawned afresh for this environment."""
+    """Stop using a server that failed. One whose optional import initialised CUDA is replaced by
+    one without optional imports; otherwise children are spawned afresh for this environment."""
     with _registry_lock:
         for key, s in list(_servers.items()):
             if s is srv:
                 del _servers[key]
-                _failed.add(key)
-    log.warning("%s; judge children are spawned afresh instead (slower)", why)
+                if srv.cuda_touched and key not in _no_optional:
+                    _no_optional.add(key)
+                else:
+                    _failed.add(key)
+    if srv.cuda_touched:
+        log.warning("%s; the next fork server skips that import", why)
+    else:
+        log.warning("%s; judge children are spawned afresh instead (slower)", why)
     srv.close()
 
 

@@ -26,8 +26,9 @@ import time
 import traceback
 from typing import Any
 
-# Imported once here, inherited by every child; the optional ones (seconds each, for the compile
-# baseline) while the server is idle. Any of them loading the CUDA driver stops the server.
+# Imported once here, before the server says it is ready, and inherited by every child. The optional
+# ones take seconds and every reference child needs torch._dynamo (the FLOP counter imports it);
+# one that initialises the CUDA driver makes the server refuse, and the judge starts one without them.
 PRELOAD = ("torch", "numpy", "kernelwright.judge.child", "kernelwright.judge.child_candidate", "kernelwright.judge.child_reference",
            "kernelwright.runtime", "torch.profiler", "torch.utils.flop_counter", "torch.autograd.profiler_legacy",
            "torch.utils._python_dispatch")
@@ -55,22 +56,28 @@ def _cuda_touched() -> bool:
     return bool(torch.cuda.is_initialized())
 
 
-def preload() -> None:
-    """Import PRELOAD; refuse to serve when that loaded the CUDA driver."""
+def preload(optional: bool) -> None:
+    """Import PRELOAD, then (when asked) PRELOAD_OPTIONAL; refuse to serve when an import
+    initialised the CUDA driver (ForkRefused names it)."""
     for name in PRELOAD:
         importlib.import_module(name)
     if _cuda_touched():
-        raise RuntimeError("importing the judge's child code loaded the CUDA driver; children cannot be forked")
+        raise ForkRefused("", "importing the judge's child code initialised the CUDA driver; children cannot be forked")
+    for name in PRELOAD_OPTIONAL if optional else ():
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - an optional import only costs the children time
+            continue
+        if _cuda_touched():
+            raise ForkRefused(name, f"importing {name} initialised the CUDA driver; children cannot be forked")
 
 
-def preload_optional(name: str) -> str:
-    """Import one of PRELOAD_OPTIONAL while no request waits; '' or why it was skipped. A child
-    forked before it imports the module itself where it needs it."""
-    try:
-        importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001 - an optional import only costs the children time
-        return f"{name}: {type(exc).__name__}: {exc}"[:200]
-    return ""
+class ForkRefused(RuntimeError):
+    """The server cannot fork: an import initialised CUDA (`module` is the optional one that did, or '')."""
+
+    def __init__(self, module: str, message: str) -> None:
+        super().__init__(message)
+        self.module = module
 
 
 def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: tuple[int, int]) -> int:
@@ -171,22 +178,13 @@ def serve(sock: socket.socket) -> None:
     os.set_blocking(wake[1], False)
     signal.set_wakeup_fd(wake[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
-    optional = list(PRELOAD_OPTIONAL) if os.environ.get(OPTIONAL_ENV, "1") != "0" else []
     while True:
-        ready, _, _ = select.select([sock, wake[0]], [], [], 0.2 if optional else None)
+        ready, _, _ = select.select([sock, wake[0]], [], [])
         if wake[0] in ready:
             os.read(wake[0], 4096)
         _reap(sock)
         if sock in ready and not _spawn_request(sock, wake):
             return
-        if not ready and optional:
-            name = optional.pop(0)
-            skipped = preload_optional(name)
-            if skipped:
-                _send(sock, {"note": skipped})
-            if _cuda_touched():  # no child may be forked from here on; the judge starts a server without these imports
-                _send(sock, {"cuda_touched": name})
-                return
 
 
 def main(argv: list[str]) -> int:
@@ -195,7 +193,10 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     began = time.perf_counter()
     try:
-        preload()
+        preload(os.environ.get(OPTIONAL_ENV, "1") != "0")
+    except ForkRefused as exc:
+        _send(sock, {"ready": False, "error": str(exc), "cuda_touched": exc.module})
+        return 1
     except Exception as exc:  # noqa: BLE001 - the judge falls back to spawning children
         _send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:1000]})
         return 1

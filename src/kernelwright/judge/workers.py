@@ -110,8 +110,10 @@ class Child:
 
     def _spawn(self, write_fd: int) -> subprocess.Popen | Forked:
         env = child_env(self.config)
-        srv = forkpool.server()
-        if srv is not None:
+        for _ in range(2):  # a server refused for an optional import is replaced once
+            srv = forkpool.server()
+            if srv is None:
+                break
             try:
                 return srv.spawn(role=self.config.role, env=env, cwd=self.config.workdir, log_path=self.log_path, result_fd=write_fd)
             except (ForkServerError, OSError) as exc:

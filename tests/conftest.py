@@ -37,7 +37,36 @@ def judge_env(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("KERNELWRIGHT_CACHE", str(root / "cache"))
         mp.setenv("KERNELWRIGHT_STORE", str(root / "store.sqlite"))
         mp.setenv("KERNELWRIGHT_LOCK_DIR", str(root / "locks"))  # device locks private to this test session
-        yield root
+        server = _shared_fork_server(root / "forkserver" / "sock")
+        if server is not None:
+            mp.setenv("KERNELWRIGHT_FORKSERVER_SOCKET", str(root / "forkserver" / "sock"))
+        try:
+            yield root
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(timeout=30)
+
+
+def _shared_fork_server(sock: Path):
+    """One fork server for the whole session, shared by the CLI runs the tests start (each would
+    otherwise import torch in a server of its own); None when it does not come up (then every
+    process starts its own, which the tests also cover)."""
+    import subprocess
+    import time
+
+    sock.parent.mkdir(mode=0o700)
+    log = open(sock.parent / "log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", "--listen", str(sock)], stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 300
+    while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if sock.exists():
+        return proc
+    proc.kill()
+    return None
 
 
 def problem(name: str) -> Path:

@@ -119,9 +119,10 @@ def test_a_candidate_cannot_taint_the_next_candidates_children():
     assert forkpool.server() is srv and not srv.lost  # both were forked from one server
 
 
-def test_the_fork_server_killed_mid_verdict_loses_nothing():
+def test_the_fork_server_killed_mid_verdict_loses_nothing(monkeypatch):
     """A candidate that kills the fork server at import: its children live on (sessions of their
     own), its verdict is reached, and the next evaluation starts a new server."""
+    monkeypatch.setenv("PYTHONKWTESTKILL", "1")  # a server of this test's own, not the session's shared one
     srv = forkpool.server()
     srv.wait_ready()
     verdict = judge("rowsum", "rowsum_kills_forkserver", correctness_policy())
@@ -147,3 +148,22 @@ def test_a_server_refused_for_an_optional_import_is_replaced_without_it(tmp_path
     assert again is not None and again is not srv and not again.optional_imports
     with Child(_config(tmp_path)) as child:
         assert isinstance(child._proc, forkpool.Forked) and child._proc.pid != srv.pid
+
+
+def test_processes_of_one_environment_share_the_listening_server():
+    """The session's shared server (conftest) forks the children of every process started under
+    its environment; a process under another import-time environment starts its own."""
+    import subprocess
+    import sys
+
+    path = os.environ.get(forkpool.SHARED_ENV)
+    if not path:
+        pytest.skip("the session's shared fork server did not come up")
+    probe = "from kernelwright.judge import forkpool; s = forkpool.server(); s.wait_ready(); print(s.shared, s.pid)"
+    same = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    other = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONKWOTHER": "1"})
+    probe_conn = forkpool.ForkServer(shared=path)
+    shared_pid = probe_conn.wait_ready(10)["pid"]
+    probe_conn.close()
+    assert same.stdout.split() == [path, str(shared_pid)], same.stderr
+    assert other.stdout.split()[0] == "None" and other.stdout.split()[1] != str(shared_pid), other.stderr

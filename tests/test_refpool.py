@@ -95,3 +95,24 @@ def test_bad_settings_are_refused(monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "many")
     with pytest.raises(ValueError, match="KERNELWRIGHT_WARM_REFERENCES must be a whole number"):
         refpool.capacity()
+
+
+def test_a_reference_child_whose_problem_changed_on_disk_is_not_pooled(tmp_path):
+    """The judge loaded the problem, then the file changed: the reference child (which imported the
+    new text) stops the evaluation, and is closed rather than kept for a problem it never loaded."""
+    from kernelwright.problems.loader import load_problem
+
+    path = tmp_path / "rowsum.py"
+    path.write_text(problem("rowsum").read_text())
+    loaded = load_problem(path)
+    path.write_text(problem("rowsum").read_text() + "\n# edited\n")
+    verdict = evaluate(loaded, candidate("rowsum_correct"), correctness_policy(), device="cpu")
+    assert verdict.status.value == "infra_error" and "changed on disk" in verdict.log
+    assert _idle_pids() == []
+
+
+def test_the_verdict_says_how_its_workers_came():
+    first, _ = _judge("rowsum_correct")
+    second, _ = _judge("rowsum_wrong")
+    assert first.workers["reference"] == "new" and first.workers["reference_evaluations"] == 1
+    assert second.workers == {"children": first.workers["children"], "reference": "warm", "reference_evaluations": 2}

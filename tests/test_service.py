@@ -59,6 +59,8 @@ def test_the_service_answers_what_the_process_answers(service):
             assert (mine.status, mine.problem, mine.candidate, [s.name for s in mine.steps if s.ran]) == \
                    (v.status, v.problem, v.candidate, [s.name for s in v.steps if s.ran])
     assert remote.health()["done"] == 2
+    again = remote.evaluate(problem("rowsum"), candidate("rowsum_correct"), correctness_policy())
+    assert again.workers["reference"] == "warm"  # the service keeps the problem's reference child between requests
 
 
 def test_a_malformed_problem_or_request_is_the_callers_error(service, tmp_path):
@@ -157,4 +159,12 @@ def test_requests_with_unsafe_names_are_refused(service):
     request["candidate"]["files"]["../escape.py"] = "x = 1"
     with pytest.raises(ValueError, match="plain relative path"):
         svc.submit(request)
+    broken = _request("rowsum_correct", correctness_policy())
+    broken["problem"]["source_b64"] = "not base64!"
+    with pytest.raises(ValueError, match="malformed request"):
+        svc.submit(broken)
+    odd = _request("rowsum_correct", correctness_policy())
+    odd["policy"]["timing"]["no_such_knob"] = 1
+    with pytest.raises(ValueError, match="malformed request"):
+        svc.submit(odd)
     assert dataclasses.is_dataclass(svc.submit(_request("rowsum_correct", correctness_policy())))

@@ -19,6 +19,8 @@ TCP with a bearer token (loopback is not private on a shared host):
 from __future__ import annotations
 
 import base64
+import binascii
+import hashlib
 import hmac
 import json
 import logging
@@ -87,7 +89,11 @@ def validate(request: Any) -> dict[str, Any]:
         total += len(text.encode())
     if total > MAX_BYTES:
         raise ValueError(f"candidate files add up to {total} bytes, over the {MAX_BYTES}-byte limit")
-    policy_from_wire(request.get("policy") or {})
+    try:
+        base64.b64decode(prob["source_b64"], validate=True)
+        policy_from_wire(request.get("policy") or {})
+    except (TypeError, binascii.Error) as exc:
+        raise ValueError(f"malformed request: {exc}") from None
     if request.get("device", "auto") not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device must be auto, cuda or cpu, got {request.get('device')!r}")
     return request
@@ -128,11 +134,12 @@ class JudgeService:
             return self._jobs.get(job_id)
 
     def cancel(self, job_id: str) -> Job | None:
-        job = self.get(job_id)
-        if job is not None and job.state in ("queued", "running"):
-            job.cancel.set()
-            if job.state == "queued":
-                self._end(job, "cancelled")
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is not None and job.state in ("queued", "running"):
+                job.cancel.set()
+                if job.state == "queued":  # no worker has it: answered now, and no worker will take it
+                    self._end(job, "cancelled")
         return job
 
     def counts(self) -> dict[str, int]:
@@ -155,9 +162,10 @@ class JudgeService:
             job = self._queue.get()
             if job is None:
                 return
-            if job.cancel.is_set():
-                continue
-            job.state, job.times["started"] = "running", time.time()
+            with self._lock:
+                if job.cancel.is_set():
+                    continue
+                job.state, job.times["started"] = "running", time.time()
             try:
                 self._judge(job)
             except Cancelled:
@@ -200,11 +208,18 @@ class JudgeService:
 
 
 def _materialize(request: dict[str, Any], folder: Path) -> tuple[Path, Path]:
-    """Write the problem and the candidate into the job's own folder; their paths."""
+    """The problem's file, one per content and name for the service's life (so the next request
+    of that problem finds its warm reference child, whose key holds the path), and the candidate
+    in the job's own folder; their paths."""
     prob = request["problem"]
-    problem_path = folder / "problem" / f"{prob['name']}.py"
-    problem_path.parent.mkdir(parents=True)
-    problem_path.write_bytes(base64.b64decode(prob["source_b64"], validate=True))
+    source = base64.b64decode(prob["source_b64"], validate=True)
+    problem_path = folder.parent / "problems" / hashlib.sha256(source).hexdigest()[:24] / f"{prob['name']}.py"
+    if not problem_path.is_file():
+        problem_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = problem_path.with_suffix(f".{folder.name}.tmp")
+        tmp.write_bytes(source)
+        tmp.replace(problem_path)  # whole or not at all, when two jobs bring it at once
+        problem_path.chmod(0o444)
     cand_dir = folder / "candidate"
     for name, text in request["candidate"]["files"].items():
         dest = cand_dir / _safe_name(name)
@@ -250,10 +265,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if urlparse(self.path).path.rstrip("/") != "/v1/evaluations":
             return self._reply(404, {"error": {"kind": "usage", "message": f"no such endpoint: POST {self.path}"}})
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
             self.close_connection = True
-            return self._reply(413, {"error": {"kind": "usage", "message": f"request of {length} bytes, over {MAX_BODY}"}})
+            return self._reply(413, {"error": {"kind": "usage", "message": f"a request body of 0 to {MAX_BODY} bytes, with its Content-Length"}})
         try:
             job = self.server.service.submit(json.loads(self.rfile.read(length) or b"null"))
         except ValueError as exc:

@@ -66,6 +66,16 @@ class Reader:
         self._seq = 0
         self._buf = b""
 
+    def pending(self) -> bool:
+        """Whether a message (or part of one) waits unread."""
+        if self._buf:
+            return True
+        try:
+            ready, _, _ = select.select([self._fd], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(ready)
+
     def recv(self, timeout_s: float) -> Any:
         line = self._read_line(time.monotonic() + timeout_s)
         try:

@@ -135,6 +135,7 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
     pool and compiled baseline of the last one and give its device memory back; with `init_seed`,
     construct Model afresh under the new evaluation's seed, as a new child's setup would."""
     S.refs, S.pool = [], []
+    pin_flags("fp32")  # as setup pinned them: nothing the last evaluation's baselines did carries over
     if S.compiled is not None:
         S.compiled = None
         importlib.import_module("torch._dynamo").reset()  # a fresh model compiles afresh, never past dynamo's recompile limit

@@ -117,12 +117,13 @@ def _cancellable(flow: "_Flow", cancel: threading.Event | None) -> Iterator[None
         yield
         return
     done = threading.Event()
+    flow.cancel = cancel
 
-    def watch() -> None:
+    def watch() -> None:  # kills children as long as the flow runs: those it starts later too
         while not done.is_set():
             if cancel.wait(0.1):
-                flow._close_children()
-                return
+                flow.kill_children()
+                done.wait(0.1)
 
     watcher = threading.Thread(target=watch, name="kw-cancel", daemon=True)
     watcher.start()
@@ -197,6 +198,7 @@ class _Flow:
         self.baseline_store: str | Path | None = None  # where cached baselines are looked up (None: the default store)
         self.cache_note = ""  # why cached baselines were measured after all (step interleave)
         self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
+        self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
 
     def run(self) -> Verdict:
         clean = False  # a verdict reached: the reference child may serve the next evaluation
@@ -231,12 +233,23 @@ class _Flow:
         reset (its outputs and memory dropped); every other child closes."""
         warm, self.warm_ref = self.warm_ref, None
         if warm is not None:
-            try:
-                ok = warm.child.drain(self.policy.run_timeout_s) and warm.child.call("reset", {}, timeout_s=self.policy.run_timeout_s) is not None
+            try:  # a child whose setup did not complete (no meta) is never pooled
+                ok = bool(warm.meta) and not self._cancelled() and warm.child.drain(self.policy.run_timeout_s) and \
+                    warm.child.call("reset", {}, timeout_s=self.policy.run_timeout_s) is not None and not warm.child.pending()
             except ChildError:
                 ok = False
             refpool.POOL.give_back(warm) if ok else warm.close()
         self._close_children()
+
+    def _cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def kill_children(self) -> None:
+        """Kill every child's process group now (from another thread: descriptors stay with the
+        flow's thread, whose waits then end)."""
+        warm = self.warm_ref
+        for child in self.children + ([warm.child] if warm else []):
+            child.kill()
 
     @contextlib.contextmanager
     def _device(self, mode: str, what: str) -> Iterator[None]:
@@ -254,6 +267,8 @@ class _Flow:
                 raise
 
     def _child(self, role: str, extra_env: dict[str, str] | None = None) -> Child:
+        if self._cancelled():
+            raise Stop(Status.INFRA_ERROR, "cancelled")
         env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
         env.update(extra_env or {})
         child = Child(ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env))
@@ -370,7 +385,12 @@ class _Flow:
         idle (reset under this evaluation's init seed), else a new one set up now."""
         args = self._reference_args()
         k = refpool.key(self.problem.hash, str(self.problem.path), self.device, self.policy.gpu_index, args)
+        if self._cancelled():
+            raise Stop(Status.INFRA_ERROR, "cancelled")
         warm = refpool.POOL.take(k) if refpool.capacity() else None
+        if warm is not None and warm.child.pending():  # a reply nobody asked for: the child is not trusted
+            warm.close()
+            warm = None
         if warm is not None:
             self.warm_ref = warm
             t0 = time.perf_counter()

@@ -5,15 +5,22 @@ process's lifetime (`optimize`, `bench`, the tests and `serve` judge many candid
 forks behaves like a spawned one (judge.workers): its own session, stdin for commands, the log for
 its output, the authenticated result pipe. `KERNELWRIGHT_FORKSERVER=0` spawns every child afresh
 instead, as does a server that failed to start (said once in the log).
+
+Processes that start one after another (a script calling `kernelwright check` in a loop, the test
+suite's CLI runs) can share one server: `python -m kernelwright.judge.forkserver --listen PATH`
+serves every judge of this user whose KERNELWRIGHT_FORKSERVER_SOCKET names PATH and whose
+import-time environment matches its own; the others start their own.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -29,7 +36,8 @@ READY_TIMEOUT_S = 600.0  # a loaded 2-core machine took minutes to import torch
 # Variables read when torch and the judge's modules are imported: a server started under other
 # values would give its children a different torch. Everything else reaches the child at fork.
 IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "NVIDIA_", "TRITON_", "CUDA_")
-CALL_TIME = frozenset({"PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TORCH_EXTENSIONS_DIR", "KINETO_LOG_LEVEL"})
+SHARED_ENV = "KERNELWRIGHT_FORKSERVER_SOCKET"  # a shared server's socket (`python -m kernelwright.judge.forkserver --listen PATH`)
+CALL_TIME = frozenset({"PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TORCH_EXTENSIONS_DIR", "KINETO_LOG_LEVEL", SHARED_ENV})
 
 
 class ForkServerError(RuntimeError):
@@ -41,9 +49,24 @@ def enabled() -> bool:
 
 
 def import_env_key(env: dict[str, str] | None = None) -> tuple[Any, ...]:
+    """What a server's children inherit from its start: the interpreter, the import-time
+    variables and the judge's code as it is on disk (a shared server started before an edit
+    would fork children with the old code)."""
     env = dict(os.environ) if env is None else env
     picked = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in CALL_TIME))
-    return (sys.executable, picked)
+    return (sys.executable, picked, _code_stamp())
+
+
+def _code_stamp() -> str:
+    here = Path(__file__).resolve().parent
+    stamps = []
+    for folder in (here, here.parent / "runtime"):
+        for f in sorted(folder.glob("*.py")):
+            try:
+                stamps.append(f"{f.name}:{f.stat().st_mtime_ns}")
+            except OSError:
+                continue
+    return f"{here.parent}|{hashlib.sha256(' '.join(stamps).encode()).hexdigest()[:16]}"
 
 
 class Forked:
@@ -72,9 +95,9 @@ class Forked:
 class ForkServer:
     """A running fork server and the thread that reads its answers."""
 
-    def __init__(self, optional_imports: bool = True) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock = ours
+    def __init__(self, optional_imports: bool = True, shared: str | None = None) -> None:
+        """Start a server of this process's own, or (`shared`: its socket path) connect to one that
+        serves every judge of this user (ConnectionError when none listens there)."""
         self._lock = threading.Lock()  # one spawn request on the socket at a time
         self._cond = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
@@ -84,37 +107,60 @@ class ForkServer:
         self.lost = False
         self.cuda_touched = ""  # the optional import that initialised CUDA, when one did (the server then refused)
         self.optional_imports = optional_imports
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"}))
-        self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
-                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
-        theirs.close()
+        self.shared = shared
+        self._proc: subprocess.Popen | None = None
+        if shared is not None:
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self._sock.connect(shared)
+                _same_user(self._sock, shared)
+            except OSError:
+                self._sock.close()
+                raise
+        else:
+            self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"}))
+            self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
+                                          pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
+            theirs.close()
         self.started = time.monotonic()
         threading.Thread(target=self._read, name="kw-forkserver", daemon=True).start()
 
     @property
     def pid(self) -> int:
-        return self._proc.pid
+        return self._proc.pid if self._proc is not None else int((self.ready or {}).get("pid") or 0)
+
+    def gone(self) -> bool:
+        return self.lost or (self._proc is not None and self._proc.poll() is not None)
 
     def _read(self) -> None:
-        while True:
-            try:
-                data = self._sock.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            msg = json.loads(data)
+        try:
+            while True:
+                try:
+                    data = self._sock.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                self._take(json.loads(data))
+        except (ValueError, TypeError) as exc:
+            log.warning("the fork server sent a malformed message: %s", exc)
+        finally:
             with self._cond:
-                if "ready" in msg:
-                    self.ready = msg
-                    self.cuda_touched = str(msg.get("cuda_touched") or "")
-                elif "exit" in msg:
-                    self._codes[int(msg["exit"])] = int(msg["code"])
-                else:
-                    self._replies[int(msg.get("id") or -1)] = msg
+                self.lost = True
                 self._cond.notify_all()
+
+    def _take(self, msg: dict[str, Any]) -> None:
         with self._cond:
-            self.lost = True
+            if "ready" in msg:
+                self.ready = msg
+                self.cuda_touched = str(msg.get("cuda_touched") or "")
+            elif "exit" in msg:
+                self._codes[int(msg["exit"])] = int(msg["code"])
+            else:
+                if "pid" in msg:
+                    self._codes.pop(int(msg["pid"]), None)  # a reused pid: the exit recorded is an earlier child's
+                self._replies[int(msg.get("id") or -1)] = msg
             self._cond.notify_all()
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
@@ -175,10 +221,21 @@ class ForkServer:
         except OSError:
             pass
         self._sock.close()
+        if self._proc is None:
+            return  # a shared server goes on serving others
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self._proc.kill()
+
+
+def _same_user(sock: socket.socket, path: str) -> None:
+    """Refuse a shared server run by another user, or one whose folder others can enter: the
+    children's stdin (the channel key) goes to it."""
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    folder = os.stat(os.path.dirname(path) or ".")
+    if uid != os.getuid() or folder.st_uid != os.getuid() or folder.st_mode & 0o077:
+        raise PermissionError(f"{path}: the fork server there is not this user's alone (uid {uid}, folder mode {oct(folder.st_mode & 0o777)})")
 
 
 def _alive(pid: int) -> bool:
@@ -192,12 +249,15 @@ def _alive(pid: int) -> bool:
 _servers: dict[tuple[Any, ...], ForkServer] = {}
 _failed: set[tuple[Any, ...]] = set()
 _no_optional: set[tuple[Any, ...]] = set()  # environments whose server initialised CUDA in an optional import
+_no_shared: set[tuple[Any, ...]] = set()  # environments the shared server does not serve (or is not there for)
 _registry_lock = threading.Lock()
 
 
 def server() -> ForkServer | None:
-    """This process's fork server for the current environment (started now if need be), or None
-    when disabled or when it failed to start here before."""
+    """This process's fork server for the current environment: the shared one that
+    KERNELWRIGHT_FORKSERVER_SOCKET names when it listens and was started under the same
+    import-time environment, else one of this process's own (started now if need be); None when
+    disabled or when one failed to start here before."""
     if not enabled():
         return None
     key = import_env_key()
@@ -205,12 +265,32 @@ def server() -> ForkServer | None:
         if key in _failed:
             return None
         srv = _servers.get(key)
-        if srv is not None and (srv.lost or srv._proc.poll() is not None):
+        if srv is not None and srv.gone():
             log.warning("the fork server (pid %s) is gone; starting another", srv.pid)
             srv = None
         if srv is None:
-            srv = _servers[key] = ForkServer(key not in _no_optional)
+            srv = _servers[key] = _shared(key) or ForkServer(key not in _no_optional)
         return srv
+
+
+def _shared(key: tuple[Any, ...]) -> ForkServer | None:
+    """A connection to the shared server, when there is one for this environment."""
+    path = os.environ.get(SHARED_ENV)
+    if not path or key in _no_shared:
+        return None
+    try:
+        srv = ForkServer(shared=path)
+        hello = srv.wait_ready(10.0)
+    except (OSError, ForkServerError) as exc:
+        log.info("no shared fork server at %s (%s); starting one of this process's own", path, exc)
+        _no_shared.add(key)
+        return None
+    if hello.get("key") != repr(key):
+        log.info("the shared fork server at %s was started under another environment; starting one of this process's own", path)
+        _no_shared.add(key)
+        srv.close()
+        return None
+    return srv
 
 
 def warm_up() -> None:
@@ -228,7 +308,9 @@ def mark_failed(srv: ForkServer, why: str) -> None:
         for key, s in list(_servers.items()):
             if s is srv:
                 del _servers[key]
-                if srv.cuda_touched and key not in _no_optional:
+                if srv.shared:
+                    _no_shared.add(key)  # this process starts one of its own next
+                elif srv.cuda_touched and key not in _no_optional:
                     _no_optional.add(key)
                 else:
                     _failed.add(key)

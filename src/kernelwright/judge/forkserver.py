@@ -80,12 +80,11 @@ class ForkRefused(RuntimeError):
         self.module = module
 
 
-def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: tuple[int, int]) -> int:
+def _child(request: dict[str, Any], fds: list[int], server_fds: list[int]) -> int:
     """In the forked child: become a fresh judge child and run its main loop; the exit code."""
     stdin_fd, log_fd, result_fd = fds
-    sock.close()
     signal.set_wakeup_fd(-1)
-    for fd in wake:
+    for fd in server_fds:  # the server's sockets and wake-up pipe: no child may hold them
         os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.dup2(stdin_fd, 0)
@@ -93,6 +92,7 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: t
     os.dup2(log_fd, 2)
     os.close(stdin_fd)
     os.close(log_fd)
+    _close_pipes_and_sockets(keep=(0, 1, 2, result_fd))
     os.set_inheritable(result_fd, True)  # as pass_fds made it for a spawned child
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -106,20 +106,44 @@ def _child(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: t
     return child.main(["kernelwright.judge.child", request["role"], str(result_fd)])
 
 
-def _fork(request: dict[str, Any], fds: list[int], sock: socket.socket, wake: tuple[int, int]) -> int:
+def _close_pipes_and_sockets(keep: tuple[int, ...]) -> None:
+    """Close every pipe and socket the child inherited but those it keeps (another child's
+    descriptors, had one leaked into the server, never reach this one); files the imported
+    libraries hold stay open."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(("pipe:", "socket:")):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _fork(request: dict[str, Any], fds: list[int], server_fds: list[int]) -> int:
     """Fork one child; return its pid once it leads a session of its own (so that killing its
     process group, as the judge does, cannot miss it)."""
     sys.stdout.flush()
     sys.stderr.flush()
     settled_r, settled_w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(settled_r)
+        os.close(settled_w)
+        raise
     if pid == 0:
         code = 1
         try:
             os.close(settled_r)
             os.setsid()
             os.close(settled_w)
-            code = _child(request, fds, sock, wake)
+            code = _child(request, fds, server_fds)
         except BaseException:  # noqa: BLE001 - a child that failed to become one says why in its log
             traceback.print_exc()
         finally:
@@ -136,72 +160,128 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
     try:
         sock.send(json.dumps(obj).encode())
     except OSError:
-        pass  # the judge is gone; the loop ends on its next read
+        pass  # that judge is gone; the loop drops it on its next read
 
 
-def _reap(sock: socket.socket) -> None:
-    while True:
+class _Server:
+    """The loop: spawn requests from one judge (a socket pair) or from any judge of this user that
+    connects (a listening socket), exits reported to the judge that asked for the child."""
+
+    def __init__(self, conns: list[socket.socket], listener: socket.socket | None = None, hello: dict[str, Any] | None = None) -> None:
+        self.conns, self.listener, self.hello = conns, listener, hello or {}
+        self.owner: dict[int, socket.socket] = {}  # child pid -> the judge that asked for it
+        self.wake = os.pipe()
+        self.parent = os.getppid()
+
+    def fds(self) -> list[int]:
+        return [c.fileno() for c in self.conns] + ([self.listener.fileno()] if self.listener else []) + list(self.wake)
+
+    def run(self) -> None:
+        os.set_blocking(self.wake[1], False)
+        signal.set_wakeup_fd(self.wake[1])
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
+        while True:
+            watched = [*self.conns, self.wake[0], *([self.listener] if self.listener else [])]
+            ready, _, _ = select.select(watched, [], [], 1.0)
+            if self.wake[0] in ready:
+                os.read(self.wake[0], 4096)
+            self._reap()
+            if self.listener is not None and self.listener in ready:
+                conn, _ = self.listener.accept()
+                self.conns.append(conn)
+                _send(conn, self.hello)
+            for conn in [c for c in self.conns if c in ready]:
+                if not self._request(conn):
+                    self.conns.remove(conn)
+                    conn.close()
+            if self.listener is None and not self.conns:
+                return  # the one judge closed its end
+            if self.listener is not None and os.getppid() != self.parent:
+                return  # whoever started a shared server is gone
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            owner = self.owner.pop(pid, None)
+            if owner is not None and owner in self.conns:
+                _send(owner, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def _request(self, conn: socket.socket) -> bool:
+        """Serve one message; False when that judge closed its end."""
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 3)
+        except OSError:
+            return False
+        if not data:
+            return False
+        request: dict[str, Any] = {}
+        try:
+            request = json.loads(data)
+            if len(fds) != 3:
+                raise ValueError(f"a spawn request carries 3 descriptors, got {len(fds)}")
+            pid = _fork(request, fds, self.fds())
+            self.owner[pid] = conn
+            _send(conn, {"id": request["id"], "pid": pid})
+        except Exception as exc:  # noqa: BLE001 - a bad request is answered, the server goes on
+            _send(conn, {"id": request.get("id") if isinstance(request, dict) else None, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        finally:
+            for fd in fds:
+                os.close(fd)  # the child has its copies; no other child may inherit these
+        return True
 
 
-def _spawn_request(sock: socket.socket, wake: tuple[int, int]) -> bool:
-    """Serve one message; False when the judge closed its end."""
-    try:
-        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
-    except OSError:
-        return False
-    if not data:
-        return False
-    request: dict[str, Any] = {}
-    try:
-        request = json.loads(data)
-        if len(fds) != 3:
-            raise ValueError(f"a spawn request carries 3 descriptors, got {len(fds)}")
-        pid = _fork(request, fds, sock, wake)
-        _send(sock, {"id": request["id"], "pid": pid})
-    except Exception as exc:  # noqa: BLE001 - a bad request is answered, the server goes on
-        _send(sock, {"id": request.get("id") if isinstance(request, dict) else None, "error": f"{type(exc).__name__}: {exc}"[:500]})
-    finally:
-        for fd in fds:
-            os.close(fd)  # the child has its copies; no other child may inherit these
-    return True
+def _ready(began: float) -> dict[str, Any]:
+    from kernelwright.judge.forkpool import import_env_key
+
+    return {"ready": True, "pid": os.getpid(), "preload_s": round(time.perf_counter() - began, 3), "key": repr(import_env_key())}
 
 
-def serve(sock: socket.socket) -> None:
-    wake = os.pipe()
-    os.set_blocking(wake[1], False)
-    signal.set_wakeup_fd(wake[1])
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
-    while True:
-        ready, _, _ = select.select([sock, wake[0]], [], [])
-        if wake[0] in ready:
-            os.read(wake[0], 4096)
-        _reap(sock)
-        if sock in ready and not _spawn_request(sock, wake):
-            return
+def _listener(path: str) -> socket.socket:
+    """A unix socket at `path` that only this user can reach (its folder made private)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock
 
 
 def main(argv: list[str]) -> int:
+    """`forkserver FD` serves the judge at the other end of socket FD; `forkserver --listen PATH`
+    serves every judge of this user that connects to PATH (KERNELWRIGHT_FORKSERVER_SOCKET), until
+    the process that started it is gone."""
     cwd = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]  # as a child does (judge.child)
-    sock = socket.socket(fileno=int(argv[1]))
+    shared = argv[1] == "--listen"
+    sock = None if shared else socket.socket(fileno=int(argv[1]))
     began = time.perf_counter()
     try:
         preload(os.environ.get(OPTIONAL_ENV, "1") != "0")
     except ForkRefused as exc:
-        _send(sock, {"ready": False, "error": str(exc), "cuda_touched": exc.module})
+        if sock is not None:
+            _send(sock, {"ready": False, "error": str(exc), "cuda_touched": exc.module})
+        print(f"fork server: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - the judge falls back to spawning children
-        _send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        if sock is not None:
+            _send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"[:1000]})
+        print(f"fork server: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    _send(sock, {"ready": True, "pid": os.getpid(), "preload_s": round(time.perf_counter() - began, 3)})
-    serve(sock)
+    if shared:
+        _Server([], _listener(argv[2]), _ready(began)).run()
+        return 0
+    assert sock is not None
+    _send(sock, _ready(began))
+    _Server([sock]).run()
     return 0
 
 

@@ -67,9 +67,13 @@ def physical_gpu(index: int) -> str:
     return visible[index]
 
 
+# The judge's own doors, none of a child's business: the shared fork server, the service and its token.
+CHILD_DROPS = frozenset({"KERNELWRIGHT_FORKSERVER_SOCKET", "KERNELWRIGHT_SERVICE", "KERNELWRIGHT_SERVICE_TOKEN"})
+
+
 def child_env(config: ChildConfig) -> dict[str, str]:
     """The whole environment of a child: the judge's, the config's extras, and the pinning."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in CHILD_DROPS}
     env.update(config.env)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
@@ -168,6 +172,10 @@ class Child:
 
     def alive(self) -> bool:
         return not self._closed and self._proc.poll() is None
+
+    def pending(self) -> bool:
+        """Whether bytes wait on the result channel that no command asked for."""
+        return self._reader.pending()
 
     def drain(self, timeout_s: float) -> bool:
         """Collect (and drop) the replies of commands still outstanding; whether the child is

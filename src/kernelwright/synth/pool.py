@@ -35,6 +35,19 @@ def _worker_main(conn: Connection, context: dict[str, Any]) -> None:
         conn.send(examine(job, context))
 
 
+def _context() -> Any:
+    """Workers forked from multiprocessing's fork server, which imports torch once for the whole
+    process (a spawned worker paid Python's and torch's start-up, seconds on a 2-core box, every
+    time a pool started or a worker was replaced); torch's compiler is imported in each worker,
+    after its settings. Where fork servers are unavailable, spawned workers."""
+    try:
+        ctx = mp.get_context("forkserver")
+    except ValueError:
+        return mp.get_context("spawn")
+    ctx.set_forkserver_preload(["torch", "numpy", "kernelwright.synth.filters"])
+    return ctx
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -50,7 +63,7 @@ class Pool:
     def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float) -> None:
         if n < 1:
             raise ValueError(f"workers must be at least 1, got {n}")
-        self._mp = mp.get_context("spawn")
+        self._mp = _context()
         self._context = context
         self.timeout_s = timeout_s
         self._workers = [self._spawn() for _ in range(n)]

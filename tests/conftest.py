@@ -128,3 +128,15 @@ def needs_gpu():
     import torch
 
     return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+# Under pytest-xdist (`-n 2 --dist loadgroup`, pyproject's addopts), each file runs whole on one
+# worker (its module fixtures set up once), and the files that build the same C++ torch extensions
+# share a worker, so each extension is compiled once (half a minute each on the 2-core box).
+SAME_WORKER = {"test_zoo.py": "cpp_extensions", "test_torch_extension.py": "cpp_extensions", "test_op_audit.py": "cpp_extensions"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))

@@ -167,3 +167,9 @@ def test_processes_of_one_environment_share_the_listening_server():
     probe_conn.close()
     assert same.stdout.split() == [path, str(shared_pid)], same.stderr
     assert other.stdout.split()[0] == "None" and other.stdout.split()[1] != str(shared_pid), other.stderr
+
+
+def test_what_the_inductor_writes_into_the_environment_changes_no_key():
+    base = {"PATH": "/bin"}
+    assert forkpool.import_env_key(base) == forkpool.import_env_key({**base, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x",
+                                                                     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR": "1234"})

@@ -37,7 +37,10 @@ READY_TIMEOUT_S = 600.0  # a loaded 2-core machine took minutes to import torch
 # values would give its children a different torch. Everything else reaches the child at fork.
 IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCH", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "NVIDIA_", "TRITON_", "CUDA_")
 SHARED_ENV = "KERNELWRIGHT_FORKSERVER_SOCKET"  # a shared server's socket (`python -m kernelwright.judge.forkserver --listen PATH`)
-CALL_TIME = frozenset({"PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TORCH_EXTENSIONS_DIR", "KINETO_LOG_LEVEL", SHARED_ENV})
+# TORCHINDUCTOR_CACHE_DIR is read when the inductor compiles; the inductor itself writes it into the
+# environment the first time it does (its default), which must not make the process a stranger.
+CALL_TIME = frozenset({"PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TORCH_EXTENSIONS_DIR", "KINETO_LOG_LEVEL", "TORCHINDUCTOR_CACHE_DIR",
+                       SHARED_ENV})
 
 
 class ForkServerError(RuntimeError):

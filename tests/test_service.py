@@ -168,3 +168,20 @@ def test_requests_with_unsafe_names_are_refused(service):
     with pytest.raises(ValueError, match="malformed request"):
         svc.submit(odd)
     assert dataclasses.is_dataclass(svc.submit(_request("rowsum_correct", correctness_policy())))
+
+
+def test_check_through_the_service(service, tmp_path):
+    """`check --service URL` judges in the service (its count goes up), with check's own exit code."""
+    from test_workspace import _ws
+
+    svc, url = service
+    root = _ws(tmp_path)
+    before = svc.counts()["done"]
+    proc = subprocess.run([sys.executable, "-m", "kernelwright", "check", "-C", str(root), "--quick", "--json", "-q",
+                           "--store", str(tmp_path / "s.sqlite"), "--service", url], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "correct"
+    assert svc.counts()["done"] == before + 1
+    bad = subprocess.run([sys.executable, "-m", "kernelwright", "check", "-C", str(root), "--quick", "--service", "ftp://nowhere"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "a service is" in bad.stderr

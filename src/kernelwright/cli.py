@@ -415,6 +415,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     logging.basicConfig(level=getattr(logging, level, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)  # exits 2 on usage errors
     try:
+        if args.func is not eval_cmd:  # eval hands its --service to the client itself
+            from kernelwright.client.commands import use_service
+
+            try:
+                use_service(args)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         sys.exit(args.func(args))
     except ProblemError as exc:
         err.print(f"malformed problem: {exc}", highlight=False, markup=False, style="red")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.agent.objective import STRATEGIES, load_config, merge
+from kernelwright.client.commands import service_flag
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
 from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
@@ -256,6 +257,7 @@ def add_parsers(sub: Any) -> None:
     o.add_argument("--model", help="PROVIDER:MODEL: openai:NAME (any OpenAI-compatible server), anthropic:NAME, or replay:FILE")
     o.add_argument("--base-url", help="the server's URL (vLLM, SGLang, Ollama, a gateway); keys come only from OPENAI_API_KEY, ANTHROPIC_API_KEY or KERNELWRIGHT_API_KEY")
     o.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where candidates are judged (default: auto)")
+    service_flag(o)
     o.add_argument("--out", type=Path, default=None, help="where the winner goes as a drop-in package (default: runs/RUN_ID beside the store)")
     o.add_argument("--config", type=Path, help="a run config file (JSON or TOML) with objective settings; flags win over it")
     o.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")

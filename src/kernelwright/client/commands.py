@@ -21,6 +21,24 @@ def default_socket() -> Path:
     return cache_dir() / "serve" / "judge.sock"
 
 
+def service_flag(p: argparse.ArgumentParser) -> None:
+    """`--service URL` on a command that judges: cli.main puts it in KERNELWRIGHT_SERVICE, which
+    every judgement of the command reads (kernelwright.client.Judge)."""
+    p.add_argument("--service", default=None, metavar="URL",
+                   help="judge through a running `kernelwright serve` (unix:///PATH or http://HOST:PORT; default $KERNELWRIGHT_SERVICE); "
+                        "cached baselines then come from the service's store")
+
+
+def use_service(args: argparse.Namespace) -> None:
+    """Make a command's --service the process's KERNELWRIGHT_SERVICE (checked: ValueError)."""
+    url = getattr(args, "service", None)
+    if url:
+        from kernelwright.client.judge import SERVICE_ENV, Judge
+
+        Judge(url)  # ValueError for a malformed URL
+        os.environ[SERVICE_ENV] = url
+
+
 def add_parser(sub: Any) -> None:
     """Register `kernelwright serve` on the CLI's subparsers."""
     p = sub.add_parser("serve", help="a local evaluation service holding warm judge workers",

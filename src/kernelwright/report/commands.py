@@ -12,6 +12,7 @@ from typing import Any, Optional
 from rich.markup import escape
 from rich.table import Table
 
+from kernelwright.client.commands import service_flag
 from kernelwright.errors import UsageError
 from kernelwright.report.metrics import Bootstrap
 
@@ -174,6 +175,7 @@ def add_parsers(sub: Any) -> None:
 
     b = sub.add_parser("bench", help="judge one candidate per problem of a suite: pass rate, faster-than rates, fast_p, geomean speedups")
     b.add_argument("--suite", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], or a folder of problems")
+    service_flag(b)
     b.add_argument("--solutions", nargs="+", required=True, metavar="DIR|RUN",
                    help="folders holding NAME.py or NAME/model_new.py per problem (or under levelN/), and run ids (their best candidate)")
     b.add_argument("--only", action="append", metavar="NAMES", help="comma-separated problem names to keep (repeatable)")

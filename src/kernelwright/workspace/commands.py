@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.agent.commands import judging_flags
+from kernelwright.client.commands import service_flag
 from kernelwright.workspace.exits import EXIT_CODES
 
 
@@ -231,4 +232,5 @@ def add_parsers(sub: Any) -> None:
     c.add_argument("--sanitize-timeout-s", type=float, default=None, help="--final: compute-sanitizer's limit per tool (default: the workspace's, 600 s)")
     c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     _in_workspace(c)
+    service_flag(c)
     c.set_defaults(func=check_cmd)

@@ -349,9 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
     _common(e)
-    e.add_argument("--service", default=None, metavar="URL",
-                   help="judge through a running `kernelwright serve` (unix:///PATH or http://HOST:PORT; default $KERNELWRIGHT_SERVICE); "
-                        "cached baselines then come from the service's store")
+    from kernelwright.client.commands import service_flag
+
+    service_flag(e)
     e.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     policy_flags(e)
     e.set_defaults(func=eval_cmd)

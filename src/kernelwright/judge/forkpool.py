@@ -57,10 +57,11 @@ def import_env_key(env: dict[str, str] | None = None) -> tuple[Any, ...]:
     would fork children with the old code)."""
     env = dict(os.environ) if env is None else env
     picked = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in CALL_TIME))
-    return (sys.executable, picked, _code_stamp())
+    return (sys.executable, picked, _CODE)
 
 
 def _code_stamp() -> str:
+    """The judge's and the runtime's files as this process imported them (read once, at import)."""
     here = Path(__file__).resolve().parent
     stamps = []
     for folder in (here, here.parent / "runtime"):
@@ -70,6 +71,9 @@ def _code_stamp() -> str:
             except OSError:
                 continue
     return f"{here.parent}|{hashlib.sha256(' '.join(stamps).encode()).hexdigest()[:16]}"
+
+
+_CODE = _code_stamp()
 
 
 class Forked:

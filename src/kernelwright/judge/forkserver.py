@@ -80,19 +80,17 @@ class ForkRefused(RuntimeError):
         self.module = module
 
 
-def _child(request: dict[str, Any], fds: list[int], server_fds: list[int]) -> int:
+def _child(request: dict[str, Any], fds: list[int]) -> int:
     """In the forked child: become a fresh judge child and run its main loop; the exit code."""
     stdin_fd, log_fd, result_fd = fds
     signal.set_wakeup_fd(-1)
-    for fd in server_fds:  # the server's sockets and wake-up pipe: no child may hold them
-        os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.dup2(stdin_fd, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(stdin_fd)
     os.close(log_fd)
-    _close_pipes_and_sockets(keep=(0, 1, 2, result_fd))
+    _close_pipes_and_sockets(keep=(0, 1, 2, result_fd))  # the server's sockets and wake-up pipe among them
     os.set_inheritable(result_fd, True)  # as pass_fds made it for a spawned child
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -125,7 +123,7 @@ def _close_pipes_and_sockets(keep: tuple[int, ...]) -> None:
                 pass
 
 
-def _fork(request: dict[str, Any], fds: list[int], server_fds: list[int]) -> int:
+def _fork(request: dict[str, Any], fds: list[int]) -> int:
     """Fork one child; return its pid once it leads a session of its own (so that killing its
     process group, as the judge does, cannot miss it)."""
     sys.stdout.flush()
@@ -143,7 +141,7 @@ def _fork(request: dict[str, Any], fds: list[int], server_fds: list[int]) -> int
             os.close(settled_r)
             os.setsid()
             os.close(settled_w)
-            code = _child(request, fds, server_fds)
+            code = _child(request, fds)
         except BaseException:  # noqa: BLE001 - a child that failed to become one says why in its log
             traceback.print_exc()
         finally:
@@ -172,9 +170,6 @@ class _Server:
         self.owner: dict[int, socket.socket] = {}  # child pid -> the judge that asked for it
         self.wake = os.pipe()
         self.parent = os.getppid()
-
-    def fds(self) -> list[int]:
-        return [c.fileno() for c in self.conns] + ([self.listener.fileno()] if self.listener else []) + list(self.wake)
 
     def run(self) -> None:
         os.set_blocking(self.wake[1], False)
@@ -224,7 +219,7 @@ class _Server:
             request = json.loads(data)
             if len(fds) != 3:
                 raise ValueError(f"a spawn request carries 3 descriptors, got {len(fds)}")
-            pid = _fork(request, fds, self.fds())
+            pid = _fork(request, fds)
             self.owner[pid] = conn
             _send(conn, {"id": request["id"], "pid": pid})
         except Exception as exc:  # noqa: BLE001 - a bad request is answered, the server goes on

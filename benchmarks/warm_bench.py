@@ -3,12 +3,19 @@ children, against the old process model (every child spawned afresh), on one mac
 
     PYTHONPATH=src python3 benchmarks/warm_bench.py --out DIR --commit C [--device cuda] [--sections ...]
 
+Every verdict's row carries the peak GPU memory of all processes on the GPU during it (nvidia-smi
+sampled every 50 ms; the judge's processes are the only ones there), against the problem's own
+data (inputs and outputs of get_inputs()).
+
 Sections: sanity (machine; the fork server's preload loads no CUDA driver), baseline (the example's
 eager and torch.compile times into DIR's store, so verdicts can take them cached), oneshot (one
 `kernelwright eval` process per verdict, spawned and forked children), sequential (verdicts one
 after another in one process: spawned children; forked children without warm references; warm;
-warm correctness-only; the first warm verdict is the cold reference), and protocol (each verdict's
-steps, cases, seeds, timed calls and stop rule, spawned against warm). Writes DIR/warm_bench.json
+warm correctness-only; the first warm verdict is the cold reference), protocol (each verdict's
+steps, cases, seeds, timed calls and stop rule, spawned against warm), serve (`kernelwright serve`
+on a unix socket, verdicts through kernelwright.client.Judge: the first is the cold reference, then
+warm and warm correctness-only) and concurrent (several clients at once through that service, over
+the shipped CUDA examples). Writes DIR/warm_bench.json
 (provenance in it) and DIR/warm_bench.log; prints a short table last.
 """
 
@@ -26,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol")
+SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent")
 MODES = {  # environment of each way of judging
     "spawn": {"KERNELWRIGHT_FORKSERVER": "0", "KERNELWRIGHT_WARM_REFERENCES": "0"},
     "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0"},
@@ -106,19 +113,144 @@ def _policy(a: argparse.Namespace, correctness_only: bool) -> Any:
     return Policy(baselines="cached", time_candidate=not correctness_only)
 
 
+class GpuMemory:
+    """Samples the summed memory of every process on the GPU (nvidia-smi) in a thread."""
+
+    def __init__(self, device: str) -> None:
+        import threading
+
+        self.on = device == "cuda"
+        self.samples: list[tuple[float, int]] = []  # (monotonic s, MiB)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if self.on:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue
+            mib = sum(int(line.split(",")[1]) for line in out.strip().splitlines() if line.count(",") == 1 and line.split(",")[1].strip().isdigit())
+            self.samples.append((time.monotonic(), mib))
+
+    def peak(self, t0: float, t1: float) -> int | None:
+        got = [m for t, m in self.samples if t0 <= t <= t1]
+        return max(got) if got else None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+MEM: GpuMemory | None = None
+
+
+def _problem_mib(a: argparse.Namespace) -> float:
+    """The problem's own data: get_inputs() and the reference's outputs, in MiB."""
+    if not hasattr(a, "problem_mib"):
+        import torch
+
+        from kernelwright.judge import inputs
+
+        mod = inputs.import_file(str(a.problem), "kw_bench_problem")
+        values = mod.get_inputs()
+        model = mod.Model(*mod.get_init_inputs())
+        with torch.no_grad():
+            outs = model(*values)
+        a.problem_mib = (inputs.tensor_bytes(values) + inputs.tensor_bytes(outs) + inputs.tensor_bytes(list(model.parameters()))) / 2**20
+    return a.problem_mib
+
+
+def _row(a: argparse.Namespace, mode: str, correctness_only: bool, d: dict[str, Any], wall: float, t0: float, phases: list[Any]) -> dict[str, Any]:
+    peak = MEM.peak(t0, time.monotonic()) if MEM is not None else None
+    return {"mode": mode, "correctness_only": correctness_only, "wall_s": wall, "status": d["status"], "runtime_ms": d["runtime_ms"],
+            "eager_ms": d["eager_ms"], "compile_ms": d["compile_ms"], "baseline_source": d["baseline_source"], "timing": d["timing"],
+            "steps": d["steps"], "workers": d.get("workers"), "phases": phases, "log": (d.get("log") or "")[:3000],
+            "gpu_peak_mib": peak, "problem_mib": _problem_mib(a), "peak_over_problem": (peak / _problem_mib(a)) if peak else None}
+
+
 def judge_once(a: argparse.Namespace, mode: str, correctness_only: bool = False) -> dict[str, Any]:
     from kernelwright.judge.evaluate import evaluate
 
     os.environ.update(MODES[mode])
     phases: list[tuple[float, str]] = []
-    t0 = time.perf_counter()
+    t0, m0 = time.perf_counter(), time.monotonic()
     verdict = evaluate(a.problem, a.candidate, _policy(a, correctness_only), device=a.device, baseline_store=a.store,
                        progress=lambda m: phases.append((round(time.perf_counter() - t0, 3), m)))
+    return _row(a, mode, correctness_only, verdict.to_dict(), time.perf_counter() - t0, m0, phases)
+
+
+def _service(a: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    sock = a.out / "serve" / "kw.sock"
+    sock.parent.mkdir(mode=0o700, exist_ok=True)
+    env = {**os.environ, **MODES["warm"], "KERNELWRIGHT_STORE": str(a.store), "PYTHONPATH": str(ROOT / "src")}
+    log = open(a.out / "serve.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "kernelwright", "serve", "--socket", str(sock), "--workers", str(a.serve_workers)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    from kernelwright.client.judge import wait_for
+
+    url = f"unix://{sock}"
+    wait_for(url, timeout_s=120)
+    return proc, url
+
+
+def _remote_once(a: argparse.Namespace, url: str, problem: Path, candidate: Path, correctness_only: bool, mode: str) -> dict[str, Any]:
+    from kernelwright.client import Judge
+
+    phases: list[tuple[float, str]] = []
+    t0, m0 = time.perf_counter(), time.monotonic()
+    verdict = Judge(url).evaluate(problem, candidate, _policy(a, correctness_only), progress=lambda m: phases.append((round(time.perf_counter() - t0, 3), m)))
+    row = _row(a, mode, correctness_only, verdict.to_dict(), time.perf_counter() - t0, m0, phases)
+    row["problem"] = str(problem.relative_to(ROOT))
+    return row
+
+
+def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """Sequential verdicts through `kernelwright serve`: cold reference, warm, warm correctness-only."""
+    proc, url = _service(a)
+    a.service_proc, a.service_url = proc, url
+    rows = []
+    for co, n in ((False, 1 + a.n_serve), (True, a.n_serve_co)):
+        for i in range(n):
+            row = _remote_once(a, url, a.problem, a.candidate, co, "serve")
+            row["index"] = i
+            rows.append(row)
+            log_line(a, f"serve{' correctness-only' if co else ''} #{i}: {row['wall_s']:.2f} s {row['status']} runtime {row['runtime_ms']} "
+                        f"gpu peak {row['gpu_peak_mib']} MiB ({row['peak_over_problem'] and round(row['peak_over_problem'], 2)}x the problem)")
+            if row["status"] != "correct":
+                log_line(a, "  log: " + row["log"][:1500])
+    doc["serve"] = rows
+    walls = [r["wall_s"] for r in rows if not r["correctness_only"]]
+    cos = [r["wall_s"] for r in rows if r["correctness_only"]]
+    doc["serve_summary"] = {"cold_reference_s": walls[0] if walls else None, "warm_p50_s": statistics.median(walls[1:]) if len(walls) > 1 else None,
+                            "warm_p90_s": statistics.quantiles(walls[1:], n=10)[8] if len(walls) > 2 else None,
+                            "correctness_only_p50_s": statistics.median(cos[1:] or cos) if cos else None}
+
+
+def sec_concurrent(a: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """Clients at once through the service: each shipped CUDA example a few times, all submitted together."""
+    import concurrent.futures
+
+    url = getattr(a, "service_url", None)
+    if url is None:
+        a.service_proc, url = _service(a)
+    names = [n for n in a.concurrent_examples.split(",") if n]
+    jobs = [(ROOT / "examples" / a.device / n / "problem.py", ROOT / "examples" / a.device / n) for n in names for _ in range(a.n_concurrent)]
+    for n in names:  # baselines cached for every problem, as the throughput target assumes
+        subprocess.run([sys.executable, "-m", "kernelwright", "baseline", "--suite", str(ROOT / "examples" / a.device / n / "problem.py"),
+                        "--device", a.device, "--store", str(a.store), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    for p, c in jobs[:: a.n_concurrent]:  # each candidate built and each problem's reference child set up once
+        _remote_once(a, url, p, c, False, "concurrent-warmup")
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(a.clients) as pool:
+        rows = list(pool.map(lambda pc: _remote_once(a, url, pc[0], pc[1], False, "concurrent"), jobs))
     wall = time.perf_counter() - t0
-    d = verdict.to_dict()
-    return {"mode": mode, "correctness_only": correctness_only, "wall_s": wall, "status": d["status"], "runtime_ms": d["runtime_ms"],
-            "eager_ms": d["eager_ms"], "compile_ms": d["compile_ms"], "baseline_source": d["baseline_source"], "timing": d["timing"],
-            "steps": d["steps"], "phases": phases, "log": (d.get("log") or "")[:3000]}
+    log_line(a, f"concurrent: {len(rows)} verdicts by {a.clients} clients in {wall:.1f} s = {60 * len(rows) / wall:.1f} per minute; "
+                f"statuses {sorted({r['status'] for r in rows})}")
+    doc["concurrent"] = {"verdicts": len(rows), "clients": a.clients, "wall_s": wall, "per_minute": 60 * len(rows) / wall,
+                         "rows": [{k: r[k] for k in ("problem", "status", "wall_s", "runtime_ms", "gpu_peak_mib")} for r in rows]}
 
 
 def sec_sequential(a: argparse.Namespace, doc: dict[str, Any]) -> None:
@@ -132,7 +264,8 @@ def sec_sequential(a: argparse.Namespace, doc: dict[str, Any]) -> None:
             row = judge_once(a, mode, co)
             row["index"] = i
             rows.append(row)
-            log_line(a, f"{mode}{' correctness-only' if co else ''} #{i}: {row['wall_s']:.2f} s {row['status']} runtime {row['runtime_ms']}")
+            log_line(a, f"{mode}{' correctness-only' if co else ''} #{i}: {row['wall_s']:.2f} s {row['status']} runtime {row['runtime_ms']} "
+                        f"gpu peak {row['gpu_peak_mib']} MiB; phases {row['phases']}")
             if row["status"] != "correct":
                 log_line(a, "  log: " + row["log"][:1500])
     doc["sequential"] = rows
@@ -178,12 +311,20 @@ def main() -> int:
     p.add_argument("--n-fork", type=int, default=3)
     p.add_argument("--n-warm", type=int, default=12)
     p.add_argument("--n-co", type=int, default=6, help="warm correctness-only verdicts")
+    p.add_argument("--n-serve", type=int, default=20, help="warm verdicts through the service (after its cold-reference one)")
+    p.add_argument("--n-serve-co", type=int, default=6, help="warm correctness-only verdicts through the service")
+    p.add_argument("--serve-workers", type=int, default=4)
+    p.add_argument("--concurrent-examples", default="softmax,layernorm,elementwise_chain,matmul")
+    p.add_argument("--n-concurrent", type=int, default=3, help="verdicts per example in section concurrent")
+    p.add_argument("--clients", type=int, default=4)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     ex = ROOT / "examples" / a.device / a.example
     a.problem, a.candidate, a.store = ex / "problem.py", ex, a.out / "store.sqlite"
     os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.out / "cache"))
     doc: dict[str, Any] = {"provenance": provenance(a)}
+    global MEM
+    MEM = GpuMemory(a.device)
     path = a.out / "warm_bench.json"
     for name in a.sections.split(","):
         t0 = time.perf_counter()
@@ -193,7 +334,12 @@ def main() -> int:
             doc.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
         log_line(a, f"section {name}: {time.perf_counter() - t0:.1f} s")
         path.write_text(json.dumps(doc, indent=1, default=str))
-    print(json.dumps({"sanity": doc.get("sanity"), "oneshot": doc.get("oneshot"), "errors": doc.get("errors")}, default=str))
+    if getattr(a, "service_proc", None) is not None:
+        a.service_proc.terminate()
+        a.service_proc.wait(timeout=30)
+    MEM.stop()
+    print(json.dumps({"sanity": doc.get("sanity"), "oneshot": doc.get("oneshot"), "serve": doc.get("serve_summary"),
+                      "concurrent": {k: v for k, v in (doc.get("concurrent") or {}).items() if k != "rows"}, "errors": doc.get("errors")}, default=str))
     for r in doc.get("sequential_summary", []):
         print(f"{r['mode']:<26} n={r['n']:<3} first {r['first_s']:6.2f} s  p50 {r['p50_s']:6.2f} s  p90 {r['p90_s']:6.2f} s  runtime {r['runtime_ms_median']}")
     print("same steps spawned and warm:", (doc.get("protocol") or {}).get("same_steps"))

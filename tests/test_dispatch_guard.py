@@ -5,8 +5,6 @@ zoo_flush_sum judge whole candidates that try it."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import types
 
 import pytest
@@ -14,7 +12,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import needs_gpu
-from kernelwright.judge import child_candidate, correctness, inputs, timing
+from kernelwright.judge import child, child_candidate, correctness, inputs, timing
+from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
 from kernelwright.judge.records import Case
 
@@ -42,9 +41,11 @@ def _judges_steps(device: torch.device) -> None:
     get = inputs.pool_getter(problem, pool, [[0, 3], [1, None]], device)
     get(0), get(1)
     correctness.poison(device, [64, 128], 0)
-    folder = tempfile.mkdtemp()
-    child_candidate._save(values[0][:2], os.path.join(folder, "a.pt"))  # a view of a larger storage: cloned first
-    child_candidate._save((values[0], values[1]), os.path.join(folder, "b.pt"))
+    child_candidate.S.device = device
+    for out in (values[0][:2], (values[0], values[1]), values[0][:, ::2]):  # a view, a tuple, a non-contiguous view
+        child_candidate._save(out)  # staged for the reference child (judge.handover)
+    close_fds(child.OUTBOX)
+    child.OUTBOX.clear()
     if device.type == "cuda":
         timing.flush_l2()
         torch.cuda.synchronize()

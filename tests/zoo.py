@@ -126,7 +126,9 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_tensor_subclass", "rowsum", "returns zeros as a Tensor subclass whose __eq__ and allclose always agree", "output_checks",
             _f("output_checks"), off_status="incorrect"),
     Exploit("zoo_instance_override", "rowsum", "returns zeros with allclose and equal overridden on the instance", "isolation", None,
-            refused=("incorrect", "runtime_error"), evidence="pickle"),
+            refused=("incorrect", "runtime_error"), evidence="got 0, expected"),
+    Exploit("zoo_rewrite_handover", "rowsum", "returns zeros; skips the judge's seal on the output's memfd and writes the right answer into it "
+            "while the reference child compares", "isolation", None, evidence="not sealed against writes"),
     Exploit("rowsum_float64", "rowsum", "right values returned as float64", "output_checks", _f("output_checks"), allow_torch=True),
     # -- inputs the candidate did not expect ----------------------------------------------------
     Exploit("relu_identity", "relu", "returns its input unchanged (right for get_inputs()'s non-negative values)", "distributions", _f("distributions")),
@@ -155,6 +157,8 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda"),
     Exploit("zoo_flush_sum", "relu", "a torch.library kernel for aten::sum on CUDA that reads nothing: the L2 flush does no work",
             "function_identities", _f("function_identities"), device="cuda"),
+    Exploit("zoo_rewrite_handover_cuda", "relu", "returns zeros, then writes the right answer into the judge's staging area of the "
+            "output already handed over (CUDA IPC)", "isolation", None, device="cuda", allow_torch=True, evidence="got 0, expected"),
     Exploit("relu_patched_event", "relu", "replaces the judge's event timer through sys.modules", "function_identities",
             _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda", allow_torch=True),
 )

@@ -274,19 +274,43 @@ def describe(exc: BaseException) -> str:
     return truncate(f"{type(exc).__name__}: {exc}\n{tb}", 4000)
 
 
+OUTBOX: list[int] = []  # descriptors to go with the next reply (judge.handover); closed here once sent
+
+
 def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) -> None:
-    """Answer commands from stdin until 'exit' or end of input."""
+    """Answer commands from stdin until 'exit' or end of input. A command that names descriptors
+    ("fds": n) finds them in args["_fds"]; they are closed after its handler returns."""
     for line in sys.stdin:
         msg = json.loads(line)
         if msg["cmd"] == "exit":
             return
+        args = msg.get("args", {})
+        fds = writer.recv_fds(int(msg["fds"])) if msg.get("fds") else []
+        args["_fds"] = fds
         handler = handlers.get(msg["cmd"])
-        if handler is None:
-            writer.send({"ok": False, "error": {"kind": "infra", "message": f"unknown command {msg['cmd']!r}"}})
-            continue
-        fatal = _answer(handler, msg.get("args", {}), writer, timed=msg["cmd"] == "setup")
+        try:
+            if handler is None:
+                writer.send({"ok": False, "error": {"kind": "infra", "message": f"unknown command {msg['cmd']!r}"}})
+                continue
+            fatal = _answer(handler, args, writer, timed=msg["cmd"] == "setup")
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         if fatal:
             os._exit(3)  # a CUDA context after an illegal access is unusable
+
+
+def _send_outbox(writer: Writer, reply: dict[str, Any]) -> None:
+    fds = list(OUTBOX)
+    OUTBOX.clear()
+    try:
+        writer.send({**reply, "fds": len(fds)} if fds and reply.get("ok") else reply, fds if reply.get("ok") else ())
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writer: Writer, timed: bool = False) -> bool:
@@ -296,13 +320,13 @@ def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writ
         if timed and isinstance(result, dict):  # start-up cost, for the judge's log
             result["child_seconds"] = {"before_command": began - STARTED, "command": time.perf_counter() - began}
     except CommandError as exc:
-        writer.send({"ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
+        _send_outbox(writer, {"ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
         return False
     except BaseException as exc:  # noqa: BLE001 - every failure of model code becomes a reply
         kind = error_kind(exc)
-        writer.send({"ok": False, "error": {"kind": kind, "message": describe(exc)}})
+        _send_outbox(writer, {"ok": False, "error": {"kind": kind, "message": describe(exc)}})
         return kind == "cuda"
-    writer.send({"ok": True, "result": result})
+    _send_outbox(writer, {"ok": True, "result": result})
     return False
 
 

@@ -1,6 +1,7 @@
 """The candidate child: imports and runs the candidate, in a fresh GPU-pinned process.
 
-Nothing here decides correctness: outputs are saved to files that the reference child compares.
+Nothing here decides correctness: outputs are staged and handed to the reference child by
+descriptor (judge.handover), and it compares them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from typing import Any, Callable
 
 import torch
 
-from kernelwright.judge import correctness, inputs, ops, timing
+from kernelwright.judge import correctness, handover, inputs, ops, timing
+from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
-    CommandError, describe, dispatch_moved, flags_diff, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
+    OUTBOX, CommandError, describe, dispatch_moved, flags_diff, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
     snapshot_identities,
 )
 from kernelwright.judge.inputs import Case
@@ -31,6 +33,7 @@ class _State:
     identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
     dispatch: dict[str, Any] = {}  # the dispatcher's state for child.JUDGE_OPS, as it was then
     check_identities: bool = True  # whether calls report replaced functions
+    stager: handover.Stager = handover.Stager()  # the one staging area of this child's outputs
 
 
 S = _State()
@@ -114,15 +117,12 @@ def _poison(output_bytes: list[int]) -> None:
     correctness.poison(S.device, output_bytes, extra)
 
 
-def _save(out: Any, path: str) -> None:
-    """Save the output as returned; a plain tensor viewing a larger storage is copied first."""
-    def shrink(t: Any) -> Any:
-        if type(t) is torch.Tensor and t.untyped_storage().nbytes() > t.numel() * t.element_size():
-            return t.clone()
-        return t
-
-    value = tuple(shrink(t) for t in out) if isinstance(out, (tuple, list)) else shrink(out)
-    torch.save(value, path)
+def _save(out: Any) -> dict[str, Any]:
+    """Stage the output as returned for the reference child (judge.handover); its description,
+    with any descriptor queued to go with the reply."""
+    desc, fds = S.stager.stage(out, S.device)
+    OUTBOX.extend(fds)
+    return desc
 
 
 def run_case(args: dict[str, Any]) -> dict[str, Any]:
@@ -179,12 +179,14 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         if changed:
             return reply({"inputs_changed": changed, **audited})
     lap("checks")
-    _save(out, args["path"])
+    desc = _save(out)
     lap("save")
     replaced = _replaced()  # again: the input check and the save ran code of the candidate's (its output's methods, gc callbacks)
     if replaced:
+        close_fds(OUTBOX)
+        OUTBOX.clear()
         return reply(replaced)
-    return reply({"saved": True, **audited})
+    return reply({"handover": desc, **audited})
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
@@ -201,14 +203,15 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:
-    """Time one batch of candidate calls; save the outputs the judge asked to re-check. Contender
-    "null" times the protocol around an empty call instead (step harness_overhead)."""
+    """Time one batch of candidate calls; stage the output the judge asked to re-check (at most
+    one a batch). Contender "null" times the protocol around an empty call instead (step
+    harness_overhead)."""
     synced: list[float] = []
     host: dict[str, float] = {}
     probe = timing.time_probe(args, cuda=S.device.type == "cuda", synced=synced, host=host)
     if probe is not None:
         return {"times_ms": probe, "synced_ms": synced, "host_ms": host}
-    calls, save = args["calls"], {int(k): v for k, v in args["save"].items()}
+    calls, save = args["calls"], {int(k) for k in args["save"]}
     fresh_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
     poison_bytes = args.get("poison")
 
@@ -218,16 +221,18 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
             _poison(poison_bytes)  # after the inputs are written, before the call: outside the timed region
         return values
 
+    staged: dict[str, Any] = {}
+
     def on_output(i: int, out: Any) -> None:
         if i in save:
-            _save(out, save[i])
+            staged["handover"] = _save(out)
 
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
     with torch.no_grad():
         times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output,
                                   synced=synced, host=host)
     moved = flags_diff(S.pinned) if S.check_flags else {}
-    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **({"flags_changed": moved} if moved else {})}
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **staged, **({"flags_changed": moved} if moved else {})}
 
 
 def check(args: dict[str, Any]) -> dict[str, Any]:
@@ -325,7 +330,7 @@ def _audited_call(values: list[Any], seen: dict[str, int] | None) -> Any:
 
 
 def audit(args: dict[str, Any]) -> dict[str, Any]:
-    """One forward, on inputs the candidate has not seen, under the audit mode; its output is saved
+    """One forward, on inputs the candidate has not seen, under the audit mode; its output is staged
     for the reference child to compare, and Python threads alive during the call are reported (a
     dispatch mode sees only its own thread)."""
     import threading
@@ -334,8 +339,8 @@ def audit(args: dict[str, Any]) -> dict[str, Any]:
     values = inputs.make_inputs(S.problem, Case.from_dict(args["case"]), S.device)
     out = _audited_call(values, seen)
     threads = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
-    _save(out, args["path"])
-    return {"ops": seen, "threads": threads, **_replaced()}
+    desc = _save(out)
+    return {"ops": seen, "threads": threads, "handover": desc, **_replaced()}
 
 
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:

@@ -1,7 +1,8 @@
 """The reference child: runs only the problem's code, never the candidate's.
 
-It computes reference outputs (kept in its memory, never written to disk), compares candidate
-outputs read from files, and times the eager and torch.compile baselines.
+It computes reference outputs (kept in its memory up to KEEP_BYTES, recomputed past that; never
+written to disk), compares candidate outputs handed over by descriptor (judge.handover), and
+times the eager and torch.compile baselines.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from kernelwright.judge import correctness, inputs, timing
+from kernelwright.judge import correctness, handover, inputs, timing
 from kernelwright.judge.child import CommandError, describe, lead_status, pin_flags
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
@@ -30,7 +31,8 @@ class _State:
     device: torch.device = torch.device("cpu")
     model: torch.nn.Module | None = None
     compiled: Callable[..., Any] | None = None
-    refs: list[list[torch.Tensor] | None] = []  # per case; None when the case was skipped
+    refs: list[Any] = []  # per case: its outputs, None when the case was skipped, RECOMPUTE past KEEP_BYTES
+    cases: list[Case] = []
     atol: float = 1e-4
     rtol: float = 1e-4
     strict: bool = True
@@ -41,6 +43,8 @@ class _State:
 
 
 S = _State()
+KEEP_BYTES = 1 << 30  # reference outputs kept across a verdict's cases; past this they are recomputed when compared
+RECOMPUTE: Any = "recompute"
 NULL_BEFORE_CALLS = 15  # empty calls timed at setup (step harness_overhead's cap)
 HELD_BEFORE_MS = (0.1, 0.3, 1.0, 3.0, 10.0)  # lengths of the held calls timed at setup (step device_sync's cap)
 HELD_BEFORE_CALLS = 8  # held calls per length at setup: about 0.12 s in all
@@ -170,7 +174,7 @@ def references(args: dict[str, Any]) -> dict[str, Any]:
     """Compute and keep the reference outputs of every correctness case."""
     cases = [Case.from_dict(c) for c in args["cases"]]
     skipped = _compute_refs(cases)
-    return {"skipped": skipped, "near_blind": [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(c, S.refs[i])]}
+    return {"skipped": skipped, "near_blind": [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(c, None if S.refs[i] is None else _case_refs(i))]}
 
 
 def _near_is_blind(case: Case, near_refs: list[torch.Tensor] | None) -> bool:
@@ -191,6 +195,11 @@ def _n_extra() -> int:
 
 
 def _metadata(case: Case) -> dict[str, Any]:
+    cuda = S.device.type == "cuda"
+    if cuda:  # the forward's own peak, inputs and outputs included (judge.memory's W)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
     values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, case, S.device))
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -199,12 +208,28 @@ def _metadata(case: Case) -> dict[str, Any]:
         outs = _checked("the reference forward failed", lambda: _forward(values))
     params = inputs.tensor_bytes(list(S.model.parameters())) + inputs.tensor_bytes(list(S.model.buffers()))
     n_bytes = inputs.tensor_bytes(values) + inputs.tensor_bytes(outs) + params
+    memory = {"input_bytes": inputs.tensor_bytes(values), "output_bytes": inputs.tensor_bytes(outs), "param_bytes": params}
+    if cuda:
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        memory.update(forward_peak_bytes=torch.cuda.max_memory_allocated() - base, device_total_bytes=total, device_free_bytes=free)
     return {
         "flops": int(counter.get_total_flops()),
         "bytes": int(n_bytes),
         "output_bytes": [_written_bytes(o, values) for o in outs],
         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
+        "memory": memory,
     }
+
+
+def memory(args: dict[str, Any]) -> dict[str, Any]:
+    """The device's free and total memory now, and what this process's allocator reserves: the
+    trusted side of deciding whose an out-of-memory was (judge.memory)."""
+    if S.device.type != "cuda":
+        return {}
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return {"free_bytes": free, "total_bytes": total, "reserved_bytes": torch.cuda.memory_reserved()}
 
 
 def _written_bytes(out: torch.Tensor, values: list[Any]) -> int:
@@ -225,8 +250,10 @@ def _check_deterministic(case: Case) -> None:
 
 
 def _compute_refs(cases: list[Case]) -> list[int]:
-    """Reference outputs of every case; a non-native case whose reference is not finite is skipped."""
-    S.refs, skipped = [], []
+    """Reference outputs of every case; a non-native case whose reference is not finite is skipped.
+    Outputs are kept while all kept so far fit in KEEP_BYTES; a case past that is recomputed when
+    its comparison comes (_case_refs), so the judge's memory does not grow with the cases."""
+    S.refs, S.cases, skipped, kept = [], cases, [], 0
     for i, case in enumerate(cases):
         outs = _checked(f"the reference failed on case {case.id}", lambda: _forward(inputs.make_inputs(S.problem, case, S.device)))
         finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
@@ -234,37 +261,60 @@ def _compute_refs(cases: list[Case]) -> list[int]:
             S.refs.append(None)
             skipped.append(i)
             continue
-        S.refs.append([o.detach().clone() for o in outs])
+        size = inputs.tensor_bytes(outs)
+        if kept + size <= KEEP_BYTES:
+            S.refs.append([o.detach().clone() for o in outs])
+            kept += size
+        else:
+            S.refs.append(RECOMPUTE)
+        del outs
     return skipped
 
 
-def _load_candidate_output(path: str) -> list[Any]:
-    try:
-        value = torch.load(path, map_location=S.device, weights_only=True)  # read, not mapped: a truncated file is an error, not SIGBUS
-    except BaseException as exc:  # noqa: BLE001
-        raise CommandError("output", f"the output could not be read as plain tensors ({type(exc).__name__}: {str(exc)[:300]})") from None
-    return correctness.as_output_list(value)
+def _case_refs(i: int) -> list[torch.Tensor]:
+    """Case i's reference outputs: kept, or computed again on the case's inputs (the reference was
+    checked deterministic within the tolerance at setup)."""
+    refs = S.refs[i]
+    assert refs is not None, "compare on a skipped case"
+    if refs is RECOMPUTE:
+        case = S.cases[i]
+        return _checked(f"the reference failed on case {case.id}", lambda: _forward(inputs.make_inputs(S.problem, case, S.device)))
+    return refs
 
 
-def _compare_file(refs: list[torch.Tensor], path: str) -> dict[str, Any]:
+def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[str, Any]:
+    """Take a candidate's staged outputs (judge.handover) into this process and compare them. The
+    description is checked against the reference before anything is allocated for it."""
+    def refused(message: str) -> dict[str, Any]:
+        return {"ok": False, "message": message, "max_abs_error": None, "max_rel_error": None}
+
+    desc, fds = args.get("handover"), args.get("_fds") or []
     try:
-        outs = _load_candidate_output(path)
-    except CommandError as exc:
-        return {"ok": False, "message": str(exc), "max_abs_error": None, "max_rel_error": None}
+        items = handover.items_of(desc)
+    except handover.HandoverError as exc:
+        return refused(f"the output could not be read: {exc}")
+    if len(items) != len(refs):
+        return refused(f"{len(items)} outputs, expected {len(refs)}")
+    for k, (ref, item) in enumerate(zip(refs, items)):
+        problem = correctness.check_described(ref, item, S.strict)
+        if problem:
+            return refused((f"output {k}: " if len(refs) > 1 else "") + problem)
+    try:
+        outs = handover.take(desc, items, fds, S.device)
+    except handover.HandoverError as exc:
+        return refused(f"the output could not be read: {exc}")
     return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
 
 
 def compare(args: dict[str, Any]) -> dict[str, Any]:
-    """Compare a candidate's saved output for one case with the reference."""
-    refs = S.refs[args["case_index"]]
-    assert refs is not None, "compare on a skipped case"
-    return _compare_file(refs, args["path"])
+    """Compare a candidate's staged output for one case with the reference."""
+    return _compare_handover(_case_refs(args["case_index"]), args)
 
 
 def recheck(args: dict[str, Any]) -> dict[str, Any]:
-    """Compare a timed call's saved output with the reference on that call's inputs."""
+    """Compare a timed call's staged output with the reference on that call's inputs."""
     refs = _forward(inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device))
-    return _compare_file(refs, args["path"])
+    return _compare_handover(refs, args)
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
@@ -417,6 +467,6 @@ def _operator_rows(prof: Any) -> dict[str, tuple[float, int]]:
 
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
     return {
-        "setup": setup, "references": references, "compare": compare, "recheck": recheck, "setup_timing": setup_timing,
+        "setup": setup, "references": references, "compare": compare, "memory": memory, "recheck": recheck, "setup_timing": setup_timing,
         "time": time_batch, "degeneracy": degeneracy, "breakdown": breakdown, "reset": reset,
     }

@@ -51,70 +51,113 @@ def check_output(ref: torch.Tensor, out: Any, strict: bool) -> str:
     return ""
 
 
+def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
+    """check_output on a staged output's description (judge.handover.Item), before its bytes are
+    taken: the same rules and messages."""
+    if strict and item.type_name != "torch.Tensor":
+        return f"output must be exactly torch.Tensor, got {item.type_name}"
+    if not item.is_tensor:
+        return f"output is not a tensor: {item.type_name}"
+    if tuple(item.shape) != tuple(ref.shape):
+        if strict or item.numel() != ref.numel():
+            return f"shape {tuple(item.shape)} differs from the reference's {tuple(ref.shape)}"
+    if strict and item.dtype != ref.dtype:
+        return f"dtype {item.dtype} differs from the reference's {ref.dtype}"
+    return ""
+
+
+CHUNK = 1 << 23  # elements compared at a time: the comparison's float64 temporaries stay near 0.5 GiB
+
+
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Comparison:
     """Compare out with ref elementwise: exactly for integer and bool outputs, under the tolerance
-    rule of this module for floating ones (complex ones as their real and imaginary parts)."""
+    rule of this module for floating ones (complex ones as their real and imaginary parts). Works
+    through the elements CHUNK at a time, so that its memory does not grow with the output."""
     if ref.is_complex():
         ref = torch.view_as_real(ref.detach().resolve_conj())
         out = torch.view_as_real(out.detach().to(ref.device).resolve_conj()) if out.is_complex() else out
-    if not (ref.is_floating_point() or ref.is_complex()):
-        return _compare_exact(ref, out)
-    r = ref.detach().to(torch.float64).reshape(-1)
-    c = out.detach().to(device=ref.device, dtype=torch.float64).reshape(-1)
-    n = r.numel()
+    exact = not (ref.is_floating_point() or ref.is_complex())
+    r_all = ref.detach().reshape(-1)
+    c_all = out.detach().reshape(-1)
+    n = r_all.numel()
     if n == 0:
         return Comparison(True, 0.0, 0.0, 0, 0, "")
-    fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
-    both = fin_r & fin_c
-    scale = _rms(r[fin_r]) if atol > 0 else 1.0
-    allowed = atol * scale + rtol * r.abs()
-    err = torch.where(both, (c - r).abs(), torch.zeros_like(r))
-    same_nonfinite = (torch.isnan(r) & torch.isnan(c)) | (r == c)
-    nonfinite_bad = ~both & ~same_nonfinite
-    bad = (both & (err > allowed)) | nonfinite_bad
-    n_bad = int(bad.sum())
-    max_abs = float(err.max())
-    max_rel = float((err / torch.clamp(r.abs(), min=max(atol * scale, 1e-30))).max())
-    message = "" if n_bad == 0 else _mismatch_message(ref.shape, r, c, bad, nonfinite_bad, n_bad, atol, rtol, scale)
-    return Comparison(n_bad == 0, max_abs, max_rel, n_bad, n, message)
+    scale = 1.0 if exact or atol <= 0 else _rms(r_all)
+    tally = _Tally()
+    for start in range(0, n, CHUNK):
+        if exact:  # integers and booleans: equal in the reference's own dtype (no float64 detour past 2**53)
+            r_own, c_own = r_all[start:start + CHUNK], c_all[start:start + CHUNK].to(device=ref.device, dtype=ref.dtype)
+            bad = r_own != c_own
+            r, c = r_own.to(torch.float64), c_own.to(torch.float64)
+            err = (r - c).abs()
+            tally.add(start, r, c, bad, torch.zeros_like(bad), err, err)
+            continue
+        r = r_all[start:start + CHUNK].to(torch.float64)
+        c = c_all[start:start + CHUNK].to(device=r.device, dtype=torch.float64)
+        fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
+        both = fin_r & fin_c
+        allowed = atol * scale + rtol * r.abs()
+        err = torch.where(both, (c - r).abs(), torch.zeros_like(r))
+        same_nonfinite = (torch.isnan(r) & torch.isnan(c)) | (r == c)
+        nonfinite_bad = ~both & ~same_nonfinite
+        bad = (both & (err > allowed)) | nonfinite_bad
+        rel = err / torch.clamp(r.abs(), min=max(atol * scale, 1e-30))
+        tally.add(start, r, c, bad, nonfinite_bad, err, rel)
+        del r, c, fin_r, fin_c, both, allowed, err, same_nonfinite, nonfinite_bad, bad, rel
+    if tally.n_bad == 0:
+        return Comparison(True, tally.max_abs, 0.0 if exact else tally.max_rel, 0, n, "")
+    if exact:
+        return Comparison(False, tally.max_abs, tally.max_abs, tally.n_bad, n, tally.message(ref.shape, n, None))
+    return Comparison(False, tally.max_abs, tally.max_rel, tally.n_bad, n, tally.message(ref.shape, n, (atol, rtol, scale)))
 
 
-def _compare_exact(ref: torch.Tensor, out: torch.Tensor) -> Comparison:
-    """Integers and booleans: equal in the reference's own dtype (no float64 detour past 2**53)."""
-    r = ref.detach().reshape(-1)
-    c = out.detach().to(device=ref.device, dtype=ref.dtype).reshape(-1)
-    bad = r != c
-    n_bad = int(bad.sum())
-    diff = (r.to(torch.float64) - c.to(torch.float64)).abs()
-    max_abs = float(diff.max()) if r.numel() else 0.0
-    if n_bad == 0:
-        return Comparison(True, max_abs, 0.0, 0, r.numel(), "")
-    none = torch.zeros_like(bad)
-    message = _mismatch_message(ref.shape, r.to(torch.float64), c.to(torch.float64), bad, none, n_bad, 0.0, 0.0, 1.0)
-    return Comparison(False, max_abs, max_abs, n_bad, r.numel(), message.replace("(atol=0 x scale 1, rtol=0)", "(must match exactly)"))
+class _Tally:
+    """What the chunks of one comparison add up to."""
+
+    def __init__(self) -> None:
+        self.n_bad = 0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.first: list[tuple[int, float, float]] = []  # (flat index, got, expected), the first FIRST_INDICES bad ones
+        self.n_nonfinite = self.n_nan_c = self.n_inf_c = 0
+
+    def add(self, start: int, r: torch.Tensor, c: torch.Tensor, bad: torch.Tensor, nonfinite_bad: torch.Tensor,
+            err: torch.Tensor, rel: torch.Tensor) -> None:
+        self.max_abs = max(self.max_abs, float(err.max()))
+        self.max_rel = max(self.max_rel, float(rel.max()))
+        n_bad = int(bad.sum())
+        if not n_bad:
+            return
+        self.n_bad += n_bad
+        if len(self.first) < FIRST_INDICES:
+            for i in torch.nonzero(bad).reshape(-1)[:FIRST_INDICES - len(self.first)].tolist():
+                self.first.append((start + i, float(c[i]), float(r[i])))
+        n_nonfinite = int(nonfinite_bad.sum())
+        if n_nonfinite:
+            self.n_nonfinite += n_nonfinite
+            self.n_nan_c += int((nonfinite_bad & torch.isnan(c)).sum())
+            self.n_inf_c += int((nonfinite_bad & torch.isinf(c)).sum())
+
+    def message(self, shape: Any, n: int, tol: tuple[float, float, float] | None) -> str:
+        where = ", ".join(f"{_unravel(i, tuple(shape))}: got {got:.6g}, expected {want:.6g}" for i, got, want in self.first)
+        rule = "(must match exactly)" if tol is None else f"(atol={tol[0]:g} x scale {tol[2]:.4g}, rtol={tol[1]:g})"
+        text = f"{self.n_bad} of {n} elements differ {rule}; first: {where}"
+        if self.n_nonfinite:
+            text += f"; NaN/Inf disagreements: {self.n_nonfinite} ({self.n_nan_c} NaN and {self.n_inf_c} Inf in the output)"
+        return text
 
 
 def _rms(values: torch.Tensor) -> float:
-    if values.numel() == 0:
+    """max(1, root mean square of the finite values), CHUNK elements at a time."""
+    total, count = 0.0, 0
+    for start in range(0, values.numel(), CHUNK):
+        v = values[start:start + CHUNK].to(torch.float64)
+        fin = torch.isfinite(v)
+        total += float(torch.where(fin, v, torch.zeros_like(v)).square().sum())
+        count += int(fin.sum())
+    if count == 0:
         return 1.0
-    return max(1.0, float(values.square().mean().sqrt()))
-
-
-def _mismatch_message(shape, r, c, bad, nonfinite_bad, n_bad, atol, rtol, scale) -> str:
-    flat = torch.nonzero(bad).reshape(-1)[:FIRST_INDICES].tolist()
-    where = ", ".join(
-        f"{_unravel(i, tuple(shape))}: got {float(c[i]):.6g}, expected {float(r[i]):.6g}" for i in flat
-    )
-    n_nonfinite = int(nonfinite_bad.sum())
-    text = (
-        f"{n_bad} of {r.numel()} elements differ (atol={atol:g} x scale {scale:.4g}, rtol={rtol:g}); "
-        f"first: {where}"
-    )
-    if n_nonfinite:
-        n_nan_c = int((nonfinite_bad & torch.isnan(c)).sum())
-        n_inf_c = int((nonfinite_bad & torch.isinf(c)).sum())
-        text += f"; NaN/Inf disagreements: {n_nonfinite} ({n_nan_c} NaN and {n_inf_c} Inf in the output)"
-    return text
+    return max(1.0, (total / count) ** 0.5)
 
 
 def _unravel(index: int, shape: tuple[int, ...]) -> list[int]:

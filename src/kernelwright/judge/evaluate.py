@@ -293,22 +293,87 @@ class _Flow:
         if builder is not None and not self._build_extension(builder):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()
-        # The reference child computes every case's reference while the candidate is imported.
-        self.say(f"problem loaded ({how}); computing references while the candidate is imported")
-        with self._device("shared", "computing references and checking correctness"):
-            ref.send("references", {"cases": [c.to_dict() for c in cases]})
-            self._candidate_setup(cand)
-            self._correctness(ref, cand, cases)
-            if not self.policy.time_candidate:
-                self._release_children()  # their teardown is device work too: done before the lock goes
-        if self.policy.time_candidate:
-            from kernelwright.judge.phases import timing_phase
+        self.ref = ref
+        with self._admission(len(cases)):
+            # The reference child computes every case's reference while the candidate is imported.
+            self.say(f"problem loaded ({how}); computing references while the candidate is imported")
+            with self._device("shared", "computing references and checking correctness"):
+                ref.send("references", {"cases": [c.to_dict() for c in cases]})
+                self._candidate_setup(cand)
+                self._correctness(ref, cand, cases)
+                if not self.policy.time_candidate:
+                    self._release_children()  # their teardown is device work too: done before the lock goes
+            if self.policy.time_candidate:
+                from kernelwright.judge.phases import timing_phase
 
-            with self._device("exclusive", "timing"):
-                timing_phase(self, ref, cand)
-                self._release_children()  # before the next evaluation may time
-        else:
-            self.vb.timing_skipped("the policy asks for correctness only")
+                with self._device("exclusive", "timing"):
+                    timing_phase(self, ref, cand)
+                    self._release_children()  # before the next evaluation may time
+            else:
+                self.vb.timing_skipped("the policy asks for correctness only")
+
+    @contextlib.contextmanager
+    def _admission(self, n_cases: int) -> Iterator[None]:
+        """The verdict's GPU memory (judge.memory): estimated from the reference child's setup, a
+        problem too large for the device refused, the estimate reserved on the device's ledger for
+        the rest of the verdict (waiting while other verdicts hold too much). Off on the CPU
+        backend unless KERNELWRIGHT_DEVICE_BYTES names a size."""
+        from kernelwright.judge import memory
+
+        total = memory.device_bytes(self.meta)
+        if total is None or (self.device != "cuda" and not os.environ.get(memory.FAKE_ENV)):
+            yield
+            return
+        self.estimate = est = memory.estimate(self.meta, n_cases)
+        free = (self.meta.get("memory") or {}).get("device_free_bytes")
+        self.vb.memory = {**est.to_dict(), "device_bytes": total, "device_free_bytes_at_setup": free}
+        refused = memory.too_large(est, total, free)
+        if refused:
+            raise ProblemError(f"{self.problem.path}: {refused}")
+        from kernelwright.judge.gpulock import device_key
+
+        try:
+            with memory.admitted(device_key(self.device, self.policy.gpu_index), est.total, total, say=self.say,
+                                 cancelled=self._cancelled) as waited:
+                self.vb.memory["admitted_after_s"] = round(waited, 3)
+                yield
+        except TimeoutError as exc:
+            raise Stop(Status.INFRA_ERROR, f"waiting for GPU memory: {exc}") from None
+        except InterruptedError:
+            raise Stop(Status.INFRA_ERROR, "cancelled") from None
+
+    def _oom(self, exc: ChildError, doing: str) -> Stop:
+        """Whose a candidate child's out-of-memory is, decided from the trusted side: the candidate
+        child is killed first, then the reference child reports the device's free memory. When that
+        covers the candidate's part of the estimate, the memory was there for it and it took more:
+        its runtime_error. When even without it the device lacks that much, other processes hold the
+        rest: infra_error. Anything the candidate's process said about its memory is not used."""
+        from kernelwright.judge import memory
+
+        est = getattr(self, "estimate", None)
+        for child in self.children:
+            if child.config.role == "candidate":
+                child.kill()
+        tail = f"\n--- child log ---\n{exc.log_tail}" if exc.log_tail.strip() else ""
+        ref = getattr(self, "ref", None)
+        mem: dict[str, Any] = {}
+        if ref is not None and est is not None:
+            try:
+                mem = ref.call("memory", {}, timeout_s=60) or {}
+            except ChildError:
+                mem = {}
+        free = mem.get("free_bytes")
+        if not isinstance(free, int) or est is None:
+            return Stop(Status.RUNTIME_ERROR, truncate(f"{doing}: the candidate ran out of GPU memory: {exc}{tail}"))
+        if self.vb.memory is not None:
+            self.vb.memory["free_bytes_after_candidate_oom"] = free
+        if free >= est.candidate:
+            return Stop(Status.RUNTIME_ERROR, truncate(
+                f"{doing}: the candidate ran out of GPU memory; with its process gone {memory.gib(free)} are free, more than its part of "
+                f"the verdict's estimate ({memory.gib(est.candidate)}): it asked for more than the device had for it. {exc}{tail}"))
+        return Stop(Status.INFRA_ERROR, truncate(
+            f"{doing}: out of GPU memory, not the candidate's doing: with its process gone only {memory.gib(free)} are free, less than "
+            f"its part of the verdict's estimate ({memory.gib(est.candidate)}); other processes hold the rest. {exc}{tail}"))
 
     # -- discovery and build ------------------------------------------------------------------
 
@@ -449,6 +514,8 @@ class _Flow:
         """Map a child failure to a verdict status (a reference child's failure is the judge's)."""
         if exc.role == "reference":
             return Stop(Status.INFRA_ERROR, truncate(f"{doing}: the reference child failed: {exc}\n{exc.log_tail}"))
+        if exc.kind == "oom" and self.device == "cuda":
+            return self._oom(exc, doing)
         status = {
             "timeout": Status.TIMEOUT, "compile": Status.COMPILE_ERROR, "forged": Status.REJECTED,
             "infra": Status.INFRA_ERROR,

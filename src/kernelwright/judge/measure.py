@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelwright.judge import stats
+from kernelwright.judge.channel import close_fds
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child, ChildError
 
@@ -388,17 +389,22 @@ class _Rounds:
         fit = int(self.policy.run_timeout_s * 1e3 / (3 * per_call)) if per_call > 0 else self.policy.timing.batch
         return max(1, min(self.policy.timing.batch, fit))
 
-    def timed(self, child: Child, args: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    def timed(self, child: Child, args: dict[str, Any],
+              taken: Callable[[dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], float]:
         """(reply, judge-side wall ms) of one 'time' command. In the candidate's child a 'check'
         command follows, after the wall clock stopped: the judge's watch on replaced functions and
         the dispatcher costs 1-2 ms on the 2-core box, which the eager batches never pay, so inside
-        the wall it made the wall-clock check fire on an honest candidate (CI, 7e11690)."""
+        the wall it made the wall-clock check fire on an honest candidate (CI, 7e11690). `taken`
+        gets the reply first: the reference child takes a staged output there, before the
+        candidate child is sent anything more (judge.handover)."""
         t0 = time.perf_counter()
         reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
         wall = (time.perf_counter() - t0) * 1e3
         role = "candidate" if child is self.cand else "reference"
         if not isinstance(reply, dict):
             raise ChildError("forged", f"the {role} child's 'time' reply is not a mapping", role=role)
+        if taken is not None:
+            taken(reply)
         if child is self.cand:
             checked = child.call("check", {}, timeout_s=self.policy.run_timeout_s)
             if not isinstance(checked, dict):
@@ -448,19 +454,27 @@ class _Rounds:
                 got[1].extend(synced)
 
     def recheck_one(self) -> str:
-        """Time one candidate call, save its output and compare it with the reference. With poison
+        """Time one candidate call, stage its output and compare it with the reference. With poison
         on, free memory is filled with NaN after the call's inputs are written and before it runs
         (outside the timed region): an output the call never wrote cannot hold the answer, not
         even the fresh inputs' values left in a freed block (seen on the H200: ReLU of non-negative
         inputs)."""
         call = self.calls(1)
-        path = str(self.workdir / f"timed-{self.rechecked}.pt")
-        args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": path}, "poison": self.poison_bytes}
-        times, synced = _times(self.timed(self.cand, args)[0], 1, "candidate", "re-checked", self.synced)
+        args = {"contender": "candidate", "calls": call, "switches": self.switches, "save": {"0": True}, "poison": self.poison_bytes}
+        got: dict[str, Any] = {}
+
+        def take(reply: dict[str, Any]) -> None:
+            fds = reply.pop("_fds", [])
+            try:
+                got["result"] = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "handover": reply.get("handover")},
+                                              fds=fds, timeout_s=self.policy.run_timeout_s)
+            finally:
+                close_fds(fds)
+
+        times, synced = _times(self.timed(self.cand, args, take)[0], 1, "candidate", "re-checked", self.synced)
         self.samples["candidate"].times_ms.extend(times)
         self.samples["candidate"].synced_ms.extend(synced)
-        result = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "path": path}, timeout_s=self.policy.run_timeout_s)
-        Path(path).unlink(missing_ok=True)
+        result = got["result"]
         self.rechecked += 1
         return "" if result["ok"] else f"timed call {self.rechecked}: {result['message']}"
 

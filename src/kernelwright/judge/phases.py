@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, provenance, stats
+from kernelwright.judge.channel import close_fds
 from kernelwright.judge.measure import (NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, tail_margin,
                                         wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
@@ -64,33 +65,47 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     spent = [0.0, 0.0]  # seconds waiting for the candidate child's cases, for the reference child's comparisons
     parts: dict[str, float] = {}  # where the candidate child says its case time went (log only)
     t_phase = time.perf_counter()
-    # Pipelined: the candidate runs case i while the reference child compares case i - 1. The
-    # earliest failing case decides the verdict, as if the cases ran one after another.
-    pending: tuple[int, Case, Path] | None = None
+    # On the CPU backend the candidate runs case i while the reference child compares case i - 1
+    # (its output is a sealed memfd: nothing can change it). On CUDA the output is handed over as
+    # an IPC handle to memory the candidate's process can still write, so the reference child
+    # copies it before the candidate child is sent anything more. Either way the earliest failing
+    # case decides the verdict, as if the cases ran one after another.
+    pipelined = flow.device != "cuda"
+    pending: tuple[int, Case] | None = None
     for i, case in enumerate(cases):
         if i in skipped:
             continue
         t0 = time.perf_counter()
         try:
-            path, res = _run_case(flow, cand, i, case)
+            res = _run_case(flow, cand, i, case)
         except Stop:
             if pending is not None:
                 _finish_compare(flow, ref, *pending, worst)
             raise
-        t1 = time.perf_counter()
-        spent[0] += t1 - t0
-        _add_parts(parts, res.get("parts_s"))
-        if pending is not None:
+        fds = res.pop("_fds", [])
+        try:
+            t1 = time.perf_counter()
+            spent[0] += t1 - t0
+            _add_parts(parts, res.get("parts_s"))
+            if pending is not None:
+                _finish_compare(flow, ref, *pending, worst)
+                pending = None
+            spent[1] += time.perf_counter() - t1
+            _check_case_reply(flow, case, res)  # after case i - 1's verdict, so its guards come first
+            ref.send("compare", {"case_index": i, "handover": res.get("handover")}, fds=fds)
+        finally:
+            close_fds(fds)
+        pending = (i, case)
+        if not pipelined:
+            t1 = time.perf_counter()
             _finish_compare(flow, ref, *pending, worst)
-        spent[1] += time.perf_counter() - t1
-        _check_case_reply(flow, case, res)  # after case i - 1's verdict, so its guards come first
-        ref.send("compare", {"case_index": i, "path": str(path)})
-        pending = (i, case, path)
+            pending = None
+            spent[1] += time.perf_counter() - t1
     if pending is not None:
         t1 = time.perf_counter()
         _finish_compare(flow, ref, *pending, worst)
         spent[1] += time.perf_counter() - t1
-    said = ", ".join(f"{name} {sec:.2f} s" for name, sec in parts.items()) or "poison, the audited call, input checks, saving"
+    said = ", ".join(f"{name} {sec:.2f} s" for name, sec in parts.items()) or "poison, the audited call, input checks, staging"
     flow.say(f"correctness cases done in {time.perf_counter() - t_phase:.2f} s: {spent[0]:.2f} s in the candidate child's calls "
              f"({said}, as the child reports), {spent[1]:.2f} s more waiting for comparisons")
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
@@ -110,18 +125,18 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
         return
     flow.say("auditing one forward on fresh inputs")
     case = Case("native", random.randrange(1, 2**31))
-    path = flow.workdir / "audit.pt"
     try:
-        res = cand.call("audit", {"case": case.to_dict(), "path": str(path)}, timeout_s=policy.run_timeout_s)
+        res = cand.call("audit", {"case": case.to_dict()}, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "the op audit") from None
-    _check_case_reply(flow, case, {k: v for k, v in res.items() if k != "ops"})  # its operators are judged below
+    fds = res.pop("_fds", [])
     try:
-        cmp = ref.call("recheck", {"input_seed": case.seed, "path": str(path)}, timeout_s=policy.run_timeout_s)
+        _check_case_reply(flow, case, {k: v for k, v in res.items() if k != "ops"})  # its operators are judged below
+        cmp = ref.call("recheck", {"input_seed": case.seed, "handover": res.get("handover")}, fds=fds, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "comparing the audited forward") from None
     finally:
-        path.unlink(missing_ok=True)
+        close_fds(fds)
     if not cmp["ok"]:
         vb.guard("op_audit", True, f"the audited forward on fresh inputs was wrong: {cmp['message']}"[:300])
         raise Stop(Status.INCORRECT, f"the audited forward (fresh inputs): {cmp['message']}")
@@ -143,12 +158,12 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
     vb.guard("op_audit", False, f"torch compute: {ops.describe(compute)}{note}" if compute else "allocation, views and layout copies only")
 
 
-def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dict[str, Any]]:
-    """Run one case in the candidate child; the path of its saved output and the child's reply."""
+def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> dict[str, Any]:
+    """Run one case in the candidate child; its reply (the staged output's description under
+    "handover", its descriptor under "_fds")."""
     policy = flow.policy
-    path = flow.workdir / f"case-{i}.pt"
     args = {
-        "case": case.to_dict(), "path": str(path), "poison": policy.enabled("poison"),
+        "case": case.to_dict(), "poison": policy.enabled("poison"),
         "check_inputs": policy.enabled("inputs_unchanged"), "check_flags": policy.enabled("numerics_flags"),
         "output_bytes": flow.meta.get("output_bytes", []), "audit": policy.enabled("op_audit") and not policy.allow_torch_compute,
     }
@@ -156,7 +171,7 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> tuple[Path, dic
         res = cand.call("run_case", args, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"case {case.id}") from None
-    return path, res
+    return res
 
 
 def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
@@ -197,15 +212,13 @@ def _add_parts(parts: dict[str, float], reported: Any) -> None:
             parts[part[:20]] = parts.get(part[:20], 0.0) + value
 
 
-def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, path: Path, worst: list[float]) -> None:
+def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, worst: list[float]) -> None:
     """Collect the reference child's comparison of case i (sent earlier)."""
     vb = flow.vb
     try:
         cmp = ref.wait("compare", timeout_s=flow.policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"comparing case {case.id}") from None
-    finally:
-        Path(path).unlink(missing_ok=True)
     if cmp.get("max_abs_error") is not None:
         worst[0], worst[1] = max(worst[0], cmp["max_abs_error"]), max(worst[1], cmp["max_rel_error"])
     if not cmp["ok"]:

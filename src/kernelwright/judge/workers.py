@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,14 +103,16 @@ class Child:
         self.config = config
         self.log_path = config.workdir / f"{config.role}.log"
         self._key = new_key()
-        read_fd, write_fd = os.pipe()
-        self._proc = self._spawn(write_fd)
-        os.close(write_fd)
-        self._reader = Reader(read_fd, self._key)
+        # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = self._spawn(theirs.fileno())
+        finally:
+            theirs.close()
+        self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock)
         self._exit_sent = False
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
-        self._read_fd = read_fd
         self._send_line(self._key.hex())
 
     def _spawn(self, write_fd: int) -> subprocess.Popen | Forked:
@@ -140,15 +143,21 @@ class Child:
         except (BrokenPipeError, OSError):
             pass  # the child is gone; the next read says how
 
-    def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float) -> Any:
+    def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float, fds: list[int] | None = None) -> Any:
         """Send one command and wait for its result; raise ChildError on failure."""
-        self.send(command, args)
+        self.send(command, args, fds)
         return self.wait(command, timeout_s=timeout_s)
 
-    def send(self, command: str, args: dict[str, Any] | None = None) -> None:
+    def send(self, command: str, args: dict[str, Any] | None = None, fds: list[int] | None = None) -> None:
         """Send one command without waiting: the child works on it while the judge does other
-        things; `wait` collects the result (one outstanding command at a time)."""
-        self._send_line(json.dumps({"cmd": command, "args": args or {}}))
+        things; `wait` collects the result (one outstanding command at a time). Descriptors in fds
+        go ahead of it on the result socket (the caller still owns and closes its copies)."""
+        if fds:
+            try:
+                socket.send_fds(self._sock, [b"F"], fds)
+            except OSError:
+                pass  # the child is gone; the next read says how
+        self._send_line(json.dumps({"cmd": command, "args": args or {}, **({"fds": len(fds)} if fds else {})}))
         self.outstanding += 1
 
     def wait(self, command: str, *, timeout_s: float) -> Any:
@@ -165,10 +174,25 @@ class Child:
         except ChannelForged as exc:
             self.kill()
             raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None
+        n_fds = reply.get("fds", 0) if isinstance(reply, dict) else 0
+        try:
+            fds = self._reader.take_fds(n_fds if type(n_fds) is int else -1)
+        except ChannelForged as exc:
+            self.kill()
+            raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None
         if not reply.get("ok"):
+            for fd in fds:
+                os.close(fd)
             err = reply.get("error") or {}
             raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
-        return reply.get("result")
+        result = reply.get("result")
+        if fds:
+            if isinstance(result, dict):
+                result["_fds"] = fds  # the caller owns them (judge.handover.close_fds)
+            else:
+                for fd in fds:
+                    os.close(fd)
+        return result
 
     def alive(self) -> bool:
         return not self._closed and self._proc.poll() is None
@@ -241,10 +265,8 @@ class Child:
                     stream.close()
                 except OSError:
                     pass
-        try:
-            os.close(self._read_fd)
-        except OSError:
-            pass
+        self._reader.close_fds()
+        self._sock.close()
 
     def __enter__(self) -> "Child":
         return self

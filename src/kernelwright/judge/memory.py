@@ -1,0 +1,193 @@
+"""GPU memory the judge owns: what one verdict needs, admission by memory, and whose an OOM is.
+
+**Estimate.** The reference child measures the problem on its first forward at setup: bytes of
+get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
+allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
+
+    reference: CTX + P + K + max(W + O + T, 3 I + W)          (K: reference outputs kept, at most
+                                                                KEEP_BYTES; T: the chunked
+                                                                comparison's temporaries; a taken
+                                                                output O; the timing pool 3 I)
+    candidate: CTX + P + max(2 I + W + 4 O + E, 3 I + W + O)   (a case's inputs and their copy for
+                                                                the input check, the poisoned
+                                                                blocks 3 O + E, the staging area
+                                                                O; the timing pool 3 I)
+
+with CTX the CUDA context and caching allocator's floor per process and the candidate's working
+set taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
+caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.
+
+**Too large.** A problem whose estimate exceeds the device's memory is refused before any case
+runs, as a problem error naming both figures.
+
+**Admission.** Verdicts on one device reserve their estimate in a ledger file beside the device
+locks (judge.gpulock's folder, `<key>.mem`, under flock); one is admitted when the reservations of
+live processes plus its own fit in ADMIT_SHARE of the device, or when nothing else is reserved. It
+waits otherwise (with a progress line), and its reservation goes when the verdict ends or its
+process dies. So concurrent verdicts on one GPU never run each other out of memory; processes
+that are not kernelwright verdicts are not in the ledger.
+
+**Whose OOM.** Nothing the candidate's process says about its memory can be trusted (it could
+free what it held, or forge the message). When a candidate child reports an out-of-memory the
+judge kills it, then asks the reference child for the device's free memory (judge.evaluate's
+_Flow._oom): if the candidate's part of the estimate is free without it, it took more than the
+device had for it (`runtime_error`); if not, other processes hold the rest (`infra_error`). Every
+out-of-memory in the reference child is the judge's (`infra_error`). A process the candidate
+started outside its process group could keep memory past the kill: the sandbox's business.
+
+`KERNELWRIGHT_DEVICE_BYTES` sets the device's size for all of this (tests use it on the CPU
+backend, where admission is otherwise off: host memory is not the GPU's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
+KEEP_BYTES = 1 << 30  # reference outputs a reference child keeps across cases (judge.child_reference)
+COMPARE_TEMP = 6 * 8 * (1 << 23)  # float64 temporaries of one comparison chunk (judge.correctness.CHUNK)
+POISON_EXTRA = 1 << 30  # the candidate child's extra poisoned block, at most (judge.child_candidate)
+SLACK = 1.25  # fragmentation and what the formula leaves out
+ADMIT_SHARE = 0.92  # of the device's memory that admitted verdicts may reserve together
+POLL_S = 0.1
+FAKE_ENV = "KERNELWRIGHT_DEVICE_BYTES"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One verdict's GPU memory, in bytes."""
+
+    reference: int
+    candidate: int
+
+    @property
+    def total(self) -> int:
+        return int((self.reference + self.candidate) * SLACK)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"reference_bytes": self.reference, "candidate_bytes": self.candidate, "estimate_bytes": self.total}
+
+
+def estimate(meta: dict[str, Any], n_cases: int) -> Estimate:
+    """The estimate of the module docstring, from the reference child's setup reply."""
+    mem = meta.get("memory") or {}
+    i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
+    w = max(int(mem.get("forward_peak_bytes", 0)), i + o + p)
+    k = min(KEEP_BYTES, n_cases * o)
+    t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
+    ref = CTX + p + k + max(w + o + t, 3 * i + w)
+    cand = CTX + p + max(2 * i + w + 4 * o + POISON_EXTRA, 3 * i + w + o)
+    return Estimate(ref, cand)
+
+
+def device_bytes(meta: dict[str, Any]) -> int | None:
+    """The device's memory: KERNELWRIGHT_DEVICE_BYTES, else the reference child's report (CUDA)."""
+    fake = os.environ.get(FAKE_ENV)
+    if fake:
+        try:
+            value = int(fake)
+        except ValueError:
+            raise ValueError(f"{FAKE_ENV} must be a number of bytes, got {fake!r}") from None
+        if value <= 0:
+            raise ValueError(f"{FAKE_ENV} must be positive, got {value}")
+        return value
+    total = (meta.get("memory") or {}).get("device_total_bytes")
+    return int(total) if total else None
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def too_large(est: Estimate, total: int, free: int | None) -> str:
+    """A problem error's text when one verdict cannot fit the device; empty when it can."""
+    if est.total <= total:
+        return ""
+    said_free = f", {gib(free)} free" if free is not None else ""
+    return (f"one verdict of this problem needs about {gib(est.total)} of GPU memory (reference child {gib(est.reference)}, "
+            f"candidate child {gib(est.candidate)}, with {SLACK:g}x slack; judge.memory), more than the device's {gib(total)}{said_free}")
+
+
+# -- admission ---------------------------------------------------------------------------------------
+
+
+def _ledger_path(key: str) -> str:
+    from kernelwright.judge.gpulock import lock_dir
+
+    return str(lock_dir() / f"{key}.mem")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read(f: Any) -> dict[str, Any]:
+    f.seek(0)
+    try:
+        data = json.loads(f.read() or "{}")
+    except ValueError:
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and _alive(int(v.get("pid", 0)))} if isinstance(data, dict) else {}
+
+
+def _write(f: Any, data: dict[str, Any]) -> None:
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps(data))
+    f.flush()
+
+
+@contextlib.contextmanager
+def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = lambda _m: None,
+             cancelled: Callable[[], bool] = lambda: False, timeout_s: float = 3600.0) -> Iterator[float]:
+    """Reserve `need` bytes of device `key` (of `total`) for the block; yields the seconds waited.
+    Raises TimeoutError when not admitted within timeout_s, InterruptedError when cancelled."""
+    token = f"{os.getpid()}-{id(object())}-{time.monotonic_ns()}"
+    path = _ledger_path(key)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o666)  # every user's verdicts share the ledger, as they share the locks
+    f = os.fdopen(fd, "r+")
+    t0, told = time.monotonic(), False
+    try:
+        while True:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                held = _read(f)
+                others = sum(int(v.get("bytes", 0)) for v in held.values())
+                if not held or others + need <= ADMIT_SHARE * total:
+                    held[token] = {"pid": os.getpid(), "bytes": need, "since": time.time()}
+                    _write(f, held)
+                    break
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            if not told:
+                say(f"waiting for GPU memory: this verdict needs about {gib(need)}; {len(held)} other verdict(s) hold "
+                    f"{gib(others)} of {gib(ADMIT_SHARE * total)}")
+                told = True
+            if cancelled():
+                raise InterruptedError("cancelled while waiting for GPU memory")
+            if time.monotonic() - t0 > timeout_s:
+                raise TimeoutError(f"not admitted within {timeout_s:g} s: other verdicts hold {gib(others)} of the device's {gib(total)}")
+            time.sleep(POLL_S)
+        yield time.monotonic() - t0
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held = _read(f)
+            if held.pop(token, None) is not None:
+                _write(f, held)
+            fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()

@@ -1,0 +1,201 @@
+"""Outputs handed over by descriptor (judge.handover) and descriptors on the result channel
+(judge.channel), in process on the CPU: the staged bytes arrive unchanged, a memfd without its
+seals or a description that lies about sizes is refused before anything is allocated for it, and
+the channel refuses more descriptors than it allows."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+
+import pytest
+import torch
+
+from conftest import needs_gpu
+from kernelwright.judge import channel, correctness, handover
+
+CPU = torch.device("cpu")
+
+
+def _take(out):
+    desc, fds = handover.Stager().stage(out, CPU)
+    try:
+        items = handover.items_of(desc)
+        return desc, items, handover.take(desc, items, fds, CPU)
+    finally:
+        channel.close_fds(fds)
+
+
+def test_outputs_arrive_unchanged_through_a_sealed_memfd():
+    a = torch.randn(5, 7)
+    b = torch.arange(12, dtype=torch.int64).reshape(3, 4).t()  # non-contiguous
+    c = torch.tensor([True, False, True])
+    z = torch.randn(3, dtype=torch.complex64)
+    desc, items, got = _take((a, b, c, z, torch.empty(0, 4)))
+    assert desc["kind"] == "memfd"
+    assert [i.offset % handover.ALIGN for i in items] == [0] * 5
+    assert torch.equal(got[0], a) and torch.equal(got[1], b) and torch.equal(got[2], c) and torch.equal(got[3], z)
+    assert got[4].shape == (0, 4)
+
+
+def test_the_memfd_is_sealed_and_cannot_be_written():
+    desc, fds = handover.Stager().stage(torch.ones(4), CPU)
+    try:
+        seals = fcntl.fcntl(fds[0], fcntl.F_GET_SEALS)
+        assert seals & handover.SEALS == handover.SEALS
+        with pytest.raises(PermissionError):
+            os.pwrite(fds[0], b"\0" * 4, 0)
+    finally:
+        channel.close_fds(fds)
+
+
+def test_an_unsealed_memfd_is_refused():
+    desc, fds = handover.Stager().stage(torch.ones(4), CPU)
+    fake = os.memfd_create("kw-output", os.MFD_ALLOW_SEALING)
+    os.write(fake, os.pread(fds[0], 16, 0))
+    try:
+        items = handover.items_of(desc)
+        with pytest.raises(handover.HandoverError, match="not sealed"):
+            handover.take(desc, items, [fake], CPU)
+        r, w = os.pipe()  # not a memfd at all
+        with pytest.raises(handover.HandoverError, match="not a sealable memfd"):
+            handover.take(desc, items, [r], CPU)
+        channel.close_fds([r, w])
+    finally:
+        channel.close_fds(fds + [fake])
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda d: d["items"][0].update(nbytes=d["items"][0]["nbytes"] * 2), "do not add up"),
+    (lambda d: d["items"][0].update(shape=[10**6]), "do not add up"),
+    (lambda d: d["items"][0].update(offset=3), "malformed"),
+    (lambda d: d["items"][0].update(dtype="object"), "malformed"),
+    (lambda d: d.update(items="x"), "malformed"),
+    (lambda d: d["items"][0].update(shape=[-1]), "malformed"),
+])
+def test_a_lying_description_is_refused(change, match):
+    desc, fds = handover.Stager().stage(torch.ones(4), CPU)
+    channel.close_fds(fds)
+    change(desc)
+    with pytest.raises(handover.HandoverError, match=match):
+        handover.items_of(desc)
+
+
+def test_a_memfd_smaller_than_described_is_refused():
+    desc, fds = handover.Stager().stage(torch.ones(4), CPU)
+    small = os.memfd_create("kw-output", os.MFD_ALLOW_SEALING)
+    os.ftruncate(small, 8)
+    fcntl.fcntl(small, fcntl.F_ADD_SEALS, handover.SEALS)
+    try:
+        with pytest.raises(handover.HandoverError, match="holds 8 bytes"):
+            handover.take(desc, handover.items_of(desc), [small], CPU)
+    finally:
+        channel.close_fds(fds + [small])
+
+
+def test_types_shapes_and_dtypes_are_judged_from_the_description():
+    ref = torch.zeros(4)
+
+    class Sub(torch.Tensor):
+        pass
+
+    desc, items, got = _take((torch.ones(4).as_subclass(Sub), 3, torch.ones(2, 2), torch.ones(4, dtype=torch.float64)))
+    assert correctness.check_described(ref, items[0], strict=True).startswith("output must be exactly torch.Tensor, got ")
+    assert correctness.check_described(ref, items[0], strict=False) == ""
+    assert torch.equal(got[0], torch.ones(4)) and type(got[0]) is torch.Tensor  # the data, as a plain tensor
+    assert correctness.check_described(ref, items[1], strict=False) == "output is not a tensor: builtins.int"
+    assert got[1] is items[1]
+    assert "shape (2, 2) differs" in correctness.check_described(ref, items[2], strict=True)
+    assert correctness.check_described(ref, items[2], strict=False) == ""
+    assert "dtype torch.float64 differs" in correctness.check_described(ref, items[3], strict=True)
+
+
+def test_nothing_staged_for_empty_outputs():
+    desc, fds = handover.Stager().stage(torch.empty(0), CPU)
+    assert desc["kind"] == "none" and fds == []
+    assert handover.take(desc, handover.items_of(desc), [], CPU)[0].numel() == 0
+
+
+def test_descriptors_travel_on_the_result_channel():
+    key = channel.new_key()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    writer, reader = channel.Writer(theirs.detach(), key), channel.Reader(ours.fileno(), key, sock=ours)
+    r, w = os.pipe()
+    writer.send({"ok": True, "fds": 1}, [r])
+    writer.send({"ok": True})
+    assert reader.recv(2.0) == {"ok": True, "fds": 1}
+    [got] = reader.take_fds(1)
+    os.write(w, b"x")
+    assert os.read(got, 1) == b"x"  # the same pipe, through another descriptor
+    assert reader.recv(2.0) == {"ok": True}
+    with pytest.raises(channel.ChannelForged):
+        reader.take_fds(1)  # a message may not claim descriptors that never came
+    socket.send_fds(ours, [b"F"], [r])  # the judge's way to a child
+    [back] = writer.recv_fds(1)
+    channel.close_fds([r, w, got, back])
+    ours.close()
+
+
+def test_the_channel_refuses_a_flood_of_descriptors():
+    key = channel.new_key()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    reader = channel.Reader(ours.fileno(), key, sock=ours)
+    r, w = os.pipe()
+    socket.send_fds(theirs, [b"{"], [r] * (channel.MAX_FDS + 2))  # more than one read may carry
+    with pytest.raises(channel.ChannelForged, match="too many descriptors"):
+        reader.recv(2.0)
+    channel.close_fds([r, w])
+    ours.close()
+    theirs.close()
+
+
+def test_chunked_comparison_matches_the_whole(monkeypatch):
+    torch.manual_seed(0)
+    ref = torch.randn(1000)
+    out = ref.clone()
+    out[[3, 500, 999]] += 1.0
+    out[700] = float("nan")
+    whole = correctness.compare(ref, out, 1e-4, 1e-4)
+    monkeypatch.setattr(correctness, "CHUNK", 64)
+    chunked = correctness.compare(ref, out, 1e-4, 1e-4)
+    assert whole == chunked and chunked.n_bad == 4 and "[3]" in chunked.message and "1 NaN" in chunked.message
+    ints = torch.tensor([2**60 + 1, 5] * 100, dtype=torch.int64)
+    other = ints.clone()
+    other[150] -= 1
+    assert correctness.compare(ints, other, 0, 0).n_bad == 1  # exact in int64, past 2**53
+
+
+STAGER_SCRIPT = r"""
+import json, sys, torch
+from kernelwright.judge import handover
+x = torch.arange(1000, dtype=torch.float32, device="cuda").reshape(10, 100)
+desc, fds = handover.Stager().stage((x, x.t(), torch.ones(3, dtype=torch.int64, device="cuda")), torch.device("cuda"))
+print(json.dumps(desc), flush=True)
+sys.stdin.readline()  # kept alive (and its staging area with it) until the taker is done
+"""
+
+
+@needs_gpu()
+@pytest.mark.gpu
+def test_outputs_cross_processes_as_a_cuda_ipc_handle():
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", STAGER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        desc = json.loads(proc.stdout.readline())
+        assert desc["kind"] == "cuda_ipc"
+        items = handover.items_of(desc)
+        got = handover.take(desc, items, [], torch.device("cuda"))
+        x = torch.arange(1000, dtype=torch.float32, device="cuda").reshape(10, 100)
+        assert torch.equal(got[0], x) and torch.equal(got[1], x.t()) and torch.equal(got[2], torch.ones(3, dtype=torch.int64, device="cuda"))
+        lying = {**desc, "total": desc["total"] + (1 << 30)}  # more than the staging area holds
+        lying["items"] = [dict(desc["items"][0], offset=desc["total"] + (1 << 29) - (1 << 29) % handover.ALIGN)]
+        with pytest.raises(handover.HandoverError, match="holds"):
+            handover.take(lying, handover.items_of(lying), [], torch.device("cuda"))
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=30)

@@ -1,0 +1,150 @@
+"""GPU memory the judge owns (judge.memory), on the CPU with a fake device size: the estimate, a
+problem too large for the device refused as a problem error, admission by memory across
+concurrent verdicts, reservations of dead processes dropped, and the verdict's `memory` field."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelwright.judge import memory
+from kernelwright.judge.evaluate import evaluate
+from kernelwright.judge.policy import Policy
+from kernelwright.problems.loader import ProblemError
+
+FIX = Path(__file__).parent / "fixtures"
+ROWSUM = FIX / "problems" / "rowsum.py"
+GIB = 2**30
+
+
+def _meta(i: int, o: int, w: int = 0, p: int = 0) -> dict:
+    return {"memory": {"input_bytes": i, "output_bytes": o, "param_bytes": p, "forward_peak_bytes": w}}
+
+
+def test_the_estimate_grows_with_the_problem_and_keeps_at_most_keep_bytes_of_references():
+    small, large = memory.estimate(_meta(GIB // 2, GIB // 2), 15), memory.estimate(_meta(6 * GIB, 6 * GIB), 15)
+    assert small.total < large.total
+    assert small.reference > 2 * memory.CTX and small.candidate > memory.CTX
+    # past KEEP_BYTES the reference child recomputes: 15 cases of 6 GiB outputs keep 1 GiB, not 90
+    assert large.reference < memory.CTX + memory.KEEP_BYTES + 3 * 6 * GIB + 2 * 12 * GIB
+    assert memory.estimate(_meta(10, 10, w=20 * GIB), 3).total > 40 * GIB  # the forward's own peak counts, in both children
+
+
+def test_too_large_names_what_it_needs_and_what_the_device_has():
+    est = memory.estimate(_meta(40 * GIB, 40 * GIB), 15)
+    text = memory.too_large(est, 141 * GIB, 100 * GIB)
+    assert "needs about" in text and "141.00 GiB" in text and "100.00 GiB free" in text
+    assert memory.too_large(memory.estimate(_meta(GIB, GIB), 15), 141 * GIB, None) == ""
+
+
+@pytest.fixture()
+def ledger(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_LOCK_DIR", str(tmp_path))
+    monkeypatch.setattr(memory, "POLL_S", 0.01)
+    return tmp_path
+
+
+def test_admission_waits_for_memory_held_by_another_verdict(ledger):
+    total, order, said = 10 * GIB, [], []
+    first_in, release = threading.Event(), threading.Event()
+
+    def first():
+        with memory.admitted("cuda-9", 6 * GIB, total):
+            order.append("first in")
+            first_in.set()
+            release.wait(5)
+            order.append("first out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    first_in.wait(5)
+    threading.Timer(0.2, release.set).start()
+    with memory.admitted("cuda-9", 6 * GIB, total, say=said.append) as waited:
+        order.append("second in")
+    t.join(5)
+    assert order == ["first in", "first out", "second in"]
+    assert waited >= 0.15 and said and "waiting for GPU memory" in said[0]
+    with memory.admitted("cuda-9", 4 * GIB, total):  # fits beside nothing: no wait
+        with memory.admitted("cuda-9", 4 * GIB, total) as w2:  # 8 of 10 GiB: within the share, no wait
+            assert w2 < 0.05
+    assert json.loads((ledger / "cuda-9.mem").read_text()) == {}  # every reservation went with its block
+
+
+def test_a_verdict_alone_is_admitted_whatever_it_needs_and_dead_processes_hold_nothing(ledger):
+    (ledger / "cuda-8.mem").write_text(json.dumps({"x": {"pid": 2**22 + 12345, "bytes": 9 * GIB}}))  # no such process
+    with memory.admitted("cuda-8", 9 * GIB, 10 * GIB) as waited:
+        assert waited < 0.05
+    with pytest.raises(TimeoutError):
+        with memory.admitted("cuda-8", 6 * GIB, 10 * GIB):
+            with memory.admitted("cuda-8", 6 * GIB, 10 * GIB, timeout_s=0.1):
+                pass
+
+
+def test_admission_can_be_cancelled(ledger):
+    with memory.admitted("cuda-7", 6 * GIB, 10 * GIB):
+        with pytest.raises(InterruptedError):
+            with memory.admitted("cuda-7", 6 * GIB, 10 * GIB, cancelled=lambda: True):
+                pass
+
+
+def test_a_problem_too_large_for_the_device_is_a_problem_error(ledger, monkeypatch):
+    monkeypatch.setenv(memory.FAKE_ENV, str(64 * 2**20))  # a 64 MiB "GPU"
+    with pytest.raises(ProblemError, match=r"needs about .* more than the device's 0.06 GiB"):
+        evaluate(ROWSUM, FIX / "candidates" / "rowsum_correct", Policy(time_candidate=False), device="cpu")
+
+
+def test_the_verdict_states_its_memory(ledger, monkeypatch):
+    monkeypatch.setenv(memory.FAKE_ENV, str(80 * GIB))
+    v = evaluate(ROWSUM, FIX / "candidates" / "rowsum_correct", Policy(time_candidate=False), device="cpu")
+    assert v.status.value == "correct", v.log
+    m = v.to_dict()["memory"]
+    assert m["device_bytes"] == 80 * GIB and m["estimate_bytes"] > 2 * memory.CTX and m["admitted_after_s"] >= 0
+    monkeypatch.delenv(memory.FAKE_ENV)
+    assert evaluate(ROWSUM, FIX / "candidates" / "rowsum_correct", Policy(time_candidate=False), device="cpu").memory is None  # CPU: off
+
+
+class _StubChild:
+    def __init__(self, role: str, free: int | None = None) -> None:
+        self.config = type("C", (), {"role": role})()
+        self.killed = False
+        self.free = free
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def call(self, command: str, args: dict, *, timeout_s: float) -> dict:
+        assert command == "memory"
+        return {"free_bytes": self.free, "total_bytes": 141 * GIB, "reserved_bytes": GIB}
+
+
+def _oom_flow(free: int):
+    from kernelwright.judge.evaluate import _Flow
+    from kernelwright.judge.verdicts import VerdictBuilder
+
+    flow = _Flow.__new__(_Flow)
+    flow.device = "cuda"
+    flow.children = [_StubChild("candidate")]
+    flow.ref = _StubChild("reference", free)
+    flow.estimate = memory.estimate(_meta(GIB, GIB), 15)
+    flow.vb = VerdictBuilder.__new__(VerdictBuilder)
+    flow.vb.memory = {}
+    return flow
+
+
+def test_an_out_of_memory_is_the_candidates_when_the_device_had_room_for_it():
+    from kernelwright.judge.records import Status
+    from kernelwright.judge.workers import ChildError
+
+    exc = ChildError("oom", "CUDA out of memory. Tried to allocate 500.00 GiB", "", "candidate")
+    flow = _oom_flow(100 * GIB)
+    stop = flow.child_stop(exc, "case native-1")
+    assert stop.status == Status.RUNTIME_ERROR and "more than the device had for it" in str(stop)
+    assert flow.children[0].killed  # killed before the device was measured: nothing it held counts
+    crowded = _oom_flow(GIB // 4)  # even without the candidate almost nothing is free: others hold it
+    stop = crowded.child_stop(exc, "case native-1")
+    assert stop.status == Status.INFRA_ERROR and "not the candidate's doing" in str(stop)

@@ -324,7 +324,9 @@ class _Flow:
         if total is None or (self.device != "cuda" and not os.environ.get(memory.FAKE_ENV)):
             yield
             return
-        self.estimate = est = memory.estimate(self.meta, n_cases)
+        pol = self.policy
+        ref_pool = pol.time_candidate and (pol.baselines == "measured" or (pol.baselines == "cached" and self._no_cached_baselines()))
+        self.estimate = est = memory.estimate(self.meta, n_cases, timed=pol.time_candidate, ref_pool=ref_pool)
         free = (self.meta.get("memory") or {}).get("device_free_bytes")
         self.vb.memory = {**est.to_dict(), "device_bytes": total, "device_free_bytes_at_setup": free}
         refused = memory.too_large(est, total, free)
@@ -341,6 +343,11 @@ class _Flow:
             raise Stop(Status.INFRA_ERROR, f"waiting for GPU memory: {exc}") from None
         except InterruptedError:
             raise Stop(Status.INFRA_ERROR, "cancelled") from None
+
+    def _no_cached_baselines(self) -> bool:
+        from kernelwright.judge.phases import _cached_baselines
+
+        return _cached_baselines(self) is None
 
     def _oom(self, exc: ChildError, doing: str) -> Stop:
         """Whose a candidate child's out-of-memory is, decided from the trusted side: the candidate

@@ -7,11 +7,13 @@ allocated (W, inputs and outputs included; CUDA only). One verdict's two childre
     reference: CTX + P + K + max(W + O + T, 3 I + W)          (K: reference outputs kept, at most
                                                                 KEEP_BYTES; T: the chunked
                                                                 comparison's temporaries; a taken
-                                                                output O; the timing pool 3 I)
+                                                                output O; the timing pool 3 I,
+                                                                when the baselines are timed)
     candidate: CTX + P + max(2 I + W + 4 O + E, 3 I + W + O)   (a case's inputs and their copy for
                                                                 the input check, the poisoned
                                                                 blocks 3 O + E, the staging area
-                                                                O; the timing pool 3 I)
+                                                                O; the timing pool 3 I, when the
+                                                                candidate is timed)
 
 with CTX the CUDA context and caching allocator's floor per process and the candidate's working
 set taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
@@ -74,15 +76,17 @@ class Estimate:
         return {"reference_bytes": self.reference, "candidate_bytes": self.candidate, "estimate_bytes": self.total}
 
 
-def estimate(meta: dict[str, Any], n_cases: int) -> Estimate:
-    """The estimate of the module docstring, from the reference child's setup reply."""
+def estimate(meta: dict[str, Any], n_cases: int, *, timed: bool = True, ref_pool: bool = True) -> Estimate:
+    """The estimate of the module docstring, from the reference child's setup reply. Without
+    timing (`timed` False) neither child builds a timing pool; with cached baselines (`ref_pool`
+    False) the reference child does not."""
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     w = max(int(mem.get("forward_peak_bytes", 0)), i + o + p)
     k = min(KEEP_BYTES, n_cases * o)
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
-    ref = CTX + p + k + max(w + o + t, 3 * i + w)
-    cand = CTX + p + max(2 * i + w + 4 * o + POISON_EXTRA, 3 * i + w + o)
+    ref = CTX + p + k + max(w + o + t, 3 * i + w if timed and ref_pool else 0)
+    cand = CTX + p + max(2 * i + w + 4 * o + POISON_EXTRA, 3 * i + w + o if timed else 0)
     return Estimate(ref, cand)
 
 

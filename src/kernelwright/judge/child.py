@@ -113,7 +113,7 @@ WATCHED = (
 # watched (about 100). The operators only the candidate's forward reaches are the op audit's.
 JUDGE_OPS = (
     "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "all", "as_strided", "clone", "contiguous", "copy_",
-    "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "fill_", "floor_divide", "full", "index", "index_put_",
+    "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
     "is_same_size", "item", "lift_fresh", "mul", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
     "reshape", "select", "slice", "sub", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
 )

@@ -184,7 +184,7 @@ class Stager:
         torch.cuda.synchronize()
         handle = _Handle()
         _check(drv.cuIpcGetMemHandle(ctypes.byref(handle), self._ptr), "cuIpcGetMemHandle")
-        return {**desc, "kind": "cuda_ipc", "handle": bytes(handle.reserved).hex(), "pid": os.getpid()}
+        return {**desc, "kind": "cuda_ipc", "handle": ctypes.string_at(ctypes.addressof(handle), HANDLE_BYTES).hex(), "pid": os.getpid()}
 
     def release(self) -> None:
         """Free the device staging area (the next stage allocates again)."""
@@ -268,7 +268,11 @@ def _take_cuda(desc: dict[str, Any], tensors: list[Item]) -> dict[int, torch.Ten
         raise HandoverError("malformed CUDA IPC handle")
     drv = _cuda()
     handle = _Handle()
-    handle.reserved = bytes.fromhex(handle_hex)
+    try:
+        raw = bytes.fromhex(handle_hex)
+    except ValueError:
+        raise HandoverError("malformed CUDA IPC handle") from None
+    ctypes.memmove(ctypes.addressof(handle), raw, HANDLE_BYTES)
     ptr = ctypes.c_uint64()
     torch.cuda.init()
     torch.cuda.synchronize()  # the primary context current on this thread

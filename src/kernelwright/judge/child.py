@@ -114,8 +114,8 @@ WATCHED = (
 JUDGE_OPS = (
     "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "all", "as_strided", "clone", "contiguous", "copy_",
     "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
-    "is_same_size", "item", "lift_fresh", "mul", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
-    "reshape", "select", "slice", "sub", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
+    "is_same_size", "item", "lift_fresh", "mul", "mul_", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
+    "reshape", "select", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
 )
 
 

@@ -153,6 +153,7 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         if replaced:
             return reply(replaced)
         changed = inputs.changed_inputs(first, values) if first is not None else []
+        del first  # before perturb draws another input set: at most two sets alive at once
         if changed:
             return reply({"inputs_changed": changed, **({"ops": seen} if seen is not None else {})})
         inputs.perturb(S.problem, values, case.seed, S.device)

@@ -109,6 +109,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.tols = [resolve_tolerance(o["dtype"], *S.tol_args, S.precision) for o in meta["outputs"]]
     S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
+    _give_back()
     gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
     if args.get("null_switches") and S.device.type == "cuda":
         # the empty call's time before any candidate code runs anywhere: the cap on what step
@@ -174,7 +175,17 @@ def references(args: dict[str, Any]) -> dict[str, Any]:
     """Compute and keep the reference outputs of every correctness case."""
     cases = [Case.from_dict(c) for c in args["cases"]]
     skipped = _compute_refs(cases)
-    return {"skipped": skipped, "near_blind": [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(c, None if S.refs[i] is None else _case_refs(i))]}
+    blind = [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(c, None if S.refs[i] is None else _case_refs(i))]
+    _give_back()
+    return {"skipped": skipped, "near_blind": blind}
+
+
+def _give_back() -> None:
+    """Return the allocator's cached blocks to the device: the inputs of every case computed are
+    dead, and the candidate's child needs the room (judge.memory)."""
+    if S.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def _near_is_blind(case: Case, near_refs: list[torch.Tensor] | None) -> bool:

@@ -73,20 +73,33 @@ def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[An
     return [_to_device(v, device) for v in values]
 
 
+SAMPLE_CHUNK = 1 << 24  # elements sampled at a time: a distribution costs no more than 64 MiB beyond its tensor
+
+
 def apply_distribution(values: list[Any], kind: str, seed: int) -> None:
-    """Overwrite every floating tensor in place with samples of the named distribution."""
+    """Overwrite every floating tensor in place with samples of the named distribution, drawn in
+    float32 SAMPLE_CHUNK elements at a time (the same draws in every process on the device), so
+    that a multi-GiB input needs no multi-GiB temporaries."""
     if kind in ("native", "extra"):
         return
     for i, t in enumerate(values):
         if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
             continue
         gen = torch.Generator(device=t.device).manual_seed(seed * 7919 + i)
-        sample = torch.randn(t.shape, generator=gen, device=t.device, dtype=torch.float32)
-        if kind == "uniform":
-            sample = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32) * 2 - 1
-        elif kind == "large":
-            sample = sample * LARGE_SCALE
-        t.copy_(sample.to(t.dtype))
+        flat = t.view(-1) if t.is_contiguous() else None
+        n = t.numel()
+        if flat is None:  # a strided input: sampled whole, then written through its strides
+            t.copy_(_sample(kind, n, gen, t.device).view(t.shape).to(t.dtype))
+            continue
+        for start in range(0, n, SAMPLE_CHUNK):
+            flat[start:start + SAMPLE_CHUNK].copy_(_sample(kind, min(SAMPLE_CHUNK, n - start), gen, t.device))
+
+
+def _sample(kind: str, n: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    if kind == "uniform":
+        return torch.rand(n, generator=gen, device=device, dtype=torch.float32).mul_(2).sub_(1)
+    sample = torch.randn(n, generator=gen, device=device, dtype=torch.float32)
+    return sample.mul_(LARGE_SCALE) if kind == "large" else sample
 
 
 def perturb(problem: ModuleType, values: list[Any], seed: int, device: torch.device) -> None:
@@ -195,10 +208,15 @@ def changed_inputs(before: list[Any], after: list[Any]) -> list[int]:
     return changed
 
 
+EQUAL_CHUNK = 1 << 28  # bytes compared at a time: torch.equal's temporaries stay at 256 MiB
+
+
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.numel() == 0:
         return True
     a_c, b_c = a.contiguous(), b.contiguous()
     if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(a_c.view(torch.uint8), b_c.view(torch.uint8)))
-    return bool(torch.equal(a_c, b_c))
+        a_c, b_c = a_c.view(torch.uint8), b_c.view(torch.uint8)
+    a_f, b_f = a_c.view(-1), b_c.view(-1)
+    step = max(1, EQUAL_CHUNK // a_f.element_size())
+    return all(bool(torch.equal(a_f[i:i + step], b_f[i:i + step])) for i in range(0, a_f.numel(), step))

@@ -82,7 +82,7 @@ def estimate(meta: dict[str, Any], n_cases: int, *, timed: bool = True, ref_pool
     False) the reference child does not."""
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
-    w = max(int(mem.get("forward_peak_bytes", 0)), i + o + p)
+    w = max(int(mem.get("forward_peak_bytes", 0)), 2 * i + o)  # a near case draws a second input set
     k = min(KEEP_BYTES, n_cases * o)
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
     ref = CTX + p + k + max(w + o + t, 3 * i + w if timed and ref_pool else 0)

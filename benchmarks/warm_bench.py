@@ -208,7 +208,12 @@ def _remote_once(a: argparse.Namespace, url: str, problem: Path, candidate: Path
 
 
 def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
-    """Sequential verdicts through `kernelwright serve`: cold reference, warm, warm correctness-only."""
+    """Sequential verdicts through `kernelwright serve`: cold reference, warm, warm correctness-only.
+    This process's own warm reference children (section sequential) are closed first, so the GPU
+    holds only the service's."""
+    from kernelwright.judge import refpool
+
+    refpool.POOL.close()
     proc, url = _service(a)
     a.service_proc, a.service_url = proc, url
     rows = []

@@ -4,19 +4,17 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + K + max(W + O + T, 3 I + W)          (K: reference outputs kept, at most
-                                                                KEEP_BYTES; T: the chunked
-                                                                comparison's temporaries; a taken
-                                                                output O; the timing pool 3 I,
-                                                                when the baselines are timed)
-    candidate: CTX + P + max(2 I + W + 4 O + E, 3 I + W + O)   (a case's inputs and their copy for
-                                                                the input check, the poisoned
-                                                                blocks 3 O + E, the staging area
-                                                                O; the timing pool 3 I, when the
-                                                                candidate is timed)
+    reference: CTX + P + K + max(I + X + 2 O + T, 2 I, 3 I + X + O)
+    candidate: CTX + P + max(2 I + X + 5 O + E, 3 I + X + O)
 
-with CTX the CUDA context and caching allocator's floor per process and the candidate's working
-set taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
+where X is the forward's working set beyond its inputs and outputs (W - I - O), K the reference
+outputs kept (at most KEEP_BYTES), T the chunked comparison's temporaries, E the extra poisoned
+block. The reference child recomputes a case (I + X + O) beside a taken output (O), draws a near
+case's second input set (2 I), and, when the baselines are timed, holds the timing pool (3 I).
+The candidate child holds a case's inputs and their copy for the input check (2 I), its forward
+(X + O), the poisoned blocks (3 O + E) and the staging area (O), or, when timed, the pool (3 I).
+CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
+is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
 caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.
 
 **Too large.** A problem whose estimate exceeds the device's memory is refused before any case
@@ -82,11 +80,11 @@ def estimate(meta: dict[str, Any], n_cases: int, *, timed: bool = True, ref_pool
     False) the reference child does not."""
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
-    w = max(int(mem.get("forward_peak_bytes", 0)), 2 * i + o)  # a near case draws a second input set
+    x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     k = min(KEEP_BYTES, n_cases * o)
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
-    ref = CTX + p + k + max(w + o + t, 3 * i + w if timed and ref_pool else 0)
-    cand = CTX + p + max(2 * i + w + 4 * o + POISON_EXTRA, 3 * i + w + o if timed else 0)
+    ref = CTX + p + k + max(i + x + 2 * o + t, 2 * i, 3 * i + x + o if timed and ref_pool else 0)
+    cand = CTX + p + max(2 * i + x + 5 * o + POISON_EXTRA, 3 * i + x + o if timed else 0)
     return Estimate(ref, cand)
 
 

@@ -4,15 +4,19 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + K + max(I + X + 2 O + T, 2 I, 3 I + X + O)
-    candidate: CTX + P + max(2 I + X + 5 O + E, 3 I + X + O)
+    reference: CTX + P + K + max(I + X + 2 O + T, 2 I, 4 I + X + O)
+    candidate: CTX + P + max(2 I + X + 5 O + E, 4 I + X + O)
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O), K the reference
 outputs kept (at most KEEP_BYTES), T the chunked comparison's temporaries, E the extra poisoned
 block. The reference child recomputes a case (I + X + O) beside a taken output (O), draws a near
-case's second input set (2 I), and, when the baselines are timed, holds the timing pool (3 I).
+case's second input set (2 I), and, when the baselines are timed, holds the timing pool (3 I)
+and the fresh get_inputs() set drawn to refresh a slot of it (I).
 The candidate child holds a case's inputs and their copy for the input check (2 I), its forward
-(X + O), the poisoned blocks (3 O + E) and the staging area (O), or, when timed, the pool (3 I).
+(X + O), the poisoned blocks (3 O + E) and the staging area (O), or, when timed, the pool and
+its refresh (4 I). The pool's refresh was missed at first: on the H200 an honest candidate of
+KernelBench's 16 GiB problem then ran out of memory in timing and was charged (fddbf70); the
+attribution below is only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
 is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
 caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.
@@ -83,8 +87,8 @@ def estimate(meta: dict[str, Any], n_cases: int, *, timed: bool = True, ref_pool
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     k = min(KEEP_BYTES, n_cases * o)
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
-    ref = CTX + p + k + max(i + x + 2 * o + t, 2 * i, 3 * i + x + o if timed and ref_pool else 0)
-    cand = CTX + p + max(2 * i + x + 5 * o + POISON_EXTRA, 3 * i + x + o if timed else 0)
+    ref = CTX + p + k + max(i + x + 2 * o + t, 2 * i, 4 * i + x + o if timed and ref_pool else 0)
+    cand = CTX + p + max(2 * i + x + 5 * o + POISON_EXTRA, 4 * i + x + o if timed else 0)
     return Estimate(ref, cand)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from warm_bench import GpuMemory, provenance  # noqa: E402
+from warm_bench import GpuMemory, provenance, run_sections  # noqa: E402
 
 
 def log_line(a: argparse.Namespace, text: str) -> None:
@@ -99,14 +99,7 @@ def main() -> int:
     os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.out / "cache"))
     a.mem = GpuMemory("cuda")
     doc: dict[str, Any] = {"provenance": provenance(a)}
-    for name in a.sections.split(","):
-        t0 = time.perf_counter()
-        try:
-            globals()[f"sec_{name}"](a, doc)
-        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
-            doc.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
-        log_line(a, f"section {name}: {time.perf_counter() - t0:.1f} s")
-        (a.out / "memory_bench.json").write_text(json.dumps(doc, indent=1, default=str))
+    run_sections(a, doc, globals(), a.out / "memory_bench.json", log_line)
     a.mem.stop()
     print(json.dumps({"errors": doc.get("errors")}))
     return 0

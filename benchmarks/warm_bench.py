@@ -305,6 +305,19 @@ def sec_protocol(a: argparse.Namespace, doc: dict[str, Any]) -> None:
         doc["protocol"]["same_steps"] = s["steps_ran"] == w["steps_ran"] and s["details"] == w["details"]
 
 
+def run_sections(a: argparse.Namespace, doc: dict[str, Any], scope: dict[str, Any], path: Path, log: Any) -> None:
+    """Run each section of a.sections (scope's sec_NAME) in turn, writing doc to path after each;
+    a section that fails is recorded under "errors" and the others still run."""
+    for name in a.sections.split(","):
+        t0 = time.perf_counter()
+        try:
+            scope[f"sec_{name}"](a, doc)
+        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
+            doc.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+        log(a, f"section {name}: {time.perf_counter() - t0:.1f} s")
+        path.write_text(json.dumps(doc, indent=1, default=str))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path)
@@ -330,15 +343,7 @@ def main() -> int:
     doc: dict[str, Any] = {"provenance": provenance(a)}
     global MEM
     MEM = GpuMemory(a.device)
-    path = a.out / "warm_bench.json"
-    for name in a.sections.split(","):
-        t0 = time.perf_counter()
-        try:
-            globals()[f"sec_{name}"](a, doc)
-        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
-            doc.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
-        log_line(a, f"section {name}: {time.perf_counter() - t0:.1f} s")
-        path.write_text(json.dumps(doc, indent=1, default=str))
+    run_sections(a, doc, globals(), a.out / "warm_bench.json", log_line)
     if getattr(a, "service_proc", None) is not None:
         a.service_proc.terminate()
         a.service_proc.wait(timeout=30)

@@ -39,21 +39,28 @@ def as_output_list(value: Any) -> list[Any]:
 
 def check_output(ref: torch.Tensor, out: Any, strict: bool) -> str:
     """Type, shape and dtype checks; returns a message, empty when the output is acceptable."""
-    if strict and type(out) is not torch.Tensor:
-        return f"output must be exactly torch.Tensor, got {type(out).__module__}.{type(out).__qualname__}"
+    t = type(out)
+    name = "torch.Tensor" if t is torch.Tensor else f"{t.__module__}.{t.__qualname__}"
     if not isinstance(out, torch.Tensor):
-        return f"output is not a tensor: {type(out).__qualname__}"
-    if tuple(out.shape) != tuple(ref.shape):
-        if strict or out.numel() != ref.numel():
-            return f"shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}"
-    if strict and out.dtype != ref.dtype:
-        return f"dtype {out.dtype} differs from the reference's {ref.dtype}"
-    return ""
+        return check_described(ref, _Described(name, False), strict)
+    return check_described(ref, _Described(name, True, tuple(out.shape), out.dtype, out.numel()), strict)
+
+
+@dataclass(frozen=True)
+class _Described:
+    type_name: str
+    is_tensor: bool
+    shape: tuple[int, ...] = ()
+    dtype: Any = None
+    n: int = 0
+
+    def numel(self) -> int:
+        return self.n
 
 
 def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
-    """check_output on a staged output's description (judge.handover.Item), before its bytes are
-    taken: the same rules and messages."""
+    """The type, shape and dtype checks on an output's description (judge.handover.Item, or
+    check_output's of a tensor in hand): a message, empty when the output is acceptable."""
     if strict and item.type_name != "torch.Tensor":
         return f"output must be exactly torch.Tensor, got {item.type_name}"
     if not item.is_tensor:

@@ -14,8 +14,9 @@ after another in one process: spawned children; forked children without warm ref
 warm correctness-only; the first warm verdict is the cold reference), protocol (each verdict's
 steps, cases, seeds, timed calls and stop rule, spawned against warm), serve (`kernelwright serve`
 on a unix socket, verdicts through kernelwright.client.Judge: the first is the cold reference, then
-warm and warm correctness-only) and concurrent (several clients at once through that service, over
-the shipped CUDA examples). Writes DIR/warm_bench.json
+warm and warm correctness-only), concurrent (ten raw candidates of each shipped CUDA example, each
+judged alone, then all at once by several clients through that service) and kbprotocol (against
+benchmarks/kernelbench_protocol.py on the same kernel, cold and warm). Writes DIR/warm_bench.json
 (provenance in it) and DIR/warm_bench.log; prints a short table last.
 """
 
@@ -25,15 +26,17 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent")
+SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent", "kbprotocol")
 MODES = {  # environment of each way of judging
     "spawn": {"KERNELWRIGHT_FORKSERVER": "0", "KERNELWRIGHT_WARM_REFERENCES": "0"},
     "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0"},
@@ -182,11 +185,11 @@ def judge_once(a: argparse.Namespace, mode: str, correctness_only: bool = False)
     return _row(a, mode, correctness_only, verdict.to_dict(), time.perf_counter() - t0, m0, phases)
 
 
-def _service(a: argparse.Namespace) -> tuple[subprocess.Popen, str]:
-    sock = a.out / "serve" / "kw.sock"
+def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    sock = a.out / name / "kw.sock"
     sock.parent.mkdir(mode=0o700, exist_ok=True)
-    env = {**os.environ, **MODES["warm"], "KERNELWRIGHT_STORE": str(a.store), "PYTHONPATH": str(ROOT / "src")}
-    log = open(a.out / "serve.log", "ab")
+    env = {**os.environ, **MODES["warm"], "KERNELWRIGHT_STORE": str(a.store), "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
+    log = open(a.out / f"{name}.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "kernelwright", "serve", "--socket", str(sock), "--workers", str(a.serve_workers)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     from kernelwright.client.judge import wait_for
@@ -234,28 +237,96 @@ def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                             "correctness_only_p50_s": statistics.median(cos[1:] or cos) if cos else None}
 
 
+def _variants(a: argparse.Namespace, name: str, n: int) -> list[Path]:
+    """n raw candidates of one example: copies of its folder that differ by a comment in model_new.py,
+    so each is a candidate of its own (its own hash and verdict) with the build already cached."""
+    out = []
+    for k in range(n):
+        d = a.out / "variants" / name / f"v{k}"
+        if not d.exists():
+            shutil.copytree(ROOT / "examples" / a.device / name, d)
+            with open(d / "model_new.py", "a") as f:
+                f.write(f"\n# raw candidate {k} of the concurrent section (benchmarks/warm_bench.py)\n")
+        out.append(d)
+    return out
+
+
 def sec_concurrent(a: argparse.Namespace, doc: dict[str, Any]) -> None:
-    """Clients at once through the service: each shipped CUDA example a few times, all submitted together."""
+    """Throughput: N raw candidates of each shipped CUDA example (cached builds, cached baselines),
+    each judged once alone (sequential, which also builds and sets up), then all at once by CLIENTS
+    clients through the service; each candidate's median against its sequential verdict."""
     import concurrent.futures
 
     url = getattr(a, "service_url", None)
     if url is None:
         a.service_proc, url = _service(a)
     names = [n for n in a.concurrent_examples.split(",") if n]
-    jobs = [(ROOT / "examples" / a.device / n / "problem.py", ROOT / "examples" / a.device / n) for n in names for _ in range(a.n_concurrent)]
     for n in names:  # baselines cached for every problem, as the throughput target assumes
         subprocess.run([sys.executable, "-m", "kernelwright", "baseline", "--suite", str(ROOT / "examples" / a.device / n / "problem.py"),
                         "--device", a.device, "--store", str(a.store), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    for p, c in jobs[:: a.n_concurrent]:  # each candidate built and each problem's reference child set up once
-        _remote_once(a, url, p, c, False, "concurrent-warmup")
+    per = {n: _variants(a, n, a.n_concurrent) for n in names}
+    jobs = [(ROOT / "examples" / a.device / n / "problem.py", per[n][k], n) for k in range(a.n_concurrent) for n in names]  # problems interleaved
+    alone: dict[str, dict[str, Any]] = {}
+    t_seq = time.perf_counter()
+    for p, c, n in jobs:
+        alone[str(c)] = _remote_once(a, url, p, c, False, "concurrent-alone")
+    seq_wall = time.perf_counter() - t_seq
+    log_line(a, f"concurrent: {len(jobs)} candidates judged one at a time in {seq_wall:.1f} s (builds, cold references included); "
+                f"statuses {sorted({r['status'] for r in alone.values()})}")
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(a.clients) as pool:
-        rows = list(pool.map(lambda pc: _remote_once(a, url, pc[0], pc[1], False, "concurrent"), jobs))
+        rows = list(pool.map(lambda j: _remote_once(a, url, j[0], j[1], False, "concurrent"), jobs))
     wall = time.perf_counter() - t0
+    ratios = []
+    for (p, c, n), r in zip(jobs, rows):
+        r["candidate"], r["example"] = str(c.relative_to(a.out)), n
+        base = alone[str(c)].get("runtime_ms")
+        r["alone_runtime_ms"], r["alone_wall_s"] = base, alone[str(c)]["wall_s"]
+        r["ratio_to_alone"] = r["runtime_ms"] / base if r.get("runtime_ms") and base else None
+        if r["ratio_to_alone"]:
+            ratios.append(r["ratio_to_alone"])
+    within = sum(abs(x - 1) <= 0.02 for x in ratios)
     log_line(a, f"concurrent: {len(rows)} verdicts by {a.clients} clients in {wall:.1f} s = {60 * len(rows) / wall:.1f} per minute; "
-                f"statuses {sorted({r['status'] for r in rows})}")
+                f"statuses {sorted({r['status'] for r in rows})}; {within} of {len(ratios)} medians within 2 % of the same candidate alone "
+                f"(ratios {min(ratios, default=0):.4f}-{max(ratios, default=0):.4f})")
     doc["concurrent"] = {"verdicts": len(rows), "clients": a.clients, "wall_s": wall, "per_minute": 60 * len(rows) / wall,
-                         "rows": [{k: r[k] for k in ("problem", "status", "wall_s", "runtime_ms", "gpu_peak_mib")} for r in rows]}
+                         "sequential_wall_s": seq_wall, "within_2pct": within, "compared": len(ratios),
+                         "rows": [{k: r.get(k) for k in ("example", "candidate", "status", "wall_s", "runtime_ms", "alone_runtime_ms", "ratio_to_alone",
+                                                         "alone_wall_s", "gpu_peak_mib")} for r in rows]}
+
+
+def sec_kbprotocol(a: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """Against benchmarks/kernelbench_protocol.py in the same run: its protocol on the load_inline
+    softmax, ours through a new service on the same kernel through the raw build path. Cold: empty
+    build caches (and, for ours, a new service: its start-up counts); warm: caches kept (ours: the
+    warm p50 of three more verdicts through that service). Baselines cached for ours, as KernelBench
+    precomputes its own."""
+    prob, li = ROOT / "examples" / a.device / "softmax" / "problem.py", ROOT / "examples" / a.device / "softmax_load_inline" / "model_new.py"
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": f"{d}/kb", "PYTHONPATH": str(ROOT / "src")}
+        kb = {}
+        for phase in ("cold", "warm"):
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernelbench_protocol.py"), str(prob), str(li)],
+                                  capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+            kb[phase] = {"wall_s": time.perf_counter() - t0, "rc": proc.returncode, "reply": _json(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "")}
+            log_line(a, f"kbprotocol: KernelBench-style {phase} {kb[phase]['wall_s']:.1f} s {kb[phase]['reply']}")
+        t0 = time.perf_counter()
+        proc, url = _service(a, "serve-cold", {"KERNELWRIGHT_CACHE": f"{d}/kw"})
+        ready = time.perf_counter() - t0
+        try:
+            first = _remote_once(a, url, prob, ROOT / "examples" / a.device / "softmax", False, "kbprotocol-cold")
+            cold = time.perf_counter() - t0
+            warm = [_remote_once(a, url, prob, ROOT / "examples" / a.device / "softmax", False, "kbprotocol-warm") for _ in range(3)]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    ours_warm = statistics.median(r["wall_s"] for r in warm)
+    doc["kbprotocol"] = {"kernelbench": kb, "ours_cold_s": cold, "ours_service_ready_s": ready, "ours_cold_status": first["status"],
+                         "ours_warm_s": [r["wall_s"] for r in warm], "ours_warm_statuses": [r["status"] for r in warm],
+                         "ratio_cold": kb["cold"]["wall_s"] / cold, "ratio_warm": kb["warm"]["wall_s"] / ours_warm}
+    log_line(a, f"kbprotocol: ours cold {cold:.1f} s (service ready after {ready:.1f} s) {first['status']}, warm p50 {ours_warm:.2f} s; "
+                f"ratios cold {doc['kbprotocol']['ratio_cold']:.2f}x, warm {doc['kbprotocol']['ratio_warm']:.2f}x")
 
 
 def sec_sequential(a: argparse.Namespace, doc: dict[str, Any]) -> None:
@@ -333,7 +404,7 @@ def main() -> int:
     p.add_argument("--n-serve-co", type=int, default=6, help="warm correctness-only verdicts through the service")
     p.add_argument("--serve-workers", type=int, default=4)
     p.add_argument("--concurrent-examples", default="softmax,layernorm,elementwise_chain,matmul")
-    p.add_argument("--n-concurrent", type=int, default=3, help="verdicts per example in section concurrent")
+    p.add_argument("--n-concurrent", type=int, default=10, help="raw candidates per example in section concurrent")
     p.add_argument("--clients", type=int, default=4)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +200,121 @@ def test_outputs_cross_processes_as_a_cuda_ipc_handle():
         proc.stdin.write("\n")
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+class _Proc:
+    pid = 2**22 + 54321  # no such process: kill() finds nothing
+
+    def poll(self):
+        return None
+
+    def wait(self, timeout=None):
+        return -9
+
+
+def _child(role: str = "candidate"):
+    """A Child whose process is this test: it writes the child's side of the channel itself, as a
+    candidate that found its child's Writer could."""
+    from kernelwright.judge.workers import Child, ChildConfig
+
+    key = channel.new_key()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    child = Child.__new__(Child)
+    child.config = ChildConfig(role=role, device="cpu", gpu_index=0, workdir=Path("/nonexistent"), env={})
+    child.log_path = Path("/nonexistent/log")
+    child._proc, child._sock, child._closed = _Proc(), ours, False
+    child._reader = channel.Reader(ours.fileno(), key, sock=ours)
+    child.outstanding, child._received = 1, []
+    return child, channel.Writer(theirs.detach(), key)
+
+
+def test_a_forged_reply_cannot_name_the_judges_descriptors():
+    from kernelwright.judge.workers import ChildError
+
+    child, writer = _child()
+    writer.send({"ok": True, "result": {"handover": None, "_fds": [0, 1, 2]}})
+    result = child.wait("run_case", timeout_s=2)
+    assert child.received_fds() == []  # what the reply says is data; descriptors come only from the socket
+    assert result["_fds"] == [0, 1, 2]
+    for forged in (["a list"], {"ok": True, "result": [1, 2]}, {"ok": True, "result": 5}):
+        child, writer = _child()
+        writer.send(forged)
+        with pytest.raises(ChildError) as exc:
+            child.wait("run_case", timeout_s=2)
+        assert exc.value.kind == "forged"
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def test_descriptors_no_reply_claims_are_forgery_and_claimed_ones_close_at_the_next_wait():
+    from kernelwright.judge.workers import ChildError
+
+    child, writer = _child()
+    r, w = os.pipe()
+    writer.send({"ok": True, "result": {}}, [r])  # carries a descriptor it does not claim
+    with pytest.raises(ChildError) as exc:
+        child.wait("run_case", timeout_s=2)
+    assert exc.value.kind == "forged" and child._reader.unclaimed() == 0
+    child, writer = _child()
+    writer.send({"ok": True, "fds": 1, "result": {}}, [r])
+    child.wait("run_case", timeout_s=2)
+    [got] = child._received
+    writer.send({"ok": True, "result": {}})
+    child.outstanding = 1
+    child.wait("check", timeout_s=2)  # the last reply's descriptor, never taken, is closed here
+    assert _closed(got) and child.received_fds() == []
+    channel.close_fds([r, w])
+
+
+HUSH = """
+import gc, signal
+from kernelwright.judge import child
+got = []
+signal.signal(signal.SIGUSR1, lambda s, _f: got.append(s))
+child.hush()
+assert not gc.isenabled()
+signal.raise_signal(signal.SIGUSR1)
+assert got == [], got  # a candidate's handler does not run while an output is staged and taken
+child.unhush()
+assert got == [signal.SIGUSR1] and gc.isenabled(), got
+print("ok")
+"""
+
+
+def test_hush_defers_signal_handlers_and_the_collector_until_the_next_command():
+    import subprocess
+    import sys
+
+    # in a process of its own, on its main thread, as in a candidate child (signal handlers are the main thread's)
+    proc = subprocess.run([sys.executable, "-c", HUSH], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_descriptions_must_follow_the_stagers_layout_and_dtypes_stay_bounded():
+    desc, fds = handover.Stager().stage((torch.ones(4), torch.ones(3)), CPU)
+    channel.close_fds(fds)
+    overlap = {**desc, "items": [dict(desc["items"][0]), {**desc["items"][1], "offset": 0}]}  # two outputs on one range
+    with pytest.raises(handover.HandoverError, match="do not add up"):
+        handover.items_of(overlap)
+    with pytest.raises(handover.HandoverError, match="total"):
+        handover.items_of({**desc, "total": desc["total"] * 1000})  # a mapping far past the outputs
+    none = {**desc, "kind": "none"}
+    with pytest.raises(handover.HandoverError, match="cannot be taken"):
+        handover.take(none, handover.items_of(none), [], CPU)
+    ref = torch.zeros(4, dtype=torch.complex64)
+    wide = handover.Item("torch.Tensor", True, (4,), torch.complex128, 0, 64)
+    assert "wider than the reference's" in correctness.check_described(ref, wide, strict=False)  # at most 8 bytes an element, or the reference's
+    assert correctness.check_described(torch.zeros(4, dtype=torch.bool), handover.Item("torch.Tensor", True, (4,), torch.float64, 0, 32), False) == ""
+    assert "complex against real" in correctness.check_described(torch.zeros(4), handover.Item("torch.Tensor", True, (4,), torch.complex64, 0, 32), False)
+
+
+def test_a_nan_in_the_reference_does_not_hide_the_worst_relative_error():
+    ref = torch.tensor([float("nan"), 1.0, 1.0])
+    out = torch.tensor([float("nan"), 1.0, 3.0])
+    assert correctness.compare(ref, out, 1e-5, 1e-5).max_rel_error == pytest.approx(2.0)

@@ -4,10 +4,11 @@ concurrent verdicts, reservations of dead processes dropped, and the verdict's `
 
 from __future__ import annotations
 
+import fcntl
 import json
-import os
+import subprocess
+import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -109,27 +110,33 @@ def test_the_verdict_states_its_memory(ledger, monkeypatch):
 
 
 class _StubChild:
-    def __init__(self, role: str, free: int | None = None) -> None:
+    def __init__(self, role: str, free: int | None = None, outstanding: int = 0) -> None:
         self.config = type("C", (), {"role": role})()
         self.killed = False
         self.free = free
+        self.outstanding = outstanding
+        self.drained = False
+
+    def drain(self, timeout_s: float) -> bool:
+        self.drained, self.outstanding = True, 0
+        return True
 
     def kill(self) -> None:
         self.killed = True
 
     def call(self, command: str, args: dict, *, timeout_s: float) -> dict:
-        assert command == "memory"
+        assert command == "memory" and not self.outstanding  # a pipelined reply is collected first
         return {"free_bytes": self.free, "total_bytes": 141 * GIB, "reserved_bytes": GIB}
 
 
-def _oom_flow(free: int):
+def _oom_flow(free: int, outstanding: int = 0):
     from kernelwright.judge.evaluate import _Flow
     from kernelwright.judge.verdicts import VerdictBuilder
 
     flow = _Flow.__new__(_Flow)
-    flow.device = "cuda"
+    flow.device, flow.policy = "cuda", Policy()
     flow.children = [_StubChild("candidate")]
-    flow.ref = _StubChild("reference", free)
+    flow.ref = _StubChild("reference", free, outstanding)
     flow.estimate = memory.estimate(_meta(GIB, GIB), 15)
     flow.vb = VerdictBuilder.__new__(VerdictBuilder)
     flow.vb.memory = {}
@@ -148,3 +155,54 @@ def test_an_out_of_memory_is_the_candidates_when_the_device_had_room_for_it():
     crowded = _oom_flow(GIB // 4)  # even without the candidate almost nothing is free: others hold it
     stop = crowded.child_stop(exc, "case native-1")
     assert stop.status == Status.INFRA_ERROR and "not the candidate's doing" in str(stop)
+    busy = _oom_flow(100 * GIB, outstanding=1)  # the reference child still computing references (candidate setup runs beside)
+    assert busy.child_stop(exc, "setting up the candidate").status == Status.RUNTIME_ERROR and busy.ref.drained
+
+
+def test_forged_ledger_entries_hold_nothing_and_a_held_lock_does(ledger):
+    """The ledger is a shared file candidate code could write: an entry counts only while its own
+    lock file in the ledger's folder is held under flock."""
+    unheld = ledger / "cuda-6.mem.x.held"
+    unheld.write_text("")
+    forged = {"pid1": {"pid": 1, "bytes": 9 * GIB}, "minus": {"pid": -1, "bytes": 9 * GIB},
+              "unheld": {"pid": 1, "bytes": 9 * GIB, "lock": str(unheld)},
+              "elsewhere": {"pid": 1, "bytes": 9 * GIB, "lock": "/etc/passwd"}, "types": {"bytes": "9"}, "list": [1, 2]}
+    (ledger / "cuda-6.mem").write_text(json.dumps(forged))
+    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:
+        assert waited < 0.05
+    (ledger / "cuda-6.mem").write_text("[not, json")
+    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:
+        assert waited < 0.05
+    held = ledger / "cuda-6.mem.y.held"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)", str(held)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (ledger / "cuda-6.mem").write_text(json.dumps({"y": {"pid": holder.pid, "bytes": 6 * GIB, "lock": str(held)}}))
+        with pytest.raises(TimeoutError):
+            with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.1):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:  # its process gone, its lock went with it
+        assert waited < 0.05
+    assert not list(ledger.glob("cuda-6.mem.*-*.held"))  # our own lock files go with their reservations
+    with open(held) as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_timeout_inside_an_admitted_verdict_is_not_a_wait_for_memory(ledger, monkeypatch):
+    from kernelwright.judge.channel import ChannelTimeout
+    from kernelwright.judge.evaluate import _Flow
+    from kernelwright.judge.verdicts import VerdictBuilder
+
+    monkeypatch.setenv(memory.FAKE_ENV, str(80 * GIB))
+    flow = _Flow.__new__(_Flow)
+    flow.device, flow.policy, flow.meta = "cpu", Policy(time_candidate=False), _meta(GIB, GIB)
+    flow.vb = VerdictBuilder.__new__(VerdictBuilder)
+    flow.say, flow.cancel = (lambda _m: None), None
+    with pytest.raises(ChannelTimeout):
+        with flow._admission(15):
+            raise ChannelTimeout("a child's reply did not come")

@@ -159,6 +159,8 @@ EXPLOITS: tuple[Exploit, ...] = (
             "function_identities", _f("function_identities"), device="cuda"),
     Exploit("zoo_rewrite_handover_cuda", "relu", "returns zeros, then writes the right answer into the judge's staging area of the "
             "output already handed over (CUDA IPC)", "isolation", None, device="cuda", allow_torch=True, evidence="got 0, expected"),
+    Exploit("zoo_rewrite_handover_signal", "relu", "returns zeros; a 100 us interval timer's handler writes the right answer into the "
+            "judge's staging area of the output handed over", "isolation", None, device="cuda", allow_torch=True, evidence="got 0, expected"),
     Exploit("relu_patched_event", "relu", "replaces the judge's event timer through sys.modules", "function_identities",
             _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda", allow_torch=True),
 )

@@ -117,6 +117,10 @@ class Reader:
         taken, self._fds = self._fds[:n], self._fds[n:]
         return taken
 
+    def unclaimed(self) -> int:
+        """How many descriptors arrived that no message has claimed."""
+        return len(self._fds)
+
     def close_fds(self) -> None:
         """Close descriptors that arrived and were never claimed."""
         close_fds(self._fds)
@@ -164,7 +168,7 @@ class Reader:
     def _read_chunk(self) -> bytes:
         if self._sock is None:
             return os.read(self._fd, 1 << 20)
-        chunk, ancdata, flags, _ = self._sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+        chunk, ancdata, flags, _ = self._sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 got = array.array("i")

@@ -96,7 +96,8 @@ WATCHED = (
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.clone_tensors",
     "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",
-    "kernelwright.judge.child.snapshot_flags",
+    "kernelwright.judge.child.snapshot_flags", "torch.Tensor.reshape", "torch.Tensor.as_subclass", "torch.as_tensor", "torch.frombuffer",
+    "ctypes.string_at", "gc.disable", "gc.enable", "signal.signal", "signal.getsignal",
     "kernelwright.judge.child_candidate._call", "kernelwright.judge.child_candidate._save", "kernelwright.judge.child_candidate.run_case",
     "kernelwright.judge.child_candidate.time_batch", "kernelwright.judge.child_candidate.profile",
 )
@@ -275,6 +276,48 @@ def describe(exc: BaseException) -> str:
 
 
 OUTBOX: list[int] = []  # descriptors to go with the next reply (judge.handover); closed here once sent
+QUIET: dict[str, Any] = {}  # while hushed: the collector's state, the deferred handlers and the signals they missed
+
+
+def hush() -> None:
+    """From an output's staging until the next command, no code of the candidate's runs on this
+    thread: the cyclic collector is off (no __del__ or weakref callback of its garbage) and Python
+    signal handlers are replaced by a recorder (no handler of a timer it armed), so nothing can
+    rewrite what was staged while the reference child takes it. serve() undoes it."""
+    if QUIET:
+        return
+    import gc
+    import signal
+
+    caught: list[int] = []
+    handlers = {}
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                signal.signal(sig, lambda s, _frame: caught.append(s))
+                handlers[sig] = handler
+        except (OSError, ValueError, RuntimeError):
+            continue
+    QUIET.update(gc=gc.isenabled(), handlers=handlers, caught=caught)
+    gc.disable()
+
+
+def unhush() -> None:
+    """Put the handlers and the collector back; signals that came meanwhile are raised again."""
+    if not QUIET:
+        return
+    import gc
+    import signal
+
+    for sig, handler in QUIET["handlers"].items():
+        signal.signal(sig, handler)
+    if QUIET["gc"]:
+        gc.enable()
+    caught = QUIET["caught"]
+    QUIET.clear()
+    for sig in dict.fromkeys(caught):
+        signal.raise_signal(sig)
 
 
 def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) -> None:
@@ -284,6 +327,7 @@ def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) 
         msg = json.loads(line)
         if msg["cmd"] == "exit":
             return
+        unhush()
         args = msg.get("args", {})
         fds = writer.recv_fds(int(msg["fds"])) if msg.get("fds") else []
         args["_fds"] = fds

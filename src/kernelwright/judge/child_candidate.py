@@ -15,7 +15,7 @@ import torch
 from kernelwright.judge import correctness, handover, inputs, ops, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
-    OUTBOX, CommandError, describe, dispatch_moved, flags_diff, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
+    OUTBOX, CommandError, describe, dispatch_moved, flags_diff, hush, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
     snapshot_identities,
 )
 from kernelwright.judge.inputs import Case
@@ -120,6 +120,7 @@ def _poison(output_bytes: list[int]) -> None:
 def _save(out: Any) -> dict[str, Any]:
     """Stage the output as returned for the reference child (judge.handover); its description,
     with any descriptor queued to go with the reply."""
+    hush()  # until the next command: nothing of the candidate's runs on this thread while the output is taken
     desc, fds = S.stager.stage(out, S.device)
     OUTBOX.extend(fds)
     return desc

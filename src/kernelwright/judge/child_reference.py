@@ -36,6 +36,7 @@ class _State:
     atol: float = 1e-4
     rtol: float = 1e-4
     strict: bool = True
+    tainted: str = ""  # why this child must not be reused (a hand-over that failed past its description)
     pool: list[list[Any]] = []
     tol_args: tuple[Any, ...] = (None, None, None)  # (TOLERANCE, policy atol, policy rtol)
     tols: list[tuple[float, float]] = []  # (atol, rtol) per output, by its dtype
@@ -139,6 +140,8 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
     """Between two evaluations of a warm reference child (judge.refpool): drop every output, input
     pool and compiled baseline of the last one and give its device memory back; with `init_seed`,
     construct Model afresh under the new evaluation's seed, as a new child's setup would."""
+    if S.tainted:
+        raise CommandError("infra", f"not reused: {S.tainted}")
     S.refs, S.pool = [], []
     pin_flags("fp32")  # as setup pinned them: nothing the last evaluation's baselines did carries over
     if S.compiled is not None:
@@ -312,8 +315,11 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[st
             return refused((f"output {k}: " if len(refs) > 1 else "") + problem)
     try:
         outs = handover.take(desc, items, fds, S.device)
-    except handover.HandoverError as exc:
-        return refused(f"the output could not be read: {exc}")
+    except torch.OutOfMemoryError:
+        raise  # the judge's own memory (its estimate covers a taken output): infra_error
+    except Exception as exc:  # noqa: BLE001 - what the candidate staged is its own: unreadable is its fault
+        S.tainted = f"taking an output failed ({type(exc).__name__})"  # a driver error may leave this process's context unsound
+        return refused(f"the output could not be read: {exc}"[:1000])
     return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 FIRST_INDICES = 5  # how many mismatching positions a message names
+WIDEST_OTHER = 8  # bytes an element of an output in another dtype than the reference's may have (non-strict): bounds what is taken
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
             return f"shape {tuple(item.shape)} differs from the reference's {tuple(ref.shape)}"
     if strict and item.dtype != ref.dtype:
         return f"dtype {item.dtype} differs from the reference's {ref.dtype}"
+    if item.dtype.is_complex != ref.dtype.is_complex:
+        return f"dtype {item.dtype} differs from the reference's {ref.dtype} (complex against real)"
+    size = torch.empty((), dtype=item.dtype).element_size()
+    if size > max(ref.element_size(), WIDEST_OTHER):
+        return (f"dtype {item.dtype} is wider than the reference's {ref.dtype}: return the reference's dtype or one of at most "
+                f"{WIDEST_OTHER} bytes an element")
     return ""
 
 
@@ -108,7 +115,7 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
         same_nonfinite = (torch.isnan(r) & torch.isnan(c)) | (r == c)
         nonfinite_bad = ~both & ~same_nonfinite
         bad = (both & (err > allowed)) | nonfinite_bad
-        rel = err / torch.clamp(r.abs(), min=max(atol * scale, 1e-30))
+        rel = torch.where(both, err / torch.clamp(r.abs(), min=max(atol * scale, 1e-30)), torch.zeros_like(r))  # NaN never hides the worst
         tally.add(start, r, c, bad, nonfinite_bad, err, rel)
         del r, c, fin_r, fin_c, both, allowed, err, same_nonfinite, nonfinite_bad, bad, rel
     if tally.n_bad == 0:

@@ -334,15 +334,16 @@ class _Flow:
             raise ProblemError(f"{self.problem.path}: {refused}")
         from kernelwright.judge.gpulock import device_key
 
-        try:
-            with memory.admitted(device_key(self.device, self.policy.gpu_index), est.total, total, say=self.say,
-                                 cancelled=self._cancelled) as waited:
-                self.vb.memory["admitted_after_s"] = round(waited, 3)
-                yield
-        except TimeoutError as exc:
-            raise Stop(Status.INFRA_ERROR, f"waiting for GPU memory: {exc}") from None
-        except InterruptedError:
-            raise Stop(Status.INFRA_ERROR, "cancelled") from None
+        with contextlib.ExitStack() as stack:
+            try:  # only the wait is caught here: a timeout inside the verdict (a ChannelTimeout is one) is not admission's
+                waited = stack.enter_context(memory.admitted(device_key(self.device, self.policy.gpu_index), est.total, total,
+                                                             say=self.say, cancelled=self._cancelled))
+            except TimeoutError as exc:
+                raise Stop(Status.INFRA_ERROR, f"waiting for GPU memory: {exc}") from None
+            except InterruptedError:
+                raise Stop(Status.INFRA_ERROR, "cancelled") from None
+            self.vb.memory["admitted_after_s"] = round(waited, 3)
+            yield
 
     def _no_cached_baselines(self) -> bool:
         from kernelwright.judge.phases import _cached_baselines
@@ -366,6 +367,8 @@ class _Flow:
         mem: dict[str, Any] = {}
         if ref is not None and est is not None:
             try:
+                if ref.outstanding and not ref.drain(timeout_s=self.policy.run_timeout_s):  # a pipelined reply first
+                    raise ChildError("died", "the reference child did not finish its outstanding command")
                 mem = ref.call("memory", {}, timeout_s=60) or {}
             except ChildError:
                 mem = {}

@@ -16,9 +16,10 @@ bytes into its own memory before it compares them:
   sockets (SCM_RIGHTS, judge.channel); the reference child refuses one without those seals.
 
 A description is the candidate's claim and is checked before anything is allocated for it: the
-number of outputs, each one's shape and dtype against the reference's (judge.correctness), and the
-bytes against the shape, so that a lying description costs the reference child no memory beyond
-the reference's own output size. Nothing here needs a named file, so it works unchanged once
+number of outputs, each one's shape and dtype against the reference's (judge.correctness), the
+bytes against the shape and every offset against the one layout the stager uses (outputs one
+after another, ALIGN apart), so that a lying description costs the reference child no memory
+beyond a bounded multiple of the reference's own output size and maps nothing past its outputs. Nothing here needs a named file, so it works unchanged once
 children are sandboxed.
 """
 
@@ -221,7 +222,7 @@ def items_of(desc: Any) -> list[Item]:
     total, raw = desc["total"], desc["items"]
     if len(raw) > MAX_ITEMS or total < 0:
         raise HandoverError("malformed output description")
-    items = []
+    items, at = [], 0  # `at`: where the next tensor must start, as the candidate child's _layout places them
     for it in raw:
         if not isinstance(it, dict) or not isinstance(it.get("type"), str):
             raise HandoverError("malformed output description")
@@ -233,9 +234,12 @@ def items_of(desc: Any) -> list[Item]:
                 or type(offset) is not int or type(nbytes) is not int or offset < 0 or offset % ALIGN):
             raise HandoverError("malformed output description")
         item = Item(it["type"][:200], True, tuple(shape), dtype, offset, nbytes)
-        if nbytes != item.numel() * torch.empty((), dtype=dtype).element_size() or offset + nbytes > total:
+        if nbytes != item.numel() * torch.empty((), dtype=dtype).element_size() or offset != at:
             raise HandoverError("the output description's sizes do not add up")
         items.append(item)
+        at += -(-nbytes // ALIGN) * ALIGN
+    if total != at:
+        raise HandoverError(f"the output description's total ({total} bytes) is not its outputs' ({at})")
     return items
 
 
@@ -244,7 +248,7 @@ def take(desc: dict[str, Any], items: list[Item], fds: list[int], device: torch.
     their Item. Call only after items_of and the shape checks (they bound what is allocated)."""
     kind = desc.get("kind")
     tensors = [i for i in items if i.is_tensor and i.nbytes]
-    if kind == "none" or not tensors:
+    if not tensors:
         flat = {}
     elif kind == "cuda_ipc" and device.type == "cuda":
         flat = _take_cuda(desc, tensors)

@@ -369,6 +369,7 @@ class _Rounds:
         self.per_call_ms: dict[str, float] = {}  # warm-up estimates, to size batches
         self.fresh = policy.enabled("fresh_inputs")
         self.switches = policy_switches(policy, lead_us)
+        self.cuda = cuda  # outputs are handed over by CUDA IPC: the candidate child is paused while the reference takes one
         self.synced = cuda and policy.enabled("cuda_events") and policy.enabled("device_sync")  # replies must hold device-wide times
 
     def calls(self, n: int) -> list[list[Any]]:
@@ -464,10 +465,11 @@ class _Rounds:
         got: dict[str, Any] = {}
 
         def take(reply: dict[str, Any]) -> None:
-            fds = reply.pop("_fds", [])
+            fds = self.cand.received_fds()
             try:
-                got["result"] = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "handover": reply.get("handover")},
-                                              fds=fds, timeout_s=self.policy.run_timeout_s)
+                with self.cand.paused(self.cuda):
+                    got["result"] = self.ref.call("recheck", {"input_seed": self.input_seed(call[0]), "handover": reply.get("handover")},
+                                                  fds=fds, timeout_s=self.policy.run_timeout_s)
             finally:
                 close_fds(fds)
 

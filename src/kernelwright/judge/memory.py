@@ -25,10 +25,12 @@ caching allocators reserve, which is what nvidia-smi shows and what another proc
 runs, as a problem error naming both figures.
 
 **Admission.** Verdicts on one device reserve their estimate in a ledger file beside the device
-locks (judge.gpulock's folder, `<key>.mem`, under flock); one is admitted when the reservations of
-live processes plus its own fit in ADMIT_SHARE of the device, or when nothing else is reserved. It
+locks (judge.gpulock's folder, `<key>.mem`, under flock); one is admitted when the live
+reservations plus its own fit in ADMIT_SHARE of the device, or when nothing else is reserved. It
 waits otherwise (with a progress line), and its reservation goes when the verdict ends or its
-process dies. So concurrent verdicts on one GPU never run each other out of memory; processes
+process dies. A reservation is live while its own lock file (`<key>.mem.<token>.held`) is held
+under flock by the process that made it: the kernel lets go when that process dies, and an entry
+that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing. So concurrent verdicts on one GPU never run each other out of memory; processes
 that are not kernelwright verdicts are not in the ledger.
 
 **Whose OOM.** Nothing the candidate's process says about its memory can be trusted (it could
@@ -129,23 +131,38 @@ def _ledger_path(key: str) -> str:
     return str(lock_dir() / f"{key}.mem")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _held(lock: Any, lock_dir: str) -> bool:
+    """Whether a reservation's lock file is held (flock) by a live process: the ledger is a shared
+    file that candidate code could write, so liveness is never a pid it could name."""
+    if not isinstance(lock, str) or os.path.dirname(lock) != lock_dir or not os.path.basename(lock).endswith(".held"):
         return False
-    except PermissionError:
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
-    return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
-def _read(f: Any) -> dict[str, Any]:
+def _valid(v: Any, lock_dir: str) -> bool:
+    return isinstance(v, dict) and type(v.get("bytes")) is int and v["bytes"] >= 0 and _held(v.get("lock"), lock_dir)
+
+
+def _read(f: Any, lock_dir: str) -> dict[str, Any]:
+    """The ledger's live reservations: well formed, their lock files held."""
     f.seek(0)
     try:
         data = json.loads(f.read() or "{}")
     except ValueError:
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict) and _alive(int(v.get("pid", 0)))} if isinstance(data, dict) else {}
+    return {k: v for k, v in data.items() if _valid(v, lock_dir)} if isinstance(data, dict) else {}
 
 
 def _write(f: Any, data: dict[str, Any]) -> None:
@@ -162,7 +179,11 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
     Raises TimeoutError when not admitted within timeout_s, InterruptedError when cancelled."""
     token = f"{os.getpid()}-{id(object())}-{time.monotonic_ns()}"
     path = _ledger_path(key)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    lock_dir = os.path.dirname(path)
+    lock = os.path.join(lock_dir, f"{key}.mem.{token}.held")
+    lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held for the reservation's life; released by the kernel if this process dies
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     with contextlib.suppress(OSError):
         os.chmod(path, 0o666)  # every user's verdicts share the ledger, as they share the locks
     f = os.fdopen(fd, "r+")
@@ -171,10 +192,10 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
         while True:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                held = _read(f)
-                others = sum(int(v.get("bytes", 0)) for v in held.values())
+                held = _read(f, lock_dir)
+                others = sum(v["bytes"] for v in held.values())
                 if not held or others + need <= ADMIT_SHARE * total:
-                    held[token] = {"pid": os.getpid(), "bytes": need, "since": time.time()}
+                    held[token] = {"pid": os.getpid(), "bytes": need, "since": time.time(), "lock": lock}
                     _write(f, held)
                     break
             finally:
@@ -192,8 +213,11 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
     finally:
         with contextlib.suppress(OSError, ValueError):
             fcntl.flock(f, fcntl.LOCK_EX)
-            held = _read(f)
+            held = _read(f, lock_dir)
             if held.pop(token, None) is not None:
                 _write(f, held)
             fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(lock_fd)

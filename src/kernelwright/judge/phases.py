@@ -82,7 +82,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
             if pending is not None:
                 _finish_compare(flow, ref, *pending, worst)
             raise
-        fds = res.pop("_fds", [])
+        fds = cand.received_fds()
         try:
             t1 = time.perf_counter()
             spent[0] += t1 - t0
@@ -92,15 +92,16 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
                 pending = None
             spent[1] += time.perf_counter() - t1
             _check_case_reply(flow, case, res)  # after case i - 1's verdict, so its guards come first
-            ref.send("compare", {"case_index": i, "handover": res.get("handover")}, fds=fds)
+            t1 = time.perf_counter()
+            with cand.paused(not pipelined):
+                ref.send("compare", {"case_index": i, "handover": res.get("handover")}, fds=fds)
+                if not pipelined:
+                    _finish_compare(flow, ref, i, case, worst)
+            spent[1] += time.perf_counter() - t1
         finally:
             close_fds(fds)
-        pending = (i, case)
-        if not pipelined:
-            t1 = time.perf_counter()
-            _finish_compare(flow, ref, *pending, worst)
-            pending = None
-            spent[1] += time.perf_counter() - t1
+        if pipelined:
+            pending = (i, case)
     if pending is not None:
         t1 = time.perf_counter()
         _finish_compare(flow, ref, *pending, worst)
@@ -129,10 +130,11 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
         res = cand.call("audit", {"case": case.to_dict()}, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "the op audit") from None
-    fds = res.pop("_fds", [])
+    fds = cand.received_fds()
     try:
         _check_case_reply(flow, case, {k: v for k, v in res.items() if k != "ops"})  # its operators are judged below
-        cmp = ref.call("recheck", {"input_seed": case.seed, "handover": res.get("handover")}, fds=fds, timeout_s=policy.run_timeout_s)
+        with cand.paused(flow.device == "cuda"):
+            cmp = ref.call("recheck", {"input_seed": case.seed, "handover": res.get("handover")}, fds=fds, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "comparing the audited forward") from None
     finally:
@@ -160,7 +162,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child) -> None:
 
 def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> dict[str, Any]:
     """Run one case in the candidate child; its reply (the staged output's description under
-    "handover", its descriptor under "_fds")."""
+    "handover"; its descriptor, if any, from cand.received_fds())."""
     policy = flow.policy
     args = {
         "case": case.to_dict(), "poison": policy.enabled("poison"),

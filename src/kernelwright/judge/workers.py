@@ -9,6 +9,7 @@ JSON lines; results come back on an authenticated pipe (judge.channel).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,10 +20,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kernelwright.judge import forkpool
-from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, new_key
+from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError
 from kernelwright.judge.records import truncate
 
@@ -113,6 +114,7 @@ class Child:
         self._exit_sent = False
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
+        self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
         self._send_line(self._key.hex())
 
     def _spawn(self, write_fd: int) -> subprocess.Popen | Forked:
@@ -156,15 +158,19 @@ class Child:
             try:
                 socket.send_fds(self._sock, [b"F"], fds)
             except OSError:
-                pass  # the child is gone; the next read says how
+                self.kill()  # never a command naming descriptors that did not go; the next read says the child died
+                self.outstanding += 1
+                return
         self._send_line(json.dumps({"cmd": command, "args": args or {}, **({"fds": len(fds)} if fds else {})}))
         self.outstanding += 1
 
     def wait(self, command: str, *, timeout_s: float) -> Any:
-        """The result of the command sent last; raise ChildError on failure."""
+        """The result of the command sent last; raise ChildError on failure. Descriptors that came
+        with it wait for received_fds(); ones never taken are closed at the next wait."""
         self.outstanding = max(0, self.outstanding - 1)
+        self._drop_received()
         try:
-            reply = self._reader.recv(timeout_s)
+            reply, fds = self._reply(timeout_s)
         except ChannelTimeout:
             self.kill()
             raise ChildError("timeout", f"{self.config.role} child: '{command}' exceeded {timeout_s:g} s and was killed", self.log_tail(), self.config.role) from None
@@ -174,25 +180,62 @@ class Child:
         except ChannelForged as exc:
             self.kill()
             raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None
-        n_fds = reply.get("fds", 0) if isinstance(reply, dict) else 0
-        try:
-            fds = self._reader.take_fds(n_fds if type(n_fds) is int else -1)
-        except ChannelForged as exc:
-            self.kill()
-            raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None
         if not reply.get("ok"):
-            for fd in fds:
-                os.close(fd)
-            err = reply.get("error") or {}
+            close_fds(fds)
+            err = reply.get("error")
+            err = err if isinstance(err, dict) else {}
             raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
         result = reply.get("result")
-        if fds:
-            if isinstance(result, dict):
-                result["_fds"] = fds  # the caller owns them (judge.handover.close_fds)
-            else:
-                for fd in fds:
-                    os.close(fd)
+        if self.config.role == "candidate" and not isinstance(result, dict):  # every candidate command answers a mapping
+            close_fds(fds)
+            self.kill()
+            raise ChildError("forged", f"candidate child: the reply to '{command}' is not a mapping", self.log_tail(), self.config.role)
+        self._received = fds
         return result
+
+    def _reply(self, timeout_s: float) -> tuple[dict[str, Any], list[int]]:
+        """One authenticated reply and the descriptors it claims. A candidate's code shares its
+        child's process and may forge any message, so the form is checked here: an object, and
+        exactly the descriptors it claims (none left over)."""
+        reply = self._reader.recv(timeout_s)
+        if not isinstance(reply, dict):
+            self._reader.close_fds()
+            raise ChannelForged(f"a reply that is not an object ({type(reply).__name__})")
+        n_fds = reply.get("fds", 0)
+        fds = self._reader.take_fds(n_fds if type(n_fds) is int else -1)
+        if self._reader.unclaimed():
+            close_fds(fds)
+            self._reader.close_fds()
+            raise ChannelForged("descriptors arrived that no reply claims")
+        return reply, fds
+
+    def received_fds(self) -> list[int]:
+        """The descriptors of the last reply (judge.handover); the caller owns and closes them."""
+        fds, self._received = self._received, []
+        return fds
+
+    def _drop_received(self) -> None:
+        close_fds(self._received)
+        self._received = []
+
+    @contextlib.contextmanager
+    def paused(self, on: bool = True) -> Iterator[None]:
+        """The child's whole process group stopped (SIGSTOP) for the block, then continued: none of
+        its threads runs while the reference child copies an output out of its memory (CUDA IPC)."""
+        if not on:
+            yield
+            return
+        self._signal_group(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def alive(self) -> bool:
         return not self._closed and self._proc.poll() is None
@@ -265,6 +308,7 @@ class Child:
                     stream.close()
                 except OSError:
                     pass
+        self._drop_received()
         self._reader.close_fds()
         self._sock.close()
 

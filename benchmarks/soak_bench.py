@@ -218,14 +218,20 @@ def plan(n: int, seed: int) -> list[str]:
 
 
 def run_batch(url: str, cands: dict[str, Path], names: list[str], clients: int, policy: Any, log: Log, tag: str,
-              done: list[int] | None = None) -> list[dict[str, Any]]:
+              done: list[int] | None = None, deadline: float = float("inf"), sink: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Judge names[i] for every i with CLIENTS threads; past the deadline (time.monotonic) the rest
+    are not submitted (their rows say so). Each row also goes to sink as it comes."""
     done = done if done is not None else []
+    sink = sink if sink is not None else []
 
     def one(i_name: tuple[int, str]) -> dict[str, Any]:
         i, name = i_name
+        if time.monotonic() > deadline:
+            return {"candidate": name, "index": i, "status": "not submitted"}
         row = judge_one(url, name, cands[name], policy)
         row["index"] = i
         done.append(i)
+        sink.append(row)
         if row["status"] != EXPECTED[name] or i % 25 == 0:
             log(f"{tag} #{i} {name}: {row['status']} in {row['wall_s']:.2f} s {row.get('runtime_ms')}")
         return row
@@ -259,10 +265,11 @@ def main() -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--commit", default="unknown")
     p.add_argument("--verdicts", type=int, default=300)
-    p.add_argument("--quiet", type=int, default=10, help="quiet verdicts of each honest candidate")
+    p.add_argument("--quiet", type=int, default=8, help="quiet verdicts of each honest candidate")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--run-timeout", type=float, default=5.0, help="the policy's run_timeout_s (a hang costs this)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--deadline-s", type=float, default=1e9, help="submit no more soak verdicts after this many seconds of the soak")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     log = Log(a.out / "soak_bench.log")
@@ -293,12 +300,15 @@ def main() -> int:
         k = threading.Thread(target=killer, args=(proc.pid, [a.verdicts // 3, 2 * a.verdicts // 3], done, log, kills, stop), daemon=True)
         k.start()
         t1 = time.perf_counter()
-        rows = run_batch(url, cands, names, a.clients, policy, log, "soak", done)
+        sink: list[dict[str, Any]] = []
+        doc.update(soak=sink, kills=kills)
+        rows = run_batch(url, cands, names, a.clients, policy, log, "soak", done, time.monotonic() + a.deadline_s, sink)
         wall = time.perf_counter() - t1
         stop.set()
-        summary = judge_rows(rows, quiet, kills, len(names))
-        summary.update(wall_s=wall, per_minute=60 * len(rows) / wall)
-        doc.update(soak=rows, kills=kills, summary=summary)
+        rows = [r for r in rows if r["status"] != "not submitted"]
+        summary = judge_rows(rows, quiet, kills, len(rows))
+        summary.update(wall_s=wall, per_minute=60 * len(rows) / wall, planned=len(names))
+        doc.update(soak=rows, summary=summary)
         log(f"soak: {json.dumps(summary, default=str)[:3000]}")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

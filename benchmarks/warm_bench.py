@@ -255,11 +255,21 @@ def sec_concurrent(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     """Throughput: N raw candidates of each shipped CUDA example (cached builds, cached baselines),
     each judged once alone (sequential, which also builds and sets up), then all at once by CLIENTS
     clients through the service; each candidate's median against its sequential verdict."""
+
+    url, own = getattr(a, "service_url", None), None
+    if url is None:
+        own, url = _service(a, "serve-concurrent")
+    try:
+        _concurrent(a, doc, url)
+    finally:
+        if own is not None:  # the GPU is left to the next section's own service
+            own.terminate()
+            own.wait(timeout=60)
+
+
+def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
     import concurrent.futures
 
-    url = getattr(a, "service_url", None)
-    if url is None:
-        a.service_proc, url = _service(a)
     names = [n for n in a.concurrent_examples.split(",") if n]
     for n in names:  # baselines cached for every problem, as the throughput target assumes
         subprocess.run([sys.executable, "-m", "kernelwright", "baseline", "--suite", str(ROOT / "examples" / a.device / n / "problem.py"),

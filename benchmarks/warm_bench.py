@@ -255,7 +255,6 @@ def sec_concurrent(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     """Throughput: N raw candidates of each shipped CUDA example (cached builds, cached baselines),
     each judged once alone (sequential, which also builds and sets up), then all at once by CLIENTS
     clients through the service; each candidate's median against its sequential verdict."""
-
     url, own = getattr(a, "service_url", None), None
     if url is None:
         own, url = _service(a, "serve-concurrent")

@@ -192,8 +192,7 @@ def test_outputs_cross_processes_as_a_cuda_ipc_handle():
         got = handover.take(desc, items, [], torch.device("cuda"))
         x = torch.arange(1000, dtype=torch.float32, device="cuda").reshape(10, 100)
         assert torch.equal(got[0], x) and torch.equal(got[1], x.t()) and torch.equal(got[2], torch.ones(3, dtype=torch.int64, device="cuda"))
-        lying = {**desc, "total": desc["total"] + (1 << 30)}  # more than the staging area holds
-        lying["items"] = [dict(desc["items"][0], offset=desc["total"] + (1 << 29) - (1 << 29) % handover.ALIGN)]
+        lying = {**desc, "total": 1 << 30, "items": [dict(desc["items"][0], shape=[1 << 28], nbytes=1 << 30, offset=0)]}  # more than staged
         with pytest.raises(handover.HandoverError, match="holds"):
             handover.take(lying, handover.items_of(lying), [], torch.device("cuda"))
     finally:

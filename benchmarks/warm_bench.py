@@ -195,7 +195,10 @@ def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, st
     from kernelwright.client.judge import wait_for
 
     url = f"unix://{sock}"
-    wait_for(url, timeout_s=120)
+    health, deadline = wait_for(url, timeout_s=120), time.monotonic() + 120
+    while health.get("forkserver") == "starting" and time.monotonic() < deadline:  # its own start-up: not a verdict's
+        time.sleep(0.05)
+        health = wait_for(url, timeout_s=10)
     return proc, url
 
 

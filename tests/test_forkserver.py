@@ -89,6 +89,16 @@ def test_the_server_key_ignores_call_time_variables():
     assert forkpool.import_env_key(base) != forkpool.import_env_key({**base, "TORCH_LOGS": "y"})
 
 
+def test_the_state_the_health_check_reports(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
+    assert forkpool.state() == "off"
+    monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "1")
+    srv = forkpool.server()
+    assert srv is not None and forkpool.state() in ("starting", "ready")
+    srv.wait_ready()
+    assert forkpool.state() == "ready"
+
+
 def test_disabled_spawns_afresh(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
     assert forkpool.server() is None

@@ -13,7 +13,7 @@ TCP with a bearer token (loopback is not private on a shared host):
     POST   /v1/evaluations          {"problem": {...}, "candidate": {...}, "policy": {...}, "device": "auto"} -> {"id": ...}
     GET    /v1/evaluations/ID?wait=S  the job: state (queued, running, done, failed, cancelled), verdict or error
     DELETE /v1/evaluations/ID       cancel it
-    GET    /v1/health               queue and worker counts
+    GET    /v1/health               queue and worker counts, the fork server's state (starting, ready, ...)
 """
 
 from __future__ import annotations
@@ -283,7 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         url = urlparse(self.path)
         if url.path.rstrip("/") == "/v1/health":
-            return self._reply(200, {"ok": True, **self.server.service.counts()})
+            from kernelwright.judge import forkpool
+
+            return self._reply(200, {"ok": True, **self.server.service.counts(), "forkserver": forkpool.state()})
         job = self.server.service.get(self._job_id() or "")
         if job is None:
             return self._reply(404, {"error": {"kind": "usage", "message": f"no such evaluation: {self.path}"}})

@@ -116,22 +116,24 @@ def _cancellable(flow: "_Flow", cancel: threading.Event | None) -> Iterator[None
     if cancel is None:
         yield
         return
-    done = threading.Event()
+    done, lock = threading.Event(), threading.Lock()
     flow.cancel = cancel
 
     def watch() -> None:  # kills children as long as the flow runs: those it starts later too
         while not done.is_set():
             if cancel.wait(0.1):
-                flow.kill_children()
+                with lock:  # never after the flow ended: its reference child may be back in the warm pool
+                    if done.is_set():
+                        return
+                    flow.kill_children()
                 done.wait(0.1)
 
-    watcher = threading.Thread(target=watch, name="kw-cancel", daemon=True)
-    watcher.start()
+    threading.Thread(target=watch, name="kw-cancel", daemon=True).start()
     try:
         yield
     finally:
-        done.set()
-        watcher.join()
+        with lock:  # not joined: the watcher ends within 0.1 s by itself (a join cost every served verdict up to that)
+            done.set()
     if cancel.is_set():
         raise Cancelled()
 

@@ -300,6 +300,21 @@ def _shared(key: tuple[Any, ...]) -> ForkServer | None:
     return srv
 
 
+def state() -> str:
+    """This process's fork server for the current environment: "off", "failed", "none" (not
+    started), "starting" or "ready" (the service's health check reports it)."""
+    if not enabled():
+        return "off"
+    key = import_env_key()
+    with _registry_lock:
+        if key in _failed:
+            return "failed"
+        srv = _servers.get(key)
+    if srv is None or srv.gone():
+        return "none"
+    return "ready" if srv.ready is not None and srv.ready.get("ready") else "starting"
+
+
 def warm_up() -> None:
     """Start the fork server in the background now (its torch import overlaps other work)."""
     try:

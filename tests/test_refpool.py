@@ -64,6 +64,22 @@ def test_a_dead_idle_reference_child_is_not_used():
     assert verdict.status.value == "correct" and not warm and _idle_pids() != [pid]
 
 
+def test_an_idle_reference_child_that_dies_unnoticed_is_replaced_not_an_infra_error(monkeypatch):
+    """Killed as it was taken, before anyone saw it die (the fault soak on the H200 found two
+    verdicts answered infra_error this way): its reset fails, a new child takes its place."""
+    from kernelwright.judge.workers import Child
+
+    _judge("rowsum_correct")
+    (pid,) = _idle_pids()
+    os.killpg(pid, signal.SIGKILL)
+    monkeypatch.setattr(Child, "alive", lambda self: True)  # the pool has not noticed yet,
+    monkeypatch.setattr(Child, "pending", lambda self: False)  # nor has the channel
+    said: list[str] = []
+    verdict = evaluate(problem("rowsum"), candidate("rowsum_correct"), correctness_policy(), device="cpu", progress=said.append)
+    assert verdict.status.value == "correct", verdict.log
+    assert any("failed its reset" in m and "setting up a new one" in m for m in said)
+
+
 def test_a_crashing_candidate_leaves_the_reference_child_usable():
     crashed, _ = _judge("rowsum_segfault")
     assert crashed.status.value == "runtime_error"

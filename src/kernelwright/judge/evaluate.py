@@ -471,11 +471,19 @@ class _Flow:
         if warm is not None:
             self.warm_ref = warm
             t0 = time.perf_counter()
-            try:
-                with self._device("shared", "resetting the warm reference child"):
+            failed: ChildError | None = None
+            with self._device("shared", "resetting the warm reference child"):
+                try:  # caught inside: a section that fails closes every child of the flow, the candidate's too
                     warm.child.call("reset", {"init_seed": self.seeds[0]}, timeout_s=self.policy.build_timeout_s)
-            except ChildError as exc:
-                raise Stop(Status.INFRA_ERROR, f"the warm reference child failed its reset: {exc}\n{exc.log_tail}") from None
+                except ChildError as exc:
+                    failed = exc
+            if failed is not None:  # it died idle (or was tainted): nothing of this verdict ran on it, so a new one replaces it
+                log.warning("warm reference child failed its reset (%s); setting up a new one", failed)
+                self.say(f"the warm reference child failed its reset ({failed}); setting up a new one")
+                self.warm_ref = None
+                warm.close()
+                warm = None
+        if warm is not None:
             warm.uses += 1
             self.meta = dict(warm.meta)
             self.vb.set_problem_meta(self.meta)

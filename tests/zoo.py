@@ -107,7 +107,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
-    Exploit("rowsum_tf32_later", "rowsum", "switches TF32 on from its 40th call, in the timing phase", "numerics_flags", _f("numerics_flags"), allow_torch=True),
+    Exploit("rowsum_tf32_later", "rowsum", "switches TF32 on from its 25th call, in the timing phase", "numerics_flags", _f("numerics_flags"), allow_torch=True),
     Exploit("zoo_fp16_inside", "rowsum", "accumulates in half precision inside the C++ kernel", "tolerance", None, evidence="elements differ",
             off_policy={"atol": 5e-2, "rtol": 5e-2}),
     # -- torch compute --------------------------------------------------------------------------

@@ -295,7 +295,7 @@ def test_hush_defers_signal_handlers_and_the_collector_until_the_next_command():
     assert proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
-def test_descriptions_must_follow_the_stagers_layout_and_dtypes_stay_bounded():
+def test_descriptions_must_follow_the_stagers_layout_and_complex_stays_complex():
     desc, fds = handover.Stager().stage((torch.ones(4), torch.ones(3)), CPU)
     channel.close_fds(fds)
     overlap = {**desc, "items": [dict(desc["items"][0]), {**desc["items"][1], "offset": 0}]}  # two outputs on one range
@@ -306,9 +306,6 @@ def test_descriptions_must_follow_the_stagers_layout_and_dtypes_stay_bounded():
     none = {**desc, "kind": "none"}
     with pytest.raises(handover.HandoverError, match="cannot be taken"):
         handover.take(none, handover.items_of(none), [], CPU)
-    ref = torch.zeros(4, dtype=torch.complex64)
-    wide = handover.Item("torch.Tensor", True, (4,), torch.complex128, 0, 64)
-    assert "wider than the reference's" in correctness.check_described(ref, wide, strict=False)  # at most 8 bytes an element, or the reference's
     assert correctness.check_described(torch.zeros(4, dtype=torch.bool), handover.Item("torch.Tensor", True, (4,), torch.float64, 0, 32), False) == ""
     assert "complex against real" in correctness.check_described(torch.zeros(4), handover.Item("torch.Tensor", True, (4,), torch.complex64, 0, 32), False)
 

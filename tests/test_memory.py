@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -167,6 +168,9 @@ def test_forged_ledger_entries_hold_nothing_and_a_held_lock_does(ledger):
     forged = {"pid1": {"pid": 1, "bytes": 9 * GIB}, "minus": {"pid": -1, "bytes": 9 * GIB},
               "unheld": {"pid": 1, "bytes": 9 * GIB, "lock": str(unheld)},
               "elsewhere": {"pid": 1, "bytes": 9 * GIB, "lock": "/etc/passwd"}, "types": {"bytes": "9"}, "list": [1, 2]}
+    fifo = ledger / "cuda-6.mem.fifo.held"
+    os.mkfifo(fifo)  # opening a FIFO for reading would wait for a writer: every admission would hang
+    forged["fifo"] = {"bytes": 9 * GIB, "lock": str(fifo)}
     (ledger / "cuda-6.mem").write_text(json.dumps(forged))
     with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:
         assert waited < 0.05

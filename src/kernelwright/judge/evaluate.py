@@ -369,7 +369,7 @@ class _Flow:
         mem: dict[str, Any] = {}
         if ref is not None and est is not None:
             try:
-                if ref.outstanding and not ref.drain(timeout_s=self.policy.run_timeout_s):  # a pipelined reply first
+                if ref.outstanding and not ref.drain(timeout_s=self.policy.build_timeout_s):  # a pipelined reply ('references') first
                     raise ChildError("died", "the reference child did not finish its outstanding command")
                 mem = ref.call("memory", {}, timeout_s=60) or {}
             except ChildError:
@@ -477,6 +477,8 @@ class _Flow:
                     warm.child.call("reset", {"init_seed": self.seeds[0]}, timeout_s=self.policy.build_timeout_s)
                 except ChildError as exc:
                     failed = exc
+            if failed is not None and self._cancelled():
+                raise Stop(Status.INFRA_ERROR, "cancelled")
             if failed is not None:  # it died idle (or was tainted): nothing of this verdict ran on it, so a new one replaces it
                 log.warning("warm reference child failed its reset (%s); setting up a new one", failed)
                 self.say(f"the warm reference child failed its reset ({failed}); setting up a new one")

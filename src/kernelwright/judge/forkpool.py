@@ -312,7 +312,9 @@ def state() -> str:
         srv = _servers.get(key)
     if srv is None or srv.gone():
         return "none"
-    return "ready" if srv.ready is not None and srv.ready.get("ready") else "starting"
+    if srv.ready is None:
+        return "failed" if srv.lost else "starting"
+    return "ready" if srv.ready.get("ready") else "failed"
 
 
 def warm_up() -> None:

@@ -51,6 +51,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -136,11 +137,13 @@ def _held(lock: Any, lock_dir: str) -> bool:
     file that candidate code could write, so liveness is never a pid it could name."""
     if not isinstance(lock, str) or os.path.dirname(lock) != lock_dir or not os.path.basename(lock).endswith(".held"):
         return False
-    try:
-        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # non-blocking: a FIFO planted there would otherwise hang every admission on the device
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -151,8 +154,10 @@ def _held(lock: Any, lock_dir: str) -> bool:
     return False
 
 
-def _valid(v: Any, lock_dir: str) -> bool:
-    return isinstance(v, dict) and type(v.get("bytes")) is int and v["bytes"] >= 0 and _held(v.get("lock"), lock_dir)
+def _valid(token: str, v: Any, lock_dir: str) -> bool:
+    """Well formed, and its lock file is its own (named after its token) and held."""
+    return (isinstance(v, dict) and type(v.get("bytes")) is int and v["bytes"] >= 0 and isinstance(v.get("lock"), str)
+            and os.path.basename(v["lock"]).endswith(f".mem.{token}.held") and _held(v["lock"], lock_dir))
 
 
 def _read(f: Any, lock_dir: str) -> dict[str, Any]:
@@ -162,7 +167,7 @@ def _read(f: Any, lock_dir: str) -> dict[str, Any]:
         data = json.loads(f.read() or "{}")
     except ValueError:
         return {}
-    return {k: v for k, v in data.items() if _valid(v, lock_dir)} if isinstance(data, dict) else {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and _valid(k, v, lock_dir)} if isinstance(data, dict) else {}
 
 
 def _write(f: Any, data: dict[str, Any]) -> None:
@@ -182,6 +187,7 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
     lock_dir = os.path.dirname(path)
     lock = os.path.join(lock_dir, f"{key}.mem.{token}.held")
     lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    os.fchmod(lock_fd, 0o644)  # others must be able to test it, whatever this process's umask
     fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held for the reservation's life; released by the kernel if this process dies
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     with contextlib.suppress(OSError):

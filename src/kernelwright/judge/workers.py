@@ -221,7 +221,9 @@ class Child:
     @contextlib.contextmanager
     def paused(self, on: bool = True) -> Iterator[None]:
         """The child's whole process group stopped (SIGSTOP) for the block, then continued: none of
-        its threads runs while the reference child copies an output out of its memory (CUDA IPC)."""
+        its threads runs while the reference child copies an output out of its memory (CUDA IPC).
+        Not stopped: GPU work it queued before, and a process it started outside its group (the
+        sandbox's business)."""
         if not on:
             yield
             return
@@ -232,6 +234,8 @@ class Child:
             self._signal_group(signal.SIGCONT)
 
     def _signal_group(self, sig: int) -> None:
+        if self._proc.returncode is not None:
+            return  # reaped: its pid (and group) may be another process's by now
         try:
             os.killpg(self._proc.pid, sig)
         except (ProcessLookupError, PermissionError):

@@ -314,3 +314,15 @@ def test_a_nan_in_the_reference_does_not_hide_the_worst_relative_error():
     ref = torch.tensor([float("nan"), 1.0, 1.0])
     out = torch.tensor([float("nan"), 1.0, 3.0])
     assert correctness.compare(ref, out, 1e-5, 1e-5).max_rel_error == pytest.approx(2.0)
+
+
+def test_malformed_operator_counts_in_a_candidate_reply_are_refused_as_forged():
+    from kernelwright.judge.phases import _ops_of
+    from kernelwright.judge.records import Status
+    from kernelwright.judge.verdicts import Stop
+
+    assert _ops_of({"ops": {"aten::empty": 2}}) == {"aten::empty": 2} and _ops_of({}) == {}
+    for forged in ([1], "x", {"aten::add": "many"}, {3: 1}):
+        with pytest.raises(Stop) as exc:
+            _ops_of({"ops": forged})
+        assert exc.value.status is Status.REJECTED

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import forkpool
+from kernelwright.judge import forkpool, replies
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError
 from kernelwright.judge.records import truncate
@@ -186,10 +186,13 @@ class Child:
             err = err if isinstance(err, dict) else {}
             raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
         result = reply.get("result")
-        if self.config.role == "candidate" and not isinstance(result, dict):  # every candidate command answers a mapping
-            close_fds(fds)
-            self.kill()
-            raise ChildError("forged", f"candidate child: the reply to '{command}' is not a mapping", self.log_tail(), self.config.role)
+        if self.config.role == "candidate":  # every candidate command answers a mapping, its fields in their forms
+            bad = "" if isinstance(result, dict) else "it is not a mapping"
+            bad = bad or (f"its field {replies.malformed(result)!r} is malformed" if replies.malformed(result) else "")
+            if bad:
+                close_fds(fds)
+                self.kill()
+                raise ChildError("forged", f"candidate child: the reply to '{command}' is forged: {bad}", self.log_tail(), self.config.role)
         self._received = fds
         return result
 

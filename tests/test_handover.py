@@ -331,3 +331,24 @@ def test_a_candidate_reply_with_a_malformed_field_is_forged_not_a_crash_of_the_j
     writer.send({"ok": True, "result": {"ops": {"aten::empty": 1}, "threads": [], "kernels": [["k", 0.1]],
                                         "activities": [["k", 0.1, 7]], "handover": None}})
     assert child.wait("audit", timeout_s=2)["ops"] == {"aten::empty": 1}  # well formed: read as it is
+
+
+def test_a_failed_cuda_copy_is_the_candidates_and_the_reference_child_is_not_reused(monkeypatch):
+    from kernelwright.judge import child_reference
+    from kernelwright.judge.child import CommandError
+
+    desc, fds = handover.Stager().stage(torch.ones(4), CPU)
+    channel.close_fds(fds)
+    monkeypatch.setattr(child_reference.S, "tainted", "")
+
+    def fails(*_a, **_k):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(handover, "take", fails)
+    with pytest.raises(RuntimeError):  # not CUDA IPC: a failure there is the judge's own (infra_error)
+        child_reference._compare_handover([torch.zeros(4)], {"handover": desc})
+    assert child_reference.S.tainted == ""
+    got = child_reference._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
+    assert not got["ok"] and "could not be copied" in got["message"] and child_reference.S.tainted
+    with pytest.raises(CommandError, match="not reused"):
+        child_reference.reset({})

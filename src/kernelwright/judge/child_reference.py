@@ -315,14 +315,13 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[st
             return refused((f"output {k}: " if len(refs) > 1 else "") + problem)
     try:
         outs = handover.take(desc, items, fds, S.device)
-    except (torch.OutOfMemoryError, MemoryError):
-        raise  # the judge's own memory (its estimate covers a taken output): infra_error
-    except Exception as exc:  # noqa: BLE001 - what the candidate staged is its own: unreadable is its fault
-        if "alloc" in str(exc).lower() and not isinstance(exc, handover.HandoverError):
-            raise  # the host allocator's failure (torch reports it as a RuntimeError on the CPU): the judge's
-        if isinstance(desc, dict) and desc.get("kind") == "cuda_ipc":
-            S.tainted = f"taking an output failed ({type(exc).__name__})"  # a driver error may leave this process's context unsound
-        return refused(f"the output could not be read: {exc}"[:1000])
+    except handover.HandoverError as exc:  # what the candidate staged is its own: unreadable is its fault
+        return refused(f"the output could not be read: {exc}")
+    except RuntimeError as exc:
+        if desc.get("kind") != "cuda_ipc" or isinstance(exc, torch.OutOfMemoryError):
+            raise  # the judge's own failure (its memory included): infra_error
+        S.tainted = f"copying an output failed ({exc})"[:300]  # a CUDA error there may leave this process's context unsound
+        return refused(f"the output could not be copied: {exc}"[:1000])
     return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
 
 

@@ -19,8 +19,8 @@ A description is the candidate's claim and is checked before anything is allocat
 number of outputs, each one's shape and dtype against the reference's (judge.correctness), the
 bytes against the shape and every offset against the one layout the stager uses (outputs one
 after another, ALIGN apart), so that a lying description costs the reference child no memory
-beyond a bounded multiple of the reference's own output size and maps nothing past its outputs. Nothing here needs a named file, so it works unchanged once
-children are sandboxed.
+beyond a bounded multiple of the reference's own output size and maps nothing past its outputs.
+Nothing here needs a named file, so it works unchanged once children are sandboxed.
 """
 
 from __future__ import annotations
@@ -98,8 +98,13 @@ def _layout(out: Any) -> tuple[list[dict[str, Any]], list[torch.Tensor | None], 
         items.append({"type": _type_name(v), "tensor": True, "shape": list(src.shape), "dtype": str(src.dtype).replace("torch.", ""),
                       "offset": total, "nbytes": nbytes})
         sources.append(src)
-        total += -(-nbytes // ALIGN) * ALIGN
+        total += _aligned(nbytes)
     return items, sources, total
+
+
+def _aligned(nbytes: int) -> int:
+    """Room an output of nbytes takes in a staging area: outputs start ALIGN bytes apart."""
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def _bytes_of(src: torch.Tensor) -> torch.Tensor:
@@ -237,7 +242,7 @@ def items_of(desc: Any) -> list[Item]:
         if nbytes != item.numel() * torch.empty((), dtype=dtype).element_size() or offset != at:
             raise HandoverError("the output description's sizes do not add up")
         items.append(item)
-        at += -(-nbytes // ALIGN) * ALIGN
+        at += _aligned(nbytes)
     if total != at:
         raise HandoverError(f"the output description's total ({total} bytes) is not its outputs' ({at})")
     return items

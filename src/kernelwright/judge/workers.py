@@ -187,8 +187,8 @@ class Child:
             raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
         result = reply.get("result")
         if self.config.role == "candidate":  # every candidate command answers a mapping, its fields in their forms
-            bad = "" if isinstance(result, dict) else "it is not a mapping"
-            bad = bad or (f"its field {replies.malformed(result)!r} is malformed" if replies.malformed(result) else "")
+            field = replies.malformed(result) if isinstance(result, dict) else ""
+            bad = "it is not a mapping" if not isinstance(result, dict) else (f"its field {field!r} is malformed" if field else "")
             if bad:
                 close_fds(fds)
                 self.kill()

@@ -117,17 +117,27 @@ def _policy(a: argparse.Namespace, correctness_only: bool) -> Any:
 
 
 class GpuMemory:
-    """Samples the summed memory of every process on the GPU (nvidia-smi) in a thread."""
+    """Samples the memory of every process on the GPU (nvidia-smi) in a thread: the sum, and each
+    process's share named by its role (a judge child's stdout is its `reference.log` or `candidate.log`)."""
 
     def __init__(self, device: str) -> None:
         import threading
 
         self.on = device == "cuda"
-        self.samples: list[tuple[float, int]] = []  # (monotonic s, MiB)
+        self.samples: list[tuple[float, int, dict[str, int]]] = []  # (monotonic s, MiB in all, {role:pid: MiB})
+        self._roles: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         if self.on:
             self._thread.start()
+
+    def _role(self, pid: int) -> str:
+        if pid not in self._roles:
+            try:
+                self._roles[pid] = Path(os.readlink(f"/proc/{pid}/fd/1")).stem
+            except OSError:
+                self._roles[pid] = "other"
+        return self._roles[pid]
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
@@ -136,12 +146,21 @@ class GpuMemory:
                                      capture_output=True, text=True, timeout=10).stdout
             except (OSError, subprocess.SubprocessError):
                 continue
-            mib = sum(int(line.split(",")[1]) for line in out.strip().splitlines() if line.count(",") == 1 and line.split(",")[1].strip().isdigit())
-            self.samples.append((time.monotonic(), mib))
+            each = {}
+            for line in out.strip().splitlines():
+                pid, _, mib = (x.strip() for x in line.partition(","))
+                if pid.isdigit() and mib.isdigit():
+                    each[f"{self._role(int(pid))}:{pid}"] = int(mib)
+            self.samples.append((time.monotonic(), sum(each.values()), each))
 
     def peak(self, t0: float, t1: float) -> int | None:
-        got = [m for t, m in self.samples if t0 <= t <= t1]
+        got = [m for t, m, _ in self.samples if t0 <= t <= t1]
         return max(got) if got else None
+
+    def at_peak(self, t0: float, t1: float) -> dict[str, int] | None:
+        """Each process's MiB in the sample of the highest sum."""
+        got = [(m, e) for t, m, e in self.samples if t0 <= t <= t1]
+        return max(got, key=lambda x: x[0])[1] if got else None
 
     def stop(self) -> None:
         self._stop.set()
@@ -168,10 +187,11 @@ def _problem_mib(a: argparse.Namespace) -> float:
 
 def _row(a: argparse.Namespace, mode: str, correctness_only: bool, d: dict[str, Any], wall: float, t0: float, phases: list[Any]) -> dict[str, Any]:
     peak = MEM.peak(t0, time.monotonic()) if MEM is not None else None
+    by_process = MEM.at_peak(t0, time.monotonic()) if MEM is not None else None
     return {"mode": mode, "correctness_only": correctness_only, "wall_s": wall, "status": d["status"], "runtime_ms": d["runtime_ms"],
             "eager_ms": d["eager_ms"], "compile_ms": d["compile_ms"], "baseline_source": d["baseline_source"], "timing": d["timing"],
             "steps": d["steps"], "workers": d.get("workers"), "phases": phases, "log": (d.get("log") or "")[:3000],
-            "gpu_peak_mib": peak, "problem_mib": _problem_mib(a), "peak_over_problem": (peak / _problem_mib(a)) if peak else None}
+            "gpu_peak_mib": peak, "gpu_at_peak_by_process_mib": by_process, "problem_mib": _problem_mib(a), "peak_over_problem": (peak / _problem_mib(a)) if peak else None}
 
 
 def judge_once(a: argparse.Namespace, mode: str, correctness_only: bool = False) -> dict[str, Any]:
@@ -207,9 +227,14 @@ def _remote_once(a: argparse.Namespace, url: str, problem: Path, candidate: Path
 
     phases: list[tuple[float, str]] = []
     t0, m0 = time.perf_counter(), time.monotonic()
-    verdict = Judge(url).evaluate(problem, candidate, _policy(a, correctness_only), progress=lambda m: phases.append((round(time.perf_counter() - t0, 3), m)))
+    judge = Judge(url)
+    verdict = judge.evaluate(problem, candidate, _policy(a, correctness_only), progress=lambda m: phases.append((round(time.perf_counter() - t0, 3), m)))
     row = _row(a, mode, correctness_only, verdict.to_dict(), time.perf_counter() - t0, m0, phases)
     row["problem"] = str(problem.relative_to(ROOT))
+    job = judge.last_job or {}
+    # the service's own account: seconds queued and judged (the rest of the wall is the request's way there and back)
+    # and its progress messages timed from when a worker took the job
+    row["service"] = {"queued_s": job.get("queued_s"), "judged_s": job.get("judged_s"), "progress_log": job.get("progress_log")}
     return row
 
 
@@ -229,7 +254,10 @@ def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
             row["index"] = i
             rows.append(row)
             log_line(a, f"serve{' correctness-only' if co else ''} #{i}: {row['wall_s']:.2f} s {row['status']} runtime {row['runtime_ms']} "
-                        f"gpu peak {row['gpu_peak_mib']} MiB ({row['peak_over_problem'] and round(row['peak_over_problem'], 2)}x the problem)")
+                        f"gpu peak {row['gpu_peak_mib']} MiB ({row['peak_over_problem'] and round(row['peak_over_problem'], 2)}x the problem); "
+                        f"judged in the service {row['service']['judged_s'] and round(row['service']['judged_s'], 3)} s")
+            if i == n - 1:  # the last of each kind: where the service's time went
+                log_line(a, "  service progress: " + "; ".join(f"{t:.3f} {m[:120]}" for t, m in row["service"]["progress_log"] or []))
             if row["status"] != "correct":
                 log_line(a, "  log: " + row["log"][:1500])
     doc["serve"] = rows

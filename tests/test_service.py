@@ -61,6 +61,24 @@ def test_the_service_answers_what_the_process_answers(service):
     assert remote.health()["done"] == 2
     again = remote.evaluate(problem("rowsum"), candidate("rowsum_correct"), correctness_policy())
     assert again.workers["reference"] == "warm"  # the service keeps the problem's reference child between requests
+    job = remote.last_job  # the service's own times and progress, for whoever asks where the time went
+    assert "verdict" not in job and job["state"] == "done" and 0 < job["judged_s"] < JUDGE_TIMEOUT_S
+    times = [t for t, _ in job["progress_log"]]
+    messages = [m for _, m in job["progress_log"]]
+    assert times == sorted(times) and times[-1] <= job["judged_s"] + 0.01
+    assert messages[0] == "request materialized" and messages[-1] == "verdict serialized" and "verdict correct" in messages
+
+
+def test_a_jobs_progress_log_keeps_its_first_and_last_messages():
+    from kernelwright.client import service as svc_mod
+
+    job = svc_mod.Job(id="eval-x", request={})
+    job.times["queued"] = job.times["started"] = time.time()
+    for k in range(svc_mod.MAX_PROGRESS + 50):
+        job.said(f"m{k}")
+    log = job.to_dict()["progress_log"]
+    assert len(log) == svc_mod.MAX_PROGRESS and log[0][1] == "m0" and log[-2][1] == f"m{svc_mod.MAX_PROGRESS - 2}"
+    assert log[-1][1] == f"m{svc_mod.MAX_PROGRESS + 49}" and job.progress == log[-1][1]
 
 
 def test_a_malformed_problem_or_request_is_the_callers_error(service, tmp_path):

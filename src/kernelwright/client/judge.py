@@ -51,6 +51,7 @@ class Judge:
         self.service = service if service is not None else (os.environ.get(SERVICE_ENV) or None)
         self.device = device
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self.last_job: dict[str, Any] | None = None  # the service's last answer about a job, verdict left out (its times and progress)
         if self.service is not None:
             url = urlparse(self.service)
             if url.scheme not in ("unix", "http") or (url.scheme == "unix" and not url.path) or (url.scheme == "http" and not url.port):
@@ -88,6 +89,7 @@ class Judge:
         except BaseException:
             self._cancel(job.get("id"))
             raise
+        self.last_job = {k: v for k, v in job.items() if k != "verdict"}
         return _answer(job)
 
     def _cancel(self, job_id: str | None) -> None:

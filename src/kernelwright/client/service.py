@@ -11,7 +11,8 @@ HTTP/1.1 with JSON bodies, on a unix socket in a folder only its user can open (
 TCP with a bearer token (loopback is not private on a shared host):
 
     POST   /v1/evaluations          {"problem": {...}, "candidate": {...}, "policy": {...}, "device": "auto"} -> {"id": ...}
-    GET    /v1/evaluations/ID?wait=S  the job: state (queued, running, done, failed, cancelled), verdict or error
+    GET    /v1/evaluations/ID?wait=S  the job: state (queued, running, done, failed, cancelled), verdict or error,
+                                     queued_s, judged_s and progress_log ([seconds since it started, message], ...)
     DELETE /v1/evaluations/ID       cancel it
     GET    /v1/health               queue and worker counts, the fork server's state (starting, ready, ...)
 """
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 2**20  # a request larger than this is refused
 MAX_WAIT_S = 60.0  # the longest a GET waits for a job to finish
+MAX_PROGRESS = 200  # progress messages a job keeps with their times (the first ones and the last)
 KEEP_DONE = 1000  # finished jobs kept for their callers to collect (the oldest go first)
 STATES = ("queued", "running", "done", "failed", "cancelled")
 
@@ -59,6 +61,7 @@ class Job:
     verdict: dict[str, Any] | None = None  # the verdict JSON once done
     error: dict[str, str] | None = None  # {"kind": problem | usage | infra, "message"} once failed
     progress: str = ""  # the judge's last progress message
+    progress_log: list[tuple[float, str]] = field(default_factory=list)  # (seconds since the job started, message)
     cancel: threading.Event = field(default_factory=threading.Event)
     finished: threading.Event = field(default_factory=threading.Event)
     times: dict[str, float] = field(default_factory=dict)  # queued, started, finished (unix time)
@@ -68,7 +71,16 @@ class Job:
         waited = t.get("started", t.get("finished", time.time())) - t["queued"]
         judged = t["finished"] - t["started"] if "finished" in t and "started" in t else None
         return {"id": self.id, "state": self.state, "verdict": self.verdict, "error": self.error, "progress": self.progress,
-                "queued_s": waited, "judged_s": judged}
+                "progress_log": [list(p) for p in self.progress_log], "queued_s": waited, "judged_s": judged}
+
+    def said(self, message: str) -> None:
+        """A progress message of the judge's, kept with its time (the first MAX_PROGRESS - 1 and the last)."""
+        self.progress = message
+        entry = (round(time.time() - self.times.get("started", self.times["queued"]), 3), message)
+        if len(self.progress_log) >= MAX_PROGRESS:
+            self.progress_log[-1] = entry
+        else:
+            self.progress_log.append(entry)
 
 
 def validate(request: Any) -> dict[str, Any]:
@@ -184,12 +196,10 @@ class JudgeService:
             problem_path, candidate_dir = _materialize(job.request, folder)
             policy = policy_from_wire(job.request.get("policy") or {})
 
-            def progress(message: str) -> None:
-                job.progress = message
-
+            job.said("request materialized")
             try:
                 verdict = evaluate(load_problem(problem_path), candidate_dir, policy, device=job.request.get("device", "auto"),
-                                   progress=progress, cancel=job.cancel)
+                                   progress=job.said, cancel=job.cancel)
             except ProblemError as exc:
                 job.error = {"kind": "problem", "message": str(exc)}
                 return self._end(job, "failed")
@@ -197,6 +207,7 @@ class JudgeService:
                 job.error = {"kind": "usage", "message": str(exc)}
                 return self._end(job, "failed")
             job.verdict = verdict.to_dict()
+            job.said("verdict serialized")
             self._end(job, "done")
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -7,6 +7,8 @@ so that atol keeps its meaning for outputs of any magnitude. Non-finite values m
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +105,8 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
             continue
         r = r_all[start:start + CHUNK].to(torch.float64)
         c = c_all[start:start + CHUNK].to(device=r.device, dtype=torch.float64)
+        if _all_close(r, c, atol * scale, rtol, tally):
+            continue
         fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
         both = fin_r & fin_c
         allowed = atol * scale + rtol * r.abs()
@@ -118,6 +122,25 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
     if exact:
         return Comparison(False, tally.max_abs, tally.max_abs, tally.n_bad, n, tally.message(ref.shape, n, None))
     return Comparison(False, tally.max_abs, tally.max_rel, tally.n_bad, n, tally.message(ref.shape, n, (atol, rtol, scale)))
+
+
+def _all_close(r: torch.Tensor, c: torch.Tensor, atol_scaled: float, rtol: float, tally: "_Tally") -> bool:
+    """The common chunk in a third of the kernels and one synchronisation: when every element of
+    the reference is finite and every output element within its tolerance, add the chunk's
+    largest errors to the tally and say True; otherwise add nothing (the full rule below runs,
+    NaN, Inf and the message included). Same numbers as the full rule: the same operations on
+    the same values (a sum's order aside, which IEEE addition of two terms does not have)."""
+    d = (c - r).abs_()
+    ra = r.abs()
+    allowed = ra.mul(rtol).add_(atol_scaled)  # not finite where the reference is not (or rtol x |r| overflows)
+    ok = d.le(allowed).logical_and_(torch.isfinite(allowed))  # d <= allowed (finite): the output element is finite too
+    rel = d / ra.clamp_(min=max(atol_scaled, 1e-30))
+    every, max_abs, max_rel = torch.stack([ok.all().to(torch.float64), d.max(), rel.max()]).tolist()
+    if not every:
+        return False
+    tally.max_abs = max(tally.max_abs, max_abs)
+    tally.max_rel = max(tally.max_rel, max_rel)
+    return True
 
 
 class _Tally:
@@ -161,6 +184,10 @@ def _rms(values: torch.Tensor) -> float:
     total, count = 0.0, 0
     for start in range(0, values.numel(), CHUNK):
         v = values[start:start + CHUNK].to(torch.float64)
+        whole = float(v.square().sum())  # finite only when every value is (and none squares past float64)
+        if math.isfinite(whole):
+            total, count = total + whole, count + v.numel()
+            continue
         fin = torch.isfinite(v)
         total += float(torch.where(fin, v, torch.zeros_like(v)).square().sum())
         count += int(fin.sum())

@@ -65,6 +65,17 @@ def _copy_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> boo
     return same and bool(ref_sd)
 
 
+def warm(args: dict[str, Any]) -> dict[str, Any]:
+    """A spare child's one command before its candidate is known (judge.spares): make the device's
+    context, nothing else. No candidate code has run here, and `setup` then runs as in a fresh child."""
+    device = torch.device(args["device"])
+    t0 = time.perf_counter()
+    if device.type == "cuda":
+        torch.empty(1, device=device)
+        torch.cuda.synchronize()
+    return {"seconds": round(time.perf_counter() - t0, 3)}
+
+
 def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Import the problem (for inputs and weights) and the candidate; construct ModelNew."""
     S.device = torch.device(args["device"])
@@ -346,4 +357,4 @@ def audit(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
-    return {"setup": setup, "run_case": run_case, "setup_timing": setup_timing, "time": time_batch, "check": check, "profile": profile, "audit": audit}
+    return {"warm": warm, "setup": setup, "run_case": run_case, "setup_timing": setup_timing, "time": time_batch, "check": check, "profile": profile, "audit": audit}

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, refpool, roofline
+from kernelwright.judge import forkpool, refpool, roofline, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -193,6 +193,8 @@ class _Flow:
         self.problem, self.candidate_path, self.policy, self.device = problem, candidate, policy, device
         self.vb, self.workdir, self.say = vb, workdir, say
         self.children: list[Child] = []
+        self.spare_dirs: list[Path] = []  # folders of spare children this evaluation took, removed with them
+        self.candidate_child = "new"  # or "spare": forked ahead, its CUDA context made (judge.spares)
         seeds = policy.seeds or tuple(secrets.randbelow(2**31 - 1) + 1 for _ in range(policy.n_seeds))
         self.seeds = list(seeds) if policy.enabled("seeds") else list(seeds[:1])
         self.meta: dict[str, Any] = {}  # the reference child's setup reply
@@ -229,6 +231,8 @@ class _Flow:
             child.close()  # a second close does nothing
         if warm is not None:
             warm.close()
+        for folder in self.spare_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _release_children(self) -> None:
         """At a verdict: the reference child goes back to the warm pool when it is alive, idle and
@@ -273,8 +277,17 @@ class _Flow:
             raise Stop(Status.INFRA_ERROR, "cancelled")
         env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
         env.update(extra_env or {})
-        child = Child(ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env))
+        config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)
+        spare = spares.POOL.take(config) if role == "candidate" and not extra_env else None
+        if spare is not None:  # forked before this evaluation, its device context made, nothing else (judge.spares)
+            child, folder = spare
+            self.spare_dirs.append(folder)
+            self.candidate_child = "spare"
+        else:
+            child = Child(config)
         self.children.append(child)
+        if role == "candidate" and not extra_env:
+            spares.POOL.refill(config)  # for the next evaluation, in the background
         return child
 
     def _run(self) -> None:
@@ -291,7 +304,8 @@ class _Flow:
         ref, how = self._reference()  # before the build child runs candidate code
         warm = self.warm_ref
         self.vb.workers = {"children": "forked" if isinstance(cand._proc, forkpool.Forked) else "spawned",
-                           "reference": "warm" if warm and warm.uses else "new", "reference_evaluations": (warm.uses + 1) if warm else 1}
+                           "reference": "warm" if warm and warm.uses else "new", "reference_evaluations": (warm.uses + 1) if warm else 1,
+                           "candidate": self.candidate_child}
         if builder is not None and not self._build_extension(builder):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()

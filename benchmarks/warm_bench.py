@@ -10,8 +10,9 @@ data (inputs and outputs of get_inputs()).
 Sections: sanity (machine; the fork server's preload loads no CUDA driver), baseline (the example's
 eager and torch.compile times into DIR's store, so verdicts can take them cached), oneshot (one
 `kernelwright eval` process per verdict, spawned and forked children), sequential (verdicts one
-after another in one process: spawned children; forked children without warm references; warm;
-warm correctness-only; the first warm verdict is the cold reference), protocol (each verdict's
+after another in one process: spawned children; forked children without warm references or
+spares; warm, with spare candidate children; warm correctness-only; the first warm verdict is the
+cold reference), protocol (each verdict's
 steps, cases, seeds, timed calls and stop rule, spawned against warm), serve (`kernelwright serve`
 on a unix socket, verdicts through kernelwright.client.Judge: the first is the cold reference, then
 warm and warm correctness-only), concurrent (ten raw candidates of each shipped CUDA example, each
@@ -38,9 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent", "kbprotocol")
 MODES = {  # environment of each way of judging
-    "spawn": {"KERNELWRIGHT_FORKSERVER": "0", "KERNELWRIGHT_WARM_REFERENCES": "0"},
-    "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0"},
-    "warm": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "2"},
+    "spawn": {"KERNELWRIGHT_FORKSERVER": "0", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
+    "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
+    "warm": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "2", "KERNELWRIGHT_SPARE_CHILDREN": "auto"},
 }
 
 
@@ -240,11 +241,12 @@ def _remote_once(a: argparse.Namespace, url: str, problem: Path, candidate: Path
 
 def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     """Sequential verdicts through `kernelwright serve`: cold reference, warm, warm correctness-only.
-    This process's own warm reference children (section sequential) are closed first, so the GPU
-    holds only the service's."""
-    from kernelwright.judge import refpool
+    This process's own warm reference children and spare candidate children (section sequential)
+    are closed first, so the GPU holds only the service's."""
+    from kernelwright.judge import refpool, spares
 
     refpool.POOL.close()
+    spares.POOL.close()
     proc, url = _service(a)
     a.service_proc, a.service_url = proc, url
     rows = []

@@ -4,6 +4,7 @@ On the CPU backend with KERNELWRIGHT_SPARE_CHILDREN=on (the default uses them on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -13,6 +14,7 @@ import pytest
 from conftest import JUDGE_TIMEOUT_S, candidate, correctness_policy, judge, needs_gpu, problem, timing_policy
 from kernelwright.judge import spares
 from kernelwright.judge.evaluate import evaluate
+from kernelwright.judge.build import cache_dir
 from kernelwright.judge.workers import ChildConfig
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
@@ -113,3 +115,61 @@ def test_on_cuda_a_spare_judges_like_a_fresh_child(monkeypatch):
     assert spares.POOL.wait_idle()
     timed = judge("relu", "relu_cuda", device="cuda", policy=timing_policy())
     assert timed.status.value == "correct" and timed.workers["candidate"] == "spare" and timed.runtime_ms > 0, timed.log
+
+
+def test_a_stopped_spare_is_not_used_and_its_log_is_emptied(tmp_path):
+    """An earlier candidate can reach a spare made while it ran (same user): stopped, it is refused;
+    whatever was written into its log is not the next candidate's."""
+    _judge("rowsum_correct")
+    (spare,) = spares.POOL._ready.values()
+    os.kill(spare.child._proc.pid, signal.SIGSTOP)
+    try:
+        verdict = _judge("rowsum_correct")
+        assert verdict.status.value == "correct" and verdict.workers["candidate"] == "new", verdict.log
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(spare.child._proc.pid, signal.SIGCONT)
+    (spare,) = spares.POOL._ready.values()
+    with open(spare.child.log_path, "a") as f:
+        f.write("planted by an earlier candidate\n")
+    config = ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env={"KERNELWRIGHT_CACHE": str(cache_dir())})
+    taken = spares.POOL.take(config)  # as evaluate() takes it
+    assert taken is spare and spare.child.log_path.read_text() == ""
+    spare.child.close()
+    spare.release()
+    assert not spare.workdir.exists()
+
+
+def test_a_spare_reserves_its_context_in_the_memory_ledger(monkeypatch):
+    from kernelwright.judge import memory
+    from kernelwright.judge.gpulock import device_key
+
+    monkeypatch.setenv(memory.FAKE_ENV, str(64 * 2**30))  # admission on, on the CPU backend
+    _judge("rowsum_correct")
+
+    def reserved() -> list[int]:
+        path = memory._ledger_path(device_key("cpu", 0))
+        with open(path) as f:
+            return [v["bytes"] for v in memory._read(f, os.path.dirname(path)).values()]
+
+    assert reserved() == [memory.CTX]  # the ready spare's, nothing else between verdicts
+    spares.POOL.close()
+    assert reserved() == []
+
+
+def test_shutdown_leaves_no_spare_behind(tmp_path):
+    config = ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env={})
+    pool = spares.SparePool()
+    pool.refill(config)
+    folders = list(pool._making.values())
+    pool.shutdown()
+    assert pool.wait_idle(30)
+    assert not pool._ready and all(not f.exists() for f in folders)
+    pool.refill(config)  # after shutdown: nothing more is made
+    assert not pool._making
+
+
+def test_malformed_settings_are_the_callers_error(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_SPARE_IDLE_S", "soon")
+    with pytest.raises(ValueError, match="KERNELWRIGHT_SPARE_IDLE_S"):
+        evaluate(problem("rowsum"), candidate("rowsum_correct"), correctness_policy(), device="cpu")

@@ -68,12 +68,14 @@ def _copy_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> boo
 def warm(args: dict[str, Any]) -> dict[str, Any]:
     """A spare child's one command before its candidate is known (judge.spares): make the device's
     context, nothing else. No candidate code has run here, and `setup` then runs as in a fresh child."""
-    device = torch.device(args["device"])
     t0 = time.perf_counter()
-    if device.type == "cuda":
-        torch.empty(1, device=device)
-        torch.cuda.synchronize()
-    return {"seconds": round(time.perf_counter() - t0, 3)}
+    if args["device"] != "cuda":  # "none": the round trip judge.spares asks before a spare is used
+        return {"seconds": round(time.perf_counter() - t0, 3)}
+    device = torch.device("cuda")
+    torch.empty(1, device=device)
+    torch.cuda.synchronize()
+    _, total = torch.cuda.mem_get_info()
+    return {"seconds": round(time.perf_counter() - t0, 3), "total_bytes": int(total)}
 
 
 def setup(args: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     if dev == "cuda":
         physical_gpu(policy.gpu_index)  # ValueError for an index outside CUDA_VISIBLE_DEVICES
     gpu_lock_enabled()  # ValueError for a KERNELWRIGHT_GPU_LOCK other than on or off
+    spares.check_settings()  # ValueError for malformed KERNELWRIGHT_SPARE_* settings
     forkpool.warm_up()  # its torch import overlaps the snapshot and the build
     workdir = _workdir()
     try:
@@ -193,7 +194,7 @@ class _Flow:
         self.problem, self.candidate_path, self.policy, self.device = problem, candidate, policy, device
         self.vb, self.workdir, self.say = vb, workdir, say
         self.children: list[Child] = []
-        self.spare_dirs: list[Path] = []  # folders of spare children this evaluation took, removed with them
+        self.spares_taken: list[spares.Spare] = []  # spare children this evaluation took: their folders and reservations go with them
         self.candidate_child = "new"  # or "spare": forked ahead, its CUDA context made (judge.spares)
         seeds = policy.seeds or tuple(secrets.randbelow(2**31 - 1) + 1 for _ in range(policy.n_seeds))
         self.seeds = list(seeds) if policy.enabled("seeds") else list(seeds[:1])
@@ -231,8 +232,8 @@ class _Flow:
             child.close()  # a second close does nothing
         if warm is not None:
             warm.close()
-        for folder in self.spare_dirs:
-            shutil.rmtree(folder, ignore_errors=True)
+        for spare in self.spares_taken:
+            spare.release()  # its child closed above (under this flow's device lock, if any)
 
     def _release_children(self) -> None:
         """At a verdict: the reference child goes back to the warm pool when it is alive, idle and
@@ -280,8 +281,8 @@ class _Flow:
         config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)
         spare = spares.POOL.take(config) if role == "candidate" and not extra_env else None
         if spare is not None:  # forked before this evaluation, its device context made, nothing else (judge.spares)
-            child, folder = spare
-            self.spare_dirs.append(folder)
+            child = spare.child
+            self.spares_taken.append(spare)
             self.candidate_child = "spare"
         else:
             child = Child(config)
@@ -536,7 +537,11 @@ class _Flow:
         self.say("importing the candidate")
         try:
             self.cand_meta = cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s) or {}
-            self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
+            if self.candidate_child == "spare":  # its start-up was the time it waited: not this verdict's
+                setup_s = (self.cand_meta.get("child_seconds") or {}).get("command", float("nan"))
+                self.say(f"candidate imported (spare candidate child, its device context made ahead: {setup_s:.2f} s setup)")
+            else:
+                self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
         if self.cand_meta.get("identities_moved"):

@@ -12,16 +12,24 @@ closed with that evaluation like any candidate child, its result channel has its
 candidate's setup (problem, seeds, guards, snapshots) runs in it exactly as in a fresh child. Its
 own folder (its log, its working directory) goes with it.
 
-At most one spare per (device, environment), one at a time being made; an idle spare holds a CUDA
-context (about 0.7 GiB on the H200) outside judge.memory's ledger, so it goes after
-`KERNELWRIGHT_SPARE_IDLE_S` seconds (default 60) and at exit. `KERNELWRIGHT_SPARE_CHILDREN`: `auto`
-(default: CUDA only, where the context is what a spare saves), `on` (every device; the tests use it
-on the CPU backend), `off`.
+At most one spare per (device, environment), one at a time being made. A spare reserves its
+context (judge.memory.CTX) in the device's memory ledger for its whole life, without waiting: when
+the device is too full for that there is no spare. It goes after `KERNELWRIGHT_SPARE_IDLE_S`
+seconds idle (default 60) and at exit; its teardown, like its warm-up, holds the device's shared
+lock. `KERNELWRIGHT_SPARE_CHILDREN`: `auto` (default: CUDA only, where the context is what a spare
+saves), `on` (every device; the tests use it on the CPU backend), `off`.
+
+What an earlier candidate could do to a spare made while it ran (until the children are sandboxed,
+any process of the user's can signal or trace another, as it can the fork server and the warm
+reference children): stop it, kill it, write into its log. So `take` asks the spare for a round
+trip first and refuses one that is stopped, dead or slow to answer, and empties its log: the next
+evaluation then forks its own child, as without spares.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -32,12 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge.gpulock import device_lock
-from kernelwright.judge.workers import Child, ChildConfig, ChildError, child_env
+from kernelwright.judge import memory
+from kernelwright.judge.gpulock import device_key, device_lock
+from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
 log = logging.getLogger(__name__)
 
 WARM_TIMEOUT_S = 120.0  # creating a CUDA context; a loaded 2-core machine is slow at everything
+TAKE_TIMEOUT_S = 5.0  # the round trip that `take` asks of a spare before using it
 
 
 def mode() -> str:
@@ -58,7 +68,15 @@ def idle_s() -> float:
         value = float(raw) if raw else 60.0
     except ValueError:
         raise ValueError(f"KERNELWRIGHT_SPARE_IDLE_S must be a number of seconds, got {raw!r}") from None
-    return max(0.0, value)
+    if not value >= 0:
+        raise ValueError(f"KERNELWRIGHT_SPARE_IDLE_S must not be negative, got {raw!r}")
+    return value
+
+
+def check_settings() -> None:
+    """ValueError for a malformed setting: said at the start of an evaluation, not inside it."""
+    mode()
+    idle_s()
 
 
 @dataclass
@@ -68,90 +86,147 @@ class Spare:
     key: tuple[Any, ...]
     child: Child
     workdir: Path
+    device: str
+    gpu_index: int
+    reservation: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # its memory ledger entry
     ready_at: float = field(default_factory=time.monotonic)
 
     def close(self) -> None:
-        self.child.close()
+        """Tear it down under the device's shared lock (device work, never beside a timing). Never
+        call it while this thread holds a device lock: they are not reentrant."""
+        try:
+            with device_lock(self.device, self.gpu_index, "shared", what="closing a spare candidate child"):
+                self.child.close()
+        except (OSError, RuntimeError):
+            self.child.close()
+        self.release()
+
+    def release(self) -> None:
+        """Its folder and its memory reservation, once its child is closed (by whoever took it)."""
+        self.child.close()  # a second close does nothing
         shutil.rmtree(self.workdir, ignore_errors=True)
+        self.reservation.close()
 
 
-def key(config: ChildConfig) -> tuple[Any, ...]:
+def key(config: ChildConfig, env: dict[str, str]) -> tuple[Any, ...]:
     """What a spare must share with the child it stands in for: role, device, GPU and the whole
-    environment the child would get now (the working directory aside: a spare has its own)."""
-    return (config.role, config.device, config.gpu_index, tuple(sorted(child_env(config).items())))
+    environment the child gets (the working directory aside: a spare has its own)."""
+    return (config.role, config.device, config.gpu_index, tuple(sorted(env.items())))
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped or traced (state T or t in /proc/PID/stat), or gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("T", "t", "Z", "X")
 
 
 class SparePool:
     def __init__(self) -> None:
         self._ready: dict[tuple[Any, ...], Spare] = {}
-        self._making: set[tuple[Any, ...]] = set()
+        self._making: dict[tuple[Any, ...], Path] = {}  # key -> the folder of the spare being made
+        self._children: dict[tuple[Any, ...], Child] = {}  # key -> the child being made, once forked
         self._lock = threading.Lock()
         self._closed = False
         self._timer: threading.Timer | None = None
 
-    def take(self, config: ChildConfig) -> tuple[Child, Path] | None:
-        """A ready spare for this config (its child and its own folder), or None."""
+    def take(self, config: ChildConfig) -> Spare | None:
+        """A ready spare for this config, checked alive and answering, or None. The caller closes
+        its child and then calls its release()."""
         if not enabled(config.device):
             return None
-        k = key(config)
         with self._lock:
-            spare = self._ready.pop(k, None)
+            spare = self._ready.pop(key(config, Child.env_for(config)), None)
         if spare is None:
             return None
-        if not spare.child.alive() or spare.child.pending():
-            spare.close()  # died idle (killed, out of memory): the evaluation forks its own
+        if not self._answers(spare):
+            spare.close()  # stopped, killed, out of memory: the evaluation forks its own
             return None
-        return spare.child, spare.workdir
+        with contextlib.suppress(OSError):
+            os.truncate(spare.child.log_path, 0)  # whatever reached its log while it waited is not this candidate's
+        return spare
+
+    @staticmethod
+    def _answers(spare: Spare) -> bool:
+        child = spare.child
+        if not child.alive() or child.pending() or _stopped(child._proc.pid):
+            return False
+        try:
+            child.call("warm", {"device": "none"}, timeout_s=TAKE_TIMEOUT_S)
+        except ChildError:
+            return False
+        return True
 
     def refill(self, config: ChildConfig) -> None:
         """Make a spare for this config in the background, unless one is ready or being made."""
         if not enabled(config.device):
             return
-        k = key(config)
+        k = key(config, Child.env_for(config))
         with self._lock:
             if self._closed or k in self._ready or k in self._making:
                 return
-            self._making.add(k)
+            self._making[k] = Path(tempfile.mkdtemp(prefix="kw-spare-"))
         threading.Thread(target=self._make, args=(k, config), name="kw-spare", daemon=True).start()
 
     def _make(self, k: tuple[Any, ...], config: ChildConfig) -> None:
-        workdir = Path(tempfile.mkdtemp(prefix="kw-spare-"))
+        workdir = self._making[k]
         spare: Spare | None = None
         try:
+            if self._closed:
+                raise RuntimeError("shut down")
             child = Child(ChildConfig(role=config.role, device=config.device, gpu_index=config.gpu_index, workdir=workdir, env=config.env))
-            spare = Spare(k, child, workdir)
+            spare = Spare(key(config, child.env), child, workdir, config.device, config.gpu_index)
+            with self._lock:
+                self._children[k] = child
+                if self._closed:  # shut down while it was forked
+                    raise RuntimeError("shut down")
+            if spare.key != k:
+                raise RuntimeError("the environment changed while it was made")
             with device_lock(config.device, config.gpu_index, "shared", what="warming a spare candidate child"):
-                child.call("warm", {"device": config.device}, timeout_s=WARM_TIMEOUT_S)
+                reply = child.call("warm", {"device": config.device}, timeout_s=WARM_TIMEOUT_S) or {}
+            total = memory.device_bytes({"memory": {"device_total_bytes": reply.get("total_bytes")}})
+            if total is not None and (config.device == "cuda" or os.environ.get(memory.FAKE_ENV)):
+                spare.reservation.enter_context(memory.admitted(device_key(config.device, config.gpu_index), memory.CTX, total, timeout_s=0))
             spare.ready_at = time.monotonic()
-        except (ChildError, OSError, RuntimeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - no spare this time; the next evaluation forks its own child
             log.info("no spare candidate child this time: %s", exc)
             if spare is not None:
                 spare.close()
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
             spare = None
-        finally:
-            with self._lock:
-                self._making.discard(k)
-                if spare is not None and (self._closed or k in self._ready):
-                    late, spare = spare, None
-                else:
-                    late = None
-                if spare is not None:
-                    self._ready[k] = spare
-                    self._arm()
+        late = None
+        with self._lock:
+            self._making.pop(k, None)
+            self._children.pop(k, None)
+            if spare is not None and (self._closed or k in self._ready):
+                late, spare = spare, None
+            if spare is not None:
+                self._ready[k] = spare
+                self._arm()
         if late is not None:
             late.close()
 
     def _arm(self) -> None:
         """(Under the lock.) Close idle spares after idle_s()."""
         if self._timer is None:
-            self._timer = threading.Timer(min(idle_s(), 30.0) or 0.01, self._expire)
+            try:
+                wait = min(idle_s(), 30.0)
+            except ValueError:
+                wait = 0.0  # a malformed setting now: they go at once
+            self._timer = threading.Timer(wait or 0.01, self._expire)
             self._timer.daemon = True
             self._timer.start()
 
     def _expire(self) -> None:
-        now, limit = time.monotonic(), idle_s()
+        now = time.monotonic()
+        try:
+            limit = idle_s()
+        except ValueError:
+            limit = 0.0
         with self._lock:
             self._timer = None
             old = [k for k, s in self._ready.items() if now - s.ready_at >= limit]
@@ -186,9 +261,16 @@ class SparePool:
             spare.close()
 
     def shutdown(self) -> None:
+        """At exit: no more spares; the ready ones closed, the ones being made killed, their folders removed."""
         with self._lock:
             self._closed = True
+            making = list(self._children.values())
+            folders = list(self._making.values())
+        for child in making:
+            child.kill()
         self.close()
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 POOL = SparePool()

@@ -102,6 +102,7 @@ class Child:
 
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
+        self.env = self.env_for(config)  # the whole environment it starts with (judge.spares keys on it)
         self.log_path = config.workdir / f"{config.role}.log"
         self._key = new_key()
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
@@ -117,8 +118,12 @@ class Child:
         self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
         self._send_line(self._key.hex())
 
+    @staticmethod
+    def env_for(config: ChildConfig) -> dict[str, str]:
+        return child_env(config)
+
     def _spawn(self, write_fd: int) -> subprocess.Popen | Forked:
-        env = child_env(self.config)
+        env = self.env
         for _ in range(2):  # a server refused for an optional import is replaced once
             srv = forkpool.server()
             if srv is None:

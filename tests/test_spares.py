@@ -173,3 +173,11 @@ def test_malformed_settings_are_the_callers_error(monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_SPARE_IDLE_S", "soon")
     with pytest.raises(ValueError, match="KERNELWRIGHT_SPARE_IDLE_S"):
         evaluate(problem("rowsum"), candidate("rowsum_correct"), correctness_policy(), device="cpu")
+
+
+def test_a_traced_or_stopped_process_is_told_apart():
+    assert spares._tracer("Name:\tx\nTracerPid:\t0\n") == 0
+    assert spares._tracer("Name:\tx\nTracerPid:\t4242\n") == 4242
+    assert spares._tracer("Name:\tx\n") == -1  # no such line: taken as traced
+    assert not spares._stopped(os.getpid())  # this process: running, no tracer (pytest does not trace)
+    assert spares._stopped(2**22 + 12345)  # no such process

@@ -22,7 +22,7 @@ saves), `on` (every device; the tests use it on the CPU backend), `off`.
 What an earlier candidate could do to a spare made while it ran (until the children are sandboxed,
 any process of the user's can signal or trace another, as it can the fork server and the warm
 reference children): stop it, kill it, write into its log. So `take` asks the spare for a round
-trip first and refuses one that is stopped, dead or slow to answer, and empties its log: the next
+trip first and refuses one that is stopped, traced, dead or slow to answer, and empties its log: the next
 evaluation then forks its own child, as without spares.
 """
 
@@ -115,13 +115,26 @@ def key(config: ChildConfig, env: dict[str, str]) -> tuple[Any, ...]:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether the process is stopped or traced (state T or t in /proc/PID/stat), or gone."""
+    """Whether the process is stopped, traced (state T or t, or a tracer attached), or gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rpartition(")")[2].split()[0]
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
     except (OSError, IndexError):
         return True
-    return state in ("T", "t", "Z", "X")
+    return state in ("T", "t", "Z", "X") or _tracer(status) != 0
+
+
+def _tracer(status: str) -> int:
+    """The TracerPid of a /proc/PID/status text (0: none; -1 when the line is missing)."""
+    for line in status.splitlines():
+        if line.startswith("TracerPid:"):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return -1
+    return -1
 
 
 class SparePool:

@@ -9,11 +9,13 @@ illegal (writes through a null pointer). The run: baselines cached; a service wi
 CLIENTS on a unix socket; one warm-up verdict per honest candidate; a quiet run (QUIET verdicts
 of each honest candidate); then the soak: VERDICTS verdicts, one in ten faulty (crash, hang and
 illegal in turn), submitted by CLIENTS threads at once, while a killer SIGKILLs the busiest
-reference child (the judge's own worker) twice, at a third and at two thirds of the soak.
+reference child (the judge's own worker) twice, at a third and at two thirds of the soak. Before
+the soak, with no verdict in flight, every reference child (all idle in the warm pool) is killed.
 
 What must hold (printed and written to DIR/soak_bench.json, with provenance): every request
 answered exactly once; crash and illegal `runtime_error`, hang `timeout`; every honest verdict
-`correct` except at most one `infra_error` per kill, which must name the reference child; each
+`correct` except at most one `infra_error` per kill mid-verdict (none for the idle ones), which
+must name the reference child; each
 honest candidate's median within 2 % of its quiet run. No LLM is involved: the candidates are
 fixed files.
 """
@@ -178,8 +180,8 @@ def _cpu(pid: int) -> int:
         return -1
 
 
-def busiest_reference(service_pid: int) -> int | None:
-    """The reference child (stdout into a reference.log) that used the most CPU in the last 0.2 s."""
+def reference_children(service_pid: int) -> list[int]:
+    """The service's reference children (stdout into a reference.log)."""
     refs = []
     for p in descendants(service_pid):
         try:
@@ -187,6 +189,21 @@ def busiest_reference(service_pid: int) -> int | None:
                 refs.append(p)
         except OSError:
             continue
+    return refs
+
+
+def kill_idle_references(service_pid: int, log: Log, kills: list[dict[str, Any]]) -> None:
+    """Between two batches (no verdict in flight): SIGKILL every reference child, all idle in the
+    warm pool. The verdicts that take them next must set up new ones, not end `infra_error`."""
+    for pid in reference_children(service_pid):
+        os.kill(pid, signal.SIGKILL)
+        kills.append({"pid": pid, "after_verdicts": 0, "time": time.time(), "kind": "idle"})
+        log(f"killer: SIGKILL to idle reference child {pid} before the soak")
+
+
+def busiest_reference(service_pid: int) -> int | None:
+    """The reference child (stdout into a reference.log) that used the most CPU in the last 0.2 s."""
+    refs = reference_children(service_pid)
     before = {p: _cpu(p) for p in refs}
     time.sleep(0.2)
     busy = sorted(((_cpu(p) - before[p], p) for p in refs if before[p] >= 0), reverse=True)
@@ -206,7 +223,7 @@ def killer(service_pid: int, at: list[int], done: list[int], log: Log, kills: li
             log(f"killer: no busy reference child found after {len(done)} verdicts")
             continue
         os.kill(pid, signal.SIGKILL)
-        kills.append({"pid": pid, "after_verdicts": len(done), "time": time.time()})
+        kills.append({"pid": pid, "after_verdicts": len(done), "time": time.time(), "kind": "busy"})
         log(f"killer: SIGKILL to reference child {pid} after {len(done)} verdicts")
 
 
@@ -246,6 +263,7 @@ def judge_rows(rows: list[dict[str, Any]], quiet: dict[str, float], kills: list[
     wrong = [r for r in rows if r["status"] != EXPECTED[r["candidate"]]]
     infra = [r for r in wrong if r["status"] == "infra_error" and r["candidate"] in ("honest_a", "honest_b") and "reference child" in r["log_tail"]]
     other = [r for r in wrong if r not in infra]
+    busy = [k for k in kills if k.get("kind", "busy") == "busy"]
     medians = {}
     for name in ("honest_a", "honest_b"):
         times = [r["runtime_ms"] for r in rows if r["candidate"] == name and r["status"] == "correct" and r.get("runtime_ms")]
@@ -258,9 +276,11 @@ def judge_rows(rows: list[dict[str, Any]], quiet: dict[str, float], kills: list[
         "answered_once": len({r["index"] for r in rows}) == len(rows) == submitted and not any(r["status"].startswith("no verdict") for r in rows),
         "by_status": {s: sum(r["status"] == s for r in rows) for s in sorted({r["status"] for r in rows})},
         "faulty_right": all(r["status"] == EXPECTED[r["candidate"]] for r in rows if r["candidate"] in FAULTY),
-        "infra_from_kills": len(infra), "kills": len(kills), "unexpected": [{k: r.get(k) for k in ("index", "candidate", "status", "log_tail")} for r in other],
+        "infra_from_kills": len(infra), "kills": len(kills), "busy_kills": len(busy),
+        "unexpected": [{k: r.get(k) for k in ("index", "candidate", "status", "log_tail")} for r in other],
         "medians": medians, "medians_within_2pct": bool(medians) and all(abs(m["ratio"] - 1) <= 0.02 for m in medians.values()),
-        "ok": not other and len(infra) <= len(kills) and bool(medians) and all(abs(m["ratio"] - 1) <= 0.02 for m in medians.values()),
+        # a kill mid-verdict may cost that verdict (infra_error, the judge's worker died); a kill of an idle one costs none
+        "ok": not other and len(infra) <= len(busy) and bool(medians) and all(abs(m["ratio"] - 1) <= 0.02 for m in medians.values()),
     }
 
 
@@ -300,6 +320,7 @@ def main() -> int:
         names = plan(a.verdicts, a.seed)
         done: list[int] = []
         kills: list[dict[str, Any]] = []
+        kill_idle_references(proc.pid, log, kills)
         stop = threading.Event()
         k = threading.Thread(target=killer, args=(proc.pid, [a.verdicts // 3, 2 * a.verdicts // 3], done, log, kills, stop), daemon=True)
         k.start()

@@ -30,8 +30,9 @@ reservations plus its own fit in ADMIT_SHARE of the device, or when nothing else
 waits otherwise (with a progress line), and its reservation goes when the verdict ends or its
 process dies. A reservation is live while its own lock file (`<key>.mem.<token>.held`) is held
 under flock by the process that made it: the kernel lets go when that process dies, and an entry
-that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing. So concurrent verdicts on one GPU never run each other out of memory; processes
-that are not kernelwright verdicts are not in the ledger.
+that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing. So concurrent verdicts on one GPU never run each other out of memory; a
+spare candidate child (judge.spares) reserves its context (CTX) the same way for its whole life;
+processes that are not kernelwright's are not in the ledger.
 
 **Whose OOM.** Nothing the candidate's process says about its memory can be trusted (it could
 free what it held, or forge the message). When a candidate child reports an out-of-memory the

@@ -176,8 +176,19 @@ def test_malformed_settings_are_the_callers_error(monkeypatch):
 
 
 def test_a_traced_or_stopped_process_is_told_apart():
+    import ctypes
+    import subprocess
+
     assert spares._tracer("Name:\tx\nTracerPid:\t0\n") == 0
-    assert spares._tracer("Name:\tx\nTracerPid:\t4242\n") == 4242
     assert spares._tracer("Name:\tx\n") == -1  # no such line: taken as traced
-    assert not spares._stopped(os.getpid())  # this process: running, no tracer (pytest does not trace)
     assert spares._stopped(2**22 + 12345)  # no such process
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not spares._stopped(proc.pid)  # running, no tracer: a spare like it is used
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(0x4206, proc.pid, None, None) != 0:  # PTRACE_SEIZE: attached, still running
+            pytest.skip(f"ptrace is not allowed here (errno {ctypes.get_errno()})")
+        assert spares._stopped(proc.pid)  # a tracer attached: refused
+    finally:
+        proc.kill()
+        proc.wait()

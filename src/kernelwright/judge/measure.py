@@ -265,6 +265,23 @@ def tail_margin(stream_median_ms: float) -> float:
     return min(TAIL_MARGIN_MAX_MS, max(TAIL_MARGIN_MIN_MS, TAIL_MARGIN_SHARE * stream_median_ms))
 
 
+# The guard of step device_sync (the flag, not the charge) fires when the candidate's median call came
+# later than the margin and than this share of the call. The host's wake-up after a long synchronize
+# differs by process: on the H200 the median tail of a call held 1-3 ms was 17-84 us in three fresh
+# processes (tail_h200_8f5dc55.json), so an honest 3.2 ms matmul whose child woke late against a
+# base from a child that woke early came 50-70 us late, past the 10 us margin, and fired the guard in
+# three GPU runs (c894224, 55ceb19, 8a9c185) and not in others. A twentieth of the call is 160 us there and
+# 13.5 us for a 0.27 ms softmax. What fires no flag is still charged: every call pays its lateness
+# beyond the margin (TimingOutcome.charged), so the price is the same either way.
+GUARD_LATE_SHARE = 0.05
+
+
+def late_threshold(stream_median_ms: float) -> float:
+    """How late (beyond its base) the candidate's median call may come before step device_sync's
+    guard fires: the margin, or GUARD_LATE_SHARE of the call if that is more."""
+    return max(tail_margin(stream_median_ms), GUARD_LATE_SHARE * stream_median_ms)
+
+
 class FlagsMoved(Exception):
     """The candidate moved a numerics flag during timing."""
 

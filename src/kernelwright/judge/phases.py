@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, provenance, stats
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.measure import (NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, tail_margin,
+from kernelwright.judge.measure import (NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
                                         wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
@@ -379,10 +379,11 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     """(per-call times, (device-wide times, the empty call's tail)) of each contender under step
     device_sync (TimingOutcome.charged), and the step's record: how many calls were charged the
     lateness of their device-wide end beyond the margin. The guard fires when the candidate's median
-    call was late by more than the margin (more than half its calls were charged): its work went on
-    past its own stream. It looks at the lateness, not at how far the charge moved the median, which
-    leaves the margin out: a guard on the charge would need twice the margin to fire. The second pair
-    is empty without device-wide times."""
+    call was late by more than measure.late_threshold (the margin, or a twentieth of the call if more):
+    its work went on past its own stream. It looks at the lateness, not at how far the charge moved the
+    median, which leaves the margin out: a guard on the charge would need twice the margin to fire. The
+    share keeps the host's per-process wake-up after a long call from firing it on an honest candidate;
+    the charge does not depend on it. The second pair is empty without device-wide times."""
     vb = flow.vb
     names = [c for c in ("candidate", "eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
     plain = {c: list(outcome.samples[c].times_ms) for c in names}
@@ -405,7 +406,8 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
         parts.append(f"{c} {n} of {len(out[c])} (margin {margin * 1e3:.3g} us)")
     moved = statistics.median(out["candidate"]) - statistics.median(plain["candidate"])
     late = [d - t - bases["candidate"] for t, d in zip(plain["candidate"], device.get("candidate", []))]
-    fired = bool(late) and statistics.median(late) > tail_margin(statistics.median(plain["candidate"]))
+    threshold = late_threshold(statistics.median(plain["candidate"]))
+    fired = bool(late) and statistics.median(late) > threshold
     held = outcome.held_lengths()
     basis = ", ".join(f"{c} {bases[c] * 1e3:.3g} us" for c in names)
     how = ("; from calls of the judge's spin kernel held as long as the contender's median for " + ", ".join(
@@ -415,7 +417,8 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream; that time "
               "counts, plus any lateness of the device-wide end beyond the margin, measured against the judge's own call of "
               f"the same length (that call's tail: {basis}{how}); calls charged: " + ", ".join(parts)
-              + (f"; the candidate's median call came {statistics.median(late) * 1e3:.3g} us late, more than the margin, and the "
+              + (f"; the candidate's median call came {statistics.median(late) * 1e3:.3g} us late, more than the guard's "
+                 f"{threshold * 1e3:.3g} us (the margin, or {GUARD_LATE_SHARE:g} of the call if more), and the "
                  f"charge moved its median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
     vb.step("device_sync", True, detail)
     vb.guard("device_sync", fired, detail)

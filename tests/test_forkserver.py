@@ -183,3 +183,41 @@ def test_what_the_inductor_writes_into_the_environment_changes_no_key():
     base = {"PATH": "/bin"}
     assert forkpool.import_env_key(base) == forkpool.import_env_key({**base, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x",
                                                                      "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR": "1234"})
+
+
+def test_absolute_pythonpath_resolves_each_entry_against_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = forkpool.absolute_pythonpath({"PYTHONPATH": os.pathsep.join(["src", "", "/abs/lib"]), "OTHER": "x"})
+    assert env == {"PYTHONPATH": os.pathsep.join([str(tmp_path / "src"), "/abs/lib"]), "OTHER": "x"}
+    assert forkpool.absolute_pythonpath({"OTHER": "x"}) == {"OTHER": "x"}
+    monkeypatch.setenv("PYTHONPATH", "src")
+    assert child_env(_config(tmp_path))["PYTHONPATH"] == str(tmp_path / "src")
+
+
+def test_a_judge_run_from_a_checkout_with_a_relative_pythonpath_judges(tmp_path):
+    """`PYTHONPATH=src python -m kernelwright eval ...` from a checkout, with a Python that has torch
+    but not kernelwright installed: the fork server (started in /) and the children (started in
+    their work folders) must still import kernelwright. Up to fec5d40 every such
+    verdict was an infra_error ("No module named 'kernelwright'")."""
+    import subprocess
+    import sys
+
+    import torch
+
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "torch-only"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "torch_only.pth").write_text(str(Path(torch.__file__).resolve().parents[1]) + "\n")  # torch and the rest, no .pth of theirs
+    probe = subprocess.run([str(python), "-c", "import torch, kernelwright"], capture_output=True, text=True, cwd=tmp_path)
+    if "No module named 'kernelwright'" not in probe.stderr:
+        pytest.skip(f"could not build a Python with torch but without kernelwright: {probe.stderr[-300:]!r}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELWRIGHT_")}
+    env.update(PYTHONPATH="src", KERNELWRIGHT_CACHE=str(tmp_path / "cache"), KERNELWRIGHT_STORE=str(tmp_path / "cache" / "store.sqlite"))
+    out = subprocess.run([str(python), "-m", "kernelwright", "eval", "examples/cpu/softmax/problem.py", "examples/cpu/softmax",
+                          "--correctness-only", "--json"], capture_output=True, text=True, cwd=root, env=env, timeout=JUDGE_TIMEOUT_S)
+    import json
+
+    verdict = json.loads(out.stdout)
+    assert verdict["status"] == "correct", (verdict["status"], verdict.get("log"), out.stderr[-1000:])

@@ -111,11 +111,10 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
         return {"ran": False, "reason": "ncu (Nsight Compute) was not found on PATH or under CUDA_HOME"}
     from kernelwright.judge.build import cache_dir
     from kernelwright.judge.gpulock import device_lock
-    from kernelwright.judge.workers import physical_gpu
+    from kernelwright.judge.workers import absolute_pythonpath, physical_gpu
 
-    path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
-           "PYTHONUNBUFFERED": "1", **({"PYTHONPATH": path} if path else {}), **_extension_env(Path(cand_dir))}
+    env = {**absolute_pythonpath(dict(os.environ)), "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
+           "PYTHONUNBUFFERED": "1", **_extension_env(Path(cand_dir))}
     with device_lock(device, gpu_index, "exclusive", what="running ncu"):  # ncu measures durations
         return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s)
 

@@ -43,6 +43,17 @@ CALL_TIME = frozenset({"PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES", "TORCH_EXTENS
                        SHARED_ENV})
 
 
+def absolute_pythonpath(env: dict[str, str]) -> dict[str, str]:
+    """env with each PYTHONPATH entry made absolute against the judge's working directory. The
+    judge's processes start elsewhere (the fork server in /, children in their work directory), so
+    `PYTHONPATH=src python3 -m kernelwright ...` from a checkout would otherwise leave them unable to
+    import kernelwright: every verdict an infra_error (H200, fec5d40, memory_bench.py)."""
+    value = env.get("PYTHONPATH")
+    if value:
+        env = {**env, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in value.split(os.pathsep) if p)}
+    return env
+
+
 class ForkServerError(RuntimeError):
     """The fork server could not start or answer."""
 
@@ -126,7 +137,7 @@ class ForkServer:
                 raise
         else:
             self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"}))
+            env = absolute_pythonpath(dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"})))
             self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
                                           pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
             theirs.close()

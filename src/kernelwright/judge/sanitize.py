@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelwright.judge.forkpool import absolute_pythonpath
+
 TOOLS = ("memcheck", "racecheck", "initcheck")
 PRINT_LIMIT = 20  # errors each tool prints in full
 FINDING_LINES = 12  # lines of the report kept per tool
@@ -118,9 +120,8 @@ def run(problem: Path, candidate: Path, *, gpu_index: int, env: dict[str, str], 
         return {"ran": False, "reason": "compute-sanitizer was not found (PATH, CUDA_HOME, /usr/local/cuda, beside nvcc)", "tools": []}
     # one cudaMalloc per tensor, so that memcheck sees an access past a tensor's end even where
     # torch's caching allocator would have put another tensor there
-    path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
-    full_env = {**os.environ, **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
-                "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", **({"PYTHONPATH": path} if path else {})}
+    full_env = {**absolute_pythonpath(dict(os.environ)), **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
+                "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     results = [_run_tool(exe, tool, problem, candidate, full_env, timeout_s) for tool in tools]
     counts = [r["errors"] for r in results]
     return {"ran": True, "reason": "", "tools": results, "errors": None if None in counts else sum(counts)}

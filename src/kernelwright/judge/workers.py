@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from kernelwright.judge import forkpool, replies
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
-from kernelwright.judge.forkpool import Forked, ForkServerError
+from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ CHILD_DROPS = frozenset({"KERNELWRIGHT_FORKSERVER_SOCKET", "KERNELWRIGHT_SERVICE
 
 def child_env(config: ChildConfig) -> dict[str, str]:
     """The whole environment of a child: the judge's, the config's extras, and the pinning."""
-    env = {k: v for k, v in os.environ.items() if k not in CHILD_DROPS}
+    env = absolute_pythonpath({k: v for k, v in os.environ.items() if k not in CHILD_DROPS})
     env.update(config.env)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise

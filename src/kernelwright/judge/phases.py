@@ -379,7 +379,7 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     """(per-call times, (device-wide times, the empty call's tail)) of each contender under step
     device_sync (TimingOutcome.charged), and the step's record: how many calls were charged the
     lateness of their device-wide end beyond the margin. The guard fires when the candidate's median
-    call was late by more than measure.late_threshold (the margin, or a twentieth of the call if more):
+    call was late by more than measure.late_threshold (the margin, or a tenth of the call if more):
     its work went on past its own stream. It looks at the lateness, not at how far the charge moved the
     median, which leaves the margin out: a guard on the charge would need twice the margin to fire. The
     share keeps the host's per-process wake-up after a long call from firing it on an honest candidate;

@@ -16,7 +16,10 @@ cold reference), protocol (each verdict's
 steps, cases, seeds, timed calls and stop rule, spawned against warm), serve (`kernelwright serve`
 on a unix socket, verdicts through kernelwright.client.Judge: the first is the cold reference, then
 warm and warm correctness-only), concurrent (ten raw candidates of each shipped CUDA example, each
-judged alone, then all at once by several clients through that service) and kbprotocol (against
+judged alone, then all at once by several clients through that service), memory (each of those
+examples judged alone through a service, correctness-only and timed, after `concurrent` cached its
+builds and baselines: the peak of the judge's processes against the problem's footprint, with and
+without their CUDA contexts, a bare context measured in the same run) and kbprotocol (against
 benchmarks/kernelbench_protocol.py on the same kernel, cold and warm). Writes DIR/warm_bench.json
 (provenance in it) and DIR/warm_bench.log; prints a short table last.
 """
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent", "kbprotocol")
+SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent", "memory", "kbprotocol")
 MODES = {  # environment of each way of judging
     "spawn": {"KERNELWRIGHT_FORKSERVER": "0", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
     "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
@@ -191,7 +194,7 @@ def _row(a: argparse.Namespace, mode: str, correctness_only: bool, d: dict[str, 
     by_process = MEM.at_peak(t0, time.monotonic()) if MEM is not None else None
     return {"mode": mode, "correctness_only": correctness_only, "wall_s": wall, "status": d["status"], "runtime_ms": d["runtime_ms"],
             "eager_ms": d["eager_ms"], "compile_ms": d["compile_ms"], "baseline_source": d["baseline_source"], "timing": d["timing"],
-            "steps": d["steps"], "workers": d.get("workers"), "phases": phases, "log": (d.get("log") or "")[:3000],
+            "steps": d["steps"], "workers": d.get("workers"), "memory": d.get("memory"), "phases": phases, "log": (d.get("log") or "")[:3000],
             "gpu_peak_mib": peak, "gpu_at_peak_by_process_mib": by_process, "problem_mib": _problem_mib(a), "peak_over_problem": (peak / _problem_mib(a)) if peak else None}
 
 
@@ -335,6 +338,70 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
                          "sequential_wall_s": seq_wall, "within_2pct": within, "compared": len(ratios),
                          "rows": [{k: r.get(k) for k in ("example", "candidate", "status", "wall_s", "runtime_ms", "alone_runtime_ms", "ratio_to_alone",
                                                          "alone_wall_s", "gpu_peak_mib")} for r in rows]}
+
+
+def _smi_mib(pid: int) -> int | None:
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=10).stdout
+    for line in out.strip().splitlines():
+        got, _, mib = (x.strip() for x in line.partition(","))
+        if got == str(pid) and mib.isdigit():
+            return int(mib)
+    return None
+
+
+def bare_context_mib() -> int | None:
+    """What a process holds on the GPU with a CUDA context and one small tensor (nvidia-smi): the
+    fixed cost of each of the judge's processes, whatever the problem."""
+    code = "import sys, time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()
+        time.sleep(0.5)
+        return _smi_mib(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """GPU memory per shipped example: one correctness-only and one timed verdict of each (its first
+    raw candidate, build and baselines cached by `concurrent`) through a service of its own, alone
+    on the GPU. The judge's peak is the highest sum over its processes (nvidia-smi every 50 ms);
+    "without contexts" takes a bare context (measured here) off each process that held memory at
+    that peak. The footprint is the verdict's own `memory.problem.footprint_bytes`."""
+    if getattr(a, "service_proc", None) is not None:  # its idle warm children would count in the peaks below
+        a.service_proc.terminate()
+        a.service_proc.wait(timeout=60)
+        a.service_proc = a.service_url = None
+    ctx = bare_context_mib() if a.device == "cuda" else None
+    log_line(a, f"memory: a bare CUDA context holds {ctx} MiB")
+    proc, url = _service(a, "serve-memory")
+    rows = []
+    try:
+        for name in [n for n in a.concurrent_examples.split(",") if n]:
+            problem, cand = ROOT / "examples" / a.device / name / "problem.py", _variants(a, name, 1)[0]
+            _remote_once(a, url, problem, cand, True, "memory-warmup")  # the reference child made: the rows below are warm
+            for co in (True, False):
+                row = _remote_once(a, url, problem, cand, co, "memory")
+                fp = ((row.get("memory") or {}).get("problem") or {}).get("footprint_bytes")
+                by = row.get("gpu_at_peak_by_process_mib") or {}
+                peak = row.get("gpu_peak_mib")
+                held = [m for m in by.values() if m > 0]
+                ex = peak - ctx * len(held) if peak is not None and ctx is not None else None
+                fp_mib = fp / 2**20 if fp else None
+                r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
+                     "peak_mib": peak, "by_process_mib": by, "processes": len(held), "context_mib": ctx, "peak_without_contexts_mib": ex,
+                     "ratio": peak / fp_mib if peak and fp_mib else None, "ratio_without_contexts": ex / fp_mib if ex is not None and fp_mib else None,
+                     "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes")}
+                rows.append(r)
+                log_line(a, f"memory {name}{' correctness-only' if co else ''}: {row['status']}, footprint {fp_mib and round(fp_mib)} MiB, "
+                            f"peak {peak} MiB over {len(held)} processes {by} = {r['ratio'] and round(r['ratio'], 2)}x, "
+                            f"without contexts {ex} MiB = {r['ratio_without_contexts'] and round(r['ratio_without_contexts'], 2)}x")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    doc["memory"] = {"context_mib": ctx, "rows": rows}
 
 
 def sec_kbprotocol(a: argparse.Namespace, doc: dict[str, Any]) -> None:

@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from kernelwright.judge.correctness import Comparison, as_output_list, check_output, compare, compare_outputs, poison
+from kernelwright.judge.correctness import (
+    Comparison, as_output_list, check_output, compare, compare_outputs, free_blocks, missing_blocks, poison,
+)
 
 ATOL = RTOL = 1e-4
 
@@ -219,6 +221,42 @@ def test_as_output_list_and_to_dict():
 
 def test_poison_runs_on_cpu():
     poison(torch.device("cpu"), [256, 4096], extra_bytes=1024)  # allocates, fills, frees: no error
+
+
+MIB = 1 << 20
+
+
+def _segment(address: int, blocks: list[tuple[int, str]], kind: str = "large", device: int = 0) -> dict:
+    return {"device": device, "address": address, "segment_type": kind, "total_size": sum(b for b, _ in blocks),
+            "blocks": [{"size": size, "state": state} for size, state in blocks]}
+
+
+def test_poison_finds_every_free_block_of_its_device_and_no_other():
+    """CUDA poison fills the allocator's free blocks in place, at the addresses a memory snapshot
+    gives (counted from the segment's start when a block has none); a block in use, or one
+    awaiting another stream, is left alone, as is another device's memory."""
+    snapshot = [
+        _segment(1000 * MIB, [(4 * MIB, "active_allocated"), (8 * MIB, "inactive"), (2 * MIB, "active_awaiting_free"), (6 * MIB, "inactive")]),
+        _segment(5000 * MIB, [(2 * MIB, "inactive")], kind="small"),
+        _segment(9000 * MIB, [(64 * MIB, "inactive")], device=1),
+    ]
+    assert free_blocks(snapshot, 0) == [(1004 * MIB, 8 * MIB, "large"), (1014 * MIB, 6 * MIB, "large"), (5000 * MIB, 2 * MIB, "small")]
+    assert free_blocks(snapshot, 1) == [(9000 * MIB, 64 * MIB, "large")]
+    given = [{**_segment(0, []), "blocks": [{"size": 4 * MIB, "state": "inactive", "address": 77 * MIB}]}]
+    assert free_blocks(given, 0) == [(77 * MIB, 4 * MIB, "large")]  # the snapshot's own address wins
+
+
+def test_poison_adds_a_block_only_for_an_output_no_free_block_can_hold():
+    """Each output needs its own free block of its pool (small: up to 1 MiB) at least its size;
+    one without gets a poisoned block of its own, so a fresh segment is poisoned too."""
+    free = [(0, 8 * MIB, "large"), (100 * MIB, 6 * MIB, "large"), (200 * MIB, 2 * MIB, "small")]
+    assert missing_blocks([8 * MIB, 6 * MIB], free) == []
+    assert missing_blocks([6 * MIB, 6 * MIB], free) == []  # best fit: the 6 MiB block, then the 8 MiB one
+    assert missing_blocks([8 * MIB, 8 * MIB], free) == [8 * MIB]
+    assert missing_blocks([16 * MIB], free) == [16 * MIB]
+    assert missing_blocks([512], free) == []  # a small output: the small pool's block
+    assert missing_blocks([512, 512], free) == [512]  # a large block does not serve a small request
+    assert missing_blocks([0], []) == [1]
 
 
 @pytest.mark.parametrize("case", range(12))

@@ -28,20 +28,25 @@ def _meta(i: int, o: int, w: int = 0, p: int = 0) -> dict:
     return {"memory": {"input_bytes": i, "output_bytes": o, "param_bytes": p, "forward_peak_bytes": w}}
 
 
-def test_the_estimate_grows_with_the_problem_and_keeps_at_most_keep_bytes_of_references():
-    small, large = memory.estimate(_meta(GIB // 2, GIB // 2), 15), memory.estimate(_meta(6 * GIB, 6 * GIB), 15)
+def test_the_estimate_grows_with_the_problem_and_holds_no_reference_outputs_on_the_gpu():
+    small, large = memory.estimate(_meta(GIB // 2, GIB // 2)), memory.estimate(_meta(6 * GIB, 6 * GIB))
     assert small.total < large.total
     assert small.reference > 2 * memory.CTX and small.candidate > memory.CTX
-    # past KEEP_BYTES the reference child recomputes: 15 cases of 6 GiB outputs keep 1 GiB, not 90
-    assert large.reference < memory.CTX + memory.KEEP_BYTES + 3 * 6 * GIB + 2 * 12 * GIB
-    assert memory.estimate(_meta(10, 10, w=20 * GIB), 3).total > 40 * GIB  # the forward's own peak counts, in both children
+    # no kept references: a recompute (I + O) beside the taken output (O), or the timing pool and its refresh (4 I + O)
+    assert large.reference == memory.CTX + 4 * 6 * GIB + 6 * GIB
+    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 2 * 6 * GIB + memory.COMPARE_TEMP
+    # the candidate: inputs and their copy, output, staging and poison's one block (2 I + 3 O); timed, pool and refresh,
+    # output and staging (4 I + 2 O); poison's old blocks (3 O and up to 1 GiB) are gone
+    assert small.candidate == memory.CTX + 4 * GIB // 2 + 2 * GIB // 2
+    assert memory.estimate(_meta(GIB // 2, GIB // 2), timed=False).candidate == memory.CTX + 2 * GIB // 2 + 3 * GIB // 2
+    assert memory.estimate(_meta(10, 10, w=20 * GIB)).total > 40 * GIB  # the forward's own peak counts, in both children
 
 
 def test_too_large_names_what_it_needs_and_what_the_device_has():
-    est = memory.estimate(_meta(40 * GIB, 40 * GIB), 15)
+    est = memory.estimate(_meta(40 * GIB, 40 * GIB))
     text = memory.too_large(est, 141 * GIB, 100 * GIB)
     assert "needs about" in text and "141.00 GiB" in text and "100.00 GiB free" in text
-    assert memory.too_large(memory.estimate(_meta(GIB, GIB), 15), 141 * GIB, None) == ""
+    assert memory.too_large(memory.estimate(_meta(GIB, GIB)), 141 * GIB, None) == ""
 
 
 @pytest.fixture()
@@ -106,6 +111,9 @@ def test_the_verdict_states_its_memory(ledger, monkeypatch):
     assert v.status.value == "correct", v.log
     m = v.to_dict()["memory"]
     assert m["device_bytes"] == 80 * GIB and m["estimate_bytes"] > 2 * memory.CTX and m["admitted_after_s"] >= 0
+    rows, cols = 64, 513  # the fixture's input, fp32; its output is one sum per row
+    assert m["problem"]["input_bytes"] == rows * cols * 4 and m["problem"]["output_bytes"] == rows * 4
+    assert m["problem"]["footprint_bytes"] == max(m["problem"]["forward_peak_bytes"], (rows * cols + rows) * 4)
     monkeypatch.delenv(memory.FAKE_ENV)
     assert evaluate(ROWSUM, FIX / "candidates" / "rowsum_correct", Policy(time_candidate=False), device="cpu").memory is None  # CPU: off
 
@@ -138,7 +146,7 @@ def _oom_flow(free: int, outstanding: int = 0):
     flow.device, flow.policy = "cuda", Policy()
     flow.children = [_StubChild("candidate")]
     flow.ref = _StubChild("reference", free, outstanding)
-    flow.estimate = memory.estimate(_meta(GIB, GIB), 15)
+    flow.estimate = memory.estimate(_meta(GIB, GIB))
     flow.vb = VerdictBuilder.__new__(VerdictBuilder)
     flow.vb.memory = {}
     return flow
@@ -208,5 +216,5 @@ def test_a_timeout_inside_an_admitted_verdict_is_not_a_wait_for_memory(ledger, m
     flow.vb = VerdictBuilder.__new__(VerdictBuilder)
     flow.say, flow.cancel = (lambda _m: None), None
     with pytest.raises(ChannelTimeout):
-        with flow._admission(15):
+        with flow._admission():
             raise ChannelTimeout("a child's reply did not come")

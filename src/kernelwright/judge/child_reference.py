@@ -1,7 +1,7 @@
 """The reference child: runs only the problem's code, never the candidate's.
 
-It computes reference outputs (kept in its memory up to KEEP_BYTES, recomputed past that; never
-written to disk), compares candidate outputs handed over by descriptor (judge.handover), and
+It computes reference outputs (on a GPU kept in host memory when that is cheaper than computing
+them again, else recomputed; on the CPU kept up to KEEP_BYTES; never written to disk), compares candidate outputs handed over by descriptor (judge.handover), and
 times the eager and torch.compile baselines.
 """
 
@@ -31,7 +31,7 @@ class _State:
     device: torch.device = torch.device("cpu")
     model: torch.nn.Module | None = None
     compiled: Callable[..., Any] | None = None
-    refs: list[Any] = []  # per case: its outputs, None when the case was skipped, RECOMPUTE past KEEP_BYTES
+    refs: list[Any] = []  # per case: its outputs (on the host on a GPU), None when the case was skipped, or RECOMPUTE
     cases: list[Case] = []
     atol: float = 1e-4
     rtol: float = 1e-4
@@ -45,6 +45,7 @@ class _State:
 
 S = _State()
 KEEP_BYTES = 1 << 30  # reference outputs kept across a verdict's cases; past this they are recomputed when compared
+HOST_COPY_BYTES_S = 4e9  # a conservative rate for copying a kept output from pageable host memory back to the GPU
 RECOMPUTE: Any = "recompute"
 NULL_BEFORE_CALLS = 15  # empty calls timed at setup (step harness_overhead's cap)
 HELD_BEFORE_MS = (0.1, 0.3, 1.0, 3.0, 10.0)  # lengths of the held calls timed at setup (step device_sync's cap)
@@ -265,19 +266,26 @@ def _check_deterministic(case: Case) -> None:
 
 def _compute_refs(cases: list[Case]) -> list[int]:
     """Reference outputs of every case; a non-native case whose reference is not finite is skipped.
-    Outputs are kept while all kept so far fit in KEEP_BYTES; a case past that is recomputed when
-    its comparison comes (_case_refs), so the judge's memory does not grow with the cases."""
+    Outputs are kept while all kept so far fit in KEEP_BYTES, and past that recomputed when their
+    comparison comes (_case_refs), so the judge's memory does not grow with the cases. On a GPU
+    none is kept there (judge.memory): an output is kept in host memory when computing it took
+    longer than copying it back would, and recomputed otherwise."""
     S.refs, S.cases, skipped, kept = [], cases, [], 0
+    cuda = S.device.type == "cuda"
     for i, case in enumerate(cases):
+        t0 = time.perf_counter()
         outs = _checked(f"the reference failed on case {case.id}", lambda: _forward(inputs.make_inputs(S.problem, case, S.device)))
         finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
+        if cuda:
+            torch.cuda.synchronize()
+        took = time.perf_counter() - t0  # the case's inputs and forward: what a recompute costs
         if not finite and case.kind in ("normal", "uniform", "large"):
             S.refs.append(None)
             skipped.append(i)
             continue
         size = inputs.tensor_bytes(outs)
-        if kept + size <= KEEP_BYTES:
-            S.refs.append([o.detach().clone() for o in outs])
+        if kept + size <= KEEP_BYTES and (not cuda or took > size / HOST_COPY_BYTES_S):
+            S.refs.append([o.detach().to("cpu") if cuda else o.detach().clone() for o in outs])
             kept += size
         else:
             S.refs.append(RECOMPUTE)
@@ -286,13 +294,15 @@ def _compute_refs(cases: list[Case]) -> list[int]:
 
 
 def _case_refs(i: int) -> list[torch.Tensor]:
-    """Case i's reference outputs: kept, or computed again on the case's inputs (the reference was
-    checked deterministic within the tolerance at setup)."""
+    """Case i's reference outputs on the device: kept, or computed again on the case's inputs (the
+    reference was checked deterministic within the tolerance at setup)."""
     refs = S.refs[i]
     assert refs is not None, "compare on a skipped case"
     if refs is RECOMPUTE:
         case = S.cases[i]
         return _checked(f"the reference failed on case {case.id}", lambda: _forward(inputs.make_inputs(S.problem, case, S.device)))
+    if S.device.type == "cuda":
+        return [r.to(S.device) for r in refs]
     return refs
 
 

@@ -226,11 +226,24 @@ def compare_outputs(refs: list[torch.Tensor], outs: list[Any], atol: float, rtol
 
 
 def poison(device: torch.device, byte_sizes: list[int], extra_bytes: int = 0) -> None:
-    """Fill memory the allocator will hand out next with NaN bytes (0xFF), then free it.
+    """Fill memory the allocator will hand out next with NaN bytes (0xFF).
 
-    Allocating blocks of exactly the sizes the candidate will allocate (its outputs) catches the
-    blocks it freed; an extra large block covers the rest of the cache on the GPU.
+    On CUDA every free block the caching allocator holds is filled in place (free_blocks), and a
+    block is allocated, filled and freed for each output that no free block could hold, so the
+    output's own block is poisoned too: no memory beyond the cache and the outputs' sizes
+    (judge.memory). Elsewhere blocks of exactly the outputs' sizes are allocated, filled and freed,
+    three of each, which catches the blocks the candidate freed, with `extra_bytes` more.
     """
+    if device.type == "cuda":
+        _poison_cuda(device, byte_sizes)
+    else:
+        _poison_by_allocation(device, byte_sizes, extra_bytes)
+
+
+POISON_EXTRA_MAX = 1 << 30  # the extra block of the allocating way on a GPU, at most
+
+
+def _poison_by_allocation(device: torch.device, byte_sizes: list[int], extra_bytes: int) -> None:
     held = []
     for size in byte_sizes:
         for _ in range(3):
@@ -238,3 +251,62 @@ def poison(device: torch.device, byte_sizes: list[int], extra_bytes: int = 0) ->
     if extra_bytes > 0:
         held.append(torch.full((extra_bytes,), 0xFF, dtype=torch.uint8, device=device))
     del held
+
+
+SMALL_BLOCK = 1 << 20  # the CUDA caching allocator serves requests up to 1 MiB from its small pool
+
+
+class _Span:
+    """A view of device memory the caching allocator holds free, for torch.as_tensor (the CUDA
+    array interface): the tensor made from it owns nothing, so nothing is allocated or freed."""
+
+    def __init__(self, address: int, size: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
+
+
+def free_blocks(segments: list[dict[str, Any]], device_index: int) -> list[tuple[int, int, str]]:
+    """(address, bytes, "small" or "large") of every free block in a torch.cuda.memory_snapshot()
+    on one device. A block awaiting another stream's use is not free and is left alone."""
+    found = []
+    for seg in segments:
+        if int(seg.get("device", device_index)) != device_index:
+            continue
+        address, kind = int(seg["address"]), str(seg.get("segment_type", "large"))
+        for block in seg.get("blocks", []):
+            size = int(block["size"])
+            if block.get("state") == "inactive" and size > 0:
+                found.append((int(block.get("address", address)), size, kind))
+            address += size
+    return found
+
+
+def missing_blocks(byte_sizes: list[int], free: list[tuple[int, int, str]]) -> list[int]:
+    """The outputs' sizes that no free block can hold, each block serving one output (best fit,
+    largest output first, from the pool the allocator would serve it from)."""
+    left = sorted(free, key=lambda b: b[1])
+    missing = []
+    for size in sorted((max(1, s) for s in byte_sizes), reverse=True):
+        kind = "small" if size <= SMALL_BLOCK else "large"
+        fit = next((b for b in left if b[2] == kind and b[1] >= size), None)
+        if fit is None:
+            missing.append(size)
+        else:
+            left.remove(fit)
+    return missing
+
+
+def _poison_cuda(device: torch.device, byte_sizes: list[int]) -> None:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.synchronize(device)  # what was freed on another stream and has finished is free now
+    free = free_blocks(torch.cuda.memory_snapshot(), index)
+    try:
+        for address, size, _kind in free:
+            torch.as_tensor(_Span(address, size), device=device).fill_(0xFF)
+    except RuntimeError as exc:  # torch reads the array interface with numpy: without it, the old way
+        if "umpy" not in str(exc):
+            raise
+        _poison_by_allocation(device, byte_sizes, min(POISON_EXTRA_MAX, torch.cuda.mem_get_info(device)[0] // 4))
+    # after the fill: a new segment's cudaMalloc may first give cached blocks back to the device
+    for size in missing_blocks(byte_sizes, free):  # the output will need a new block: poison it before it is handed out
+        torch.full((size,), 0xFF, dtype=torch.uint8, device=device)
+    torch.cuda.synchronize(device)  # filled before any stream of the candidate's is handed a block

@@ -311,7 +311,7 @@ class _Flow:
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()
         self.ref = ref
-        with self._admission(len(cases)):
+        with self._admission():
             # The reference child computes every case's reference while the candidate is imported.
             self.say(f"problem loaded ({how}); computing references while the candidate is imported")
             with self._device("shared", "computing references and checking correctness"):
@@ -330,7 +330,7 @@ class _Flow:
                 self.vb.timing_skipped("the policy asks for correctness only")
 
     @contextlib.contextmanager
-    def _admission(self, n_cases: int) -> Iterator[None]:
+    def _admission(self) -> Iterator[None]:
         """The verdict's GPU memory (judge.memory): estimated from the reference child's setup, a
         problem too large for the device refused, the estimate reserved on the device's ledger for
         the rest of the verdict (waiting while other verdicts hold too much). Off on the CPU
@@ -343,9 +343,9 @@ class _Flow:
             return
         pol = self.policy
         ref_pool = pol.time_candidate and (pol.baselines == "measured" or (pol.baselines == "cached" and self._no_cached_baselines()))
-        self.estimate = est = memory.estimate(self.meta, n_cases, timed=pol.time_candidate, ref_pool=ref_pool)
+        self.estimate = est = memory.estimate(self.meta, timed=pol.time_candidate, ref_pool=ref_pool)
         free = (self.meta.get("memory") or {}).get("device_free_bytes")
-        self.vb.memory = {**est.to_dict(), "device_bytes": total, "device_free_bytes_at_setup": free}
+        self.vb.memory = {**est.to_dict(), "device_bytes": total, "device_free_bytes_at_setup": free, "problem": memory.footprint(self.meta)}
         refused = memory.too_large(est, total, free)
         if refused:
             raise ProblemError(f"{self.problem.path}: {refused}")

@@ -4,19 +4,23 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + K + max(I + X + 2 O + T, 2 I, 4 I + X + O)
-    candidate: CTX + P + max(2 I + X + 5 O + E, 4 I + X + O)
+    reference: CTX + P + max(I + X + 2 O + T, 2 I, 4 I + X + O)
+    candidate: CTX + P + max(2 I + X + 3 O, 4 I + X + 2 O)
 
-where X is the forward's working set beyond its inputs and outputs (W - I - O), K the reference
-outputs kept (at most KEEP_BYTES), T the chunked comparison's temporaries, E the extra poisoned
-block. The reference child recomputes a case (I + X + O) beside a taken output (O), draws a near
-case's second input set (2 I), and, when the baselines are timed, holds the timing pool (3 I)
-and the fresh get_inputs() set drawn to refresh a slot of it (I).
+where X is the forward's working set beyond its inputs and outputs (W - I - O) and T the chunked
+comparison's temporaries. The reference child keeps no reference output on the GPU: it keeps one
+in host memory or recomputes it (judge.child_reference), so a comparison holds the case's
+recompute (I + X + O) beside a taken output (O); it draws a near case's second input set (2 I),
+and, when the baselines are timed, holds the timing pool (3 I) and the fresh get_inputs() set
+drawn to refresh a slot of it (I).
 The candidate child holds a case's inputs and their copy for the input check (2 I), its forward
-(X + O), the poisoned blocks (3 O + E) and the staging area (O), or, when timed, the pool and
-its refresh (4 I). The pool's refresh was missed at first: on the H200 an honest candidate of
-KernelBench's 16 GiB problem then ran out of memory in timing and was charged (fddbf70); the
-attribution below is only as right as this estimate.
+(X + O), the staging area (O) and one block an output's size that poison may add (O), or, when
+timed, the pool and its refresh (4 I) beside the call's output and the staging area. Poison
+fills the allocator's free blocks in place and holds nothing itself (judge.correctness.poison;
+before, its blocks of three times each output and up to 1 GiB more stayed in the cache). The
+pool's refresh was missed at first: on the H200 an honest candidate of KernelBench's 16 GiB
+problem then ran out of memory in timing and was charged (fddbf70); the attribution below is
+only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
 is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
 caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.
@@ -58,9 +62,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
-KEEP_BYTES = 1 << 30  # reference outputs a reference child keeps across cases (judge.child_reference)
 COMPARE_TEMP = 6 * 8 * (1 << 23)  # float64 temporaries of one comparison chunk (judge.correctness.CHUNK)
-POISON_EXTRA = 1 << 30  # the candidate child's extra poisoned block, at most (judge.child_candidate)
 SLACK = 1.25  # fragmentation and what the formula leaves out
 ADMIT_SHARE = 0.92  # of the device's memory that admitted verdicts may reserve together
 POLL_S = 0.1
@@ -82,18 +84,27 @@ class Estimate:
         return {"reference_bytes": self.reference, "candidate_bytes": self.candidate, "estimate_bytes": self.total}
 
 
-def estimate(meta: dict[str, Any], n_cases: int, *, timed: bool = True, ref_pool: bool = True) -> Estimate:
+def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True) -> Estimate:
     """The estimate of the module docstring, from the reference child's setup reply. Without
     timing (`timed` False) neither child builds a timing pool; with cached baselines (`ref_pool`
     False) the reference child does not."""
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
-    k = min(KEEP_BYTES, n_cases * o)
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
-    ref = CTX + p + k + max(i + x + 2 * o + t, 2 * i, 4 * i + x + o if timed and ref_pool else 0)
-    cand = CTX + p + max(2 * i + x + 5 * o + POISON_EXTRA, 4 * i + x + o if timed else 0)
+    ref = CTX + p + max(i + x + 2 * o + t, 2 * i, 4 * i + x + o if timed and ref_pool else 0)
+    cand = CTX + p + max(2 * i + x + 3 * o, 4 * i + x + 2 * o if timed else 0)
     return Estimate(ref, cand)
+
+
+def footprint(meta: dict[str, Any]) -> dict[str, int]:
+    """The problem's own GPU memory, as the reference child measured it at setup: its inputs (I),
+    outputs (O), parameters and buffers (P), the first forward's peak (W, inputs and outputs
+    included), and the footprint max(W, I + O) + P that the judge's own memory is weighed against."""
+    mem = meta.get("memory") or {}
+    i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
+    w = int(mem.get("forward_peak_bytes", 0))
+    return {"input_bytes": i, "output_bytes": o, "param_bytes": p, "forward_peak_bytes": w, "footprint_bytes": max(w, i + o) + p}
 
 
 def device_bytes(meta: dict[str, Any]) -> int | None:

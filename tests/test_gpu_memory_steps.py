@@ -1,0 +1,64 @@
+"""The judge's memory-saving steps on a GPU, in process: poison fills the caching allocator's free
+blocks in place and holds nothing itself, and the reference child keeps reference outputs in host
+memory or recomputes them, never on the GPU (judge.memory). The CPU halves of both are in
+tests/test_correctness_unit.py and tests/test_memory.py; a full verdict with poison catching a stale
+output is the GPU zoo's `outer_stale_output`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import needs_gpu
+from kernelwright.judge import child_reference, inputs
+from kernelwright.judge.correctness import poison
+from kernelwright.judge.inputs import Case
+
+pytestmark = [needs_gpu(), pytest.mark.gpu]
+FIX = Path(__file__).parent / "fixtures"
+MIB = 1 << 20
+
+
+def test_poison_fills_a_freed_block_in_place_and_holds_no_more_memory():
+    dev = torch.device("cuda")
+    answer = torch.full((64 * MIB,), 7, dtype=torch.uint8, device=dev)  # a stale answer, then freed into the cache
+    del answer
+    torch.cuda.synchronize()
+    reserved = torch.cuda.memory_reserved()
+    poison(dev, [64 * MIB])
+    assert torch.cuda.memory_reserved() == reserved  # the freed block serves the output: nothing added
+    out = torch.empty(64 * MIB, dtype=torch.uint8, device=dev)
+    assert int(out.min()) == 0xFF and int(out.max()) == 0xFF
+    del out
+    small = torch.full((1000,), 3, dtype=torch.uint8, device=dev)  # the small pool
+    del small
+    poison(dev, [1000])
+    out = torch.empty(1000, dtype=torch.uint8, device=dev)
+    assert int(out.min()) == 0xFF
+    bigger = 512 * MIB  # more than any free block holds: a new block, poisoned before it is handed out
+    poison(dev, [bigger])
+    out = torch.empty(bigger, dtype=torch.uint8, device=dev)
+    assert int(out.min()) == 0xFF and int(out.max()) == 0xFF
+    held = torch.ones(8, device=dev)  # a block in use is left alone
+    poison(dev, [32])
+    assert bool((held == 1).all())
+
+
+def test_reference_outputs_are_kept_on_the_host_or_recomputed(monkeypatch):
+    problem = inputs.import_file(str(FIX / "problems" / "rowsum.py"), "kw_test_rowsum_gpu")
+    S = child_reference.S
+    monkeypatch.setattr(S, "device", torch.device("cuda"))
+    monkeypatch.setattr(S, "problem", problem)
+    monkeypatch.setattr(S, "model", problem.Model(*problem.get_init_inputs()).cuda())
+    cases = [Case("native", 11), Case("normal", 12)]
+    monkeypatch.setattr(child_reference, "HOST_COPY_BYTES_S", 1.0)  # a copy looks slower than any forward: recompute
+    child_reference._compute_refs(cases)
+    assert S.refs == [child_reference.RECOMPUTE] * 2
+    recomputed = child_reference._case_refs(1)
+    monkeypatch.setattr(child_reference, "HOST_COPY_BYTES_S", 1e30)  # a copy looks free: kept, in host memory
+    child_reference._compute_refs(cases)
+    assert all(r[0].device.type == "cpu" for r in S.refs)
+    kept = child_reference._case_refs(1)
+    assert kept[0].device.type == "cuda" and torch.equal(kept[0], recomputed[0])

@@ -87,6 +87,7 @@ WATCHED = (
     "torch.Tensor.to", "torch.Tensor.__getitem__", "torch.Tensor.__setitem__", "torch.full", "torch.randn", "torch.rand",
     "torch.randint", "torch.zeros", "torch.manual_seed", "torch.unravel_index", "torch.Tensor.fill_",
     "torch.cuda.memory_snapshot", "torch.cuda.memory.memory_snapshot", "torch._C._cuda_memorySnapshot",  # poison's map of free blocks
+    "kernelwright.judge.correctness._Span.__init__",  # and its view of one (a dunder: not among the judge's functions below)
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time", "time.time_ns",
     "kernelwright.judge.timing.time_calls", "kernelwright.judge.timing._one_call", "kernelwright.judge.timing.warm_up",
     "kernelwright.judge.timing.flush_l2", "kernelwright.judge.timing.switches_from", "kernelwright.judge.timing._lead_spin",

@@ -46,6 +46,28 @@ def test_poison_fills_a_freed_block_in_place_and_holds_no_more_memory():
     assert bool((held == 1).all())
 
 
+def test_poison_covers_two_outputs_of_one_size_and_a_block_freed_on_another_stream():
+    """Two outputs (or an intermediate and the output) of one size each find a poisoned block, even
+    when only one such block was free; a block freed after record_stream on another stream, which
+    the allocator settles only at its next allocation, is poisoned too (review of 73e2bba)."""
+    dev, size = torch.device("cuda"), 48 * MIB
+    answer = torch.full((size,), 7, dtype=torch.uint8, device=dev)
+    del answer  # one free block of the size
+    poison(dev, [size, size])
+    first, second = torch.empty(size, dtype=torch.uint8, device=dev), torch.empty(size, dtype=torch.uint8, device=dev)
+    assert int(first.min()) == 0xFF and int(second.min()) == 0xFF
+    del first, second
+    side = torch.cuda.Stream()
+    answer = torch.full((size,), 7, dtype=torch.uint8, device=dev)
+    with torch.cuda.stream(side):
+        answer.add_(0)
+    answer.record_stream(side)
+    del answer  # pending until the allocator sees the side stream's work done
+    poison(dev, [size])
+    out = torch.empty(size, dtype=torch.uint8, device=dev)
+    assert int(out.min()) == 0xFF and int(out.max()) == 0xFF
+
+
 def test_reference_outputs_are_kept_on_the_host_or_recomputed(monkeypatch):
     problem = inputs.import_file(str(FIX / "problems" / "rowsum.py"), "kw_test_rowsum_gpu")
     S = child_reference.S
@@ -62,3 +84,4 @@ def test_reference_outputs_are_kept_on_the_host_or_recomputed(monkeypatch):
     assert all(r[0].device.type == "cpu" for r in S.refs)
     kept = child_reference._case_refs(1)
     assert kept[0].device.type == "cuda" and torch.equal(kept[0], recomputed[0])
+    S.refs, S.cases = [], []  # nothing of this test's left in the module's state

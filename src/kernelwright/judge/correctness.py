@@ -228,10 +228,9 @@ def compare_outputs(refs: list[torch.Tensor], outs: list[Any], atol: float, rtol
 def poison(device: torch.device, byte_sizes: list[int], extra_bytes: int = 0) -> None:
     """Fill memory the allocator will hand out next with NaN bytes (0xFF).
 
-    On CUDA every free block the caching allocator holds is filled in place (free_blocks), and a
-    block is allocated, filled and freed for each output that no free block could hold, so the
-    output's own block is poisoned too: no memory beyond the cache and the outputs' sizes
-    (judge.memory). Elsewhere blocks of exactly the outputs' sizes are allocated, filled and freed,
+    On CUDA a block of each output's size is allocated (all held at once) and freed, then every free
+    block the caching allocator holds is filled in place (free_blocks), the outputs' own blocks
+    included: no memory beyond the cache and the outputs' sizes (judge.memory). Elsewhere blocks of exactly the outputs' sizes are allocated, filled and freed,
     three of each, which catches the blocks the candidate freed, with `extra_bytes` more.
     """
     if device.type == "cuda":
@@ -253,9 +252,6 @@ def _poison_by_allocation(device: torch.device, byte_sizes: list[int], extra_byt
     del held
 
 
-SMALL_BLOCK = 1 << 20  # the CUDA caching allocator serves requests up to 1 MiB from its small pool
-
-
 class _Span:
     """A view of device memory the caching allocator holds free, for torch.as_tensor (the CUDA
     array interface): the tensor made from it owns nothing, so nothing is allocated or freed."""
@@ -264,49 +260,37 @@ class _Span:
         self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
 
 
-def free_blocks(segments: list[dict[str, Any]], device_index: int) -> list[tuple[int, int, str]]:
-    """(address, bytes, "small" or "large") of every free block in a torch.cuda.memory_snapshot()
-    on one device. A block awaiting another stream's use is not free and is left alone."""
+def free_blocks(segments: list[dict[str, Any]], device_index: int) -> list[tuple[int, int]]:
+    """(address, bytes) of every free block in a torch.cuda.memory_snapshot()
+    on one device. A block still awaiting another stream's use is not free and is left alone
+    (_poison_cuda allocates first, which settles the ones whose streams have finished)."""
     found = []
     for seg in segments:
         if int(seg.get("device", device_index)) != device_index:
             continue
-        address, kind = int(seg["address"]), str(seg.get("segment_type", "large"))
+        address = int(seg["address"])
         for block in seg.get("blocks", []):
             size = int(block["size"])
             if block.get("state") == "inactive" and size > 0:
-                found.append((int(block.get("address", address)), size, kind))
+                found.append((int(block.get("address", address)), size))
             address += size
     return found
 
 
-def missing_blocks(byte_sizes: list[int], free: list[tuple[int, int, str]]) -> list[int]:
-    """The outputs' sizes that no free block can hold, each block serving one output (best fit,
-    largest output first, from the pool the allocator would serve it from)."""
-    left = sorted(free, key=lambda b: b[1])
-    missing = []
-    for size in sorted((max(1, s) for s in byte_sizes), reverse=True):
-        kind = "small" if size <= SMALL_BLOCK else "large"
-        fit = next((b for b in left if b[2] == kind and b[1] >= size), None)
-        if fit is None:
-            missing.append(size)
-        else:
-            left.remove(fit)
-    return missing
-
-
 def _poison_cuda(device: torch.device, byte_sizes: list[int]) -> None:
     index = device.index if device.index is not None else torch.cuda.current_device()
-    torch.cuda.synchronize(device)  # what was freed on another stream and has finished is free now
+    torch.cuda.synchronize(device)
+    # a block of each output's size, all held at once, then freed: the allocation makes the allocator
+    # settle frees pending on other streams (record_stream), each output has a free block of its own,
+    # and a new segment's rest is free too; the fill below covers all of them
+    held = [torch.empty((max(1, size),), dtype=torch.uint8, device=device) for size in byte_sizes]
+    del held
     free = free_blocks(torch.cuda.memory_snapshot(), index)
     try:
-        for address, size, _kind in free:
+        for address, size in free:
             torch.as_tensor(_Span(address, size), device=device).fill_(0xFF)
     except RuntimeError as exc:  # torch reads the array interface with numpy: without it, the old way
-        if "umpy" not in str(exc):
+        if "numpy" not in str(exc).lower():
             raise
         _poison_by_allocation(device, byte_sizes, min(POISON_EXTRA_MAX, torch.cuda.mem_get_info(device)[0] // 4))
-    # after the fill: a new segment's cudaMalloc may first give cached blocks back to the device
-    for size in missing_blocks(byte_sizes, free):  # the output will need a new block: poison it before it is handed out
-        torch.full((size,), 0xFF, dtype=torch.uint8, device=device)
     torch.cuda.synchronize(device)  # filled before any stream of the candidate's is handed a block

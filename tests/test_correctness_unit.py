@@ -246,6 +246,46 @@ def test_poison_finds_every_free_block_of_its_device_and_no_other():
     assert free_blocks(given, 0) == [(77 * MIB, 4 * MIB)]  # the snapshot's own address wins
 
 
+@pytest.mark.parametrize("case", range(12))
+def test_the_short_pass_gives_the_full_rules_numbers(case, monkeypatch):
+    """judge.correctness._all_close (one short pass per chunk when everything is close) against the
+    full rule alone, on outputs close and not, with NaN, Inf, zeros, huge values and several chunks."""
+    from kernelwright.judge import correctness
+
+    g = torch.Generator().manual_seed(case)
+    n = 3 * 1000 + case
+    r = torch.randn(n, generator=g, dtype=torch.float64 if case % 3 == 0 else torch.float32) * (10.0 ** (case % 4 - 1))
+    out = (r + torch.randn(n, generator=g, dtype=r.dtype) * 1e-6).to(torch.float16 if case == 5 else r.dtype)
+    if case in (1, 7):
+        out[17] = r[17] + 1.0  # one element off
+    if case in (2, 8):
+        r[5], out[5] = float("nan"), float("nan")  # agreeing NaN
+    if case in (3, 9):
+        r[9], out[9] = float("inf"), float("inf")  # agreeing Inf
+    if case in (4, 10):
+        r[11], out[11] = float("inf"), 3.0  # the reference infinite, the output not
+    if case == 6:
+        out[100] = float("nan")
+    if case == 11:
+        r[:50] = 0.0
+        out[:50] = 1e-9
+    monkeypatch.setattr(correctness, "CHUNK", 1000)  # several chunks, the last one short
+    fast = correctness.compare(r, out, 1e-4, 1e-4)
+    monkeypatch.setattr(correctness, "_all_close", lambda *a: False)
+    full = correctness.compare(r, out, 1e-4, 1e-4)
+    assert fast == full
+    assert fast.ok == (case not in (1, 4, 5, 6, 7, 10))  # 5: a float16 output, past 1e-4
+
+
+def test_the_short_pass_keeps_the_reference_as_it_is():
+    from kernelwright.judge import correctness
+
+    r = torch.randn(64, dtype=torch.float64)
+    keep = r.clone()
+    assert correctness.compare(r, r + 1e-9, 1e-4, 1e-4).ok
+    assert torch.equal(r, keep)  # float64 chunks are views of the reference: nothing writes into them
+
+
 def test_what_poison_relies_on_is_watched_for_replacement(monkeypatch):
     """A candidate that replaces the snapshot poison reads, or its view of a free block, makes
     poison fill nothing: each is among the names the candidate child checks after every call."""

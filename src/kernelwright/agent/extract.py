@@ -11,6 +11,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kernelwright import pysource
+
 PYTHON_TAGS = ("", "python", "py", "python3")
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([A-Za-z0-9_+.-]*)[^\n]*$", re.M)
 _DEFINES = re.compile(r"^[ \t]*class[ \t]+ModelNew\b", re.M)
@@ -67,7 +69,7 @@ def _answer_block(text: str) -> Block | None:
 def _parse_problem(code: str) -> str:
     """'' when the code parses and defines class ModelNew at module level; else what is wrong."""
     try:
-        tree = ast.parse(code)
+        tree = pysource.parse(code)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" if exc.lineno else "somewhere"
         shown = (exc.text or "").strip()

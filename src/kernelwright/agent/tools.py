@@ -7,7 +7,6 @@ an explanation. Every text is sanitised and capped (feedback.sanitize).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import logging
 from typing import Any, Callable
@@ -18,6 +17,7 @@ from kernelwright.agent.profile import breakdown_table, ncu_metrics, ncu_table, 
 from kernelwright.agent.records import ToolCall, ToolResult, ToolSpec
 from kernelwright.agent.skill import render_skill
 from kernelwright.agent.workspace import MAIN, Workspace
+from kernelwright import pysource
 
 __all__ = ["SPECS_BY_NAME", "TOOL_SPECS", "Tools", "render_skill"]  # render_skill: re-exported for the loop
 
@@ -188,7 +188,7 @@ class Tools:
 def _syntax_note(code: str) -> str:
     """A warning when Python text does not parse ('' when it does)."""
     try:
-        ast.parse(code)
+        pysource.parse(code)
     except SyntaxError as exc:
         return f"\nwarning: this file does not parse: line {exc.lineno}: {exc.msg}"
     return ""

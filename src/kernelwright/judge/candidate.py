@@ -18,6 +18,7 @@ from typing import Any
 from kernelwright.judge import build as _build
 from kernelwright.judge.records import BuildPath
 from kernelwright.judge.snapshot import files_hash
+from kernelwright import pysource
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def discover(path: str | Path) -> CandidateFiles:
     root = model_new.parent
     text = model_new.read_text(errors="replace")
     try:
-        tree = ast.parse(text, filename=str(model_new))
+        tree = pysource.parse(text, filename=str(model_new))
     except SyntaxError as exc:
         raise CandidateSyntaxError(model_new, exc.msg or "invalid syntax", exc.lineno) from None
     sources = _dedupe(_kernel_files(root) + _inline_sources(tree))

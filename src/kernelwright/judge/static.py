@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from kernelwright import pysource
+
 RULES: dict[str, str] = {
     "frame_access": "reads interpreter frames (sys._getframe, inspect.currentframe/stack, f_back, f_locals, tb_frame)",
     "gc_access": "walks the garbage collector's objects (gc)",
@@ -238,7 +240,7 @@ def _is_sensitive(qual: str) -> bool:
 def scan_python(text: str, file: str) -> list[Finding]:
     """Findings of one Python file (a syntax error yields none: discovery reports it)."""
     try:
-        tree = ast.parse(text, filename=file)
+        tree = pysource.parse(text, filename=file)
     except SyntaxError:
         return []
     scan = _PythonScan(file)
@@ -249,7 +251,7 @@ def scan_python(text: str, file: str) -> list[Finding]:
 def embedded_sources(text: str) -> list[tuple[int, str]]:
     """String constants of a Python file that hold C/C++/CUDA code: (line, text)."""
     try:
-        tree = ast.parse(text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return []
     out = []

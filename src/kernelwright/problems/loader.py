@@ -11,6 +11,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelwright import pysource
+
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 OPTIONAL = ("get_test_inputs", "TOLERANCE", "DTYPE")
 
@@ -61,7 +63,7 @@ def load_problem(spec: str | Path) -> Problem:
     raw = path.read_bytes()
     source = raw.decode("utf-8", errors="replace")
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = pysource.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise ProblemError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}") from None
     missing = [n for n in REQUIRED if n not in _top_level_names(tree)]

@@ -18,6 +18,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Iterable
 
+from kernelwright import pysource
+
 THRESHOLD = 0.9
 
 
@@ -67,7 +69,7 @@ def _strip_docstrings(tree: ast.AST) -> None:
 
 def tokens(source: str) -> list[str]:
     """The normalised token stream of a program (SyntaxError for a file that does not parse)."""
-    tree = ast.parse(source)
+    tree = pysource.parse(source)
     _strip_docstrings(tree)
     visitor = _Tokens()
     visitor.visit(tree)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwright.problems.loader import Problem, ProblemError, load_problem, load_problems
+from kernelwright import pysource
 
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
 LEVELS = (1, 2, 3)
@@ -54,7 +55,7 @@ class Entry:
 def category_of(problem: Problem) -> str | None:
     """The string assigned to CATEGORY at the top level of the file, read statically; None if absent."""
     try:
-        tree = ast.parse(problem.source)
+        tree = pysource.parse(problem.source)
     except SyntaxError:
         return None
     for node in tree.body:

@@ -19,6 +19,7 @@ from typing import Any
 from kernelwright.agent.extract import code_blocks
 from kernelwright.agent.records import Message, Role
 from kernelwright.synth.compose import compose
+from kernelwright import pysource
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 LAYOUT_WORDS = {"vec": "a batch of feature vectors (batch, features)", "seq": "a batch of sequences (batch, length, features)",
@@ -44,7 +45,7 @@ def program_of(text: str) -> tuple[str | None, str]:
         return None, "the reply holds no python block"
     code = blocks[-1].code
     try:
-        tree = ast.parse(code)
+        tree = pysource.parse(code)
     except SyntaxError as exc:
         return None, f"the program does not parse: {exc.msg} (line {exc.lineno})"
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}

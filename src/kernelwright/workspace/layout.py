@@ -32,6 +32,7 @@ from kernelwright import __version__
 from kernelwright.agent.objective import Objective
 from kernelwright.problems.loader import Problem, load_problem
 from kernelwright.store.workspaces import new_workspace_id
+from kernelwright import pysource
 
 CONFIG_DIR = ".kernelwright"
 CONFIG_FILE = "workspace.json"
@@ -202,7 +203,7 @@ def template(reference: str, name: str) -> str:
     """A starting model_new.py: the reference's module with `Model` renamed `ModelNew` and the input
     functions left out, under a docstring that says what to do. It computes with torch operators, which
     the judge refuses unless the policy allows torch compute: replace them with your kernels."""
-    tree = ast.parse(reference)
+    tree = pysource.parse(reference)
     lines = reference.splitlines(keepends=True)
     drop: list[tuple[int, int]] = []
     for node in tree.body:

@@ -1,0 +1,20 @@
+"""Parsing Python source from any thread.
+
+CPython 3.11 keeps the AST converter's recursion-depth bookkeeping per interpreter, not per
+thread: two threads in `ast.parse` at once can fail with "SystemError: AST constructor recursion
+depth mismatch". The agent's tree search parses candidates in parallel branch threads (CI saw the
+error in tests/test_agent_flow.py), so every parse in the package goes through one lock.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+_LOCK = threading.Lock()
+
+
+def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """ast.parse, one thread at a time."""
+    with _LOCK:
+        return ast.parse(source, filename=filename)

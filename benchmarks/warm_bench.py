@@ -171,6 +171,18 @@ class GpuMemory:
 
 
 MEM: GpuMemory | None = None
+T0 = time.monotonic()  # the bench's start: verdict spans (timing_diag) count from it
+
+
+def clock_sampler(a: argparse.Namespace) -> subprocess.Popen | None:
+    """One long-lived nvidia-smi (a single NVML session, not a process per sample) writing the SM and
+    memory clocks, power, temperature and active throttle reasons every 250 ms to DIR/gpu_clocks.csv,
+    with the bench's start in DIR/gpu_clocks.t0 (the CSV's timestamps are wall-clock)."""
+    if a.device != "cuda":
+        return None
+    (a.out / "gpu_clocks.t0").write_text(time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(time.time() - (time.monotonic() - T0))) + "\n")
+    return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active",
+                             "--format=csv", "-lms", "250"], stdout=open(a.out / "gpu_clocks.csv", "w"), stderr=subprocess.DEVNULL)
 
 
 def _problem_mib(a: argparse.Namespace) -> float:
@@ -239,7 +251,25 @@ def _remote_once(a: argparse.Namespace, url: str, problem: Path, candidate: Path
     # the service's own account: seconds queued and judged (the rest of the wall is the request's way there and back)
     # and its progress messages timed from when a worker took the job
     row["service"] = {"queued_s": job.get("queued_s"), "judged_s": job.get("judged_s"), "progress_log": job.get("progress_log")}
+    row["span_s"] = (round(m0 - T0, 3), round(time.monotonic() - T0, 3))  # seconds since the bench began: when it was asked, answered
     return row
+
+
+def timing_diag(row: dict[str, Any]) -> dict[str, Any]:
+    """What a timed verdict's median is made of, to tell a slower GPU from a charged host: the
+    median before the harness overhead came off, the overhead, the profiler's kernel-time sum (one
+    call, no events), the calls and their spread, the calls step device_sync charged, whether the
+    reference child was warm, and when the verdict and its timing ran (seconds since the bench began)."""
+    t = row.get("timing") or {}
+    sync = next((s for s in row.get("steps") or () if s.get("name") == "device_sync"), {})
+    detail = sync.get("reason") or ""
+    charged = detail[detail.find("calls charged:"):][:200] if "calls charged:" in detail else None
+    began = next((at for at, m in row.get("phases") or () if m.startswith("timing")), None)
+    span = row.get("span_s") or (None, None)
+    return {"runtime_ms": row.get("runtime_ms"), "raw_median_ms": t.get("raw_median_ms"), "overhead_ms": t.get("overhead_ms"),
+            "profiler_ms": t.get("profiler_ms"), "n": t.get("n"), "iqr_ms": t.get("iqr_ms"), "charged": charged,
+            "reference": (row.get("workers") or {}).get("reference"), "span_s": span,
+            "timing_began_s": round(span[0] + began, 3) if span[0] is not None and began is not None else None}
 
 
 def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
@@ -328,8 +358,12 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
         base = alone[str(c)].get("runtime_ms")
         r["alone_runtime_ms"], r["alone_wall_s"] = base, alone[str(c)]["wall_s"]
         r["ratio_to_alone"] = r["runtime_ms"] / base if r.get("runtime_ms") and base else None
+        r["diag"], r["alone_diag"] = timing_diag(r), timing_diag(alone[str(c)])
         if r["ratio_to_alone"]:
             ratios.append(r["ratio_to_alone"])
+            if abs(r["ratio_to_alone"] - 1) > 0.02:
+                log_line(a, f"  outside 2 %: {r['candidate']} ratio {r['ratio_to_alone']:.4f}\n    concurrent {json.dumps(r['diag'])}"
+                            f"\n    alone      {json.dumps(r['alone_diag'])}")
     within = sum(abs(x - 1) <= 0.02 for x in ratios)
     log_line(a, f"concurrent: {len(rows)} verdicts by {a.clients} clients in {wall:.1f} s = {60 * len(rows) / wall:.1f} per minute; "
                 f"statuses {sorted({r['status'] for r in rows})}; {within} of {len(ratios)} medians within 2 % of the same candidate alone "
@@ -337,7 +371,7 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
     doc["concurrent"] = {"verdicts": len(rows), "clients": a.clients, "wall_s": wall, "per_minute": 60 * len(rows) / wall,
                          "sequential_wall_s": seq_wall, "within_2pct": within, "compared": len(ratios),
                          "rows": [{k: r.get(k) for k in ("example", "candidate", "status", "wall_s", "runtime_ms", "alone_runtime_ms", "ratio_to_alone",
-                                                         "alone_wall_s", "gpu_peak_mib")} for r in rows]}
+                                                         "alone_wall_s", "gpu_peak_mib", "diag", "alone_diag")} for r in rows]}
 
 
 def _smi_mib(pid: int) -> int | None:
@@ -529,7 +563,12 @@ def main() -> int:
     doc: dict[str, Any] = {"provenance": provenance(a)}
     global MEM
     MEM = GpuMemory(a.device)
-    run_sections(a, doc, globals(), a.out / "warm_bench.json", log_line)
+    clocks = clock_sampler(a)
+    try:
+        run_sections(a, doc, globals(), a.out / "warm_bench.json", log_line)
+    finally:
+        if clocks is not None:
+            clocks.terminate()
     if getattr(a, "service_proc", None) is not None:
         a.service_proc.terminate()
         a.service_proc.wait(timeout=30)

@@ -14,19 +14,92 @@ GPU, one waiting thread, memory traffic) or only its length:
 Writes DIR/tail_bench.json: per process, kind and D, the median, 90th percentile and maximum tail.
 (tail_h200_8f5dc55.json holds the spin kernel's rows alone, by D; tail_h200_f8ca54b.json holds
 "wait" and "poll" rows, from a commit that tried the host polling before the synchronize.)
+
+Why one process's tails sit 15-30 us above another's (warm_h200.md at 57dc79d: the verdicts whose
+median moved by more than 2 % had most calls charged by step device_sync while the profiler's
+kernel time stayed put): `--variants` runs the same processes under each of several ways to wait
+and place them, `--processes` fresh processes each, interleaved (variant by variant, process by
+process), and `--load N` keeps N busy CPU processes running throughout, as concurrent verdicts'
+builds and children do:
+
+    PYTHONPATH=src python3 benchmarks/tail_bench.py --out DIR --variants plain,spin,yield,pin,spin+pin \
+        --processes 6 --lengths 0,100,300,1000 [--load 12]
+
+A variant is `plain` (torch's default wait) or names its parts joined by `+`: `spin`, `yield` or
+`blocking` (the primary context's scheduling flag, CU_CTX_SCHED_*, set through the driver before
+torch makes the context; the flags in effect are recorded), `pin` (the process on one CPU of its
+allowed set, a different one for each process). The summary gives, per variant and length, the
+spread of the processes' tail medians and how many processes sat more than 15 us above the
+quietest one (what step device_sync would charge, margin and cap aside).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 LENGTHS_US = (0, 20, 100, 300, 1000, 3000, 10000)
 CALLS = 100
+SCHED = {"spin": 1, "yield": 2, "blocking": 4}  # CU_CTX_SCHED_SPIN, _YIELD, _BLOCKING_SYNC
+SLOW_US = 15.0  # a process whose tail median is this much above the quietest process's is "slow"
+
+
+def parse_variant(text: str) -> tuple[str | None, bool]:
+    """(scheduling flag name or None, pinned) of a variant such as "spin+pin"; ValueError when unknown."""
+    parts = [x for x in text.strip().split("+") if x]
+    if parts == ["plain"]:
+        return None, False
+    sched = [x for x in parts if x in SCHED]
+    unknown = [x for x in parts if x not in SCHED and x != "pin"]
+    if unknown or len(sched) > 1 or not parts:
+        raise ValueError(f"variant {text!r}: plain, or parts of spin|yield|blocking and pin joined by +")
+    return (sched[0] if sched else None), "pin" in parts
+
+
+def _driver_flags(sched: str | None) -> dict:
+    """Set the primary context's scheduling flag before torch creates the context (driver API)."""
+    if sched is None:
+        return {}
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev = ctypes.c_int()
+    rc = [cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(dev), 0), cuda.cuDevicePrimaryCtxSetFlags(dev, SCHED[sched])]
+    return {"set_flags_rc": rc}
+
+
+def _ctx_flags() -> int | None:
+    """The current context's flags (after torch made it), through the driver."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        flags = ctypes.c_uint()
+        return int(flags.value) if cuda.cuCtxGetFlags(ctypes.byref(flags)) == 0 else None
+    except OSError:
+        return None
+
+
+def slow_processes(medians: list[float], slow_us: float = SLOW_US) -> int:
+    """How many processes' tail medians sit more than slow_us above the quietest one's."""
+    return sum(m > min(medians) + slow_us for m in medians) if medians else 0
+
+
+def summarize(runs: list[dict], lengths: list[int], kind: str = "spin") -> dict:
+    """Per variant and length: the processes' tail medians, their spread and the slow ones."""
+    out: dict = {}
+    for run in runs:
+        if "error" in run or kind not in run.get("rows", {}):
+            continue
+        for us in lengths:
+            r = run["rows"][kind].get(str(us))
+            if r:
+                out.setdefault(run["variant"], {}).setdefault(str(us), []).append(r["tail_median_us"])
+    return {v: {us: {"tail_medians_us": m, "spread_us": round(max(m) - min(m), 2), "slow": slow_processes(m), "processes": len(m)}
+                for us, m in by.items()} for v, by in out.items()}
 
 
 def _calls(kinds: list[str], spinner, torch) -> dict:
@@ -70,7 +143,15 @@ def _calls(kinds: list[str], spinner, torch) -> dict:
     return out
 
 
-def child(kinds: list[str]) -> dict:
+def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = CALLS, variant: str = "plain", index: int = 0) -> dict:
+    sched, pin = parse_variant(variant)
+    placed: dict = {"variant": variant}
+    if pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu = cpus[(2 * index + 1) % len(cpus)]
+        os.sched_setaffinity(0, {cpu})
+        placed["cpu"] = cpu
+    placed.update(_driver_flags(sched))
     import torch
 
     from kernelwright.judge import lead, timing
@@ -78,48 +159,86 @@ def child(kinds: list[str]) -> dict:
     spinner = lead.load()
     if spinner is None:
         return {"error": lead.why()}
+    placed["ctx_flags"] = _ctx_flags()
     sw = timing.switches_from({"flush": True, "events": True, "sync": True, "lead_us": 200.0}, cuda=True)
     makers = _calls(kinds, spinner, torch)
     rows: dict[str, dict] = {k: {} for k in kinds}
     for rep in range(2):  # the second pass is the one kept: the first warms every path
-        for us in LENGTHS_US:
+        for us in lengths:
             for kind, make in makers.items():  # interleaved, so a drift of the process hits every kind alike
                 synced: list[float] = []
                 fn = (lambda: None) if us == 0 else make(us)
-                stream = timing.time_calls(fn, lambda _i: [], CALLS, cuda=True, switches=sw, synced=synced)
+                stream = timing.time_calls(fn, lambda _i: [], calls, cuda=True, switches=sw, synced=synced)
                 tails = sorted((d - t) * 1e3 for t, d in zip(stream, synced))
                 rows[kind][str(us)] = {"stream_median_ms": round(statistics.median(stream), 4), "tail_median_us": round(statistics.median(tails), 2),
                                        "tail_p90_us": round(tails[int(0.9 * len(tails))], 2), "tail_max_us": round(tails[-1], 2)}
     torch.cuda.synchronize()
-    return rows
+    return {**placed, "rows": rows}
+
+
+def _load(n: int) -> list[subprocess.Popen]:
+    """n busy CPU processes (pure Python loops), as a loaded machine has."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=3, help="fresh processes per variant")
     ap.add_argument("--commit", default="unknown", help="the commit being measured (recorded in the file's provenance)")
     ap.add_argument("--kinds", default="spin", help="comma-separated: spin (the judge's spin kernel), sleep (torch.cuda._sleep), copy")
+    ap.add_argument("--variants", default="plain", help="comma-separated: plain, or spin|yield|blocking and/or pin joined by + (module doc)")
+    ap.add_argument("--lengths", default=",".join(map(str, LENGTHS_US)), help="call lengths in us, comma-separated")
+    ap.add_argument("--calls", type=int, default=CALLS, help="timed calls per length and kind")
+    ap.add_argument("--load", type=int, default=0, help="busy CPU processes kept running throughout")
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--variant", default="plain", help=argparse.SUPPRESS)
+    ap.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    try:
+        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        for v in variants:
+            parse_variant(v)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if not lengths or not variants or args.processes < 1 or args.calls < 4 or args.load < 0:
+        ap.error("need lengths, variants, at least one process, at least 4 calls and a load of 0 or more")
     if args.child:
-        print(json.dumps(child(args.kinds.split(","))))
+        print(json.dumps(child(args.kinds.split(","), lengths, args.calls, args.variant, args.index)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    for k in range(args.processes):
-        p = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--kinds", args.kinds, "--child"], capture_output=True, text=True, timeout=300)
-        runs.append(json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-2000:]})
-        from judge_bench import provenance  # GPU, driver, torch, CUDA, commit, date, command
+    from judge_bench import provenance  # GPU, driver, torch, CUDA, commit, date, command
 
-        (args.out / "tail_bench.json").write_text(json.dumps({"provenance": provenance(args.commit), "lengths_us": LENGTHS_US, "calls": CALLS,
-                                                             "processes": runs}, indent=1))
-        if "error" in runs[-1]:
-            print(f"process {k + 1}: {runs[-1]['error'][-500:]}", flush=True)
-            continue
-        for kind, rows in runs[-1].items():
-            print(f"process {k + 1}, {kind}: " + "; ".join(f"{us} us: tail {r['tail_median_us']} (p90 {r['tail_p90_us']})"
-                                                         for us, r in rows.items()), flush=True)
+    runs: list[dict] = []
+    burners = _load(args.load)
+    t0 = time.monotonic()
+    try:
+        for k in range(args.processes):
+            for v in variants:  # interleaved: a drift of the machine hits every variant alike
+                cmd = [sys.executable, __file__, "--out", str(args.out), "--kinds", args.kinds, "--lengths", args.lengths,
+                       "--calls", str(args.calls), "--variant", v, "--index", str(k), "--child"]
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+                run = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {"error": p.stderr[-2000:]}
+                run.setdefault("variant", v)
+                run["process"], run["at_s"] = k, round(time.monotonic() - t0, 1)
+                runs.append(run)
+                if "error" in run:
+                    print(f"process {k + 1} ({v}): {run['error'][-500:]}", flush=True)
+                    continue
+                for kind, rows in run["rows"].items():
+                    print(f"process {k + 1} ({v}, cpu {run.get('cpu')}, ctx flags {run.get('ctx_flags')}), {kind}: " + "; ".join(
+                        f"{us} us: tail {r['tail_median_us']} (p90 {r['tail_p90_us']})" for us, r in rows.items()), flush=True)
+                summary = {kind: summarize(runs, lengths, kind) for kind in args.kinds.split(",")}
+                (args.out / "tail_bench.json").write_text(json.dumps({
+                    "provenance": provenance(args.commit), "lengths_us": lengths, "calls": args.calls, "load": args.load,
+                    "variants": variants, "slow_us": SLOW_US, "summary": summary, "processes": runs}, indent=1))
+    finally:
+        for b in burners:
+            b.kill()
+    for kind, by in summary.items():
+        for v, rows in by.items():
+            print(f"{kind} {v}: " + "; ".join(f"{us} us: spread {r['spread_us']} us, slow {r['slow']} of {r['processes']}" for us, r in rows.items()))
     return 0
 
 

@@ -265,6 +265,10 @@ def timing_diag(row: dict[str, Any]) -> dict[str, Any]:
     detail = sync.get("reason") or ""
     charged = detail[detail.find("calls charged:"):][:200] if "calls charged:" in detail else None
     began = next((at for at, m in row.get("phases") or () if m.startswith("timing")), None)
+    service = row.get("service") or {}
+    if began is None and service.get("progress_log"):  # through a service: its log counts from when a worker took the job
+        at = next((t for t, m in service["progress_log"] if m.startswith("timing")), None)
+        began = at + (service.get("queued_s") or 0.0) if at is not None else None
     span = row.get("span_s") or (None, None)
     return {"runtime_ms": row.get("runtime_ms"), "raw_median_ms": t.get("raw_median_ms"), "overhead_ms": t.get("overhead_ms"),
             "profiler_ms": t.get("profiler_ms"), "n": t.get("n"), "iqr_ms": t.get("iqr_ms"), "charged": charged,

@@ -22,13 +22,15 @@ and place them, `--processes` fresh processes each, interleaved (variant by vari
 process), and `--load N` keeps N busy CPU processes running throughout, as concurrent verdicts'
 builds and children do:
 
-    PYTHONPATH=src python3 benchmarks/tail_bench.py --out DIR --variants plain,spin,yield,pin,spin+pin \
+    PYTHONPATH=src python3 benchmarks/tail_bench.py --out DIR --variants plain,fork,spin,pin,spin+pin \
         --processes 6 --lengths 0,100,300,1000 [--load 12]
 
 A variant is `plain` (torch's default wait) or names its parts joined by `+`: `spin`, `yield` or
 `blocking` (the primary context's scheduling flag, CU_CTX_SCHED_*, set through the driver before
 torch makes the context; the flags in effect are recorded), `pin` (the process on one CPU of its
-allowed set, a different one for each process). The summary gives, per variant and length, the
+allowed set, a different one for each process), `fork` (forked from the bench's own process, which
+has imported torch and never touched CUDA, as the judge's fork server forks its children; the
+others are spawned). The summary gives, per variant and length, the
 spread of the processes' tail medians and how many processes sat more than 15 us above the
 quietest one (what step device_sync would charge, margin and cap aside).
 """
@@ -51,16 +53,17 @@ SCHED = {"spin": 1, "yield": 2, "blocking": 4}  # CU_CTX_SCHED_SPIN, _YIELD, _BL
 SLOW_US = 15.0  # a process whose tail median is this much above the quietest process's is "slow"
 
 
-def parse_variant(text: str) -> tuple[str | None, bool]:
-    """(scheduling flag name or None, pinned) of a variant such as "spin+pin"; ValueError when unknown."""
+def parse_variant(text: str) -> tuple[str | None, bool, bool]:
+    """(scheduling flag name or None, pinned, forked) of a variant such as "spin+pin"; ValueError
+    when unknown."""
     parts = [x for x in text.strip().split("+") if x]
     if parts == ["plain"]:
-        return None, False
+        return None, False, False
     sched = [x for x in parts if x in SCHED]
-    unknown = [x for x in parts if x not in SCHED and x != "pin"]
-    if unknown or len(sched) > 1 or not parts:
-        raise ValueError(f"variant {text!r}: plain, or parts of spin|yield|blocking and pin joined by +")
-    return (sched[0] if sched else None), "pin" in parts
+    unknown = [x for x in parts if x not in SCHED and x not in ("pin", "fork")]
+    if unknown or len(sched) > 1 or not parts or len(set(parts)) != len(parts):
+        raise ValueError(f"variant {text!r}: plain, or parts of spin|yield|blocking, pin and fork joined by +")
+    return (sched[0] if sched else None), "pin" in parts, "fork" in parts
 
 
 def _driver_flags(sched: str | None) -> dict:
@@ -144,7 +147,7 @@ def _calls(kinds: list[str], spinner, torch) -> dict:
 
 
 def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = CALLS, variant: str = "plain", index: int = 0) -> dict:
-    sched, pin = parse_variant(variant)
+    sched, pin, _ = parse_variant(variant)
     placed: dict = {"variant": variant}
     if pin:
         cpus = sorted(os.sched_getaffinity(0))
@@ -174,6 +177,29 @@ def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = 
                                        "tail_p90_us": round(tails[int(0.9 * len(tails))], 2), "tail_max_us": round(tails[-1], 2)}
     torch.cuda.synchronize()
     return {**placed, "rows": rows}
+
+
+def _forked(kinds: list[str], lengths: list[int], calls: int, variant: str, index: int) -> dict:
+    """child() in a process forked from this one (torch imported, CUDA never touched here), its
+    result back through a pipe."""
+    import torch  # noqa: F401 - imported before the fork, as the judge's fork server has it
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            text = json.dumps(child(kinds, lengths, calls, variant, index))
+        except BaseException as exc:  # noqa: BLE001 - whatever happened goes back as the row
+            text = json.dumps({"error": repr(exc)})
+        with os.fdopen(w, "w") as f:
+            f.write(text)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(text) if text else {"error": "the forked process wrote nothing"}
 
 
 def _load(n: int) -> list[subprocess.Popen]:
@@ -216,10 +242,13 @@ def main() -> int:
     try:
         for k in range(args.processes):
             for v in variants:  # interleaved: a drift of the machine hits every variant alike
-                cmd = [sys.executable, __file__, "--out", str(args.out), "--kinds", args.kinds, "--lengths", args.lengths,
-                       "--calls", str(args.calls), "--variant", v, "--index", str(k), "--child"]
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-                run = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {"error": p.stderr[-2000:]}
+                if parse_variant(v)[2]:
+                    run = _forked(args.kinds.split(","), lengths, args.calls, v, k)
+                else:
+                    cmd = [sys.executable, __file__, "--out", str(args.out), "--kinds", args.kinds, "--lengths", args.lengths,
+                           "--calls", str(args.calls), "--variant", v, "--index", str(k), "--child"]
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+                    run = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {"error": p.stderr[-2000:]}
                 run.setdefault("variant", v)
                 run["process"], run["at_s"] = k, round(time.monotonic() - t0, 1)
                 runs.append(run)

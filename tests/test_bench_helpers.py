@@ -27,13 +27,14 @@ tail = _load("tail_bench")
 warm = _load("warm_bench")
 
 
-@pytest.mark.parametrize(("text", "want"), [("plain", (None, False)), ("spin", ("spin", False)), ("pin", (None, True)),
-                                            ("blocking+pin", ("blocking", True)), ("pin+yield", ("yield", True))])
+@pytest.mark.parametrize(("text", "want"), [("plain", (None, False, False)), ("spin", ("spin", False, False)), ("pin", (None, True, False)),
+                                            ("blocking+pin", ("blocking", True, False)), ("pin+yield", ("yield", True, False)),
+                                            ("fork", (None, False, True)), ("spin+fork+pin", ("spin", True, True))])
 def test_tail_variants_parse(text, want):
     assert tail.parse_variant(text) == want
 
 
-@pytest.mark.parametrize("text", ["", "fast", "spin+yield", "plain+pin", "spin+pin+x"])
+@pytest.mark.parametrize("text", ["", "fast", "spin+yield", "plain+pin", "spin+pin+x", "pin+pin"])
 def test_tail_variants_refuse_what_they_cannot_run(text):
     with pytest.raises(ValueError, match="variant"):
         tail.parse_variant(text)

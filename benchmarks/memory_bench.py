@@ -7,8 +7,10 @@ the device refused as a problem error.
 KB_LEVEL1_DIR is KernelBench's `KernelBench/level1` folder from a checkout of the public repository
 (none of its files are in this repository). Sections: kb45 (level 1 problem 45, 2D average pooling
 of a 16 GiB input, the largest input of level 1 (benchmarks/memory/avgpool2d_candidate): baselines
-cached first, then one full verdict; then the same problem with baselines measured in the verdict,
-which the estimate puts past the device: a problem error), concurrent8 (eight verdicts at once of
+cached first, then one full verdict; then the same problem with baselines measured in the verdict:
+a problem error while the estimate put it past the device (162.37 GiB, up to 57dc79d), judged since
+the timing pool of inputs this large holds one set instead of three (judge.memory.pool_slots; about
+83 GiB estimated)), concurrent8 (eight verdicts at once of
 benchmarks/memory/relu_2g.py, 2 GiB in and out, with the fixture candidate relu_cuda, baselines
 cached). Every verdict records the peak memory of all processes on the GPU while it ran (nvidia-smi
 every 50 ms) and its `memory` field. Writes DIR/memory_bench.json and DIR/memory_bench.log.

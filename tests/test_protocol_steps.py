@@ -287,3 +287,22 @@ def test_fresh_inputs_catch_a_replay_keyed_on_tensor_identity():
     assert off.status is Status.CORRECT, off.log
     assert on.status is Status.INCORRECT, on.log
     assert "timed call" in on.log
+
+
+def test_a_pool_of_one_input_set_still_catches_the_identity_replay_and_times_an_honest_kernel(monkeypatch):
+    """Inputs too large for three pool sets get fewer (judge.memory.pool_slots), at least one: every
+    timed call still writes fresh values into its set, so the replay keyed on identity is still
+    re-checked stale, and the step says how many sets there were. POOL_BYTES is shrunk so that
+    rowsum's small inputs take the one-set path on the CPU."""
+    from conftest import timing_policy
+    from kernelwright.judge import memory
+
+    monkeypatch.setattr(memory, "POOL_BYTES", 1)
+    near = frozenset({"near_duplicate"})
+    caught = judge("rowsum", "rowsum_identity_cache", timing_policy(disabled_steps=near))
+    assert caught.status is Status.INCORRECT, caught.log
+    assert "timed call" in caught.log
+    honest = judge("rowsum", "rowsum_correct", timing_policy())
+    assert honest.status is Status.CORRECT, honest.log
+    said = step_of(honest, "fresh_inputs").reason
+    assert "a pool of 1 input set before every call (fewer than 3" in said, said

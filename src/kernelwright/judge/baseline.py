@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.judge import measure
+from kernelwright.judge import measure, memory
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
@@ -228,7 +228,8 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
     with device_lock(device, policy.gpu_index, "exclusive", what=f"timing the baselines of {problem.name}"):
         try:
             outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
-                                         held=(device == "cuda" and meta.get("lead_ok") is True, False))
+                                         held=(device == "cuda" and meta.get("lead_ok") is True, False),
+                                         pool_size=memory.pool_slots(int((meta.get("memory") or {}).get("input_bytes") or 0)))
         finally:
             _close(child)  # the child's teardown before the next timing may start
     return meta, outcome

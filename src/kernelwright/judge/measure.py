@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.judge import stats
+from kernelwright.judge import memory, stats
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child, ChildError
 
-POOL_SIZE = 3  # distinct input sets in the timing pool
+POOL_SIZE = memory.POOL_SLOTS  # input sets in the timing pool, unless run_timing is given fewer (memory.pool_slots)
 REHEARSAL_CALLS = 3  # calls through the timing protocol at the end of each contender's warm-up, not counted
 WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
 WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
@@ -373,12 +373,16 @@ class _Rounds:
     """State of one timing phase."""
 
     def __init__(self, policy: Policy, ref: Child, cand: Child | None, workdir: Path, contenders: list[str], lead_us: float = 0.0,
-                 poison_bytes: list[int] | None = None, cuda: bool = False, held: tuple[bool, bool] = (False, False)) -> None:
+                 poison_bytes: list[int] | None = None, cuda: bool = False, held: tuple[bool, bool] = (False, False),
+                 pool_size: int = POOL_SIZE) -> None:
+        if pool_size < 1:
+            raise ValueError(f"the timing pool needs at least one input set, got {pool_size}")
         self.policy, self.ref, self.cand, self.workdir = policy, ref, cand, workdir
+        self.pool_size = pool_size
         self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
         self.contenders = contenders
         self.rng = random.Random()
-        self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(POOL_SIZE)]
+        self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(pool_size)]
         self.samples = {c: Samples() for c in contenders}
         self.rechecked = 0
         self.null_ms: dict[str, list[float]] = {}
@@ -396,7 +400,7 @@ class _Rounds:
         """[slot, input seed] per call; seed None when fresh inputs are off (the pool as built)."""
         out = []
         for _ in range(n):
-            slot = self.rng.randrange(POOL_SIZE)
+            slot = self.rng.randrange(self.pool_size)
             out.append([slot, self.rng.randrange(1, 2**31) if self.fresh else None])
         return out
 
@@ -504,15 +508,16 @@ class _Rounds:
 def run_timing(
     policy: Policy, ref: Child, cand: Child | None, workdir: Path, *, baselines: bool, lead_us: float = 0.0,
     say: Callable[[str], None] = lambda _m: None, poison_bytes: list[int] | None = None, null_calls: int = 0, cuda: bool = False,
-    held: tuple[bool, bool] = (False, False),
+    held: tuple[bool, bool] = (False, False), pool_size: int = POOL_SIZE,
 ) -> TimingOutcome:
     """Warm up every contender, then time interleaved rounds until the stopping rule says stop;
     with null_calls > 0, each round also times that many empty calls in each child. Without a
-    candidate child (cand None: judge.baseline) only the baselines are timed, by the same rounds."""
+    candidate child (cand None: judge.baseline) only the baselines are timed, by the same rounds.
+    `pool_size` input sets make the timing pool (memory.pool_slots for the problem's inputs)."""
     if cand is None and not baselines:
         raise ValueError("nothing to time: no candidate child and no baselines")
     contenders = ([] if cand is None else ["candidate"]) + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
-    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda, held)
+    r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda, held, pool_size)
     cfg = policy.timing
     compile_s = None
     # the warm-up ends with calls through the timing protocol itself, on fresh inputs (timing.rehearse)

@@ -4,18 +4,21 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + max(I + X + 2 O + T, 2 I, 4 I + X + O)
-    candidate: CTX + P + max(2 I + X + 3 O, 4 I + X + 2 O)
+    reference: CTX + P + max(I + X + 2 O + T, 2 I, (S + 1) I + X + O)
+    candidate: CTX + P + max(2 I + X + 3 O, (S + 1) I + X + 2 O)
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O) and T the chunked
 comparison's temporaries. The reference child keeps no reference output on the GPU: it keeps one
 in host memory or recomputes it (judge.child_reference), so a comparison holds the case's
 recompute (I + X + O) beside a taken output (O); it draws a near case's second input set (2 I),
-and, when the baselines are timed, holds the timing pool (3 I) and the fresh get_inputs() set
-drawn to refresh a slot of it (I).
+and, when the baselines are timed, holds the timing pool (S I) and the fresh get_inputs() set
+drawn to refresh a slot of it (I). The pool has S = pool_slots(I) input sets: POOL_SLOTS (3) while
+they fit in POOL_BYTES (4 GiB), fewer for larger inputs, at least one (judge.measure; every timed
+call writes fresh values into its slot, so one slot still never repeats values; `kernelwright
+baseline` sizes its pool the same way).
 The candidate child holds a case's inputs and their copy for the input check (2 I), its forward
 (X + O), the staging area (O) and one block an output's size that poison may add (O), or, when
-timed, the pool and its refresh (4 I) beside the call's output and the staging area. Poison
+timed, the pool and its refresh ((S + 1) I) beside the call's output and the staging area. Poison
 fills the allocator's free blocks in place and holds nothing itself (judge.correctness.poison;
 before, its blocks of three times each output and up to 1 GiB more stayed in the cache). The
 pool's refresh was missed at first: on the H200 an honest candidate of KernelBench's 16 GiB
@@ -64,6 +67,8 @@ from typing import Any, Callable, Iterator
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
 COMPARE_TEMP = 6 * 8 * (1 << 23)  # float64 temporaries of one comparison chunk (judge.correctness.CHUNK)
 SLACK = 1.25  # fragmentation and what the formula leaves out
+POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...
+POOL_BYTES = 4 * 2**30  # ... while they fit in this much; fewer for larger inputs (pool_slots)
 ADMIT_SHARE = 0.92  # of the device's memory that admitted verdicts may reserve together
 POLL_S = 0.1
 FAKE_ENV = "KERNELWRIGHT_DEVICE_BYTES"
@@ -84,6 +89,15 @@ class Estimate:
         return {"reference_bytes": self.reference, "candidate_bytes": self.candidate, "estimate_bytes": self.total}
 
 
+def pool_slots(input_bytes: int) -> int:
+    """Input sets in the timing pool for inputs of this size: POOL_SLOTS while they fit in
+    POOL_BYTES, fewer for larger inputs, never under one. KernelBench's 16 GiB level 1 problem
+    held four input sets (64 GiB) in each timing child with three slots; with one it holds two."""
+    if input_bytes <= 0:
+        return POOL_SLOTS
+    return max(1, min(POOL_SLOTS, POOL_BYTES // input_bytes))
+
+
 def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True) -> Estimate:
     """The estimate of the module docstring, from the reference child's setup reply. Without
     timing (`timed` False) neither child builds a timing pool; with cached baselines (`ref_pool`
@@ -92,8 +106,9 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True)
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
-    ref = CTX + p + max(i + x + 2 * o + t, 2 * i, 4 * i + x + o if timed and ref_pool else 0)
-    cand = CTX + p + max(2 * i + x + 3 * o, 4 * i + x + 2 * o if timed else 0)
+    s = pool_slots(i)
+    ref = CTX + p + max(i + x + 2 * o + t, 2 * i, (s + 1) * i + x + o if timed and ref_pool else 0)
+    cand = CTX + p + max(2 * i + x + 3 * o, (s + 1) * i + x + 2 * o if timed else 0)
     return Estimate(ref, cand)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import ops, provenance, stats
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.measure import (NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
+from kernelwright.judge.measure import (NULL_CALLS, POOL_SIZE, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
                                         wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
@@ -257,6 +257,20 @@ def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
     return rec
 
 
+def pool_slots(flow: "_Flow") -> int:
+    """Input sets in this verdict's timing pool: judge.memory.pool_slots of the problem's inputs as
+    the reference child measured them at setup."""
+    from kernelwright.judge import memory
+
+    return memory.pool_slots(int((flow.meta.get("memory") or {}).get("input_bytes") or 0))
+
+
+def _gib(flow: "_Flow") -> str:
+    from kernelwright.judge import memory
+
+    return memory.gib(int((flow.meta.get("memory") or {}).get("input_bytes") or 0))
+
+
 def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) -> None:
     vb, cuda = flow.vb, flow.device == "cuda"
     cpu = "CPU backend: not applicable (no L2 flush, events or streams; CPU times are never claims)"
@@ -269,7 +283,9 @@ def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) ->
         if vb.off_or(name, "" if cuda else cpu):
             vb.step(name, True, note)
     if vb.off_or("fresh_inputs"):
-        vb.step("fresh_inputs", True, "new get_inputs() values written into a pool of 3 input sets before every call")
+        n = pool_slots(flow)
+        why = "" if n == POOL_SIZE else f" (fewer than {POOL_SIZE}: the inputs are {_gib(flow)}; judge.memory.pool_slots)"
+        vb.step("fresh_inputs", True, f"new get_inputs() values written into a pool of {n} input set{'s' if n != 1 else ''} before every call{why}")
     if vb.off_or("warmup"):
         vb.step("warmup", True, f"{flow.policy.timing.warmup_ms:g} ms per contender, at least 3 calls")
     if vb.off_or("interleave"):
@@ -295,7 +311,8 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         null_calls = NULL_CALLS if flow.device == "cuda" and policy.enabled("harness_overhead") else 0
         outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
                              poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda",
-                             held=(flow.device == "cuda" and flow.meta.get("lead_ok") is True, flow.cand_meta.get("lead_ok") is True))
+                             held=(flow.device == "cuda" and flow.meta.get("lead_ok") is True, flow.cand_meta.get("lead_ok") is True),
+                             pool_size=pool_slots(flow))
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:

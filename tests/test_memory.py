@@ -30,15 +30,16 @@ def _meta(i: int, o: int, w: int = 0, p: int = 0) -> dict:
 
 def test_the_estimate_grows_with_the_problem_and_holds_no_reference_outputs_on_the_gpu():
     small, large = memory.estimate(_meta(GIB // 2, GIB // 2)), memory.estimate(_meta(6 * GIB, 6 * GIB))
+    t = memory.COMPARE_TEMP
     assert small.total < large.total
     assert small.reference > 2 * memory.CTX and small.candidate > memory.CTX
-    # no kept references: a recompute (I + O) beside the taken output (O), or the timing pool and its refresh ((S + 1) I + O);
-    # 6 GiB inputs get a pool of one set (memory.pool_slots): its 2 I + O is no longer the largest term, the comparison is
-    assert large.reference == memory.CTX + 6 * GIB + 2 * 6 * GIB + memory.COMPARE_TEMP
-    assert memory.estimate(_meta(GIB, GIB)).reference == memory.CTX + 4 * GIB + GIB  # three sets and the refresh
-    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 2 * 6 * GIB + memory.COMPARE_TEMP
-    # the candidate: inputs and their copy, output, staging and poison's one block (2 I + 3 O); timed, pool and refresh,
-    # output and staging (4 I + 2 O); poison's old blocks (3 O and up to 1 GiB) are gone
+    # no kept references: a recompute (I + O) beside the taken output (O), or the timing pool, its refresh and a
+    # re-check's recompute and taken output ((S + 1) I + 2 O + T); 6 GiB inputs get a pool of one set (memory.pool_slots)
+    assert large.reference == memory.CTX + 2 * 6 * GIB + 2 * 6 * GIB + t
+    assert memory.estimate(_meta(GIB, GIB)).reference == memory.CTX + 4 * GIB + 2 * GIB + t  # three sets and the refresh
+    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 2 * 6 * GIB + t
+    # the candidate: inputs and their copy, output, staging and poison's one block (2 I + 3 O); timed, the pool and its
+    # refresh, output and staging ((S + 1) I + 2 O); poison's old blocks (3 O and up to 1 GiB) are gone
     assert small.candidate == memory.CTX + 4 * GIB // 2 + 2 * GIB // 2
     assert memory.estimate(_meta(GIB // 2, GIB // 2), timed=False).candidate == memory.CTX + 2 * GIB // 2 + 3 * GIB // 2
     assert memory.estimate(_meta(10, 10, w=20 * GIB)).total > 40 * GIB  # the forward's own peak counts, in both children
@@ -50,16 +51,19 @@ def test_the_timing_pool_shrinks_for_inputs_of_several_gib_and_never_below_one_s
     assert memory.pool_slots(input_bytes) == slots
 
 
-def test_the_estimate_follows_the_pool():
+def test_the_estimate_follows_the_pool(monkeypatch):
     # KernelBench level 1 problem 45's figures (the H200 at 73e2bba): 16 GiB in, 135 MiB out, forward peak 16.13 GiB
     i, o, w = 16 * GIB, 141705216, 17322475520
-    x = w - i - o
+    x, t = w - i - o, min(memory.COMPARE_TEMP, 48 * 141705216)
     est = memory.estimate(_meta(i, o, w=w))
-    assert est.candidate == memory.CTX + max(2 * i + x + 3 * o, 2 * i + x + 2 * o)  # one pool set and its refresh, not four sets
-    assert est.reference == memory.CTX + max(i + x + 2 * o + min(memory.COMPARE_TEMP, 48 * o), 2 * i, 2 * i + x + o)
+    # one pool set and its refresh (2 I) instead of four sets: timing adds nothing to the candidate's correctness-time figure
+    assert est.candidate == memory.estimate(_meta(i, o, w=w), timed=False).candidate == memory.CTX + 2 * i + x + 3 * o
+    assert est.reference == memory.CTX + 2 * i + x + 2 * o + t
     assert est.total < 100 * GIB  # with baselines measured in the verdict it fits a 139.8 GiB H200 (it needed 162.37 GiB)
-    small = memory.estimate(_meta(GIB // 2, GIB // 2))
-    assert small.candidate == memory.CTX + 4 * GIB // 2 + 2 * GIB // 2  # three sets and the refresh, as before
+    monkeypatch.setattr(memory, "POOL_BYTES", 1 << 50)  # the pool as it was: three sets whatever their size
+    old = memory.estimate(_meta(i, o, w=w))
+    assert old.candidate == memory.CTX + 4 * i + x + 2 * o and old.reference == memory.CTX + 4 * i + x + 2 * o + t
+    assert old.total > 150 * GIB
 
 
 def test_too_large_names_what_it_needs_and_what_the_device_has():
@@ -238,3 +242,40 @@ def test_a_timeout_inside_an_admitted_verdict_is_not_a_wait_for_memory(ledger, m
     with pytest.raises(ChannelTimeout):
         with flow._admission():
             raise ChannelTimeout("a child's reply did not come")
+
+
+@pytest.mark.parametrize(("input_bytes", "sets"), [(1 << 20, 3), (16 * GIB, 1)])
+def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch, tmp_path, input_bytes, sets):
+    """`kernelwright baseline` (judge.baseline.time_one) sizes the timing pool from the reference
+    child's setup figures, as a verdict does; a stored record's timing key names the pool's rule."""
+    from types import SimpleNamespace
+
+    from kernelwright.judge import baseline, measure
+
+    prob = SimpleNamespace(path=ROWSUM, name="rowsum", hash="h" * 16)
+
+    class FakeChild:
+        closed = False
+
+        def call(self, command, args, timeout_s=None):
+            assert command == "setup"
+            return {"source_hash": prob.hash, "memory": {"input_bytes": input_bytes}, "lead_ok": False}
+
+        def request_exit(self):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    got = {}
+
+    def fake_run_timing(policy, ref, cand, workdir, **kw):
+        got.update(kw)
+        return "outcome"
+
+    monkeypatch.setattr(measure, "run_timing", fake_run_timing)
+    child = FakeChild()
+    meta, outcome = baseline.time_one(prob, "cpu", Policy(), child, tmp_path)
+    assert outcome == "outcome" and child.closed
+    assert got["pool_size"] == sets == memory.pool_slots(input_bytes)
+    assert json.loads(baseline.timing_key(Policy()))["pool"] == [memory.POOL_SLOTS, memory.POOL_BYTES]

@@ -292,11 +292,21 @@ def test_fresh_inputs_catch_a_replay_keyed_on_tensor_identity():
 def test_a_pool_of_one_input_set_still_catches_the_identity_replay_and_times_an_honest_kernel(monkeypatch):
     """Inputs too large for three pool sets get fewer (judge.memory.pool_slots), at least one: every
     timed call still writes fresh values into its set, so the replay keyed on identity is still
-    re-checked stale, and the step says how many sets there were. POOL_BYTES is shrunk so that
-    rowsum's small inputs take the one-set path on the CPU."""
+    re-checked stale, and the step says how many sets the rounds used. POOL_BYTES is shrunk so that
+    rowsum's small inputs take the one-set path on the CPU; a spy on the rounds (the flow runs in
+    this process) sees the pool both children were given."""
     from conftest import timing_policy
-    from kernelwright.judge import memory
+    from kernelwright.judge import measure, memory
 
+    seen: list[tuple[int, set[int]]] = []
+
+    class Spy(measure._Rounds):
+        def calls(self, n):
+            out = super().calls(n)
+            seen.append((len(self.pool_seeds), {slot for slot, _ in out}))
+            return out
+
+    monkeypatch.setattr(measure, "_Rounds", Spy)
     monkeypatch.setattr(memory, "POOL_BYTES", 1)
     near = frozenset({"near_duplicate"})
     caught = judge("rowsum", "rowsum_identity_cache", timing_policy(disabled_steps=near))
@@ -304,5 +314,11 @@ def test_a_pool_of_one_input_set_still_catches_the_identity_replay_and_times_an_
     assert "timed call" in caught.log
     honest = judge("rowsum", "rowsum_correct", timing_policy())
     assert honest.status is Status.CORRECT, honest.log
+    assert seen and all(sets == 1 and slots == {0} for sets, slots in seen), seen
     said = step_of(honest, "fresh_inputs").reason
     assert "a pool of 1 input set before every call (fewer than 3" in said, said
+    seen.clear()
+    monkeypatch.setattr(memory, "POOL_BYTES", 4 * 2**30)
+    again = judge("rowsum", "rowsum_correct", timing_policy())
+    assert again.status is Status.CORRECT and "a pool of 3 input sets before every call" in step_of(again, "fresh_inputs").reason
+    assert seen and all(sets == 3 for sets, _ in seen)

@@ -78,10 +78,12 @@ TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead", "f
 
 def timing_key(policy: Policy) -> str:
     """What about the timing protocol must match for a stored time to stand in for a measured one:
-    the timing steps switched on, the lead spin asked for and the preset. A verdict under another
-    protocol (the kernelbench preset's no-flush timing, an ablation) finds no cached baselines."""
+    the timing steps switched on, the lead spin asked for, the preset and the timing pool's rule
+    (memory.pool_slots: records made before it, when every pool held three input sets, do not
+    match). A verdict under another protocol (the kernelbench preset's no-flush timing, an
+    ablation) finds no cached baselines."""
     return json.dumps({"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us,
-                       "preset": policy.preset}, sort_keys=True)
+                       "preset": policy.preset, "pool": [memory.POOL_SLOTS, memory.POOL_BYTES]}, sort_keys=True)
 
 
 def probe_machine(device: str, gpu_index: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + max(I + X + 2 O + T, 2 I, (S + 1) I + X + O)
+    reference: CTX + P + max(I + X + 2 O + T, 2 I, (S + 1) I + X + 2 O + T)
     candidate: CTX + P + max(2 I + X + 3 O, (S + 1) I + X + 2 O)
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O) and T the chunked
@@ -12,10 +12,11 @@ comparison's temporaries. The reference child keeps no reference output on the G
 in host memory or recomputes it (judge.child_reference), so a comparison holds the case's
 recompute (I + X + O) beside a taken output (O); it draws a near case's second input set (2 I),
 and, when the baselines are timed, holds the timing pool (S I) and the fresh get_inputs() set
-drawn to refresh a slot of it (I). The pool has S = pool_slots(I) input sets: POOL_SLOTS (3) while
-they fit in POOL_BYTES (4 GiB), fewer for larger inputs, at least one (judge.measure; every timed
-call writes fresh values into its slot, so one slot still never repeats values; `kernelwright
-baseline` sizes its pool the same way).
+drawn to refresh a slot of it (I), and, re-checking a timed output, that output's recompute and
+the taken output beside the pool (O + T more). The pool has S = pool_slots(I) input sets:
+POOL_SLOTS (3) while they fit in POOL_BYTES (4 GiB), fewer for larger inputs, at least one
+(judge.measure; with step fresh_inputs on, every timed call writes fresh values into its slot, so
+one slot still never repeats values; `kernelwright baseline` sizes its pool the same way).
 The candidate child holds a case's inputs and their copy for the input check (2 I), its forward
 (X + O), the staging area (O) and one block an output's size that poison may add (O), or, when
 timed, the pool and its refresh ((S + 1) I) beside the call's output and the staging area. Poison
@@ -107,7 +108,7 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True)
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
     s = pool_slots(i)
-    ref = CTX + p + max(i + x + 2 * o + t, 2 * i, (s + 1) * i + x + o if timed and ref_pool else 0)
+    ref = CTX + p + max(i + x + 2 * o + t, 2 * i, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
     cand = CTX + p + max(2 * i + x + 3 * o, (s + 1) * i + x + 2 * o if timed else 0)
     return Estimate(ref, cand)
 

@@ -265,10 +265,13 @@ def pool_slots(flow: "_Flow") -> int:
     return memory.pool_slots(int((flow.meta.get("memory") or {}).get("input_bytes") or 0))
 
 
-def _gib(flow: "_Flow") -> str:
+def _fresh_note(flow: "_Flow", sets: int) -> str:
+    """Step fresh_inputs' note for a pool of `sets` input sets."""
     from kernelwright.judge import memory
 
-    return memory.gib(int((flow.meta.get("memory") or {}).get("input_bytes") or 0))
+    why = "" if sets == POOL_SIZE else (f" (fewer than {POOL_SIZE}: the inputs are "
+                                        f"{memory.gib(int((flow.meta.get('memory') or {}).get('input_bytes') or 0))}; judge.memory.pool_slots)")
+    return f"new get_inputs() values written into a pool of {sets} input set{'s' if sets != 1 else ''} before every call{why}"
 
 
 def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) -> None:
@@ -283,9 +286,7 @@ def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) ->
         if vb.off_or(name, "" if cuda else cpu):
             vb.step(name, True, note)
     if vb.off_or("fresh_inputs"):
-        n = pool_slots(flow)
-        why = "" if n == POOL_SIZE else f" (fewer than {POOL_SIZE}: the inputs are {_gib(flow)}; judge.memory.pool_slots)"
-        vb.step("fresh_inputs", True, f"new get_inputs() values written into a pool of {n} input set{'s' if n != 1 else ''} before every call{why}")
+        vb.step("fresh_inputs", True, _fresh_note(flow, pool_slots(flow)))
     if vb.off_or("warmup"):
         vb.step("warmup", True, f"{flow.policy.timing.warmup_ms:g} ms per contender, at least 3 calls")
     if vb.off_or("interleave"):
@@ -321,6 +322,8 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     except IdentitiesMoved as exc:
         vb.guard("function_identities", True, str(exc))
         raise Stop(Status.REJECTED, f"the candidate replaced {exc}") from None
+    if policy.enabled("fresh_inputs"):  # the pool the rounds used, which the note made before timing only foresaw
+        vb.step("fresh_inputs", True, _fresh_note(flow, outcome.pool_sets))
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
     if outcome.recheck_failure:

@@ -24,7 +24,7 @@ TIMING_STEPS = (
     "l2_flush",  # L2 flushed before every timed call
     "cuda_events",  # CUDA events around each call
     "device_sync",  # device-wide synchronize before the end event
-    "fresh_inputs",  # fresh input values per timed call from a pool of distinct sets
+    "fresh_inputs",  # fresh input values per timed call, written into a pool of input sets (three, fewer for inputs of GiBs)
     "warmup",  # time-based warm-up
     "adaptive_stop",  # stop on the standard error, between a minimum and maximum count
     "interleave",  # baselines and candidate timed in alternating rounds

@@ -19,11 +19,13 @@ Why one process's tails sit 15-30 us above another's (warm_h200.md at 57dc79d: t
 median moved by more than 2 % had most calls charged by step device_sync while the profiler's
 kernel time stayed put): `--variants` runs the same processes under each of several ways to wait
 and place them, `--processes` fresh processes each, interleaved (variant by variant, process by
-process), and `--load N` keeps N busy CPU processes running throughout, as concurrent verdicts'
-builds and children do:
+process), `--load N` keeps N busy CPU processes running throughout, as concurrent verdicts' builds and
+children do, and `--gap-s G` measures each process again G seconds later (`rows_later`, and the
+summary's "VARIANT later" rows: whether a slow process stays slow, which decides whether a
+process's own figures taken before candidate code runs could serve as its allowance):
 
     PYTHONPATH=src python3 benchmarks/tail_bench.py --out DIR --variants plain,fork,spin,pin,spin+pin \
-        --processes 6 --lengths 0,100,300,1000 [--load 12]
+        --processes 6 --lengths 0,100,300,1000 [--load 12] [--gap-s 5]
 
 A variant is `plain` (torch's default wait) or names its parts joined by `+`: `spin`, `yield` or
 `blocking` (the primary context's scheduling flag, CU_CTX_SCHED_*, set through the driver before
@@ -97,10 +99,11 @@ def summarize(runs: list[dict], lengths: list[int], kind: str = "spin") -> dict:
     for run in runs:
         if "error" in run or kind not in run.get("rows", {}):
             continue
-        for us in lengths:
-            r = run["rows"][kind].get(str(us))
-            if r:
-                out.setdefault(run["variant"], {}).setdefault(str(us), []).append(r["tail_median_us"])
+        for label, rows in ((run["variant"], run["rows"]), (f"{run['variant']} later", run.get("rows_later") or {})):
+            for us in lengths:
+                r = (rows.get(kind) or {}).get(str(us))
+                if r:
+                    out.setdefault(label, {}).setdefault(str(us), []).append(r["tail_median_us"])
     return {v: {us: {"tail_medians_us": m, "spread_us": round(max(m) - min(m), 2), "slow": slow_processes(m), "processes": len(m)}
                 for us, m in by.items()} for v, by in out.items()}
 
@@ -146,7 +149,8 @@ def _calls(kinds: list[str], spinner, torch) -> dict:
     return out
 
 
-def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = CALLS, variant: str = "plain", index: int = 0) -> dict:
+def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = CALLS, variant: str = "plain", index: int = 0,
+          gap_s: float = 0.0) -> dict:
     sched, pin, _ = parse_variant(variant)
     placed: dict = {"variant": variant}
     if pin:
@@ -165,8 +169,8 @@ def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = 
     placed["ctx_flags"] = _ctx_flags()
     sw = timing.switches_from({"flush": True, "events": True, "sync": True, "lead_us": 200.0}, cuda=True)
     makers = _calls(kinds, spinner, torch)
-    rows: dict[str, dict] = {k: {} for k in kinds}
-    for rep in range(2):  # the second pass is the one kept: the first warms every path
+    def one_pass() -> dict[str, dict]:
+        rows: dict[str, dict] = {k: {} for k in kinds}
         for us in lengths:
             for kind, make in makers.items():  # interleaved, so a drift of the process hits every kind alike
                 synced: list[float] = []
@@ -175,11 +179,20 @@ def child(kinds: list[str], lengths: list[int] = list(LENGTHS_US), calls: int = 
                 tails = sorted((d - t) * 1e3 for t, d in zip(stream, synced))
                 rows[kind][str(us)] = {"stream_median_ms": round(statistics.median(stream), 4), "tail_median_us": round(statistics.median(tails), 2),
                                        "tail_p90_us": round(tails[int(0.9 * len(tails))], 2), "tail_max_us": round(tails[-1], 2)}
+        return rows
+
+    one_pass()  # thrown away: it warms every path
+    rows = one_pass()
+    out = {**placed, "rows": rows}
+    if gap_s > 0:  # the same process again later: is a slow process slow for its whole life?
+        torch.cuda.synchronize()
+        time.sleep(gap_s)
+        out["rows_later"] = one_pass()
     torch.cuda.synchronize()
-    return {**placed, "rows": rows}
+    return out
 
 
-def _forked(kinds: list[str], lengths: list[int], calls: int, variant: str, index: int) -> dict:
+def _forked(kinds: list[str], lengths: list[int], calls: int, variant: str, index: int, gap_s: float = 0.0) -> dict:
     """child() in a process forked from this one (torch imported, CUDA never touched here), its
     result back through a pipe."""
     import torch  # noqa: F401 - imported before the fork, as the judge's fork server has it
@@ -189,7 +202,7 @@ def _forked(kinds: list[str], lengths: list[int], calls: int, variant: str, inde
     if pid == 0:
         os.close(r)
         try:
-            text = json.dumps(child(kinds, lengths, calls, variant, index))
+            text = json.dumps(child(kinds, lengths, calls, variant, index, gap_s))
         except BaseException as exc:  # noqa: BLE001 - whatever happened goes back as the row
             text = json.dumps({"error": repr(exc)})
         with os.fdopen(w, "w") as f:
@@ -217,6 +230,7 @@ def main() -> int:
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS_US)), help="call lengths in us, comma-separated")
     ap.add_argument("--calls", type=int, default=CALLS, help="timed calls per length and kind")
     ap.add_argument("--load", type=int, default=0, help="busy CPU processes kept running throughout")
+    ap.add_argument("--gap-s", type=float, default=0.0, help="measure each process again this many seconds later (rows_later)")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--variant", default="plain", help=argparse.SUPPRESS)
     ap.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
@@ -228,10 +242,10 @@ def main() -> int:
             parse_variant(v)
     except ValueError as exc:
         ap.error(str(exc))
-    if not lengths or not variants or args.processes < 1 or args.calls < 4 or args.load < 0:
-        ap.error("need lengths, variants, at least one process, at least 4 calls and a load of 0 or more")
+    if not lengths or not variants or args.processes < 1 or args.calls < 4 or args.load < 0 or args.gap_s < 0:
+        ap.error("need lengths, variants, at least one process, at least 4 calls, and a load and gap of 0 or more")
     if args.child:
-        print(json.dumps(child(args.kinds.split(","), lengths, args.calls, args.variant, args.index)))
+        print(json.dumps(child(args.kinds.split(","), lengths, args.calls, args.variant, args.index, args.gap_s)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     from judge_bench import provenance  # GPU, driver, torch, CUDA, commit, date, command
@@ -243,10 +257,10 @@ def main() -> int:
         for k in range(args.processes):
             for v in variants:  # interleaved: a drift of the machine hits every variant alike
                 if parse_variant(v)[2]:
-                    run = _forked(args.kinds.split(","), lengths, args.calls, v, k)
+                    run = _forked(args.kinds.split(","), lengths, args.calls, v, k, args.gap_s)
                 else:
                     cmd = [sys.executable, __file__, "--out", str(args.out), "--kinds", args.kinds, "--lengths", args.lengths,
-                           "--calls", str(args.calls), "--variant", v, "--index", str(k), "--child"]
+                           "--calls", str(args.calls), "--variant", v, "--index", str(k), "--gap-s", str(args.gap_s), "--child"]
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
                     run = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {"error": p.stderr[-2000:]}
                 run.setdefault("variant", v)

@@ -47,6 +47,8 @@ def test_tail_summary_counts_slow_processes_against_the_quietest():
     assert got["plain"]["100"] == {"tail_medians_us": [13.0, 14.5, 28.1, 40.0], "spread_us": 27.0, "slow": 2, "processes": 4}
     assert got["spin"]["100"]["processes"] == 1 and got["spin"]["100"]["slow"] == 0
     assert tail.slow_processes([]) == 0
+    later = [{"variant": "plain", "rows": {"spin": {"100": {"tail_median_us": 13.0}}}, "rows_later": {"spin": {"100": {"tail_median_us": 31.0}}}}]
+    assert tail.summarize(later, [100])["plain later"]["100"]["tail_medians_us"] == [31.0]
 
 
 def test_warm_timing_diag_reads_the_charge_and_the_kernel_time():

@@ -279,3 +279,10 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
     assert outcome == "outcome" and child.closed
     assert got["pool_size"] == sets == memory.pool_slots(input_bytes)
     assert json.loads(baseline.timing_key(Policy()))["pool"] == [memory.POOL_SLOTS, memory.POOL_BYTES]
+
+
+def test_the_estimates_comparison_temporaries_follow_the_comparisons_chunk():
+    from kernelwright.judge import correctness, inputs
+
+    assert memory.COMPARE_TEMP == 6 * 8 * correctness.CHUNK
+    assert inputs.EQUAL_CHUNK <= 64 * 2**20  # the input check's torch.equal temporaries per chunk, in the candidate child

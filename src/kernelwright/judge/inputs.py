@@ -208,7 +208,8 @@ def changed_inputs(before: list[Any], after: list[Any]) -> list[int]:
     return changed
 
 
-EQUAL_CHUNK = 1 << 28  # bytes compared at a time: torch.equal's temporaries stay at 256 MiB
+EQUAL_CHUNK = 1 << 25  # bytes compared at a time: torch.equal's temporaries stay at 32 MiB (256 MiB at 1 << 28, the
+# candidate child's largest block beside the inputs, their copy and the output until 2026-12-04; a chunk is one sync)
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
-COMPARE_TEMP = 6 * 8 * (1 << 23)  # float64 temporaries of one comparison chunk (judge.correctness.CHUNK)
+COMPARE_TEMP = 6 * 8 * (1 << 22)  # float64 temporaries of one comparison chunk (judge.correctness.CHUNK; a test keeps them equal)
 SLACK = 1.25  # fragmentation and what the formula leaves out
 POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...
 POOL_BYTES = 4 * 2**30  # ... while they fit in this much; fewer for larger inputs (pool_slots)

@@ -169,3 +169,18 @@ def test_a_default_device_set_at_import_counts_as_a_mode_left_on():
     finally:
         torch.set_default_device(None)
     assert dispatch_moved(snap) == []
+
+
+@pytest.mark.parametrize("make", [lambda: torch.tensor(1.5), lambda: torch.randn(1, 3).t(), lambda: torch.randn(5, 7, dtype=torch.float64)[:, ::2],
+                                  lambda: torch.randn(2, 3, dtype=torch.complex64), lambda: torch.arange(10, dtype=torch.int64).reshape(2, 5).t()],
+                         ids=["0-dim", "size-1-last-dim-strided", "sliced", "complex", "int-transposed"])
+def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, monkeypatch):
+    """A 0-dim float input, or one whose size-1 last dimension has a stride other than 1, made the
+    byte view fail and an honest candidate fail with it; every layout is compared, in chunks
+    smaller than the tensor as well."""
+    monkeypatch.setattr(inputs, "EQUAL_CHUNK", 8)
+    x = make()
+    before = inputs.clone_tensors([x])
+    assert inputs.changed_inputs(before, [x]) == []
+    x[tuple(n - 1 for n in x.shape)] += 1  # the last element, in place, whatever the layout (0-dim: the only one)
+    assert inputs.changed_inputs(before, [x]) == [0]

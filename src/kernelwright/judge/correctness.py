@@ -77,8 +77,8 @@ def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
     return ""
 
 
-CHUNK = 1 << 22  # elements compared at a time: the comparison's float64 temporaries stay near 192 MiB (384 MiB at
-# 1 << 23 until 2026-12-04: a chunk costs one synchronisation, and 4M elements keep those to 32 per GiB of float32 output)
+CHUNK = 1 << 22  # elements compared at a time: the comparison's temporaries stay near 256 MiB (twice that at 1 << 23,
+# until 2026-12-04); a chunk costs two synchronisations (the scale's sum, the short pass): 128 per GiB of float32 output
 
 
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Comparison:

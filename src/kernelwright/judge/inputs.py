@@ -215,9 +215,10 @@ EQUAL_CHUNK = 1 << 25  # bytes compared at a time: torch.equal's temporaries sta
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.numel() == 0:
         return True
-    a_c, b_c = a.contiguous(), b.contiguous()
+    # flat first: a 0-dim tensor, or one whose size-1 last dimension has a stride other than 1 (which
+    # contiguous() leaves as it is), cannot be viewed as bytes, and an honest candidate failed on it
+    a_f, b_f = a.contiguous().reshape(-1), b.contiguous().reshape(-1)
     if a.is_floating_point() or a.is_complex():
-        a_c, b_c = a_c.view(torch.uint8), b_c.view(torch.uint8)
-    a_f, b_f = a_c.view(-1), b_c.view(-1)
+        a_f, b_f = a_f.view(torch.uint8), b_f.view(torch.uint8)
     step = max(1, EQUAL_CHUNK // a_f.element_size())
     return all(bool(torch.equal(a_f[i:i + step], b_f[i:i + step])) for i in range(0, a_f.numel(), step))

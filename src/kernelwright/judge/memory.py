@@ -66,7 +66,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
-COMPARE_TEMP = 6 * 8 * (1 << 22)  # float64 temporaries of one comparison chunk (judge.correctness.CHUNK; a test keeps them equal)
+COMPARE_TEMP = 8 * 8 * (1 << 22)  # temporaries of one comparison chunk: about seven float64 and six bool per element on the
+# failing path (judge.correctness.CHUNK; a test keeps them in step)
 SLACK = 1.25  # fragmentation and what the formula leaves out
 POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...
 POOL_BYTES = 4 * 2**30  # ... while they fit in this much; fewer for larger inputs (pool_slots)
@@ -106,7 +107,7 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True)
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
-    t = min(COMPARE_TEMP, 6 * 8 * max(1, o))
+    t = min(COMPARE_TEMP, 64 * max(1, o))
     s = pool_slots(i)
     ref = CTX + p + max(i + x + 2 * o + t, 2 * i, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
     cand = CTX + p + max(2 * i + x + 3 * o, (s + 1) * i + x + 2 * o if timed else 0)

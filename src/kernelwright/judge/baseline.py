@@ -231,7 +231,7 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
         try:
             outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
                                          held=(device == "cuda" and meta.get("lead_ok") is True, False),
-                                         pool_size=memory.pool_slots(int((meta.get("memory") or {}).get("input_bytes") or 0)))
+                                         pool_size=memory.pool_slots_for(meta))
         finally:
             _close(child)  # the child's teardown before the next timing may start
     return meta, outcome

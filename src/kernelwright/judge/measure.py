@@ -119,7 +119,6 @@ class TimingOutcome:
     priced_ms: float | None = None
     priced_base_ms: float = 0.0  # what priced_ms added to the candidate's runtime: its harness overhead and tail base
     held_used: dict[str, float] = field(default_factory=dict)  # contenders whose tail base came from held calls, by length (ms)
-    pool_sets: int = POOL_SIZE  # input sets in the timing pool that was used (memory.pool_slots)
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -563,8 +562,7 @@ def run_timing(
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held,
-                         pool_sets=len(r.pool_seeds))
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held)
 
 
 def _recheck(r: _Rounds, n: int) -> str:

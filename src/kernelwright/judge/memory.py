@@ -100,6 +100,11 @@ def pool_slots(input_bytes: int) -> int:
     return max(1, min(POOL_SLOTS, POOL_BYTES // input_bytes))
 
 
+def pool_slots_for(meta: dict[str, Any]) -> int:
+    """pool_slots of the problem's inputs as a reference child's setup reply measured them."""
+    return pool_slots(int((meta.get("memory") or {}).get("input_bytes") or 0))
+
+
 def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True) -> Estimate:
     """The estimate of the module docstring, from the reference child's setup reply. Without
     timing (`timed` False) neither child builds a timing pool; with cached baselines (`ref_pool`

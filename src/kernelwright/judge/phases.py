@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelwright.judge import ops, provenance, stats
+from kernelwright.judge import memory, ops, provenance, stats
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.measure import (NULL_CALLS, POOL_SIZE, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
                                         wall_clock_check)
@@ -257,20 +257,11 @@ def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
     return rec
 
 
-def pool_slots(flow: "_Flow") -> int:
-    """Input sets in this verdict's timing pool: judge.memory.pool_slots of the problem's inputs as
-    the reference child measured them at setup."""
-    from kernelwright.judge import memory
-
-    return memory.pool_slots(int((flow.meta.get("memory") or {}).get("input_bytes") or 0))
-
-
-def _fresh_note(flow: "_Flow", sets: int) -> str:
-    """Step fresh_inputs' note for a pool of `sets` input sets."""
-    from kernelwright.judge import memory
-
+def _fresh_note(flow: "_Flow") -> str:
+    """Step fresh_inputs' note: the pool timing_phase gives the rounds (judge.memory.pool_slots)."""
+    sets = memory.pool_slots_for(flow.meta)
     why = "" if sets == POOL_SIZE else (f" (fewer than {POOL_SIZE}: the inputs are "
-                                        f"{memory.gib(int((flow.meta.get('memory') or {}).get('input_bytes') or 0))}; judge.memory.pool_slots)")
+                                        f"{memory.gib(memory.footprint(flow.meta)['input_bytes'])}; judge.memory.pool_slots)")
     return f"new get_inputs() values written into a pool of {sets} input set{'s' if sets != 1 else ''} before every call{why}"
 
 
@@ -286,7 +277,7 @@ def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) ->
         if vb.off_or(name, "" if cuda else cpu):
             vb.step(name, True, note)
     if vb.off_or("fresh_inputs"):
-        vb.step("fresh_inputs", True, _fresh_note(flow, pool_slots(flow)))
+        vb.step("fresh_inputs", True, _fresh_note(flow))
     if vb.off_or("warmup"):
         vb.step("warmup", True, f"{flow.policy.timing.warmup_ms:g} ms per contender, at least 3 calls")
     if vb.off_or("interleave"):
@@ -313,7 +304,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
                              poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda",
                              held=(flow.device == "cuda" and flow.meta.get("lead_ok") is True, flow.cand_meta.get("lead_ok") is True),
-                             pool_size=pool_slots(flow))
+                             pool_size=memory.pool_slots_for(flow.meta))
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:
@@ -322,8 +313,6 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     except IdentitiesMoved as exc:
         vb.guard("function_identities", True, str(exc))
         raise Stop(Status.REJECTED, f"the candidate replaced {exc}") from None
-    if policy.enabled("fresh_inputs"):  # the pool the rounds used, which the note made before timing only foresaw
-        vb.step("fresh_inputs", True, _fresh_note(flow, outcome.pool_sets))
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
     if outcome.recheck_failure:

@@ -1,7 +1,8 @@
 """Recompute step device_sync's price from recorded per-call times, under each charging rule.
 
 The judge logs every per-call time of its timing phase at debug level (judge.measure.samples_record);
-`judge_bench.py` (its repeatability section) and `zoo_bench.py run` keep that record with each
+`judge_bench.py` (its repeatability section), `zoo_bench.py run` and `warm_bench.py` (its
+concurrent section, from the service's log: `concurrent_samples.json`) keep that record with each
 verdict. This reads those files and prices each candidate again, without a GPU, two ways:
 
 - "beyond": a call later than the tail base by more than the margin is charged the lateness
@@ -100,6 +101,10 @@ def records(doc: Any) -> Iterator[tuple[str, dict[str, Any]]]:
             for k, rec in enumerate(row.get("samples") or []):
                 if rec:
                     yield f"{row.get('section')}[{k}]", rec
+    elif isinstance(doc, dict) and "samples_by_verdict" in doc:  # warm_bench's concurrent_samples.json
+        for row in doc["samples_by_verdict"]:
+            if row.get("record"):
+                yield row.get("label", "?"), row["record"]
     elif isinstance(doc, dict) and "samples" in doc:  # repeat_partial.json
         for k, rec in enumerate(doc.get("samples") or []):
             if rec:

@@ -560,12 +560,14 @@ def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(
     stream = [0.270] * 24
     synced = [0.270 + 0.013 + 0.003] * 12 + [0.270 + 0.013 + 0.012] * 12
     flow = _flow(tmp_path)
+    flow.vb.candidate["hash"] = "c1"
     with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.phases"):
         phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases.SAMPLES_PREFIX)]
     assert len(lines) == 1
     record = json.loads(lines[0][len(phases.SAMPLES_PREFIX):])
     assert record["contenders"]["candidate"]["synced_ms"] == synced and record["null_ms"]["reference"] == NULL[0]
+    assert (record["problem_hash"], record["candidate_hash"]) == ("h", "c1")  # whose verdict, for a reader of a service's log
     rows = charge_replay.replay(record)
     assert rows["candidate"]["beyond_ms"] == pytest.approx(flow.vb.numbers["runtime_ms"])
     assert rows["candidate"]["beyond_charged"] == rows["candidate"]["whole_charged"] == 12

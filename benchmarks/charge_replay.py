@@ -90,12 +90,50 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
     return rows
 
 
+def samples_in_log(text: str) -> list[dict[str, Any]]:
+    """The judge's per-call records (its debug line, judge.phases.SAMPLES_PREFIX) in a log's text,
+    in the order they were written; a line cut short is skipped."""
+    from kernelwright.judge.phases import SAMPLES_PREFIX
+
+    out = []
+    for line in text.splitlines():
+        at = line.find(SAMPLES_PREFIX)
+        if at >= 0:
+            try:
+                out.append(json.loads(line[at + len(SAMPLES_PREFIX):]))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def by_candidate(records: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """Each record by its (problem hash, candidate hash); None where one pair was priced more than
+    once, since which of its verdicts a record belongs to cannot then be told."""
+    found: dict[str, dict[str, Any] | None] = {}
+    for rec in records:
+        if rec.get("candidate_hash"):
+            key = f"{rec.get('problem_hash')}:{rec['candidate_hash']}"
+            found[key] = None if key in found else rec
+    return found
+
+
+def replay_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The candidate's price replayed from a record: with no call charged (stream), as the judge
+    charges (beyond), and the calls charged; None without a record or device-wide times."""
+    if not record:
+        return None
+    r = replay(record).get("candidate")
+    if not r:
+        return None
+    return {k: r.get(k) for k in ("n", "stream_ms", "beyond_ms", "beyond_charged", "base_us", "margin_us", "tail_us", "held_tails_us")}
+
+
 def _us(ms: float | None) -> float | None:
     return None if ms is None else round(ms * 1e3, 2)
 
 
 def records(doc: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(label, record) for every kept record in a judge_bench or zoo_bench file."""
+    """(label, record) for every kept record in a judge_bench, zoo_bench or warm_bench file."""
     if isinstance(doc, list):  # judge_bench.json
         for row in doc:
             for k, rec in enumerate(row.get("samples") or []):

@@ -98,7 +98,6 @@ def sec_build(out: Path, rows: list) -> None:
 
 
 PHASE = re.compile(r"INFO kernelwright\.judge\.evaluate: ([0-9.]+) s: (.*)")
-SAMPLES = re.compile(r"DEBUG kernelwright\.judge\.phases: timing samples (\{.*\})")  # judge.measure.samples_record
 
 
 def _ours(problem: Path, cand: Path, log: Path, env: dict, samples: bool = False) -> tuple[float, dict]:
@@ -109,8 +108,10 @@ def _ours(problem: Path, cand: Path, log: Path, env: dict, samples: bool = False
     verdict = last_json(proc.stdout) or {}
     verdict["_phases"] = [[float(m.group(1)), m.group(2)] for m in PHASE.finditer(proc.stderr)]
     if samples:
-        found = SAMPLES.findall(proc.stderr)
-        verdict["_samples"] = json.loads(found[0]) if found else None
+        from charge_replay import samples_in_log
+
+        found = samples_in_log(proc.stderr)
+        verdict["_samples"] = found[0] if found else None
     return t, verdict
 
 

@@ -206,7 +206,8 @@ def _row(a: argparse.Namespace, mode: str, correctness_only: bool, d: dict[str, 
     by_process = MEM.at_peak(t0, time.monotonic()) if MEM is not None else None
     return {"mode": mode, "correctness_only": correctness_only, "wall_s": wall, "status": d["status"], "runtime_ms": d["runtime_ms"],
             "eager_ms": d["eager_ms"], "compile_ms": d["compile_ms"], "baseline_source": d["baseline_source"], "timing": d["timing"],
-            "steps": d["steps"], "candidate_hash": (d.get("candidate") or {}).get("hash"), "workers": d.get("workers"), "memory": d.get("memory"), "phases": phases, "log": (d.get("log") or "")[:3000],
+            "steps": d["steps"], "workers": d.get("workers"), "problem_hash": (d.get("problem") or {}).get("hash"),
+            "candidate_hash": (d.get("candidate") or {}).get("hash"), "memory": d.get("memory"), "phases": phases, "log": (d.get("log") or "")[:3000],
             "gpu_peak_mib": peak, "gpu_at_peak_by_process_mib": by_process, "problem_mib": _problem_mib(a), "peak_over_problem": (peak / _problem_mib(a)) if peak else None}
 
 
@@ -226,10 +227,10 @@ def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, st
     sock.parent.mkdir(mode=0o700, exist_ok=True)
     env = {**os.environ, **MODES["warm"], "KERNELWRIGHT_STORE": str(a.store), "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
     path = a.out / f"{name}.log"
-    log = open(path, "ab")
     # the judge's per-call record of every timed verdict goes to this log (judge.phases.SAMPLES_PREFIX), the rest stays at warnings
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_WITH_SAMPLES, "serve", "--socket", str(sock), "--workers", str(a.serve_workers)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    with open(path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-c", SERVE_WITH_SAMPLES, "serve", "--socket", str(sock), "--workers", str(a.serve_workers)],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     a.service_logs = {**getattr(a, "service_logs", {}), f"unix://{sock}": path}
     from kernelwright.client.judge import wait_for
 
@@ -242,49 +243,7 @@ def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, st
 
 
 SERVE_WITH_SAMPLES = ("import logging, sys; logging.getLogger('kernelwright.judge.phases').setLevel(logging.DEBUG); "
-                      "from kernelwright.cli import main; sys.exit(main(sys.argv[1:]))")
-
-
-def samples_in_log(text: str) -> list[dict[str, Any]]:
-    """The judge's per-call records (judge.measure.samples_record, with the candidate's and the
-    problem's hash) in a service's log, in the order the verdicts were priced."""
-    from kernelwright.judge.phases import SAMPLES_PREFIX
-
-    out = []
-    for line in text.splitlines():
-        at = line.find(SAMPLES_PREFIX)
-        if at >= 0:
-            try:
-                out.append(json.loads(line[at + len(SAMPLES_PREFIX):]))
-            except json.JSONDecodeError:
-                continue  # a line cut short (the service killed mid-write)
-    return out
-
-
-def samples_by_candidate(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The record of each candidate hash; None where one hash was priced more than once, since
-    which of its verdicts a record belongs to cannot then be told."""
-    found: dict[str, Any] = {}
-    for rec in records:
-        h = rec.get("candidate_hash")
-        if h:
-            found[h] = None if h in found else rec
-    return found
-
-
-def replay_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The candidate's price replayed from its record (benchmarks/charge_replay.py): with no call
-    charged (stream), as the judge charges (beyond), and the calls charged."""
-    if not record:
-        return None
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    from charge_replay import replay
-
-    r = replay(record).get("candidate")
-    if not r:
-        return None
-    return {k: r.get(k) for k in ("n", "stream_ms", "beyond_ms", "beyond_charged", "base_us", "margin_us", "tail_us", "held_tails_us")}
+                      "sys.argv[0] = 'kernelwright'; from kernelwright.cli import main; main(sys.argv[1:])")
 
 
 def _log_size(a: argparse.Namespace, url: str) -> int:
@@ -292,15 +251,38 @@ def _log_size(a: argparse.Namespace, url: str) -> int:
     return path.stat().st_size if path is not None and path.exists() else 0
 
 
-def _log_records(a: argparse.Namespace, url: str, since: int, until: int | None = None) -> list[dict[str, Any]]:
-    """The per-call records a service logged between two byte offsets of its log."""
+def _log_text(a: argparse.Namespace, url: str, since: int, until: int | None = None) -> str:
+    """A service's log between two byte offsets."""
     path = getattr(a, "service_logs", {}).get(url)
     if path is None or not path.exists():
-        return []
+        return ""
     with open(path, "rb") as f:
         f.seek(since)
         data = f.read() if until is None else f.read(max(0, until - since))
-    return samples_in_log(data.decode("utf-8", "replace"))
+    return data.decode("utf-8", "replace")
+
+
+def attach_records(rows: list[dict[str, Any]], alone: dict[str, dict[str, Any]], alone_log: str, co_log: str) -> list[dict[str, Any]]:
+    """Each compared verdict's per-call record, from the service's log of the sequential verdicts
+    (alone_log) and of the concurrent ones (co_log): its replay goes beside the row's diag, and the
+    records are returned, labelled with the candidate, the side and the verdict's status, for
+    concurrent_samples.json. A replay that fails leaves None and says why in the row."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    from charge_replay import by_candidate, replay_summary, samples_in_log
+
+    recs = {"alone": by_candidate(samples_in_log(alone_log)), "concurrent": by_candidate(samples_in_log(co_log))}
+    kept = []
+    for r in rows:
+        for side, row, diag in (("concurrent", r, r["diag"]), ("alone", alone[r["candidate_path"]], r["alone_diag"])):
+            rec = recs[side].get(f"{row.get('problem_hash')}:{row.get('candidate_hash')}")
+            try:
+                diag["replay"] = replay_summary(rec)
+            except Exception as exc:  # a record the replay cannot read must not cost the section its numbers
+                diag["replay"], diag["replay_error"] = None, f"{type(exc).__name__}: {exc}"
+            if rec:
+                kept.append({"label": f"{r['candidate']} ({side}, {row.get('status')})", "status": row.get("status"), "record": rec})
+    return kept
 
 
 def _remote_once(a: argparse.Namespace, url: str, problem: Path, candidate: Path, correctness_only: bool, mode: str) -> dict[str, Any]:
@@ -421,31 +403,23 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
     with concurrent.futures.ThreadPoolExecutor(a.clients) as pool:
         rows = list(pool.map(lambda j: _remote_once(a, url, j[0], j[1], False, "concurrent"), jobs))
     wall = time.perf_counter() - t0
-    time.sleep(0.5)  # the service's last log lines
-    # each verdict's per-call record from the service's log: the sequential ones before log_mid, the concurrent ones after
-    rec_alone = samples_by_candidate(_log_records(a, url, log_at, log_mid))
-    rec_co = samples_by_candidate(_log_records(a, url, log_mid))
-    kept = []
     ratios = []
     for (p, c, n), r in zip(jobs, rows):
         r["candidate"], r["example"] = str(c.relative_to(a.out)), n
         base = alone[str(c)].get("runtime_ms")
         r["alone_runtime_ms"], r["alone_wall_s"] = base, alone[str(c)]["wall_s"]
         r["ratio_to_alone"] = r["runtime_ms"] / base if r.get("runtime_ms") and base else None
-        r["diag"], r["alone_diag"] = timing_diag(r), timing_diag(alone[str(c)])
-        h = r.get("candidate_hash")
-        r["diag"]["replay"], r["alone_diag"]["replay"] = replay_summary(rec_co.get(h)), replay_summary(rec_alone.get(h))
-        for side, recs in (("concurrent", rec_co), ("alone", rec_alone)):
-            if recs.get(h):
-                kept.append({"label": f"{r['candidate']} ({side})", "record": recs[h]})
+        r["diag"], r["alone_diag"], r["candidate_path"] = timing_diag(r), timing_diag(alone[str(c)]), str(c)
+    # each verdict's per-call record from the service's log (written before its verdict is sent): the sequential ones before log_mid
+    kept = attach_records(rows, alone, _log_text(a, url, log_at, log_mid), _log_text(a, url, log_mid))
+    (a.out / "concurrent_samples.json").write_text(json.dumps({"provenance": provenance(a), "samples_by_verdict": kept}))
+    log_line(a, f"concurrent: per-call records kept for {len(kept)} of {2 * len(rows)} verdicts (concurrent_samples.json, for charge_replay.py)")
+    for r in rows:
         if r["ratio_to_alone"]:
             ratios.append(r["ratio_to_alone"])
             if abs(r["ratio_to_alone"] - 1) > 0.02:
                 log_line(a, f"  outside 2 %: {r['candidate']} ratio {r['ratio_to_alone']:.4f}\n    concurrent {json.dumps(r['diag'])}"
                             f"\n    alone      {json.dumps(r['alone_diag'])}")
-    if kept:  # for benchmarks/charge_replay.py: every rule re-priced from these, without a GPU
-        (a.out / "concurrent_samples.json").write_text(json.dumps({"samples_by_verdict": kept}))
-    log_line(a, f"concurrent: per-call records kept for {len(kept)} of {2 * len(rows)} verdicts (concurrent_samples.json)")
     within = sum(abs(x - 1) <= 0.02 for x in ratios)
     log_line(a, f"concurrent: {len(rows)} verdicts by {a.clients} clients in {wall:.1f} s = {60 * len(rows) / wall:.1f} per minute; "
                 f"statuses {sorted({r['status'] for r in rows})}; {within} of {len(ratios)} medians within 2 % of the same candidate alone "

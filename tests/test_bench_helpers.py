@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ def _load(name: str):
 
 tail = _load("tail_bench")
 warm = _load("warm_bench")
+replay = _load("charge_replay")
 
 
 @pytest.mark.parametrize(("text", "want"), [("plain", (None, False, False)), ("spin", ("spin", False, False)), ("pin", (None, True, False)),
@@ -84,49 +84,58 @@ def _record(cand_hash: str, late_us: float, null: bool = True) -> dict:
             "held_tail_before_ms": None, "null_before_ms": None, "candidate_hash": cand_hash, "problem_hash": "p"}
 
 
-def test_warm_finds_each_verdicts_per_call_record_in_a_service_log(tmp_path):
+def _line(rec: dict) -> str:
     import json
-    import types
 
     from kernelwright.judge.phases import SAMPLES_PREFIX
 
-    path = tmp_path / "serve.log"
-    line = lambda rec: f"DEBUG kernelwright.judge.phases: {SAMPLES_PREFIX}{json.dumps(rec)}\n"  # noqa: E731
-    path.write_text("WARNING something else\n" + line(_record("a", 2)) + line(_record("b", 30)))
-    url = "unix:///x/kw.sock"
-    a = types.SimpleNamespace(service_logs={url: path})
-    mid = warm._log_size(a, url)
-    with open(path, "a") as f:
-        f.write(line(_record("a", 30)) + line(_record("c", 0)) + line(_record("c", 0)) + f"{SAMPLES_PREFIX}{{cut")
-    alone = warm.samples_by_candidate(warm._log_records(a, url, 0, mid))
-    later = warm.samples_by_candidate(warm._log_records(a, url, mid))
-    assert sorted(alone) == ["a", "b"] and sorted(later) == ["a", "c"]
-    assert alone["a"]["contenders"]["candidate"]["synced_ms"][0] == pytest.approx(0.285)
-    assert later["a"]["contenders"]["candidate"]["synced_ms"][0] == pytest.approx(0.313)
-    assert later["c"] is None  # priced twice after mid: whose record is which cannot be told
-    assert warm._log_records(types.SimpleNamespace(), url, 0) == []
+    return f"DEBUG kernelwright.judge.phases: {SAMPLES_PREFIX}{json.dumps(rec)}\n"
 
 
-def test_warm_replays_a_record_with_and_without_the_charge():
-    quiet, late = warm.replay_summary(_record("a", 2)), warm.replay_summary(_record("a", 30))
+def test_charge_replay_reads_records_from_a_log_and_keys_them_by_verdict():
+    from kernelwright.judge.phases import SAMPLES_PREFIX
+
+    text = "WARNING something else\n" + _line(_record("a", 2)) + _line(_record("c", 0)) + _line(_record("c", 0)) + f"{SAMPLES_PREFIX}{{cut"
+    recs = replay.samples_in_log(text)
+    assert [r["candidate_hash"] for r in recs] == ["a", "c", "c"]  # the line cut short is skipped
+    keyed = replay.by_candidate(recs + [{**_record("a", 2), "problem_hash": "q"}])
+    assert sorted(keyed) == ["p:a", "p:c", "q:a"] and keyed["p:c"] is None  # priced twice: whose record is which cannot be told
+
+
+def test_charge_replay_summarizes_a_record_with_and_without_the_charge():
+    quiet, late = replay.replay_summary(_record("a", 2)), replay.replay_summary(_record("a", 30))
     assert quiet["n"] == late["n"] == 24 and quiet["stream_ms"] == pytest.approx(late["stream_ms"])
     assert quiet["beyond_charged"] == 0 and quiet["beyond_ms"] == pytest.approx(quiet["stream_ms"])
     assert late["beyond_charged"] == 24 and late["beyond_ms"] > late["stream_ms"] + 0.015  # 30 us late, 10 us margin
-    bare = warm.replay_summary(_record("a", 0, null=False))  # no empty calls: every call priced at its device-wide time
+    bare = replay.replay_summary(_record("a", 0, null=False))  # no empty calls: every call priced at its device-wide time
     assert bare["beyond_charged"] == 24 and bare["beyond_ms"] == pytest.approx(0.283)
-    assert warm.replay_summary(None) is None
+    assert replay.replay_summary(None) is None
+    doc = {"samples_by_verdict": [{"label": "v0 (alone, correct)", "record": _record("a", 2)}, {"label": "v0 (concurrent)", "record": None}]}
+    assert [label for label, _ in replay.records(doc)] == ["v0 (alone, correct)"]
 
 
-def test_charge_replay_reads_warm_benchs_records(tmp_path):
-    cr = _load("charge_replay")
-    doc = {"samples_by_verdict": [{"label": "v0 (alone)", "record": _record("a", 2)}, {"label": "v0 (concurrent)", "record": None}]}
-    assert [label for label, _ in cr.records(doc)] == ["v0 (alone)"]
+def test_warm_gives_each_compared_verdict_its_own_record_alone_and_concurrent():
+    """The sequential verdicts' log and the concurrent ones' are read apart: each row's concurrent
+    record comes from the second, its alone record (by the alone verdict's own hash) from the first."""
+    rows = [{"candidate": f"v{k}", "candidate_path": f"/x/v{k}", "status": "correct", "problem_hash": "p", "candidate_hash": h,
+             "diag": {}, "alone_diag": {}} for k, h in enumerate(("a", "b"))]
+    rows[1]["candidate_hash"], rows[1]["status"] = None, "error"  # the concurrent verdict ended before its build was hashed
+    alone = {f"/x/v{k}": {"status": "correct", "problem_hash": "p", "candidate_hash": h} for k, h in enumerate(("a", "b"))}
+    kept = warm.attach_records(rows, alone, _line(_record("a", 2)) + _line(_record("b", 2)), _line(_record("a", 30)))
+    assert rows[0]["diag"]["replay"]["beyond_charged"] == 24 and rows[0]["alone_diag"]["replay"]["beyond_charged"] == 0
+    assert rows[1]["diag"]["replay"] is None and rows[1]["alone_diag"]["replay"]["n"] == 24
+    assert [k["label"] for k in kept] == ["v0 (concurrent, correct)", "v0 (alone, correct)", "v1 (alone, correct)"]
+    broken = [{**rows[0], "diag": {}, "alone_diag": {}}]
+    assert warm.attach_records(broken, alone, _line({**_record("a", 2), "contenders": None}), "") and broken[0]["alone_diag"]["replay"] is None
+    assert "replay_error" in broken[0]["alone_diag"]  # a record the replay cannot read costs the row its replay, not the section
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_warm_benchs_service_logs_each_timed_verdicts_record(tmp_path):
-    """The wiring end to end on the CPU: the service warm_bench starts logs the judge's per-call
-    record of a timed verdict, with that candidate's hash, and nothing else at debug level."""
+    """The wiring end to end on the CPU: the service warm_bench starts has written the judge's
+    per-call record of a timed verdict, with its hashes, by the time the verdict arrives (the
+    concurrent section splits its log there), and nothing else at debug level."""
     import types
 
     from conftest import candidate, problem, timing_policy
@@ -136,14 +145,12 @@ def test_warm_benchs_service_logs_each_timed_verdicts_record(tmp_path):
     proc, url = warm._service(a, "serve-test")
     try:
         v = Judge(url, device="cpu").evaluate(problem("rowsum"), candidate("rowsum_correct"), timing_policy())
-        assert v.status.value == "correct", v.log
-        for _ in range(20):  # the log line is written before the verdict is sent; the file may lag a moment
-            got = warm.samples_by_candidate(warm._log_records(a, url, 0))
-            if got:
-                break
-            time.sleep(0.1)
+        got = replay.by_candidate(replay.samples_in_log(warm._log_text(a, url, 0)))  # at once: no wait
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert list(got) == [v.candidate["hash"]] and len(got[v.candidate["hash"]]["contenders"]["candidate"]["times_ms"]) >= 5
+    assert v.status.value == "correct", v.log
+    key = f"{v.problem['hash']}:{v.candidate['hash']}"
+    assert list(got) == [key] and len(got[key]["contenders"]["candidate"]["times_ms"]) >= 5
+    assert warm._log_size(a, url) > 0 and warm._log_text(types.SimpleNamespace(), url, 0) == ""
     assert "DEBUG" not in "".join(x for x in (tmp_path / "serve-test.log").read_text().splitlines(True) if "timing samples" not in x)

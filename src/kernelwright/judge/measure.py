@@ -230,7 +230,9 @@ class TimingOutcome:
 def samples_record(outcome: TimingOutcome, meta: dict[str, Any]) -> dict[str, Any]:
     """Every per-call time the timing phase produced, as plain lists: what step device_sync,
     harness_overhead and amortized_time decided on, so a reader (benchmarks/charge_replay.py) can
-    recompute the price under another rule without a GPU. The judge logs it at debug level."""
+    recompute the price under another rule without a GPU. The judge logs it at debug level, with
+    the candidate's and the problem's hash added (candidate_hash, problem_hash): whose verdict it is
+    in a service's log."""
     return {
         "contenders": {c: {"times_ms": list(s.times_ms), "synced_ms": list(s.synced_ms)} for c, s in outcome.samples.items()},
         "null_ms": {k: list(v) for k, v in outcome.null_ms.items()},

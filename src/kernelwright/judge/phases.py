@@ -437,9 +437,8 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
 def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     vb = flow.vb
     if log.isEnabledFor(logging.DEBUG):
-        # with the hashes, so a reader of a service's log can tell whose verdict a record is (benchmarks/warm_bench.py)
-        log.debug(SAMPLES_PREFIX + json.dumps({**samples_record(outcome, flow.meta), "candidate_hash": flow.vb.candidate.get("hash"),
-                                               "problem_hash": flow.vb.problem.hash}))
+        log.debug(SAMPLES_PREFIX + json.dumps({**samples_record(outcome, flow.meta), "candidate_hash": vb.candidate.get("hash"),
+                                               "problem_hash": vb.problem.hash}))
     times, device = _device_sync(flow, outcome)
     cand = stats.summarize(times["candidate"])
     notes: list[str] = []

@@ -35,8 +35,8 @@ def _judges_steps(device: torch.device) -> None:
     problem.get_init_inputs = lambda: []
     for kind in ("native", "normal", "uniform", "large", "near"):
         values = inputs.make_inputs(problem, Case(kind, 5), device)
-    before = inputs.clone_tensors(values)
-    inputs.changed_inputs(before, values)
+    before = inputs.input_record(values + [values[0][:, ::2], torch.tensor(1.5)])  # a strided slab, a 0-dim input
+    inputs.changed_inputs(before, values + [values[0][:, ::2], torch.tensor(1.5)])
     pool = inputs.make_pool(problem, [1, 2], device)
     get = inputs.pool_getter(problem, pool, [[0, 3], [1, None]], device)
     get(0), get(1)
@@ -153,7 +153,7 @@ def test_an_input_whose_class_was_swapped_counts_as_changed():
             return super().__torch_function__(func, types, args, kwargs or {})
 
     x = torch.randn(4, 4)
-    before = inputs.clone_tensors([x])
+    before = inputs.input_record([x])
     x.zero_()
     x.__class__ = Agreeable
     assert inputs.changed_inputs(before, [x]) == [0]
@@ -176,11 +176,54 @@ def test_a_default_device_set_at_import_counts_as_a_mode_left_on():
                          ids=["0-dim", "size-1-last-dim-strided", "sliced", "complex", "int-transposed"])
 def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, monkeypatch):
     """A 0-dim float input, or one whose size-1 last dimension has a stride other than 1, made the
-    byte view fail and an honest candidate fail with it; every layout is compared, in chunks
-    smaller than the tensor as well."""
-    monkeypatch.setattr(inputs, "EQUAL_CHUNK", 8)
+    byte view fail and an honest candidate fail with it; every layout is digested, in chunks,
+    blocks and slabs smaller than the tensor as well, and one element changed by its last bit
+    is seen."""
+    monkeypatch.setattr(inputs, "DIGEST_WORDS", 4)
+    monkeypatch.setattr(inputs, "DIGEST_BLOCK", 2)
+    monkeypatch.setattr(inputs, "SLAB_BYTES", 8)
     x = make()
-    before = inputs.clone_tensors([x])
+    before = inputs.input_record([x])
     assert inputs.changed_inputs(before, [x]) == []
     x[tuple(n - 1 for n in x.shape)] += 1  # the last element, in place, whatever the layout (0-dim: the only one)
     assert inputs.changed_inputs(before, [x]) == [0]
+    flat = x.detach().reshape(-1).clone()
+    if not x.is_complex():
+        bits = flat.view(torch.int16 if flat.element_size() >= 2 else torch.uint8)
+        bits[0] ^= 1  # the lowest bit of the first element's first word
+        x.copy_(flat.view(x.dtype).reshape(x.shape))
+        assert inputs.changed_inputs(before, [x]) == [0]
+
+
+def test_the_input_digest_is_keyed_exact_and_blind_to_nothing_it_should_see(monkeypatch):
+    """The digest behind step inputs_unchanged (judge.inputs): the same bytes under the same key
+    agree, in whatever chunks they are read; a new key gives another digest (the weights are the
+    key's); two changes that cancel under equal weights (a swap of equal and opposite amounts) are
+    still seen; NaN payloads and -0.0 are bytes like any other; a stride or dtype change counts; an
+    int64 value at its extremes does not wrap the sums."""
+    x = torch.randn(3000)
+    rec = inputs.input_record([x, 5])
+    assert rec["items"][1] is None and inputs.changed_inputs(rec, [x, 6]) == []
+    monkeypatch.setattr(inputs, "DIGEST_WORDS", 100)  # many chunks (each its own weights) of several blocks, the last short
+    monkeypatch.setattr(inputs, "DIGEST_BLOCK", 7)
+    rec = inputs.input_record([x, 5])
+    assert inputs.changed_inputs(rec, [x.clone(), 5]) == []
+    assert inputs._digest(x, rec["key"] + 1, 0) != rec["items"][0][4]
+    y = x.clone()
+    y[10], y[2010] = y[10] + 0.5, y[2010] - 0.5
+    assert inputs.changed_inputs(rec, [y, 5]) == [0]
+    nan = torch.tensor([float("nan"), 0.0])
+    rec = inputs.input_record([nan])
+    other = nan.clone()
+    other.view(torch.int32)[0] ^= 1  # another NaN
+    assert inputs.changed_inputs(rec, [other]) == [0]
+    assert inputs.changed_inputs(rec, [torch.tensor([float("nan"), -0.0])]) == [0]
+    z = torch.randn(4, 6)
+    rec = inputs.input_record([z])
+    assert inputs.changed_inputs(rec, [z.t().contiguous().t()]) == [0]  # same values, other strides
+    assert inputs.changed_inputs(rec, [z.view(torch.int32)]) == [0]  # same bytes, another dtype
+    big = torch.tensor([2**63 - 1, -2**63] * 5000, dtype=torch.int64)
+    rec = inputs.input_record([big])
+    changed = big.clone()
+    changed[9999] += 1  # -2**63 becomes -2**63 + 1
+    assert inputs.changed_inputs(rec, [big]) == [] and inputs.changed_inputs(rec, [changed]) == [0]

@@ -192,6 +192,12 @@ def test_outputs_cross_processes_as_a_cuda_ipc_handle():
         got = handover.take(desc, items, [], torch.device("cuda"))
         x = torch.arange(1000, dtype=torch.float32, device="cuda").reshape(10, 100)
         assert torch.equal(got[0], x) and torch.equal(got[1], x.t()) and torch.equal(got[2], torch.ones(3, dtype=torch.int64, device="cuda"))
+        with handover.taken(desc, items, [], torch.device("cuda")) as views:  # read in place, as the reference child compares
+            assert torch.equal(views[0], x) and torch.equal(views[1], x.t()) and views[0].data_ptr() != got[0].data_ptr()
+            before = torch.cuda.memory_allocated()
+            assert correctness.compare_outputs([x], [views[0]], 1e-4, 1e-4, True).ok
+            del views
+        assert torch.cuda.memory_allocated() == before  # the views owned nothing of this process's allocator
         lying = {**desc, "total": 1 << 30, "items": [dict(desc["items"][0], shape=[1 << 28], nbytes=1 << 30, offset=0)]}  # more than staged
         with pytest.raises(handover.HandoverError, match="holds"):
             handover.take(lying, handover.items_of(lying), [], torch.device("cuda"))
@@ -333,22 +339,30 @@ def test_a_candidate_reply_with_a_malformed_field_is_forged_not_a_crash_of_the_j
     assert child.wait("audit", timeout_s=2)["ops"] == {"aten::empty": 1}  # well formed: read as it is
 
 
-def test_a_failed_cuda_copy_is_the_candidates_and_the_reference_child_is_not_reused(monkeypatch):
+def test_a_failed_cuda_read_is_the_candidates_and_the_reference_child_is_not_reused(monkeypatch):
+    """On CUDA the comparison reads the candidate's staging area in place (handover.taken): a CUDA
+    error there is the candidate's output's doing (refused, and the reference child not reused);
+    anything else, or any failure off CUDA IPC, is the judge's own (raised: infra_error)."""
     from kernelwright.judge import child_reference
     from kernelwright.judge.child import CommandError
 
     desc, fds = handover.Stager().stage(torch.ones(4), CPU)
     channel.close_fds(fds)
     monkeypatch.setattr(child_reference.S, "tainted", "")
+    message = ["CUDA error: an illegal memory access was encountered"]
 
     def fails(*_a, **_k):
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        raise RuntimeError(message[0])
 
-    monkeypatch.setattr(handover, "take", fails)
+    monkeypatch.setattr(handover, "taken", fails)
     with pytest.raises(RuntimeError):  # not CUDA IPC: a failure there is the judge's own (infra_error)
         child_reference._compare_handover([torch.zeros(4)], {"handover": desc})
+    message[0] = "a bug of the judge's"
+    with pytest.raises(RuntimeError):  # CUDA IPC, but no CUDA error: the judge's own as well
+        child_reference._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
     assert child_reference.S.tainted == ""
+    message[0] = "CUDA error: an illegal memory access was encountered"
     got = child_reference._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
-    assert not got["ok"] and "could not be copied" in got["message"] and child_reference.S.tainted
+    assert not got["ok"] and "could not be read on the device" in got["message"] and child_reference.S.tainted
     with pytest.raises(CommandError, match="not reused"):
         child_reference.reset({})

@@ -30,25 +30,43 @@ def _meta(i: int, o: int, w: int = 0, p: int = 0) -> dict:
 
 def test_the_estimate_grows_with_the_problem_and_holds_no_reference_outputs_on_the_gpu():
     small, large = memory.estimate(_meta(GIB // 2, GIB // 2)), memory.estimate(_meta(6 * GIB, 6 * GIB))
-    t = memory.COMPARE_TEMP
+    t, d = memory.COMPARE_TEMP, memory.DIGEST_TEMP  # no output shapes listed: T is COMPARE_TEMP at these sizes
     assert small.total < large.total
-    assert small.reference > 2 * memory.CTX and small.candidate > memory.CTX
-    # no kept references: a recompute (I + O) beside the taken output (O), or the timing pool, its refresh and a
-    # re-check's recompute and taken output ((S + 1) I + 2 O + T); 6 GiB inputs get a pool of one set (memory.pool_slots)
+    assert small.reference > memory.CTX and small.candidate > memory.CTX
+    # the reference: a recompute (I + O) and the comparison's temporaries, no taken output; timed, one pool set, a re-check's
+    # inputs, recompute and the last timed output ((S + 1) I + 2 O + T, S = 1 with fresh inputs)
     assert large.reference == memory.CTX + 2 * 6 * GIB + 2 * 6 * GIB + t
-    assert memory.estimate(_meta(GIB, GIB)).reference == memory.CTX + 4 * GIB + 2 * GIB + t  # three sets and the refresh
-    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 2 * 6 * GIB + t
-    # the candidate: inputs and their copy, output, staging and poison's one block (2 I + 3 O); timed, the pool and its
-    # refresh, output and staging ((S + 1) I + 2 O); poison's old blocks (3 O and up to 1 GiB) are gone
-    assert small.candidate == memory.CTX + 4 * GIB // 2 + 2 * GIB // 2
-    assert memory.estimate(_meta(GIB // 2, GIB // 2), timed=False).candidate == memory.CTX + 2 * GIB // 2 + 3 * GIB // 2
+    assert memory.estimate(_meta(GIB, GIB)).reference == memory.CTX + 2 * GIB + 2 * GIB + t
+    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 6 * GIB + t
+    # the candidate: inputs, output, staging, poison's block and the digest's temporaries (I + 3 O + D), no copy of the
+    # inputs; timed, the pool and a refresh, output and staging ((S + 1) I + 2 O)
+    assert small.candidate == memory.CTX + GIB // 2 + 3 * GIB // 2 + d
+    assert memory.estimate(_meta(GIB // 2, GIB // 2), timed=False).candidate == small.candidate
+    assert memory.estimate(_meta(GIB, GIB // 8)).candidate == memory.CTX + 2 * GIB + 2 * GIB // 8  # timed: the pool and a refresh
+    assert memory.estimate(_meta(GIB, GIB // 8), timed=False).candidate == memory.CTX + 2 * GIB  # a near case's two input sets
     assert memory.estimate(_meta(10, 10, w=20 * GIB)).total > 40 * GIB  # the forward's own peak counts, in both children
+
+
+def test_the_comparisons_temporaries_follow_the_largest_output():
+    from kernelwright.judge import correctness
+
+    def meta(*shapes, dtype="float32"):
+        return {**_meta(GIB, GIB), "outputs": [{"shape": list(sh), "dtype": dtype} for sh in shapes]}
+
+    # KernelBench's matmul: a 64 MiB output is compared in 32 chunks of 2**19 elements, 32 MiB of temporaries, not 256
+    assert memory.compare_temp(meta((4096, 4096))) == 64 * 2**19 == 32 * 2**20
+    assert memory.compare_temp(meta((8192, 16384))) == memory.COMPARE_TEMP == 64 * correctness.CHUNK  # the cap
+    assert memory.compare_temp(meta((10,))) == 64 * correctness.CHUNK_MIN  # the floor
+    assert memory.compare_temp(meta((10,), (4096, 4096))) == 64 * 2**19  # the largest output decides
+    assert memory.compare_temp(meta((4096, 4096), dtype="complex64")) == 64 * 2**20  # real and imaginary parts
+    assert memory.compare_temp(_meta(GIB, 1000)) == 64 * 1000  # no shapes: 64 bytes an output byte, at most COMPARE_TEMP
 
 
 @pytest.mark.parametrize(("input_bytes", "slots"), [(0, 3), (1, 3), (GIB, 3), (4 * GIB // 3, 3), (4 * GIB // 3 + 1, 2),
                                                     (2 * GIB, 2), (2 * GIB + 1, 1), (16 * GIB, 1), (10**15, 1)])
-def test_the_timing_pool_shrinks_for_inputs_of_several_gib_and_never_below_one_set(input_bytes, slots):
-    assert memory.pool_slots(input_bytes) == slots
+def test_the_timing_pool_is_one_set_with_fresh_inputs_and_shrinks_without_them(input_bytes, slots):
+    assert memory.pool_slots(input_bytes) == memory.pool_slots(input_bytes, fresh=True) == 1
+    assert memory.pool_slots(input_bytes, fresh=False) == slots
 
 
 def test_the_estimate_follows_the_pool(monkeypatch):
@@ -56,14 +74,18 @@ def test_the_estimate_follows_the_pool(monkeypatch):
     i, o, w = 16 * GIB, 141705216, 17322475520
     x, t = w - i - o, min(memory.COMPARE_TEMP, 64 * 141705216)
     est = memory.estimate(_meta(i, o, w=w))
-    # one pool set and its refresh (2 I) instead of four sets: timing adds nothing to the candidate's correctness-time figure
-    assert est.candidate == memory.estimate(_meta(i, o, w=w), timed=False).candidate == memory.CTX + 2 * i + x + 3 * o
+    # one pool set and its refresh (2 I): timed, the candidate holds more than in a correctness case (I + X + 3 O + D)
+    assert est.candidate == memory.CTX + 2 * i + x + 2 * o
+    assert memory.estimate(_meta(i, o, w=w), timed=False).candidate == memory.CTX + 2 * i  # the near case's two sets
     assert est.reference == memory.CTX + 2 * i + x + 2 * o + t
     assert est.total < 100 * GIB  # with baselines measured in the verdict it fits a 139.8 GiB H200 (it needed 162.37 GiB)
-    monkeypatch.setattr(memory, "POOL_BYTES", 1 << 50)  # the pool as it was: three sets whatever their size
-    old = memory.estimate(_meta(i, o, w=w))
+    # without fresh inputs (an ablation) the pool is the only variation: three sets while they fit in POOL_BYTES
+    assert memory.estimate(_meta(GIB, GIB), fresh=False).candidate == memory.CTX + 4 * GIB + 2 * GIB
+    assert memory.estimate(_meta(i, o, w=w), fresh=False) == est  # 16 GiB inputs: one set either way
+    monkeypatch.setattr(memory, "POOL_BYTES", 1 << 50)
+    old = memory.estimate(_meta(i, o, w=w), fresh=False)
     assert old.candidate == memory.CTX + 4 * i + x + 2 * o and old.reference == memory.CTX + 4 * i + x + 2 * o + t
-    assert old.total > 150 * GIB
+    assert memory.estimate(_meta(i, o, w=w)) == est  # with fresh inputs POOL_BYTES plays no part
 
 
 def test_too_large_names_what_it_needs_and_what_the_device_has():
@@ -244,7 +266,7 @@ def test_a_timeout_inside_an_admitted_verdict_is_not_a_wait_for_memory(ledger, m
             raise ChannelTimeout("a child's reply did not come")
 
 
-@pytest.mark.parametrize(("input_bytes", "sets"), [(1 << 20, 3), (16 * GIB, 1)])
+@pytest.mark.parametrize(("input_bytes", "sets"), [(1 << 20, 1), (16 * GIB, 1)])
 def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch, tmp_path, input_bytes, sets):
     """`kernelwright baseline` (judge.baseline.time_one) sizes the timing pool from the reference
     child's setup figures, as a verdict does; a stored record's timing key names the pool's rule."""
@@ -278,11 +300,47 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
     meta, outcome = baseline.time_one(prob, "cpu", Policy(), child, tmp_path)
     assert outcome == "outcome" and child.closed
     assert got["pool_size"] == sets == memory.pool_slots(input_bytes)
-    assert json.loads(baseline.timing_key(Policy()))["pool"] == [memory.POOL_SLOTS, memory.POOL_BYTES]
+    assert json.loads(baseline.timing_key(Policy()))["pool"] == ["one set, refreshed in place", memory.POOL_BYTES]
+    off = Policy(disabled_steps=frozenset({"fresh_inputs"}))
+    assert json.loads(baseline.timing_key(off))["pool"] == [memory.POOL_SLOTS, memory.POOL_BYTES]
+    got.clear()
+    baseline.time_one(prob, "cpu", off, FakeChild(), tmp_path)
+    assert got["pool_size"] == memory.pool_slots(input_bytes, fresh=False)
 
 
 def test_the_estimates_comparison_temporaries_follow_the_comparisons_chunk():
     from kernelwright.judge import correctness, inputs
 
     assert memory.COMPARE_TEMP == 8 * 8 * correctness.CHUNK
-    assert inputs.EQUAL_CHUNK <= 64 * 2**20  # the input check's torch.equal temporaries per chunk, in the candidate child
+    assert memory.DIGEST_TEMP == 16 * inputs.DIGEST_WORDS  # the input check's int64 words and weights per chunk
+
+
+def test_a_refresh_keeps_each_tensor_and_lets_go_of_its_storage_before_drawing():
+    """inputs.refresh_inputs: the pool's tensors keep their identity and take the fresh draw's
+    values by taking its storage (set_), after letting go of their own first, so a refresh holds no
+    second input set unless something else still holds the old storage (judge.memory); a tensor
+    set_ cannot rebind (one that requires grad) gets the values copied in, as before."""
+    import types
+
+    import torch
+
+    from kernelwright.judge import inputs
+    from kernelwright.judge.inputs import Case
+
+    n = [3]
+    problem = types.ModuleType("kw_refresh_probe")
+    problem.get_inputs = lambda: [torch.randn(64, 32), torch.randn(32, 16).t(), torch.randn(8, requires_grad=True), 7][:n[0] + 1]
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(problem, [1], cpu)
+    x, xt, g = pool[0][:3]
+    alias, g_alias = x.view(-1), g.detach()  # what a candidate could keep of the old storage
+    old_x = x.clone()
+    inputs.refresh_inputs(problem, pool[0], 7, cpu)
+    want = inputs.raw_inputs(problem, Case("native", 7), cpu)
+    assert pool[0][0] is x and pool[0][1] is xt and pool[0][2] is g and pool[0][3] == 7
+    assert torch.equal(x, want[0]) and torch.equal(xt, want[1]) and xt.stride() == want[1].stride() and torch.equal(g, want[2])
+    assert torch.equal(alias, old_x.view(-1))  # rebound, not written: the old storage kept its values for whoever held it
+    assert torch.equal(g_alias, want[2])  # requires grad: copied in place
+    n[0] = 1
+    inputs.refresh_inputs(problem, pool[0], 8, cpu)
+    assert len(pool[0]) == 2 and pool[0][0] is x and torch.equal(x, inputs.raw_inputs(problem, Case("native", 8), cpu)[0])

@@ -79,11 +79,11 @@ TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead", "f
 def timing_key(policy: Policy) -> str:
     """What about the timing protocol must match for a stored time to stand in for a measured one:
     the timing steps switched on, the lead spin asked for, the preset and the timing pool's rule
-    (memory.pool_slots: records made before it, when every pool held three input sets, do not
-    match). A verdict under another protocol (the kernelbench preset's no-flush timing, an
+    (memory.pool_slots: records made before 2026-12-04, when the pool held three input sets, or
+    before that, do not match). A verdict under another protocol (the kernelbench preset's no-flush timing, an
     ablation) finds no cached baselines."""
     return json.dumps({"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us,
-                       "preset": policy.preset, "pool": [memory.POOL_SLOTS, memory.POOL_BYTES]}, sort_keys=True)
+                       "preset": policy.preset, "pool": ["one set, refreshed in place" if policy.enabled("fresh_inputs") else memory.POOL_SLOTS, memory.POOL_BYTES]}, sort_keys=True)
 
 
 def probe_machine(device: str, gpu_index: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -231,7 +231,7 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
         try:
             outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
                                          held=(device == "cuda" and meta.get("lead_ok") is True, False),
-                                         pool_size=memory.pool_slots_for(meta))
+                                         pool_size=memory.pool_slots_for(meta, policy.enabled("fresh_inputs")))
         finally:
             _close(child)  # the child's teardown before the next timing may start
     return meta, outcome

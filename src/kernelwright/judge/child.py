@@ -95,8 +95,8 @@ WATCHED = (
     "kernelwright.judge.timing._sum", "torch.Tensor.sum", "kernelwright.judge.timing.time_held", "kernelwright.judge.timing.time_null",
     "kernelwright.judge.timing.rehearse", "kernelwright.judge.timing.time_probe", "kernelwright.judge.child_candidate.setup_timing",
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
-    "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.clone_tensors",
-    "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
+    "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.input_record",
+    "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.inputs._digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",
     "kernelwright.judge.child.snapshot_flags", "torch.Tensor.reshape", "torch.Tensor.as_subclass", "torch.as_tensor", "torch.frombuffer",
     "ctypes.string_at", "gc.disable", "gc.enable", "signal.signal", "signal.getsignal",
@@ -118,7 +118,7 @@ JUDGE_OPS = (
     "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "all", "as_strided", "clone", "contiguous", "copy_",
     "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
     "is_same_size", "item", "lift_fresh", "mul", "mul_", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
-    "reshape", "select", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
+    "reshape", "select", "set_", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
 )
 
 
@@ -217,7 +217,7 @@ def _walk(obj: Any, attrs: list[str]) -> Any:
 _MISSING = object()
 
 
-WATCHED_EXTRA = ("json.dumps", "json.loads", "hmac.new", "hmac.compare_digest", "hashlib.sha256", "os.write", "os._exit")
+WATCHED_EXTRA = ("secrets.randbits", "json.dumps", "json.loads", "hmac.new", "hmac.compare_digest", "hashlib.sha256", "os.write", "os._exit")
 
 
 def _judge_functions() -> list[str]:

@@ -153,7 +153,7 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
 
     if case.kind == "near":
         values = inputs.raw_inputs(S.problem, Case("native", case.seed), S.device)
-        first = inputs.clone_tensors(values) if args["check_inputs"] else None
+        first = inputs.input_record(values) if args["check_inputs"] else None
         lap("inputs")
         _audited_call(values, seen)
         lap("call")
@@ -161,14 +161,13 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         if replaced:
             return reply(replaced)
         changed = inputs.changed_inputs(first, values) if first is not None else []
-        del first  # before perturb draws another input set: at most two sets alive at once
         if changed:
             return reply({"inputs_changed": changed, **({"ops": seen} if seen is not None else {})})
         inputs.perturb(S.problem, values, case.seed, S.device)
         lap("checks")
     else:
         values = inputs.make_inputs(S.problem, case, S.device)
-    before = inputs.clone_tensors(values) if args["check_inputs"] else None
+    before = inputs.input_record(values) if args["check_inputs"] else None
     S.check_flags = args["check_flags"]
     lap("inputs")
     if args["poison"]:

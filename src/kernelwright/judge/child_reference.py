@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kernelwright.judge import correctness, handover, inputs, timing
-from kernelwright.judge.child import CommandError, describe, lead_status, pin_flags
+from kernelwright.judge.child import CommandError, describe, error_kind, lead_status, pin_flags
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
 
@@ -307,8 +307,9 @@ def _case_refs(i: int) -> list[torch.Tensor]:
 
 
 def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[str, Any]:
-    """Take a candidate's staged outputs (judge.handover) into this process and compare them. The
-    description is checked against the reference before anything is allocated for it."""
+    """Compare a candidate's staged outputs (judge.handover) with the reference: on CUDA read in
+    place from its staging area, on the CPU copied out of its sealed memfd. The description is
+    checked against the reference before anything is mapped or allocated for it."""
     def refused(message: str) -> dict[str, Any]:
         return {"ok": False, "message": message, "max_abs_error": None, "max_rel_error": None}
 
@@ -323,16 +324,16 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[st
         problem = correctness.check_described(ref, item, S.strict)
         if problem:
             return refused((f"output {k}: " if len(refs) > 1 else "") + problem)
-    try:
-        outs = handover.take(desc, items, fds, S.device)
+    try:  # on CUDA the comparison reads the candidate's staging area in place (handover.taken)
+        with handover.taken(desc, items, fds, S.device) as outs:
+            return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
     except handover.HandoverError as exc:  # what the candidate staged is its own: unreadable is its fault
         return refused(f"the output could not be read: {exc}")
     except RuntimeError as exc:
-        if desc.get("kind") != "cuda_ipc" or isinstance(exc, torch.OutOfMemoryError):
+        if desc.get("kind") != "cuda_ipc" or isinstance(exc, torch.OutOfMemoryError) or error_kind(exc) != "cuda":
             raise  # the judge's own failure (its memory included): infra_error
-        S.tainted = f"copying an output failed ({exc})"[:300]  # a CUDA error there may leave this process's context unsound
-        return refused(f"the output could not be copied: {exc}"[:1000])
-    return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
+        S.tainted = f"reading an output failed ({exc})"[:300]  # a CUDA error there may leave this process's context unsound
+        return refused(f"the output could not be read on the device: {exc}"[:1000])
 
 
 def compare(args: dict[str, Any]) -> dict[str, Any]:

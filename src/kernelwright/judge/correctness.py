@@ -77,14 +77,23 @@ def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
     return ""
 
 
-CHUNK = 1 << 22  # elements compared at a time: the comparison's temporaries stay near 256 MiB (twice that at 1 << 23,
-# until 2026-12-04); a chunk costs two synchronisations (the scale's sum, the short pass): 128 per GiB of float32 output
+CHUNK = 1 << 22  # elements compared at a time, at most: the comparison's temporaries stay near 256 MiB (twice that at
+# 1 << 23, until 2026-12-04); a chunk costs two synchronisations (the scale's sum, the short pass)
+CHUNK_MIN = 1 << 16  # ... and at least, unless CHUNK is smaller (tests)
+CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this many chunks: temporaries of about 2 bytes per
+# element on the failing path (64 a chunk element), half a float32 output, instead of 256 MiB beside a 64 MiB output
+
+
+def chunk_elements(n: int) -> int:
+    """Elements compared at a time in an output of n elements (judge.memory counts 64 bytes each)."""
+    return min(CHUNK, max(CHUNK_MIN, -(-n // CHUNKS_PER_OUTPUT)))
 
 
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Comparison:
     """Compare out with ref elementwise: exactly for integer and bool outputs, under the tolerance
     rule of this module for floating ones (complex ones as their real and imaginary parts). Works
-    through the elements CHUNK at a time, so that its memory does not grow with the output."""
+    through the elements chunk_elements(n) at a time, so that its memory stays a fraction of the
+    output's and never passes CHUNK elements' worth."""
     if ref.is_complex():
         ref = torch.view_as_real(ref.detach().resolve_conj())
         out = torch.view_as_real(out.detach().to(ref.device).resolve_conj()) if out.is_complex() else out
@@ -94,18 +103,19 @@ def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> C
     n = r_all.numel()
     if n == 0:
         return Comparison(True, 0.0, 0.0, 0, 0, "")
-    scale = 1.0 if exact or atol <= 0 else _rms(r_all)
+    step = chunk_elements(n)
+    scale = 1.0 if exact or atol <= 0 else _rms(r_all, step)
     tally = _Tally()
-    for start in range(0, n, CHUNK):
+    for start in range(0, n, step):
         if exact:  # integers and booleans: equal in the reference's own dtype (no float64 detour past 2**53)
-            r_own, c_own = r_all[start:start + CHUNK], c_all[start:start + CHUNK].to(device=ref.device, dtype=ref.dtype)
+            r_own, c_own = r_all[start:start + step], c_all[start:start + step].to(device=ref.device, dtype=ref.dtype)
             bad = r_own != c_own
             r, c = r_own.to(torch.float64), c_own.to(torch.float64)
             err = (r - c).abs()
             tally.add(start, r, c, bad, torch.zeros_like(bad), err, err)
             continue
-        r = r_all[start:start + CHUNK].to(torch.float64)
-        c = c_all[start:start + CHUNK].to(device=r.device, dtype=torch.float64)
+        r = r_all[start:start + step].to(torch.float64)
+        c = c_all[start:start + step].to(device=r.device, dtype=torch.float64)
         if _all_close(r, c, atol * scale, rtol, tally):
             continue
         fin_r, fin_c = torch.isfinite(r), torch.isfinite(c)
@@ -180,11 +190,11 @@ class _Tally:
         return text
 
 
-def _rms(values: torch.Tensor) -> float:
-    """max(1, root mean square of the finite values), CHUNK elements at a time."""
+def _rms(values: torch.Tensor, step: int) -> float:
+    """max(1, root mean square of the finite values), step elements at a time."""
     total, count = 0.0, 0
-    for start in range(0, values.numel(), CHUNK):
-        v = values[start:start + CHUNK].to(torch.float64)
+    for start in range(0, values.numel(), step):
+        v = values[start:start + step].to(torch.float64)
         whole = float(v.square().sum())  # finite only when every value is (and none squares past float64)
         if math.isfinite(whole):
             total, count = total + whole, count + v.numel()

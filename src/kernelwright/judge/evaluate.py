@@ -343,7 +343,7 @@ class _Flow:
             return
         pol = self.policy
         ref_pool = pol.time_candidate and (pol.baselines == "measured" or (pol.baselines == "cached" and self._no_cached_baselines()))
-        self.estimate = est = memory.estimate(self.meta, timed=pol.time_candidate, ref_pool=ref_pool)
+        self.estimate = est = memory.estimate(self.meta, timed=pol.time_candidate, ref_pool=ref_pool, fresh=pol.enabled("fresh_inputs"))
         free = (self.meta.get("memory") or {}).get("device_free_bytes")
         self.vb.memory = {**est.to_dict(), "device_bytes": total, "device_free_bytes_at_setup": free, "problem": memory.footprint(self.meta)}
         refused = memory.too_large(est, total, free)

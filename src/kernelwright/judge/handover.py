@@ -1,15 +1,18 @@
 """Candidate outputs handed to the reference child by descriptor, never through named files.
 
 The candidate child's judge code stages what a call returned and describes it; the judge passes
-the description (and, on the CPU backend, a descriptor) to the reference child, which copies the
-bytes into its own memory before it compares them:
+the description (and, on the CPU backend, a descriptor) to the reference child, which compares
+the bytes (taken):
 
 - **CUDA**: the outputs are copied into one device allocation of the candidate child's (cuMemAlloc,
   reused while large enough) and exported as a CUDA IPC handle (64 bytes in the reply). The
   reference child opens the handle, checks the allocation is as large as the description claims
-  (cuMemGetAddressRange), copies the bytes on the device and closes the handle. The judge sends the
-  candidate child nothing until that copy is done (judge.phases), so candidate code never runs
-  between the hand-over and the copy.
+  (cuMemGetAddressRange), compares the bytes where they are and closes the handle. The candidate
+  child's process group is stopped (SIGSTOP) and sent nothing until that comparison is done
+  (judge.phases, judge.workers.Child.paused), and the stager synchronised the device after its
+  copy, so no code or GPU work of the candidate's runs between the hand-over and the comparison.
+  Until 2026-12-04 the reference child copied the bytes into its own memory first (an output's
+  size more on the GPU, judge.memory) under the same pause.
 - **CPU**: the outputs are written into a memfd that is then sealed against writes, growing and
   shrinking (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK): after the seal nobody, the candidate's
   process included, can change its bytes. The descriptor travels over the children's result
@@ -25,13 +28,14 @@ Nothing here needs a named file, so it works unchanged once children are sandbox
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import mmap
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -249,19 +253,37 @@ def items_of(desc: Any) -> list[Item]:
 
 
 def take(desc: dict[str, Any], items: list[Item], fds: list[int], device: torch.device) -> list[Any]:
-    """Copy the described outputs into this process's memory on `device`; non-tensors come back as
-    their Item. Call only after items_of and the shape checks (they bound what is allocated)."""
+    """The described outputs copied into this process's memory on `device` (taken's, kept past the
+    hand-over); non-tensors come back as their Item."""
+    with taken(desc, items, fds, device) as outs:
+        return [o.clone() if isinstance(o, torch.Tensor) and desc.get("kind") == "cuda_ipc" else o for o in outs]
+
+
+@contextlib.contextmanager
+def taken(desc: dict[str, Any], items: list[Item], fds: list[int], device: torch.device) -> Iterator[list[Any]]:
+    """The described outputs for the block; non-tensors as their Item. On CUDA they are views of the
+    candidate's staging area, mapped and read in place (no copy: the reference child holds no
+    second output, judge.memory), valid inside the block only, while the candidate child is paused
+    (judge.phases); on the CPU they are copies out of the sealed memfd. Call only after items_of
+    and the shape checks (they bound what is mapped or allocated)."""
     kind = desc.get("kind")
     tensors = [i for i in items if i.is_tensor and i.nbytes]
     if not tensors:
-        flat = {}
+        yield _assemble(items, {}, device)
     elif kind == "cuda_ipc" and device.type == "cuda":
-        flat = _take_cuda(desc, tensors)
+        with _mapped_cuda(desc, tensors) as flat:
+            try:
+                yield _assemble(items, flat, device)
+            finally:
+                torch.cuda.synchronize()  # every read of the mapping done before it is closed
     elif kind == "memfd" and len(fds) == 1:
-        flat = _take_memfd(fds[0], desc["total"], tensors)
+        yield _assemble(items, _take_memfd(fds[0], desc["total"], tensors), device)
     else:
         raise HandoverError(f"an output staged as {kind!r} cannot be taken on {device.type}")
-    out = []
+
+
+def _assemble(items: list[Item], flat: dict[int, torch.Tensor], device: torch.device) -> list[Any]:
+    out: list[Any] = []
     for item in items:
         if not item.is_tensor:
             out.append(item)
@@ -271,7 +293,8 @@ def take(desc: dict[str, Any], items: list[Item], fds: list[int], device: torch.
     return out
 
 
-def _take_cuda(desc: dict[str, Any], tensors: list[Item]) -> dict[int, torch.Tensor]:
+@contextlib.contextmanager
+def _mapped_cuda(desc: dict[str, Any], tensors: list[Item]) -> Iterator[dict[int, torch.Tensor]]:
     handle_hex = desc.get("handle")
     if not isinstance(handle_hex, str) or len(handle_hex) != 2 * HANDLE_BYTES:
         raise HandoverError("malformed CUDA IPC handle")
@@ -292,13 +315,9 @@ def _take_cuda(desc: dict[str, Any], tensors: list[Item]) -> dict[int, torch.Ten
         room = base.value + size.value - ptr.value
         if desc["total"] > room:
             raise HandoverError(f"the output's staging area holds {room} bytes, not the {desc['total']} described")
-        out = {}
-        for item in tensors:
-            out[item.offset] = _device_bytes(ptr.value + item.offset, item.nbytes).clone()
-        torch.cuda.synchronize()
+        yield {item.offset: _device_bytes(ptr.value + item.offset, item.nbytes) for item in tensors}
     finally:
         drv.cuIpcCloseMemHandle(ptr.value)
-    return out
 
 
 def _take_memfd(fd: int, total: int, tensors: list[Item]) -> dict[int, torch.Tensor]:

@@ -134,20 +134,35 @@ def make_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[A
 
 
 def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, device: torch.device) -> None:
-    """Make a pool entry hold get_inputs() under call_seed: tensor values are written in place
-    (keeping the tensors' identity); other values, or tensors whose shape or layout changed, are
-    replaced."""
+    """Make a pool entry hold get_inputs() under call_seed, keeping the tensors' identity: each plain
+    tensor lets go of its storage first (set_ to an empty one), so the fresh draw can take the
+    allocator's block it held and a refresh costs no second input set (judge.memory), then takes
+    the fresh tensor's storage (set_). A tensor whose shape, dtype or strides changed, or one that
+    set_ cannot rebind (a subclass, one that requires grad), keeps the old way: its new values
+    copied in, or the value replaced. Other values are replaced."""
+    def rebindable(t: Any) -> bool:
+        return type(t) is torch.Tensor and not t.requires_grad
+
+    layouts = [(v.shape, v.dtype, v.stride()) if rebindable(v) else None for v in pool_entry]
+    with torch.no_grad():
+        for v in pool_entry:
+            if rebindable(v):
+                v.set_()  # its storage goes back to the allocator unless something else still holds it
     fresh = raw_inputs(problem, Case("native", call_seed), device)
     for i, src in enumerate(fresh):
         dst = pool_entry[i] if i < len(pool_entry) else None
-        same_layout = isinstance(dst, torch.Tensor) and isinstance(src, torch.Tensor) and (
-            dst.shape == src.shape and dst.dtype == src.dtype and dst.stride() == src.stride())
-        if same_layout:
-            dst.copy_(src)
-        elif i < len(pool_entry):
-            pool_entry[i] = src
-        else:
-            pool_entry.append(src)
+        was = layouts[i] if i < len(layouts) else None
+        same = isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and dst.dtype == src.dtype
+        with torch.no_grad():
+            if same and was is not None and was == (src.shape, src.dtype, src.stride()):
+                dst.set_(src.untyped_storage(), src.storage_offset(), src.shape, src.stride())
+            elif same and was is None and dst.shape == src.shape and dst.stride() == src.stride():
+                dst.copy_(src)
+            elif i < len(pool_entry):
+                pool_entry[i] = src
+            else:
+                pool_entry.append(src)
+    del pool_entry[len(fresh):]  # fewer values this time: none of the emptied tensors stays behind
 
 
 def make_pool(problem: ModuleType, seeds: list[int], device: torch.device) -> list[list[Any]]:
@@ -196,29 +211,82 @@ def clone_tensors(values: list[Any]) -> list[Any]:
     return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def changed_inputs(before: list[Any], after: list[Any]) -> list[int]:
-    """Positions of tensor inputs whose bytes changed."""
+# -- the input check: a keyed digest of every input's bytes, no copy of them --------------------------
+#
+# Step inputs_unchanged asks whether the call left its inputs' bytes alone. Until 2026-12-04 it kept
+# a copy of every input on the device (I more in the candidate child: judge.memory); now it keeps a
+# digest: the input's bytes read as 16-bit words x_j (bytes for one-byte dtypes), and
+#     D = sum_j w_j * x_j, exactly (a Python integer),
+# with weights w_j drawn uniformly from [1, 2**31) by a generator seeded from a key drawn fresh for
+# every case. A change d (d_j = x'_j - x_j, not all zero) goes unseen only when sum_j w_j d_j = 0:
+# fix every weight but one w_k with d_k != 0, and at most one of its 2**31 - 1 values does that, so
+# whatever the change, the chance is at most 1 in 2**31 - 1 per changed input and case (the key is
+# drawn after the inputs; like the copy before it, it lives in the process the candidate runs in).
+# Products stay below 2**47, sums of DIGEST_BLOCK of them below 2**63, and each block's sum is split
+# into its high and low 31 bits before the blocks are added: no int64 ever wraps.
+
+DIGEST_WORDS = 1 << 22  # words read at a time: about 64 MiB of int64 temporaries (the words widened and their weights)
+DIGEST_BLOCK = 1 << 16  # products summed in int64 before the split
+_SPLIT = 1 << 31
+
+
+def input_record(values: list[Any]) -> dict[str, Any]:
+    """What changed_inputs needs to tell whether a call changed its inputs: each tensor's type,
+    shape, dtype, strides and keyed digest, under a key drawn now."""
+    import secrets
+
+    key = secrets.randbits(62)
+    return {"key": key, "items": [(type(v), tuple(v.shape), v.dtype, v.stride(), _digest(v, key, i)) if isinstance(v, torch.Tensor) else None
+                                  for i, v in enumerate(values)]}
+
+
+def changed_inputs(record: dict[str, Any], after: list[Any]) -> list[int]:
+    """Positions of tensor inputs whose class, shape, dtype, strides or bytes changed since
+    input_record (a class swapped onto an input, x.__class__ = Sub, could answer for itself)."""
     changed = []
-    for i, (a, b) in enumerate(zip(before, after)):
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            # a class swapped onto the input (x.__class__ = Sub) could answer the comparison itself
-            same = type(b) is type(a) and a.shape == b.shape and a.dtype == b.dtype and _bitwise_equal(a, b)
-            if not same:
-                changed.append(i)
+    for i, (was, b) in enumerate(zip(record["items"], after)):
+        if was is None:
+            continue
+        if not isinstance(b, torch.Tensor) or (type(b), tuple(b.shape), b.dtype, b.stride()) != was[:4] or _digest(b, record["key"], i) != was[4]:
+            changed.append(i)
     return changed
 
 
-EQUAL_CHUNK = 1 << 25  # bytes compared at a time: torch.equal's temporaries stay at 32 MiB (256 MiB at 1 << 28, the
-# candidate child's largest block beside the inputs, their copy and the output until 2026-12-04; a chunk is one sync)
+def _digest(t: torch.Tensor, key: int, index: int) -> int:
+    """The keyed digest of a tensor's bytes (above); contiguous tensors are read in place, others
+    a slab of their first dimension at a time."""
+    t = t.detach()
+    if t.numel() == 0:
+        return 0
+    hi = lo = 0
+    gen = torch.Generator(device=t.device)
+    chunk = 0
+    for slab in _slabs(t):
+        raw = slab.reshape(-1).view(torch.uint8)
+        words = raw if t.element_size() == 1 else raw.view(torch.int16)  # a byte offset of a wider dtype is even
+        for start in range(0, words.numel(), DIGEST_WORDS):
+            part = words[start:start + DIGEST_WORDS]
+            gen.manual_seed((key + 1_000_003 * index + 7919 * chunk) % (1 << 63))
+            chunk += 1
+            prod = part.to(torch.int64)
+            prod.mul_(torch.randint(1, _SPLIT, (part.numel(),), generator=gen, device=t.device, dtype=torch.int64))
+            whole = prod.numel() // DIGEST_BLOCK * DIGEST_BLOCK
+            sums = [prod[:whole].view(-1, DIGEST_BLOCK).sum(dim=1)] if whole else []
+            if whole < prod.numel():
+                sums.append(prod[whole:].sum(dim=0, keepdim=True))
+            for s in sums:  # Python integers from here on: nothing left to wrap
+                hi += int(s.floor_divide(_SPLIT).sum().item())
+                lo += int(s.remainder(_SPLIT).sum().item())
+    return hi * _SPLIT + lo
 
 
-def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.numel() == 0:
-        return True
-    # flat first: a 0-dim tensor, or one whose size-1 last dimension has a stride other than 1 (which
-    # contiguous() leaves as it is), cannot be viewed as bytes, and an honest candidate failed on it
-    a_f, b_f = a.contiguous().reshape(-1), b.contiguous().reshape(-1)
-    if a.is_floating_point() or a.is_complex():
-        a_f, b_f = a_f.view(torch.uint8), b_f.view(torch.uint8)
-    step = max(1, EQUAL_CHUNK // a_f.element_size())
-    return all(bool(torch.equal(a_f[i:i + step], b_f[i:i + step])) for i in range(0, a_f.numel(), step))
+SLAB_BYTES = 1 << 26  # a non-contiguous input is copied this much at a time (at least one index of its first dimension)
+
+
+def _slabs(t: torch.Tensor) -> Any:
+    if t.is_contiguous() or t.dim() == 0:
+        yield t.contiguous() if t.dim() == 0 else t
+        return
+    per = max(1, SLAB_BYTES // max(1, t[0].numel() * t.element_size()))
+    for start in range(0, t.shape[0], per):
+        yield t[start:start + per].contiguous()

@@ -4,27 +4,32 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + max(I + X + 2 O + T, 2 I, (S + 1) I + X + 2 O + T)
-    candidate: CTX + P + max(2 I + X + 3 O, (S + 1) I + X + 2 O)
+    reference: CTX + P + max(I + X + O + T, 2 I, (S + 1) I + X + 2 O + T)
+    candidate: CTX + P + max(2 I, I + X + 3 O + D, (S + 1) I + X + 2 O)
 
-where X is the forward's working set beyond its inputs and outputs (W - I - O) and T the chunked
-comparison's temporaries. The reference child keeps no reference output on the GPU: it keeps one
-in host memory or recomputes it (judge.child_reference), so a comparison holds the case's
-recompute (I + X + O) beside a taken output (O); it draws a near case's second input set (2 I),
-and, when the baselines are timed, holds the timing pool (S I) and the fresh get_inputs() set
-drawn to refresh a slot of it (I), and, re-checking a timed output, that output's recompute and
-the taken output beside the pool (O + T more). The pool has S = pool_slots(I) input sets:
-POOL_SLOTS (3) while they fit in POOL_BYTES (4 GiB), fewer for larger inputs, at least one
-(judge.measure; with step fresh_inputs on, every timed call writes fresh values into its slot, so
-one slot still never repeats values; `kernelwright baseline` sizes its pool the same way).
-The candidate child holds a case's inputs and their copy for the input check (2 I), its forward
-(X + O), the staging area (O) and one block an output's size that poison may add (O), or, when
-timed, the pool and its refresh ((S + 1) I) beside the call's output and the staging area. Poison
-fills the allocator's free blocks in place and holds nothing itself (judge.correctness.poison;
-before, its blocks of three times each output and up to 1 GiB more stayed in the cache). The
-pool's refresh was missed at first: on the H200 an honest candidate of KernelBench's 16 GiB
-problem then ran out of memory in timing and was charged (fddbf70); the attribution below is
-only as right as this estimate.
+where X is the forward's working set beyond its inputs and outputs (W - I - O), T the chunked
+comparison's temporaries (64 bytes an element of a chunk, judge.correctness.chunk_elements) and D
+the input check's (judge.inputs, DIGEST_TEMP at most). The reference child keeps no reference
+output on the GPU: it keeps one in host memory or recomputes it (judge.child_reference), and it
+reads the candidate's output in place from its staging area (judge.handover.taken), so a
+comparison holds the case's recompute (I + X + O) and T; it draws a near case's second input set
+(2 I), and, when the baselines are timed, holds the timing pool (S I) and, re-checking a timed
+output, that call's inputs, recompute and the last timed output beside it (I + O + T more). The pool has S =
+pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step
+fresh_inputs; without it, an ablation, POOL_SLOTS while they fit in POOL_BYTES, fewer for larger
+inputs, at least one; `kernelwright baseline` sizes its pool the same way). The candidate child
+holds a case's inputs (I), its forward (X + O), the staging area (O), one block an output's size
+that poison may add (O) and the input check's temporaries (D; it keeps a keyed digest of the
+inputs, no copy of them), or, when timed, the pool and a refresh's fresh set ((S + 1) I: a refresh
+lets go of the set's storage before it draws, but candidate code may still hold it) beside the
+call's output and the staging area; a near case holds two input sets. Poison fills the
+allocator's free blocks in place and holds nothing itself (judge.correctness.poison).
+Until 2026-12-04 the candidate child also held a copy of the inputs for the input check (I), the
+reference child a copy of the output it compared (O), and each timing child three input sets and
+a refresh (4 I): the softmax example's processes peaked at 4.2 times its data without their
+CUDA contexts (benchmarks/results/memory_h200.md). Before that, the pool's refresh was missed: on
+the H200 an honest candidate of KernelBench's 16 GiB problem then ran out of memory in timing and
+was charged (fddbf70); the attribution below is only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
 is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
 caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.
@@ -66,8 +71,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
-COMPARE_TEMP = 8 * 8 * (1 << 22)  # temporaries of one comparison chunk: about seven float64 and six bool per element on the
-# failing path (judge.correctness.CHUNK; a test keeps them in step)
+COMPARE_TEMP = 8 * 8 * (1 << 22)  # temporaries of the largest comparison chunk: about seven float64 and six bool per element
+# on the failing path (judge.correctness.CHUNK; a test keeps them in step)
+DIGEST_TEMP = 16 * (1 << 22)  # the input check's temporaries: each 16-bit word of a chunk widened and its weight
+# (judge.inputs.DIGEST_WORDS; a test keeps them in step)
 SLACK = 1.25  # fragmentation and what the formula leaves out
 POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...
 POOL_BYTES = 4 * 2**30  # ... while they fit in this much; fewer for larger inputs (pool_slots)
@@ -91,31 +98,56 @@ class Estimate:
         return {"reference_bytes": self.reference, "candidate_bytes": self.candidate, "estimate_bytes": self.total}
 
 
-def pool_slots(input_bytes: int) -> int:
-    """Input sets in the timing pool for inputs of this size: POOL_SLOTS while they fit in
-    POOL_BYTES, fewer for larger inputs, never under one. KernelBench's 16 GiB level 1 problem
-    held four input sets (64 GiB) in each timing child with three slots; with one it holds two."""
+def pool_slots(input_bytes: int, fresh: bool = True) -> int:
+    """Input sets in the timing pool. With step fresh_inputs on (every policy but an ablation) one:
+    every timed call writes new values into it, so a second or third set adds memory and no check
+    (the identity replay is caught on one set as on three; tests/test_protocol_steps.py). Without
+    fresh inputs the pool is the only variation between calls: POOL_SLOTS while they fit in
+    POOL_BYTES, fewer for larger inputs, never under one."""
+    if fresh:
+        return 1
     if input_bytes <= 0:
         return POOL_SLOTS
     return max(1, min(POOL_SLOTS, POOL_BYTES // input_bytes))
 
 
-def pool_slots_for(meta: dict[str, Any]) -> int:
+def pool_slots_for(meta: dict[str, Any], fresh: bool = True) -> int:
     """pool_slots of the problem's inputs as a reference child's setup reply measured them."""
-    return pool_slots(int((meta.get("memory") or {}).get("input_bytes") or 0))
+    return pool_slots(int((meta.get("memory") or {}).get("input_bytes") or 0), fresh)
 
 
-def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True) -> Estimate:
+def compare_temp(meta: dict[str, Any]) -> int:
+    """T: the comparison's temporaries for the largest output the setup reply lists (64 bytes an
+    element of its chunk, judge.correctness.chunk_elements), or, without that list, COMPARE_TEMP
+    or 64 bytes an output byte, whichever is less."""
+    from kernelwright.judge.correctness import chunk_elements
+
+    shapes = [o for o in meta.get("outputs") or [] if isinstance(o, dict) and isinstance(o.get("shape"), list)]
+    if not shapes:
+        o = int((meta.get("memory") or {}).get("output_bytes", 0))
+        return min(COMPARE_TEMP, 64 * max(1, o))
+    worst = 0
+    for out in shapes:
+        n = 1
+        for d in out["shape"]:
+            n *= int(d)
+        n *= 2 if str(out.get("dtype", "")).startswith("complex") else 1  # compared as real and imaginary parts
+        worst = max(worst, 64 * chunk_elements(n))
+    return worst
+
+
+def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True, fresh: bool = True) -> Estimate:
     """The estimate of the module docstring, from the reference child's setup reply. Without
     timing (`timed` False) neither child builds a timing pool; with cached baselines (`ref_pool`
-    False) the reference child does not."""
+    False) the reference child does not; `fresh` is step fresh_inputs (the pool's size)."""
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
-    t = min(COMPARE_TEMP, 64 * max(1, o))
-    s = pool_slots(i)
-    ref = CTX + p + max(i + x + 2 * o + t, 2 * i, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
-    cand = CTX + p + max(2 * i + x + 3 * o, (s + 1) * i + x + 2 * o if timed else 0)
+    t = compare_temp(meta)
+    d = min(DIGEST_TEMP, 8 * i)
+    s = pool_slots(i, fresh)
+    ref = CTX + p + max(i + x + o + t, 2 * i, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
+    cand = CTX + p + max(2 * i, i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)
     return Estimate(ref, cand)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import memory, ops, provenance, stats
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.measure import (NULL_CALLS, POOL_SIZE, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
+from kernelwright.judge.measure import (NULL_CALLS, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
                                         wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
@@ -259,10 +259,9 @@ def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
 
 def _fresh_note(flow: "_Flow") -> str:
     """Step fresh_inputs' note: the pool timing_phase gives the rounds (judge.memory.pool_slots)."""
-    sets = memory.pool_slots_for(flow.meta)
-    why = "" if sets == POOL_SIZE else (f" (fewer than {POOL_SIZE}: the inputs are "
-                                        f"{memory.gib(memory.footprint(flow.meta)['input_bytes'])}; judge.memory.pool_slots)")
-    return f"new get_inputs() values written into a pool of {sets} input set{'s' if sets != 1 else ''} before every call{why}"
+    sets = memory.pool_slots_for(flow.meta, True)
+    return (f"new get_inputs() values before every call, in a pool of {sets} input set{'s' if sets != 1 else ''} whose tensors "
+            "keep their identity (judge.memory.pool_slots)")
 
 
 def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) -> None:
@@ -304,7 +303,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
                              poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda",
                              held=(flow.device == "cuda" and flow.meta.get("lead_ok") is True, flow.cand_meta.get("lead_ok") is True),
-                             pool_size=memory.pool_slots_for(flow.meta))
+                             pool_size=memory.pool_slots_for(flow.meta, policy.enabled("fresh_inputs")))
     except ChildError as exc:
         raise flow.child_stop(exc, "timing") from None
     except FlagsMoved as exc:

@@ -115,7 +115,7 @@ WATCHED = (
 # changed inputs, a sum that reads nothing skips the flush. Every overload the dispatcher holds is
 # watched (about 100). The operators only the candidate's forward reaches are the op audit's.
 JUDGE_OPS = (
-    "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "all", "as_strided", "clone", "contiguous", "copy_",
+    "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "add_", "all", "as_strided", "clone", "contiguous", "copy_",
     "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
     "is_same_size", "item", "lift_fresh", "mul", "mul_", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
     "reshape", "select", "set_", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",

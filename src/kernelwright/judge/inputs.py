@@ -223,7 +223,8 @@ def clone_tensors(values: list[Any]) -> list[Any]:
 # whatever the change, the chance is at most 1 in 2**31 - 1 per changed input and case (the key is
 # drawn after the inputs; like the copy before it, it lives in the process the candidate runs in).
 # Products stay below 2**47, sums of DIGEST_BLOCK of them below 2**63, and each block's sum is split
-# into its high and low 31 bits before the blocks are added: no int64 ever wraps.
+# into its high and low 31 bits before the blocks are added (on the device, fewer than 2**32 blocks
+# of up to 2**32 each): no int64 ever wraps.
 
 DIGEST_WORDS = 1 << 22  # words read at a time: about 64 MiB of int64 temporaries (the words widened and their weights)
 DIGEST_BLOCK = 1 << 16  # products summed in int64 before the split
@@ -258,7 +259,8 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
     t = t.detach()
     if t.numel() == 0:
         return 0
-    hi = lo = 0
+    hi = torch.zeros((), dtype=torch.int64, device=t.device)  # sums of high and low parts: below 2**32 blocks they cannot wrap
+    lo = torch.zeros((), dtype=torch.int64, device=t.device)
     gen = torch.Generator(device=t.device)
     chunk = 0
     for slab in _slabs(t):
@@ -274,10 +276,10 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
             sums = [prod[:whole].view(-1, DIGEST_BLOCK).sum(dim=1)] if whole else []
             if whole < prod.numel():
                 sums.append(prod[whole:].sum(dim=0, keepdim=True))
-            for s in sums:  # Python integers from here on: nothing left to wrap
-                hi += int(s.floor_divide(_SPLIT).sum().item())
-                lo += int(s.remainder(_SPLIT).sum().item())
-    return hi * _SPLIT + lo
+            for s in sums:
+                hi.add_(s.floor_divide(_SPLIT).sum())
+                lo.add_(s.remainder(_SPLIT).sum())
+    return int(hi.item()) * _SPLIT + int(lo.item())  # one synchronisation a tensor
 
 
 SLAB_BYTES = 1 << 26  # a non-contiguous input is copied this much at a time (at least one index of its first dimension)

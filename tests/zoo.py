@@ -100,9 +100,9 @@ EXPLOITS: tuple[Exploit, ...] = (
             _f("function_identities"), allow_torch=True),
     Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities")),
     Exploit("rowsum_patched_timer", "rowsum", "replaces the judge's own per-call timer through sys.modules", "function_identities", _f("function_identities"), allow_torch=True),
-    Exploit("zoo_dispatch_kernel", "rowsum", "zeroes its input; a torch.library kernel for aten::equal that always agrees hides it",
+    Exploit("zoo_dispatch_kernel", "rowsum", "zeroes its input; torch.library kernels for aten::floor_divide and remainder answering zeros hide it from the input digest",
             "function_identities", _f("function_identities", "near_duplicate")),
-    Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::equal with True",
+    Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::floor_divide and remainder with zeros",
             "function_identities", _f("function_identities", "near_duplicate")),
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),

@@ -344,3 +344,45 @@ def test_a_refresh_keeps_each_tensor_and_lets_go_of_its_storage_before_drawing()
     n[0] = 1
     inputs.refresh_inputs(problem, pool[0], 8, cpu)
     assert len(pool[0]) == 2 and pool[0][0] is x and torch.equal(x, inputs.raw_inputs(problem, Case("native", 8), cpu)[0])
+
+
+def test_the_profiled_call_takes_its_inputs_into_the_timing_pool(monkeypatch):
+    """child_candidate.profile draws the call's inputs into the pool's first set (refresh_inputs)
+    rather than a new set beside the pool: on the H200 the new set was the candidate child's peak
+    in a timed verdict. The profiler is replaced by a stand-in (no GPU here); the call sees the
+    pool's own tensor holding get_inputs() under the seed."""
+    import contextlib
+    import types
+
+    import torch
+    import torch.profiler
+
+    from kernelwright.judge import child_candidate, inputs
+    from kernelwright.judge.inputs import Case
+
+    problem = types.ModuleType("kw_profile_probe")
+    problem.get_inputs = lambda: [torch.randn(16, 8)]
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(problem, [3], cpu)
+    x = pool[0][0]
+    seen = []
+    monkeypatch.setattr(child_candidate.S, "problem", problem)
+    monkeypatch.setattr(child_candidate.S, "device", cpu)
+    monkeypatch.setattr(child_candidate.S, "pool", pool)
+    monkeypatch.setattr(child_candidate.S, "check_identities", False)
+    monkeypatch.setattr(child_candidate, "_call", lambda values: seen.append(values))
+
+    class Prof:
+        def key_averages(self):
+            return []
+
+        def events(self):
+            return []
+
+    monkeypatch.setattr(torch.profiler, "profile", lambda **_k: contextlib.nullcontext(Prof()))
+    got = child_candidate.profile({"input_seed": 11})
+    assert got["profiler_ms"] == 0 and seen and seen[0] is pool[0] and seen[0][0] is x
+    assert torch.equal(x, inputs.raw_inputs(problem, Case("native", 11), cpu)[0])
+    monkeypatch.setattr(child_candidate.S, "pool", [])
+    child_candidate.profile({"input_seed": 11})
+    assert seen[1][0] is not x and torch.equal(seen[1][0], x)  # no pool (never timed): a set of its own

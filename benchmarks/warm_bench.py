@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -243,7 +244,28 @@ def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, st
 
 
 SERVE_WITH_SAMPLES = ("import logging, sys; logging.getLogger('kernelwright.judge.phases').setLevel(logging.DEBUG); "
+                      "logging.getLogger('kernelwright.judge.workers.memory').setLevel(logging.DEBUG); "
                       "sys.argv[0] = 'kernelwright'; from kernelwright.cli import main; main(sys.argv[1:])")
+
+
+MEMORY_LINE = re.compile(r"(reference|candidate) child (\d+) after '([^']+)': memory_mib \[reserved, peak since its last reply, staging\] "
+                         r"\[(\d+), (\d+), (\d+)\]")
+
+
+def command_peaks(text: str) -> list[list[Any]]:
+    """[role, pid, command, reserved, peak, staging] (MiB) per command, from judge.workers.memory's
+    debug lines in a service log."""
+    return [[m[1], int(m[2]), m[3], int(m[4]), int(m[5]), int(m[6])] for m in MEMORY_LINE.finditer(text)]
+
+
+def top_commands(rows: list[list[Any]]) -> dict[str, Any]:
+    """Per child (role:pid), the command whose allocator peak plus staging was highest, with it."""
+    top: dict[str, Any] = {}
+    for role, pid, command, _reserved, peak, staging in rows:
+        key = f"{role}:{pid}"
+        if key not in top or peak + staging > top[key][1]:
+            top[key] = [command, peak + staging]
+    return top
 
 
 def _log_size(a: argparse.Namespace, url: str) -> int:
@@ -473,7 +495,9 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
             problem, cand = ROOT / "examples" / a.device / name / "problem.py", _variants(a, name, 1)[0]
             _remote_once(a, url, problem, cand, True, "memory-warmup")  # the reference child made: the rows below are warm
             for co in (True, False):
+                since = _log_size(a, url)
                 row = _remote_once(a, url, problem, cand, co, "memory")
+                commands = command_peaks(_log_text(a, url, since))
                 fp = ((row.get("memory") or {}).get("problem") or {}).get("footprint_bytes")
                 by = row.get("gpu_at_peak_by_process_mib") or {}
                 peak = row.get("gpu_peak_mib")
@@ -483,11 +507,12 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
                      "peak_mib": peak, "by_process_mib": by, "processes": len(held), "context_mib": ctx, "peak_without_contexts_mib": ex,
                      "ratio": peak / fp_mib if peak and fp_mib else None, "ratio_without_contexts": ex / fp_mib if ex is not None and fp_mib else None,
-                     "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes")}
+                     "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes"), "command_peaks_mib": commands}
                 rows.append(r)
                 log_line(a, f"memory {name}{' correctness-only' if co else ''}: {row['status']}, footprint {fp_mib and round(fp_mib)} MiB, "
                             f"peak {peak} MiB over {len(held)} processes {by} = {r['ratio'] and round(r['ratio'], 2)}x, "
-                            f"without contexts {ex} MiB = {r['ratio_without_contexts'] and round(r['ratio_without_contexts'], 2)}x")
+                            f"without contexts {ex} MiB = {r['ratio_without_contexts'] and round(r['ratio_without_contexts'], 2)}x; "
+                            f"each child's highest command (allocator peak + staging, MiB): {top_commands(commands)}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)

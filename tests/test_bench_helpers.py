@@ -154,3 +154,23 @@ def test_warm_benchs_service_logs_each_timed_verdicts_record(tmp_path):
     assert list(got) == [key] and len(got[key]["contenders"]["candidate"]["times_ms"]) >= 5
     assert warm._log_size(a, url) > 0 and warm._log_text(types.SimpleNamespace(), url, 0) == ""
     assert "DEBUG" not in "".join(x for x in (tmp_path / "serve-test.log").read_text().splitlines(True) if "timing samples" not in x)
+
+
+def test_warm_bench_reads_each_commands_memory_from_a_service_log(caplog):
+    """The memory section's per-command figures: the lines judge.workers.memory writes when a
+    child's reply carries them (written here through the judge's own Child), parsed back, and per
+    child the command with the highest allocator peak plus staging."""
+    import logging
+
+    import warm_bench
+    from test_handover import _child
+
+    with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.workers.memory"):
+        for command, mem in (("run_case", [900, 1200, 512]), ("profile", [1500, 1600, 512]), ("time", [1500, 1550, 512])):
+            child, writer = _child()
+            writer.send({"ok": True, "result": {"memory_mib": mem}})
+            child.wait(command, timeout_s=2)
+    pid = child._proc.pid
+    rows = warm_bench.command_peaks(caplog.text + "\nreference child 7 after 'compare': memory_mib [reserved, peak since its last reply, staging] [1, 2, 0]\n")
+    assert rows[0] == ["candidate", pid, "run_case", 900, 1200, 512] and len(rows) == 4
+    assert warm_bench.top_commands(rows) == {f"candidate:{pid}": ["profile", 2112], "reference:7": ["compare", 2]}

@@ -368,6 +368,8 @@ def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writ
         result = handler(args)
         if timed and isinstance(result, dict):  # start-up cost, for the judge's log
             result["child_seconds"] = {"before_command": began - STARTED, "command": time.perf_counter() - began}
+        if isinstance(result, dict):
+            note_memory(result)
     except CommandError as exc:
         _send_outbox(writer, {"ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
         return False
@@ -377,6 +379,21 @@ def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writ
         return kind == "cuda"
     _send_outbox(writer, {"ok": True, "result": result})
     return False
+
+
+def note_memory(result: dict[str, Any]) -> None:
+    """On CUDA, add `memory_mib` to a reply: [what this process's caching allocator reserves now,
+    the most it reserved since the last reply, the candidate's staging area (judge.handover)], and
+    start the next command's peak afresh. For the judge's debug log only (judge.workers): which
+    command sets a child's peak, where nvidia-smi sees only the process."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    cand = sys.modules.get("kernelwright.judge.child_candidate")
+    stager = getattr(getattr(cand, "S", None), "stager", None)
+    staging = int(getattr(stager, "_size", 0) or 0)
+    result["memory_mib"] = [torch.cuda.memory_reserved() >> 20, torch.cuda.max_memory_reserved() >> 20, staging >> 20]
+    torch.cuda.reset_peak_memory_stats()
 
 
 def _private_sys_path() -> None:

@@ -28,6 +28,7 @@ from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_python
 from kernelwright.judge.records import truncate
 
 log = logging.getLogger(__name__)
+memory_log = logging.getLogger(__name__ + ".memory")  # each CUDA command's memory, at debug (child.note_memory)
 
 ROLES = ("reference", "candidate")
 
@@ -199,6 +200,10 @@ class Child:
                 self.kill()
                 raise ChildError("forged", f"candidate child: the reply to '{command}' is forged: {bad}", self.log_tail(), self.config.role)
         self._received = fds
+        mem = result.pop("memory_mib", None) if isinstance(result, dict) else None
+        if mem is not None and memory_log.isEnabledFor(logging.DEBUG):
+            memory_log.debug("%s child %s after %r: memory_mib [reserved, peak since its last reply, staging] %s",
+                             self.config.role, self._proc.pid, command, json.dumps(mem)[:200])
         return result
 
     def _reply(self, timeout_s: float) -> tuple[dict[str, Any], list[int]]:

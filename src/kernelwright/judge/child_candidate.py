@@ -198,9 +198,18 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
-    """Build the input pool and warm up."""
-    S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)
+    """Build the input pool and warm up. On CUDA the correctness phase's cached blocks go back to
+    the device first and the L2 flush buffer (timing.flush_l2) takes a segment of its own before
+    the pool: on the H200 at 101ecc8 the buffer, first made in the rehearsal, split one of the
+    cached 512 MiB blocks of the softmax example, so the next output needed a new one and the
+    child's allocator grew from 1 090 to 1 604 MiB (benchmarks/results/memory_h200.md; the cause
+    read from the allocator's rules, not yet measured away)."""
     cuda = S.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        timing.flush_l2()
+    S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)
     with torch.no_grad():
         calls, per_call = timing.warm_up(S.model, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
         rehearsal = args.get("rehearse")

@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,9 @@ def main() -> int:
     a = p.parse_args()
     a.device = "cuda"
     a.out.mkdir(parents=True, exist_ok=True)
-    a.store = a.out / "memory_store.sqlite"
-    os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.out / "cache"))
+    a.work = Path(tempfile.mkdtemp(prefix="kw-memory-bench-"))  # store and build cache: DIR keeps only what should come back
+    a.store = a.work / "memory_store.sqlite"
+    os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.work / "cache"))
     a.mem = GpuMemory("cuda")
     doc: dict[str, Any] = {"provenance": provenance(a)}
     run_sections(a, doc, globals(), a.out / "memory_bench.json", log_line)

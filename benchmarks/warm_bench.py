@@ -224,7 +224,7 @@ def judge_once(a: argparse.Namespace, mode: str, correctness_only: bool = False)
 
 
 def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    sock = a.out / name / "kw.sock"
+    sock = a.work / name / "kw.sock"
     sock.parent.mkdir(mode=0o700, exist_ok=True)
     env = {**os.environ, **MODES["warm"], "KERNELWRIGHT_STORE": str(a.store), "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
     path = a.out / f"{name}.log"
@@ -381,7 +381,7 @@ def _variants(a: argparse.Namespace, name: str, n: int) -> list[Path]:
     so each is a candidate of its own (its own hash and verdict) with the build already cached."""
     out = []
     for k in range(n):
-        d = a.out / "variants" / name / f"v{k}"
+        d = a.work / "variants" / name / f"v{k}"
         if not d.exists():
             shutil.copytree(ROOT / "examples" / a.device / name, d)
             with open(d / "model_new.py", "a") as f:
@@ -427,7 +427,7 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
     wall = time.perf_counter() - t0
     ratios = []
     for (p, c, n), r in zip(jobs, rows):
-        r["candidate"], r["example"] = str(c.relative_to(a.out)), n
+        r["candidate"], r["example"] = str(c.relative_to(a.work)), n
         base = alone[str(c)].get("runtime_ms")
         r["alone_runtime_ms"], r["alone_wall_s"] = base, alone[str(c)]["wall_s"]
         r["ratio_to_alone"] = r["runtime_ms"] / base if r.get("runtime_ms") and base else None
@@ -636,11 +636,15 @@ def main() -> int:
     p.add_argument("--concurrent-examples", default="softmax,layernorm,elementwise_chain,matmul")
     p.add_argument("--n-concurrent", type=int, default=10, help="raw candidates per example in section concurrent")
     p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--work", type=Path, default=None, help="variants, build cache, store and sockets (default: a new temporary folder, "
+                   "so that DIR holds only what should come back from the GPU machine)")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    a.work = a.work or Path(tempfile.mkdtemp(prefix="kw-warm-bench-"))
+    a.work.mkdir(parents=True, exist_ok=True)
     ex = ROOT / "examples" / a.device / a.example
-    a.problem, a.candidate, a.store = ex / "problem.py", ex, a.out / "store.sqlite"
-    os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.out / "cache"))
+    a.problem, a.candidate, a.store = ex / "problem.py", ex, a.work / "store.sqlite"
+    os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.work / "cache"))
     doc: dict[str, Any] = {"provenance": provenance(a)}
     global MEM
     MEM = GpuMemory(a.device)

@@ -141,7 +141,7 @@ def test_warm_benchs_service_logs_each_timed_verdicts_record(tmp_path):
     from conftest import candidate, problem, timing_policy
     from kernelwright.client import Judge
 
-    a = types.SimpleNamespace(out=tmp_path, store=tmp_path / "store.sqlite", serve_workers=1)
+    a = types.SimpleNamespace(out=tmp_path, work=tmp_path, store=tmp_path / "store.sqlite", serve_workers=1)
     proc, url = warm._service(a, "serve-test")
     try:
         v = Judge(url, device="cpu").evaluate(problem("rowsum"), candidate("rowsum_correct"), timing_policy())

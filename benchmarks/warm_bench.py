@@ -8,7 +8,7 @@ sampled every 50 ms; the judge's processes are the only ones there), against the
 data (inputs and outputs of get_inputs()).
 
 Sections: sanity (machine; the fork server's preload loads no CUDA driver), baseline (the example's
-eager and torch.compile times into DIR's store, so verdicts can take them cached), oneshot (one
+eager and torch.compile times into the work folder's store, so verdicts can take them cached), oneshot (one
 `kernelwright eval` process per verdict, spawned and forked children), sequential (verdicts one
 after another in one process: spawned children; forked children without warm references or
 spares; warm, with spare candidate children; warm correctness-only; the first warm verdict is the

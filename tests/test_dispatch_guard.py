@@ -172,8 +172,10 @@ def test_a_default_device_set_at_import_counts_as_a_mode_left_on():
 
 
 @pytest.mark.parametrize("make", [lambda: torch.tensor(1.5), lambda: torch.randn(1, 3).t(), lambda: torch.randn(5, 7, dtype=torch.float64)[:, ::2],
-                                  lambda: torch.randn(2, 3, dtype=torch.complex64), lambda: torch.arange(10, dtype=torch.int64).reshape(2, 5).t()],
-                         ids=["0-dim", "size-1-last-dim-strided", "sliced", "complex", "int-transposed"])
+                                  lambda: torch.randn(2, 3, dtype=torch.complex64), lambda: torch.arange(10, dtype=torch.int64).reshape(2, 5).t(),
+                                  lambda: torch.randn(3, 4, dtype=torch.complex64).conj(),
+                                  lambda: torch.quantize_per_tensor(torch.randn(3, 5), 0.1, 0, torch.qint8)],
+                         ids=["0-dim", "size-1-last-dim-strided", "sliced", "complex", "int-transposed", "conjugate-bit", "quantized"])
 def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, monkeypatch):
     """A 0-dim float input, or one whose size-1 last dimension has a stride other than 1, made the
     byte view fail and an honest candidate fail with it; every layout is digested, in chunks,
@@ -185,6 +187,11 @@ def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, mon
     x = make()
     before = inputs.input_record([x])
     assert inputs.changed_inputs(before, [x]) == []
+    if x.is_quantized:  # a byte view of one is no tensor (the child crashed on it in review): its stored integers are digested
+        other = x.dequantize()
+        other[-1, -1] += 0.5
+        assert inputs.changed_inputs(before, [torch.quantize_per_tensor(other, 0.1, 0, torch.qint8)]) == [0]
+        return
     x[tuple(n - 1 for n in x.shape)] += 1  # the last element, in place, whatever the layout (0-dim: the only one)
     assert inputs.changed_inputs(before, [x]) == [0]
     flat = x.detach().reshape(-1).clone()
@@ -227,3 +234,25 @@ def test_the_input_digest_is_keyed_exact_and_blind_to_nothing_it_should_see(monk
     changed = big.clone()
     changed[9999] += 1  # -2**63 becomes -2**63 + 1
     assert inputs.changed_inputs(rec, [big]) == [] and inputs.changed_inputs(rec, [changed]) == [0]
+
+
+def test_the_watch_sees_the_python_methods_the_input_digest_calls(monkeypatch):
+    """The digest and the refresh call torch.Tensor methods and torch.Generator from Python; a
+    floor_divide answering zeros, or a Generator that ignores its seed, would let a changed input
+    pass without any dispatcher registration (found in review). Both are watched names now."""
+    from kernelwright.judge.child import identities_moved, snapshot_identities
+
+    snap = snapshot_identities()
+    assert identities_moved(snap) == []
+    monkeypatch.setattr(torch.Tensor, "floor_divide", lambda self, other: torch.zeros_like(self))
+    assert "torch.Tensor.floor_divide" in identities_moved(snap)
+    monkeypatch.undo()
+
+    class Fixed(torch.Generator):
+        def manual_seed(self, seed):
+            return super().manual_seed(1)
+
+    monkeypatch.setattr(torch, "Generator", Fixed)
+    assert "torch.Generator" in identities_moved(snap)
+    monkeypatch.undo()
+    assert identities_moved(snap) == []

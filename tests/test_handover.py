@@ -403,3 +403,24 @@ def test_a_childs_memory_note_is_logged_at_debug_and_taken_off_its_reply(monkeyp
     result = {}
     child_mod.note_memory(result)  # torch here is the CPU build: no CUDA, nothing added
     assert result == {}
+
+
+def test_no_memory_note_rides_on_a_reply_that_hands_an_output_over(monkeypatch):
+    """child.note_memory calls torch functions a candidate could replace: it is never called for a
+    reply carrying a staged output, so nothing of the candidate's runs between the staging and the
+    reference child's reading (found in review)."""
+    from kernelwright.judge import child as child_mod
+
+    calls = []
+    monkeypatch.setattr(child_mod, "note_memory", lambda result: calls.append(result))
+
+    class W:
+        def send(self, msg, fds=None):
+            pass
+
+    monkeypatch.setattr(child_mod, "_send_outbox", lambda writer, msg: None)
+    child_mod._answer(lambda a: {"handover": {"kind": "memfd"}}, {}, W())
+    assert calls == []
+    child_mod._answer(lambda a: {"handover": None}, {}, W())
+    child_mod._answer(lambda a: {"warmup_calls": 3}, {}, W())
+    assert len(calls) == 2

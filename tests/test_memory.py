@@ -30,7 +30,7 @@ def _meta(i: int, o: int, w: int = 0, p: int = 0) -> dict:
 
 def test_the_estimate_grows_with_the_problem_and_holds_no_reference_outputs_on_the_gpu():
     small, large = memory.estimate(_meta(GIB // 2, GIB // 2)), memory.estimate(_meta(6 * GIB, 6 * GIB))
-    t, d = memory.COMPARE_TEMP, memory.DIGEST_TEMP  # no output shapes listed: T is COMPARE_TEMP at these sizes
+    t, d = memory.COMPARE_TEMP, memory.DIGEST_TEMP + memory.SLAB_TEMP  # no output shapes listed: T is COMPARE_TEMP at these sizes
     assert small.total < large.total
     assert small.reference > memory.CTX and small.candidate > memory.CTX
     # the reference: a recompute (I + O) and the comparison's temporaries, no taken output; timed, one pool set, a re-check's
@@ -313,6 +313,9 @@ def test_the_estimates_comparison_temporaries_follow_the_comparisons_chunk():
 
     assert memory.COMPARE_TEMP == 8 * 8 * correctness.CHUNK
     assert memory.DIGEST_TEMP == 16 * inputs.DIGEST_WORDS  # the input check's int64 words and weights per chunk
+    assert memory.SLAB_TEMP == inputs.SLAB_BYTES  # and a strided input's slab
+    small = memory.estimate(_meta(1000, 10 * GIB), timed=False).candidate  # one-byte inputs widen 16-fold, plus their slab
+    assert small == memory.CTX + 1000 + 3 * 10 * GIB + 16 * 1000 + 1000
 
 
 def test_a_refresh_keeps_each_tensor_and_lets_go_of_its_storage_before_drawing():
@@ -386,3 +389,24 @@ def test_the_profiled_call_takes_its_inputs_into_the_timing_pool(monkeypatch):
     monkeypatch.setattr(child_candidate.S, "pool", [])
     child_candidate.profile({"input_seed": 11})
     assert seen[1][0] is not x and torch.equal(seen[1][0], x)  # no pool (never timed): a set of its own
+
+
+def test_a_refresh_leaves_an_inference_tensor_whole():
+    """An input made under inference mode cannot be rebound (set_ refuses it): it is not emptied
+    first, so a failed refresh cannot leave the pool holding an empty tensor (found in review)."""
+    import types
+
+    import torch
+
+    from kernelwright.judge import inputs
+
+    with torch.inference_mode():
+        x = torch.randn(4, 4)
+    problem = types.ModuleType("kw_inference_probe")
+    problem.get_inputs = lambda: [torch.randn(4, 4)]
+    entry = [x]
+    try:
+        inputs.refresh_inputs(problem, entry, 3, torch.device("cpu"))
+    except RuntimeError:
+        pass  # copying into an inference tensor outside inference mode fails, as it did before the rebinding
+    assert entry[0].shape == (4, 4)

@@ -86,6 +86,12 @@ WATCHED = (
     "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.contiguous", "torch.Tensor.view", "torch.Tensor.detach",
     "torch.Tensor.to", "torch.Tensor.__getitem__", "torch.Tensor.__setitem__", "torch.full", "torch.randn", "torch.rand",
     "torch.randint", "torch.zeros", "torch.manual_seed", "torch.unravel_index", "torch.Tensor.fill_",
+    # the input check's digest and the timing pool's refresh (judge.inputs), found unwatched in review: a floor_divide
+    # answering zeros, or a Generator whose seed is ignored, would have let a changed input pass unseen
+    "torch.Tensor.floor_divide", "torch.Tensor.remainder", "torch.Tensor.item", "torch.Tensor.numel", "torch.Tensor.mul_",
+    "torch.Tensor.add_", "torch.Tensor.set_", "torch.Tensor.stride", "torch.Tensor.is_contiguous", "torch.Tensor.reshape",
+    "torch.Tensor.untyped_storage", "torch.Tensor.storage_offset", "torch.Tensor.element_size", "torch.Tensor.dim",
+    "torch.Tensor.conj", "torch.Tensor.int_repr", "torch.Generator", "torch.Generator.manual_seed",
     "torch.cuda.memory_snapshot", "torch.cuda.memory.memory_snapshot", "torch._C._cuda_memorySnapshot",  # poison's map of free blocks
     "kernelwright.judge.correctness._Span.__init__",  # and its view of one (a dunder: not among the judge's functions below)
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time", "time.time_ns",
@@ -368,7 +374,7 @@ def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writ
         result = handler(args)
         if timed and isinstance(result, dict):  # start-up cost, for the judge's log
             result["child_seconds"] = {"before_command": began - STARTED, "command": time.perf_counter() - began}
-        if isinstance(result, dict):
+        if isinstance(result, dict) and not result.get("handover"):  # never between a staged output and its reading
             note_memory(result)
     except CommandError as exc:
         _send_outbox(writer, {"ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
@@ -385,13 +391,16 @@ def note_memory(result: dict[str, Any]) -> None:
     """On CUDA, add `memory_mib` to a reply: [what this process's caching allocator reserves now,
     the most it reserved since the last reply, the candidate's staging area (judge.handover)], and
     start the next command's peak afresh. For the judge's debug log only (judge.workers): which
-    command sets a child's peak, where nvidia-smi sees only the process."""
+    command sets a child's peak, where nvidia-smi sees only the process. Not called for a reply
+    that hands an output over: the torch functions here are ones a candidate could replace, and
+    nothing of the candidate's may run between the staging and the reading (found in review)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return
     cand = sys.modules.get("kernelwright.judge.child_candidate")
     stager = getattr(getattr(cand, "S", None), "stager", None)
-    staging = int(getattr(stager, "_size", 0) or 0)
+    size = vars(stager).get("_size", 0) if hasattr(stager, "__dict__") else 0
+    staging = size if type(size) is int else 0
     result["memory_mib"] = [torch.cuda.memory_reserved() >> 20, torch.cuda.max_memory_reserved() >> 20, staging >> 20]
     torch.cuda.reset_peak_memory_stats()
 

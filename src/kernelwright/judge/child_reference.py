@@ -324,6 +324,8 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[st
         problem = correctness.check_described(ref, item, S.strict)
         if problem:
             return refused((f"output {k}: " if len(refs) > 1 else "") + problem)
+    if S.device.type == "cuda":
+        torch.cuda.synchronize()  # an error of this child's own work (a recompute) surfaces here, as the judge's, not below
     try:  # on CUDA the comparison reads the candidate's staging area in place (handover.taken)
         with handover.taken(desc, items, fds, S.device) as outs:
             return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()

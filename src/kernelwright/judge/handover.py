@@ -12,7 +12,10 @@ the bytes (taken):
   (judge.phases, judge.workers.Child.paused), and the stager synchronised the device after its
   copy, so no code or GPU work of the candidate's runs between the hand-over and the comparison.
   Until 2026-12-04 the reference child copied the bytes into its own memory first (an output's
-  size more on the GPU, judge.memory) under the same pause.
+  size more on the GPU, judge.memory) under the same pause. One gap is wider for it: GPU work that
+  a native thread of the candidate's launched between the stager's last synchronise and the stop
+  keeps running (a stop halts threads, not the device), and it now has the whole comparison to
+  land in rather than one copy.
 - **CPU**: the outputs are written into a memfd that is then sealed against writes, growing and
   shrinking (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK): after the seal nobody, the candidate's
   process included, can change its bytes. The descriptor travels over the children's result

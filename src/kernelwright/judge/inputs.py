@@ -141,7 +141,7 @@ def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, d
     set_ cannot rebind (a subclass, one that requires grad), keeps the old way: its new values
     copied in, or the value replaced. Other values are replaced."""
     def rebindable(t: Any) -> bool:
-        return type(t) is torch.Tensor and not t.requires_grad
+        return type(t) is torch.Tensor and not t.requires_grad and not t.is_inference()
 
     layouts = [(v.shape, v.dtype, v.stride()) if rebindable(v) else None for v in pool_entry]
     with torch.no_grad():
@@ -257,6 +257,10 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
     """The keyed digest of a tensor's bytes (above); contiguous tensors are read in place, others
     a slab of their first dimension at a time."""
     t = t.detach()
+    if t.is_quantized:
+        t = t.int_repr()  # its stored integers (a byte view of a quantized tensor is not one)
+    if t.is_conj():
+        t = t.conj()  # the same bytes with the lazy conjugation bit off (no copy)
     if t.numel() == 0:
         return 0
     hi = torch.zeros((), dtype=torch.int64, device=t.device)  # sums of high and low parts: below 2**32 blocks they cannot wrap

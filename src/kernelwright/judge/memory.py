@@ -9,7 +9,7 @@ allocated (W, inputs and outputs included; CUDA only). One verdict's two childre
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O), T the chunked
 comparison's temporaries (64 bytes an element of a chunk, judge.correctness.chunk_elements) and D
-the input check's (judge.inputs, DIGEST_TEMP at most). The reference child keeps no reference
+the input check's (judge.inputs: DIGEST_TEMP at most, and a strided input's slab). The reference child keeps no reference
 output on the GPU: it keeps one in host memory or recomputes it (judge.child_reference), and it
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
 comparison holds the case's recompute (I + X + O) and T; it draws a near case's second input set
@@ -75,6 +75,8 @@ COMPARE_TEMP = 8 * 8 * (1 << 22)  # temporaries of the largest comparison chunk:
 # on the failing path (judge.correctness.CHUNK; a test keeps them in step)
 DIGEST_TEMP = 16 * (1 << 22)  # the input check's temporaries: each 16-bit word of a chunk widened and its weight
 # (judge.inputs.DIGEST_WORDS; a test keeps them in step)
+SLAB_TEMP = 1 << 26  # ... and the slab a strided input is copied in (judge.inputs.SLAB_BYTES: more when one index of its
+# first dimension is larger, which the estimate cannot see)
 SLACK = 1.25  # fragmentation and what the formula leaves out
 POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...
 POOL_BYTES = 4 * 2**30  # ... while they fit in this much; fewer for larger inputs (pool_slots)
@@ -144,7 +146,7 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True,
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     t = compare_temp(meta)
-    d = min(DIGEST_TEMP, 8 * i)
+    d = min(DIGEST_TEMP, 16 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 16-fold; a strided input is copied a slab at a time
     s = pool_slots(i, fresh)
     ref = CTX + p + max(i + x + o + t, 2 * i, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
     cand = CTX + p + max(2 * i, i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)

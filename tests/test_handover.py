@@ -19,11 +19,17 @@ from kernelwright.judge import channel, correctness, handover
 CPU = torch.device("cpu")
 
 
+def take(desc, items, fds, device):
+    """The described outputs copied out of handover.taken's block, as the tests keep them."""
+    with handover.taken(desc, items, fds, device) as outs:
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in outs]
+
+
 def _take(out):
     desc, fds = handover.Stager().stage(out, CPU)
     try:
         items = handover.items_of(desc)
-        return desc, items, handover.take(desc, items, fds, CPU)
+        return desc, items, take(desc, items, fds, CPU)
     finally:
         channel.close_fds(fds)
 
@@ -58,10 +64,10 @@ def test_an_unsealed_memfd_is_refused():
     try:
         items = handover.items_of(desc)
         with pytest.raises(handover.HandoverError, match="not sealed"):
-            handover.take(desc, items, [fake], CPU)
+            take(desc, items, [fake], CPU)
         r, w = os.pipe()  # not a memfd at all
         with pytest.raises(handover.HandoverError, match="not a sealable memfd"):
-            handover.take(desc, items, [r], CPU)
+            take(desc, items, [r], CPU)
         channel.close_fds([r, w])
     finally:
         channel.close_fds(fds + [fake])
@@ -90,7 +96,7 @@ def test_a_memfd_smaller_than_described_is_refused():
     fcntl.fcntl(small, fcntl.F_ADD_SEALS, handover.SEALS)
     try:
         with pytest.raises(handover.HandoverError, match="holds 8 bytes"):
-            handover.take(desc, handover.items_of(desc), [small], CPU)
+            take(desc, handover.items_of(desc), [small], CPU)
     finally:
         channel.close_fds(fds + [small])
 
@@ -115,7 +121,7 @@ def test_types_shapes_and_dtypes_are_judged_from_the_description():
 def test_nothing_staged_for_empty_outputs():
     desc, fds = handover.Stager().stage(torch.empty(0), CPU)
     assert desc["kind"] == "none" and fds == []
-    assert handover.take(desc, handover.items_of(desc), [], CPU)[0].numel() == 0
+    assert take(desc, handover.items_of(desc), [], CPU)[0].numel() == 0
 
 
 def test_descriptors_travel_on_the_result_channel():
@@ -189,7 +195,7 @@ def test_outputs_cross_processes_as_a_cuda_ipc_handle():
         desc = json.loads(proc.stdout.readline())
         assert desc["kind"] == "cuda_ipc"
         items = handover.items_of(desc)
-        got = handover.take(desc, items, [], torch.device("cuda"))
+        got = take(desc, items, [], torch.device("cuda"))
         x = torch.arange(1000, dtype=torch.float32, device="cuda").reshape(10, 100)
         assert torch.equal(got[0], x) and torch.equal(got[1], x.t()) and torch.equal(got[2], torch.ones(3, dtype=torch.int64, device="cuda"))
         with handover.taken(desc, items, [], torch.device("cuda")) as views:  # read in place, as the reference child compares
@@ -200,7 +206,7 @@ def test_outputs_cross_processes_as_a_cuda_ipc_handle():
         assert torch.cuda.memory_allocated() == before  # the views owned nothing of this process's allocator
         lying = {**desc, "total": 1 << 30, "items": [dict(desc["items"][0], shape=[1 << 28], nbytes=1 << 30, offset=0)]}  # more than staged
         with pytest.raises(handover.HandoverError, match="holds"):
-            handover.take(lying, handover.items_of(lying), [], torch.device("cuda"))
+            take(lying, handover.items_of(lying), [], torch.device("cuda"))
     finally:
         proc.stdin.write("\n")
         proc.stdin.close()
@@ -311,7 +317,7 @@ def test_descriptions_must_follow_the_stagers_layout_and_complex_stays_complex()
         handover.items_of({**desc, "total": desc["total"] * 1000})  # a mapping far past the outputs
     none = {**desc, "kind": "none"}
     with pytest.raises(handover.HandoverError, match="cannot be taken"):
-        handover.take(none, handover.items_of(none), [], CPU)
+        take(none, handover.items_of(none), [], CPU)
     assert correctness.check_described(torch.zeros(4, dtype=torch.bool), handover.Item("torch.Tensor", True, (4,), torch.float64, 0, 32), False) == ""
     assert "complex against real" in correctness.check_described(torch.zeros(4), handover.Item("torch.Tensor", True, (4,), torch.complex64, 0, 32), False)
 

@@ -260,9 +260,10 @@ def check(args: dict[str, Any]) -> dict[str, Any]:
 
 def profile(args: dict[str, Any]) -> dict[str, Any]:
     """Kernel time of one call, summed from the torch profiler (CUDA only), on get_inputs() under
-    the given seed, taken into the timing pool's first set when there is one (on the H200 at
-    b947315 a new set drawn beside the pool was the candidate child's peak in a timed verdict of
-    the softmax example: one input set, 512 MiB, more than any other step held)."""
+    the given seed, taken into the timing pool's first set when there is one rather than a set
+    beside it. (Made on the guess that such a set was the softmax example's timed peak; on the
+    H200 at 591a605 the peak did not move, 2 736 MiB against 2 728: the peak is setup_timing's,
+    benchmarks/results/memory_h200.md. Kept: no second set is needed here.)"""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 

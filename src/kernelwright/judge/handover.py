@@ -255,13 +255,6 @@ def items_of(desc: Any) -> list[Item]:
     return items
 
 
-def take(desc: dict[str, Any], items: list[Item], fds: list[int], device: torch.device) -> list[Any]:
-    """The described outputs copied into this process's memory on `device` (taken's, kept past the
-    hand-over); non-tensors come back as their Item."""
-    with taken(desc, items, fds, device) as outs:
-        return [o.clone() if isinstance(o, torch.Tensor) and desc.get("kind") == "cuda_ipc" else o for o in outs]
-
-
 @contextlib.contextmanager
 def taken(desc: dict[str, Any], items: list[Item], fds: list[int], device: torch.device) -> Iterator[list[Any]]:
     """The described outputs for the block; non-tensors as their Item. On CUDA they are views of the

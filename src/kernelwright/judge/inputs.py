@@ -206,11 +206,6 @@ def tensor_bytes(values: Any) -> int:
     return 0
 
 
-def clone_tensors(values: list[Any]) -> list[Any]:
-    """Bitwise copies of the tensors in a list (other values as they are)."""
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
-
-
 # -- the input check: a keyed digest of every input's bytes, no copy of them --------------------------
 #
 # Step inputs_unchanged asks whether the call left its inputs' bytes alone. Until 2026-12-04 it kept
@@ -290,8 +285,8 @@ SLAB_BYTES = 1 << 26  # a non-contiguous input is copied this much at a time (at
 
 
 def _slabs(t: torch.Tensor) -> Any:
-    if t.is_contiguous() or t.dim() == 0:
-        yield t.contiguous() if t.dim() == 0 else t
+    if t.is_contiguous():  # 0-dim tensors included
+        yield t
         return
     per = max(1, SLAB_BYTES // max(1, t[0].numel() * t.element_size()))
     for start in range(0, t.shape[0], per):

@@ -167,6 +167,17 @@ class GpuMemory:
         got = [(m, e) for t, m, e in self.samples if t0 <= t <= t1]
         return max(got, key=lambda x: x[0])[1] if got else None
 
+    def peak_of(self, t0: float, t1: float, pids: set[int]) -> tuple[int | None, dict[str, int]]:
+        """The highest sum over the given processes alone (a verdict's own children), with each
+        one's MiB in that sample."""
+        best: tuple[int | None, dict[str, int]] = (None, {})
+        for t, _, each in self.samples:
+            if t0 <= t <= t1:
+                own = {k: v for k, v in each.items() if int(k.rsplit(":", 1)[1]) in pids}
+                if own and (best[0] is None or sum(own.values()) > best[0]):
+                    best = (sum(own.values()), own)
+        return best
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -248,20 +259,25 @@ SERVE_WITH_SAMPLES = ("import logging, sys; logging.getLogger('kernelwright.judg
                       "sys.argv[0] = 'kernelwright'; from kernelwright.cli import main; main(sys.argv[1:])")
 
 
-MEMORY_LINE = re.compile(r"(reference|candidate) child (\d+) after '([^']+)': memory_mib \[reserved, peak since its last reply, staging\] "
-                         r"\[(\d+), (\d+), (\d+)\]")
+MEMORY_LINE = re.compile(r"(reference|candidate) child (\d+) after '([^']+)': memory_mib \[reserved, peak since its last reply, staging"
+                         r"(?:, allocated, allocated peak, inactive split)?\] \[(\d+), (\d+), (\d+)((?:, \d+){3})?\]")
 
 
 def command_peaks(text: str) -> list[list[Any]]:
     """[role, pid, command, reserved, peak, staging] (MiB) per command, from judge.workers.memory's
-    debug lines in a service log."""
-    return [[m[1], int(m[2]), m[3], int(m[4]), int(m[5]), int(m[6])] for m in MEMORY_LINE.finditer(text)]
+    debug lines in a service log; lines written since the allocator's split figures were added
+    carry three more: allocated, allocated peak, inactive split."""
+    rows = []
+    for m in MEMORY_LINE.finditer(text):
+        extra = [int(x) for x in m[7].split(",") if x.strip()] if m[7] else []
+        rows.append([m[1], int(m[2]), m[3], int(m[4]), int(m[5]), int(m[6]), *extra])
+    return rows
 
 
 def top_commands(rows: list[list[Any]]) -> dict[str, Any]:
     """Per child (role:pid), the command whose allocator peak plus staging was highest, with it."""
     top: dict[str, Any] = {}
-    for role, pid, command, _reserved, peak, staging in rows:
+    for role, pid, command, _reserved, peak, staging, *_ in rows:
         key = f"{role}:{pid}"
         if key not in top or peak + staging > top[key][1]:
             top[key] = [command, peak + staging]
@@ -495,7 +511,7 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
             problem, cand = ROOT / "examples" / a.device / name / "problem.py", _variants(a, name, 1)[0]
             _remote_once(a, url, problem, cand, True, "memory-warmup")  # the reference child made: the rows below are warm
             for co in (True, False):
-                since = _log_size(a, url)
+                since, m0 = _log_size(a, url), time.monotonic()
                 row = _remote_once(a, url, problem, cand, co, "memory")
                 commands = command_peaks(_log_text(a, url, since))
                 fp = ((row.get("memory") or {}).get("problem") or {}).get("footprint_bytes")
@@ -504,14 +520,22 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 held = [m for m in by.values() if m > 0]
                 ex = peak - ctx * len(held) if peak is not None and ctx is not None else None
                 fp_mib = fp / 2**20 if fp else None
+                # its own processes: the children whose replies this verdict logged (not the service's
+                # spare candidate children or another problem's idle reference child)
+                own_peak, own_by = MEM.peak_of(m0, time.monotonic(), {c[1] for c in commands}) if MEM is not None else (None, {})
+                own_ex = own_peak - ctx * len(own_by) if own_peak is not None and ctx is not None else None
                 r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
                      "peak_mib": peak, "by_process_mib": by, "processes": len(held), "context_mib": ctx, "peak_without_contexts_mib": ex,
                      "ratio": peak / fp_mib if peak and fp_mib else None, "ratio_without_contexts": ex / fp_mib if ex is not None and fp_mib else None,
+                     "own_peak_mib": own_peak, "own_by_process_mib": own_by, "own_without_contexts_mib": own_ex,
+                     "own_ratio_without_contexts": own_ex / fp_mib if own_ex is not None and fp_mib else None,
                      "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes"), "command_peaks_mib": commands}
                 rows.append(r)
                 log_line(a, f"memory {name}{' correctness-only' if co else ''}: {row['status']}, footprint {fp_mib and round(fp_mib)} MiB, "
                             f"peak {peak} MiB over {len(held)} processes {by} = {r['ratio'] and round(r['ratio'], 2)}x, "
                             f"without contexts {ex} MiB = {r['ratio_without_contexts'] and round(r['ratio_without_contexts'], 2)}x; "
+                            f"its own children {own_by}: without contexts {own_ex} MiB = "
+                            f"{r['own_ratio_without_contexts'] and round(r['own_ratio_without_contexts'], 2)}x; "
                             f"each child's highest command (allocator peak + staging, MiB): {top_commands(commands)}")
     finally:
         proc.terminate()

@@ -166,11 +166,16 @@ def test_warm_bench_reads_each_commands_memory_from_a_service_log(caplog):
     from test_handover import _child
 
     with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.workers.memory"):
-        for command, mem in (("run_case", [900, 1200, 512]), ("profile", [1500, 1600, 512]), ("time", [1500, 1550, 512])):
+        for command, mem in (("run_case", [900, 1200, 512, 700, 800, 10]), ("profile", [1500, 1600, 512, 1300, 1400, 0]),
+                             ("time", [1500, 1550, 512, 1300, 1350, 0])):
             child, writer = _child()
             writer.send({"ok": True, "result": {"memory_mib": mem}})
             child.wait(command, timeout_s=2)
     pid = child._proc.pid
-    rows = warm_bench.command_peaks(caplog.text + "\nreference child 7 after 'compare': memory_mib [reserved, peak since its last reply, staging] [1, 2, 0]\n")
-    assert rows[0] == ["candidate", pid, "run_case", 900, 1200, 512] and len(rows) == 4
-    assert warm_bench.top_commands(rows) == {f"candidate:{pid}": ["profile", 2112], "reference:7": ["compare", 2]}
+    old_line = "reference child 7 after 'compare': memory_mib [reserved, peak since its last reply, staging] [1, 2, 0]"  # before 2026-12-04's split figures
+    rows = warm_bench.command_peaks(caplog.text + f"\n{old_line}\n"
+                                    "reference child 8 after 'time': memory_mib [reserved, peak since its last reply, staging, allocated, "
+                                    "allocated peak, inactive split] [5, 6, 0, 3, 4, 1]\n")
+    assert rows[0] == ["candidate", pid, "run_case", 900, 1200, 512, 700, 800, 10] and len(rows) == 5
+    assert rows[-1] == ["reference", 8, "time", 5, 6, 0, 3, 4, 1]  # the split figures, since they were added
+    assert warm_bench.top_commands(rows) == {f"candidate:{pid}": ["profile", 2112], "reference:7": ["compare", 2], "reference:8": ["time", 6]}

@@ -85,3 +85,28 @@ def test_reference_outputs_are_kept_on_the_host_or_recomputed(monkeypatch):
     kept = child_reference._case_refs(1)
     assert kept[0].device.type == "cuda" and torch.equal(kept[0], recomputed[0])
     S.refs, S.cases = [], []  # nothing of this test's left in the module's state
+
+
+def test_a_reset_reference_child_holds_nothing_but_its_context(monkeypatch):
+    """Between evaluations a warm reference child gives back its L2 flush buffer (twice the L2:
+    120 MiB on the H200) and cuBLAS's workspace with its cached blocks: an idle warm child of one
+    problem costs another verdict on the GPU its context only."""
+    from kernelwright.judge import timing
+
+    problem = inputs.import_file(str(FIX / "problems" / "rowsum.py"), "kw_test_rowsum_gpu_reset")
+    S = child_reference.S
+    monkeypatch.setattr(S, "device", torch.device("cuda"))
+    monkeypatch.setattr(S, "problem", problem)
+    monkeypatch.setattr(S, "model", problem.Model(*problem.get_init_inputs()).cuda())
+    monkeypatch.setattr(S, "tainted", "")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    timing.flush_l2()
+    a = torch.randn(1024, 1024, device="cuda")
+    (a @ a).sum().item()  # cuBLAS makes its workspace
+    del a
+    assert torch.cuda.memory_reserved() >= before + 2 * timing.l2_bytes()
+    child_reference.reset({})
+    assert torch.cuda.memory_reserved() <= before
+    S.refs, S.pool = [], []

@@ -375,8 +375,8 @@ def test_a_failed_cuda_read_is_the_candidates_and_the_reference_child_is_not_reu
 
 
 def test_a_childs_memory_note_is_logged_at_debug_and_taken_off_its_reply(monkeypatch, caplog):
-    """child.note_memory adds [reserved, peak since the last reply, staging] in MiB to a CUDA
-    child's reply and starts the next peak afresh; the judge's Child takes it off the reply and
+    """child.note_memory adds [reserved, peak since the last reply, staging, allocated, allocated
+    peak, inactive split] in MiB to a CUDA child's reply and starts the next peak afresh; the judge's Child takes it off the reply and
     logs it (judge.workers.memory, debug), so which command sets a child's peak can be read from a
     service's log. A malformed one from a candidate is a forged reply like any other field."""
     import logging
@@ -388,19 +388,20 @@ def test_a_childs_memory_note_is_logged_at_debug_and_taken_off_its_reply(monkeyp
     from kernelwright.judge.workers import ChildError
 
     resets = []
+    stats = {"allocated_bytes.all.current": 2 << 20, "allocated_bytes.all.peak": 4 << 20, "inactive_split_bytes.all.current": 1 << 20}
     cuda = SimpleNamespace(is_initialized=lambda: True, memory_reserved=lambda: 3 << 20, max_memory_reserved=lambda: 5 << 20,
-                           reset_peak_memory_stats=lambda: resets.append(1))
+                           memory_stats=lambda: stats, reset_peak_memory_stats=lambda: resets.append(1))
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(child_candidate.S.stager, "_size", 7 << 20)
     result = {"handover": None}
     child_mod.note_memory(result)
     monkeypatch.undo()
-    assert result["memory_mib"] == [3, 5, 7] and resets == [1]
+    assert result["memory_mib"] == [3, 5, 7, 2, 4, 1] and resets == [1]
     child, writer = _child()
     writer.send({"ok": True, "result": result})
     with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.workers.memory"):
         got = child.wait("run_case", timeout_s=2)
-    assert "memory_mib" not in got and "after 'run_case'" in caplog.text and "[3, 5, 7]" in caplog.text
+    assert "memory_mib" not in got and "after 'run_case'" in caplog.text and "[3, 5, 7, 2, 4, 1]" in caplog.text
     child, writer = _child()
     writer.send({"ok": True, "result": {"memory_mib": "a lot"}})
     with pytest.raises(ChildError) as exc:

@@ -389,7 +389,9 @@ def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writ
 
 def note_memory(result: dict[str, Any]) -> None:
     """On CUDA, add `memory_mib` to a reply: [what this process's caching allocator reserves now,
-    the most it reserved since the last reply, the candidate's staging area (judge.handover)], and
+    the most it reserved since the last reply, the candidate's staging area (judge.handover), what
+    live tensors hold now and held at most since the last reply, the free parts of split blocks now
+    (reserved memory that only a block that fits in them can use)], and
     start the next command's peak afresh. For the judge's debug log only (judge.workers): which
     command sets a child's peak, where nvidia-smi sees only the process. Not called for a reply
     that hands an output over: the torch functions here are ones a candidate could replace, and
@@ -401,7 +403,10 @@ def note_memory(result: dict[str, Any]) -> None:
     stager = getattr(getattr(cand, "S", None), "stager", None)
     size = vars(stager).get("_size", 0) if hasattr(stager, "__dict__") else 0
     staging = size if type(size) is int else 0
-    result["memory_mib"] = [torch.cuda.memory_reserved() >> 20, torch.cuda.max_memory_reserved() >> 20, staging >> 20]
+    stats = torch.cuda.memory_stats()
+    result["memory_mib"] = [torch.cuda.memory_reserved() >> 20, torch.cuda.max_memory_reserved() >> 20, staging >> 20,
+                            int(stats.get("allocated_bytes.all.current", 0)) >> 20, int(stats.get("allocated_bytes.all.peak", 0)) >> 20,
+                            int(stats.get("inactive_split_bytes.all.current", 0)) >> 20]
     torch.cuda.reset_peak_memory_stats()
 
 

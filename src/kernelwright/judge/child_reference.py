@@ -153,7 +153,11 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
         S.model = _checked("constructing Model(*get_init_inputs()) failed",
                            lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
     if S.device.type == "cuda":
+        timing.release_flush()  # idle in the pool, the child holds its context only (judge.memory)
         torch.cuda.synchronize()
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()  # cuBLAS's workspaces, one per stream that ran a matmul: made again at the next
         torch.cuda.empty_cache()
     return {"memory": _device_memory()}
 

@@ -202,7 +202,7 @@ class Child:
         self._received = fds
         mem = result.pop("memory_mib", None) if isinstance(result, dict) else None
         if mem is not None and memory_log.isEnabledFor(logging.DEBUG):
-            memory_log.debug("%s child %s after %r: memory_mib [reserved, peak since its last reply, staging] %s",
+            memory_log.debug("%s child %s after %r: memory_mib [reserved, peak since its last reply, staging, allocated, allocated peak, inactive split] %s",
                              self.config.role, self._proc.pid, command, json.dumps(mem)[:200])
         return result
 

@@ -274,6 +274,13 @@ def command_peaks(text: str) -> list[list[Any]]:
     return rows
 
 
+def own_children(rows: list[list[Any]]) -> set[int]:
+    """The pids of the children that answered a verdict's commands, from command_peaks' rows: a
+    spare candidate child warmed meanwhile (its only command 'warm') is the service's, not the
+    verdict's."""
+    return {pid for _role, pid, command, *_ in rows if command != "warm"}
+
+
 def top_commands(rows: list[list[Any]]) -> dict[str, Any]:
     """Per child (role:pid), the command whose allocator peak plus staging was highest, with it."""
     top: dict[str, Any] = {}
@@ -518,12 +525,13 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 by = row.get("gpu_at_peak_by_process_mib") or {}
                 peak = row.get("gpu_peak_mib")
                 held = [m for m in by.values() if m > 0]
-                ex = peak - ctx * len(held) if peak is not None and ctx is not None else None
+                ex = peak - sum(min(ctx, m) for m in held) if peak is not None and ctx is not None else None  # a spare child holds less than a bare context
                 fp_mib = fp / 2**20 if fp else None
-                # its own processes: the children whose replies this verdict logged (not the service's
-                # spare candidate children or another problem's idle reference child)
-                own_peak, own_by = MEM.peak_of(m0, time.monotonic(), {c[1] for c in commands}) if MEM is not None else (None, {})
-                own_ex = own_peak - ctx * len(own_by) if own_peak is not None and ctx is not None else None
+                # its own processes: the children that answered this verdict's commands (not a spare
+                # candidate child made ready meanwhile, whose only command is 'warm', nor another
+                # problem's idle reference child)
+                own_peak, own_by = MEM.peak_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else (None, {})
+                own_ex = own_peak - sum(min(ctx, m) for m in own_by.values()) if own_peak is not None and ctx is not None else None
                 r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
                      "peak_mib": peak, "by_process_mib": by, "processes": len(held), "context_mib": ctx, "peak_without_contexts_mib": ex,
                      "ratio": peak / fp_mib if peak and fp_mib else None, "ratio_without_contexts": ex / fp_mib if ex is not None and fp_mib else None,

@@ -179,3 +179,5 @@ def test_warm_bench_reads_each_commands_memory_from_a_service_log(caplog):
     assert rows[0] == ["candidate", pid, "run_case", 900, 1200, 512, 700, 800, 10] and len(rows) == 5
     assert rows[-1] == ["reference", 8, "time", 5, 6, 0, 3, 4, 1]  # the split figures, since they were added
     assert warm_bench.top_commands(rows) == {f"candidate:{pid}": ["profile", 2112], "reference:7": ["compare", 2], "reference:8": ["time", 6]}
+    spare = ["candidate", 9, "warm", 2, 2, 0]
+    assert warm_bench.own_children(rows + [spare]) == {pid, 7, 8}  # a spare made ready meanwhile is the service's

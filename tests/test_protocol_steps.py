@@ -237,7 +237,8 @@ def test_device_sync_catches_work_on_a_side_stream():
     # With only device_sync off, the other steps still refuse it: a timed output read before the
     # side stream finished fails its re-check, or the wall clock sees the hidden 2 ms.
     partly = judge("relu", "relu_side_stream", timing_policy(disabled_steps=frozenset({"device_sync"})), device="cuda")
-    assert partly.status in (Status.INCORRECT, Status.REJECTED), (partly.status, partly.runtime_ms)
+    assert partly.status in (Status.INCORRECT, Status.REJECTED), (partly.status, partly.runtime_ms, step_of(partly, "wall_clock_check"),
+                                                                   step_of(partly, "timed_recheck"))
 
 
 @needs_gpu()

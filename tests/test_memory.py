@@ -303,6 +303,10 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
     assert json.loads(baseline.timing_key(Policy()))["pool"] == ["one set, refreshed in place", memory.POOL_BYTES]
     off = Policy(disabled_steps=frozenset({"fresh_inputs"}))
     assert json.loads(baseline.timing_key(off))["pool"] == [memory.POOL_SLOTS, memory.POOL_BYTES]
+    # the flush's rule is in the key (records timed with the flush that also wrote an int64 copy of
+    # its buffer, before 2026-12-04, do not match); with the flush off there is none to name
+    assert json.loads(baseline.timing_key(Policy()))["flush"] == baseline.FLUSH_RULE
+    assert "flush" not in json.loads(baseline.timing_key(Policy(disabled_steps=frozenset({"l2_flush"}))))
     got.clear()
     baseline.time_one(prob, "cpu", off, FakeChild(), tmp_path)
     assert got["pool_size"] == memory.pool_slots(input_bytes, fresh=False)

@@ -73,17 +73,25 @@ def machine_key(machine: dict[str, Any]) -> str:
     return json.dumps({k: machine.get(k) for k in ("device", "gpu", "driver", "torch", "cuda")}, sort_keys=True)
 
 
+# The L2 flush as timing.flush_l2 does it, named in the timing key: a change to the flush is a
+# change to what a stored time means.
+FLUSH_RULE = "a read of twice the L2 as int32, summed as int32"
 TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead", "fresh_inputs", "warmup", "interleave", "adaptive_stop")
 
 
 def timing_key(policy: Policy) -> str:
     """What about the timing protocol must match for a stored time to stand in for a measured one:
-    the timing steps switched on, the lead spin asked for, the preset and the timing pool's rule
+    the timing steps switched on, the lead spin asked for, the preset, the timing pool's rule
     (memory.pool_slots: records made before 2026-12-04, when the pool held three input sets, or
-    before that, do not match). A verdict under another protocol (the kernelbench preset's no-flush timing, an
-    ablation) finds no cached baselines."""
-    return json.dumps({"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us,
-                       "preset": policy.preset, "pool": ["one set, refreshed in place" if policy.enabled("fresh_inputs") else memory.POOL_SLOTS, memory.POOL_BYTES]}, sort_keys=True)
+    before that, do not match) and the L2 flush's (FLUSH_RULE, with the flush on: until
+    2026-12-04 the flush also wrote an int64 copy of its buffer, so records timed so do not match).
+    A verdict under another protocol (the kernelbench preset's no-flush timing, an ablation) finds
+    no cached baselines."""
+    key = {"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us, "preset": policy.preset,
+           "pool": ["one set, refreshed in place" if policy.enabled("fresh_inputs") else memory.POOL_SLOTS, memory.POOL_BYTES]}
+    if policy.enabled("l2_flush"):
+        key["flush"] = FLUSH_RULE
+    return json.dumps(key, sort_keys=True)
 
 
 def probe_machine(device: str, gpu_index: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:

@@ -508,12 +508,53 @@ def bare_context_mib() -> int | None:
         proc.wait()
 
 
+LOADED_CONTEXT = """
+import sys, time, torch
+from kernelwright.judge import inputs
+mod = inputs.import_file(sys.argv[1], "kw_loaded_context")
+with torch.no_grad():
+    model = mod.Model(*mod.get_init_inputs()).cuda()
+    values = [v.cuda() if isinstance(v, torch.Tensor) else v for v in mod.get_inputs()]
+    model(*values)
+del model, values
+torch.cuda.synchronize()
+clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+if clear is not None:
+    clear()
+torch.cuda.empty_cache()
+print("ready", torch.cuda.memory_reserved(), flush=True)
+time.sleep(60)
+"""
+
+
+def loaded_context_mib(problem: Path) -> int | None:
+    """What a process holds on the GPU after running the problem's own forward once and giving
+    every tensor and cuBLAS workspace back (nvidia-smi): its context plus the code of the
+    libraries that forward loads (cuBLAS's kernels, for a matmul), the fixed cost any process
+    running the problem pays whatever the data."""
+    proc = subprocess.Popen([sys.executable, "-c", LOADED_CONTEXT, str(problem)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    try:
+        line = proc.stdout.readline().split()
+        if not line or line[0] != "ready" or line[1] != "0":  # the allocator still held something: not a context alone
+            return None
+        time.sleep(0.5)
+        return _smi_mib(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     """GPU memory per shipped example: one correctness-only and one timed verdict of each (its first
     raw candidate, build and baselines cached by `concurrent`) through a service of its own, alone
     on the GPU. The judge's peak is the highest sum over its processes (nvidia-smi every 50 ms);
     "without contexts" takes a bare context (measured here) off each process that held memory at
-    that peak. The footprint is the verdict's own `memory.problem.footprint_bytes`."""
+    that peak. The footprint is the verdict's own `memory.problem.footprint_bytes`. "Without
+    loaded contexts" takes off instead, from each of the verdict's own children, what a process
+    holds after running the problem's forward once with every tensor given back
+    (loaded_context_mib): the context and the libraries' code, which no data of the problem's or
+    the judge's is."""
     if getattr(a, "service_proc", None) is not None:  # its idle warm children would count in the peaks below
         a.service_proc.terminate()
         a.service_proc.wait(timeout=60)
@@ -526,6 +567,8 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
         for name in [n for n in a.concurrent_examples.split(",") if n]:
             problem, cand = ROOT / "examples" / a.device / name / "problem.py", _variants(a, name, 1)[0]
             _remote_once(a, url, problem, cand, True, "memory-warmup")  # the reference child made: the rows below are warm
+            loaded = loaded_context_mib(problem) if a.device == "cuda" else None
+            log_line(a, f"memory {name}: a process that ran the problem's forward once and gave every tensor back holds {loaded} MiB")
             for co in (True, False):
                 since, m0 = _log_size(a, url), time.monotonic()
                 row = _remote_once(a, url, problem, cand, co, "memory")
@@ -541,18 +584,22 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 # problem's idle reference child)
                 own_peak, own_by = MEM.peak_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else (None, {})
                 own_ex = own_peak - sum(min(ctx, m) for m in own_by.values()) if own_peak is not None and ctx is not None else None
+                own_lx = own_peak - sum(min(loaded, m) for m in own_by.values()) if own_peak is not None and loaded is not None else None
                 r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
                      "peak_mib": peak, "by_process_mib": by, "processes": len(held), "context_mib": ctx, "peak_without_contexts_mib": ex,
                      "ratio": peak / fp_mib if peak and fp_mib else None, "ratio_without_contexts": ex / fp_mib if ex is not None and fp_mib else None,
                      "own_peak_mib": own_peak, "own_by_process_mib": own_by, "own_without_contexts_mib": own_ex,
                      "own_ratio_without_contexts": own_ex / fp_mib if own_ex is not None and fp_mib else None,
+                     "loaded_context_mib": loaded, "own_without_loaded_contexts_mib": own_lx,
+                     "own_ratio_without_loaded_contexts": own_lx / fp_mib if own_lx is not None and fp_mib else None,
                      "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes"), "command_peaks_mib": commands}
                 rows.append(r)
                 log_line(a, f"memory {name}{' correctness-only' if co else ''}: {row['status']}, footprint {fp_mib and round(fp_mib)} MiB, "
                             f"peak {peak} MiB over {len(held)} processes {by} = {r['ratio'] and round(r['ratio'], 2)}x, "
                             f"without contexts {ex} MiB = {r['ratio_without_contexts'] and round(r['ratio_without_contexts'], 2)}x; "
                             f"its own children {own_by}: without contexts {own_ex} MiB = "
-                            f"{r['own_ratio_without_contexts'] and round(r['own_ratio_without_contexts'], 2)}x; "
+                            f"{r['own_ratio_without_contexts'] and round(r['own_ratio_without_contexts'], 2)}x, without loaded contexts "
+                            f"{own_lx} MiB = {r['own_ratio_without_loaded_contexts'] and round(r['own_ratio_without_loaded_contexts'], 2)}x; "
                             f"each child's highest command (allocator peak + staging, MiB): {top_commands(commands)}")
     finally:
         proc.terminate()

@@ -162,7 +162,7 @@ def test_warm_bench_reads_each_commands_memory_from_a_service_log(caplog):
     child the command with the highest allocator peak plus staging."""
     import logging
 
-    import warm_bench
+    warm_bench = _load("warm_bench")
     from test_handover import _child
 
     with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.workers.memory"):
@@ -187,7 +187,7 @@ def test_warm_bench_seeds_the_baselines_once_when_its_section_did_not_run(monkey
     """Sections that judge with baselines cached store them first when section baseline has not
     run (a kbprotocol section alone measured baselines in every verdict: 2.2 s, not 1.3), and
     only once."""
-    import warm_bench
+    warm_bench = _load("warm_bench")
 
     ran = []
 
@@ -200,3 +200,16 @@ def test_warm_bench_seeds_the_baselines_once_when_its_section_did_not_run(monkey
     warm_bench._seed_baselines(None, doc)
     warm_bench._seed_baselines(None, doc)
     assert ran == [1] and doc["baseline"] == {"rc": 0}
+
+
+def test_warm_bench_loaded_context_needs_a_gpu_and_says_none_without_one():
+    """The loaded context (a process that ran the problem's forward and gave every tensor back) is
+    measured on a GPU only; its script compiles, and where CUDA is missing the figure is None, not
+    a number the memory section would take off."""
+    warm_bench = _load("warm_bench")
+
+    compile(warm_bench.LOADED_CONTEXT, "loaded_context", "exec")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert warm_bench.loaded_context_mib(BENCH.parent / "examples" / "cpu" / "softmax" / "problem.py") is None

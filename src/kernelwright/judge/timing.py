@@ -22,6 +22,7 @@ _perf_counter = time.perf_counter
 _elapsed_time = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _sum = torch.Tensor.sum
+_INT32 = torch.int32  # the flush's accumulation type (flush_l2)
 
 
 def _lead_spin(us: float) -> None:
@@ -71,7 +72,7 @@ def flush_l2() -> None:
             or buf.numel() < need):  # missing, or swapped for something smaller
         buf = torch.zeros(need, dtype=torch.int32, device="cuda")
         _FLUSH["buf"] = buf
-    _sum(buf, dtype=torch.int32)
+    _sum(buf, dtype=_INT32)
 
 
 def release_flush() -> None:

@@ -213,3 +213,19 @@ def test_warm_bench_loaded_context_needs_a_gpu_and_says_none_without_one():
 
     if not torch.cuda.is_available():
         assert warm_bench.loaded_context_mib(BENCH.parent / "examples" / "cpu" / "softmax" / "problem.py") is None
+
+
+def test_flush_bench_ratios_and_its_refusal_without_a_gpu():
+    """flush_bench's rows: the median under each flush and the old one's over the new one's; on a
+    machine without CUDA it says so and exits 2 rather than time anything."""
+    import subprocess
+
+    flush_bench = _load("flush_bench")
+    rows = flush_bench.ratio_rows({"eager": {"int32": [1.0, 2.0, 3.0], "int64": [2.0, 2.2, 2.4]}})
+    assert rows == {"eager": {"int32_ms": 2.0, "int64_ms": 2.2, "old_over_new": 1.1}}
+    import torch
+
+    if not torch.cuda.is_available():
+        proc = subprocess.run([sys.executable, str(BENCH / "flush_bench.py"), "--out", "/nonexistent/never"], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2 and "needs a CUDA device" in proc.stderr

@@ -202,17 +202,35 @@ def test_warm_bench_seeds_the_baselines_once_when_its_section_did_not_run(monkey
     assert ran == [1] and doc["baseline"] == {"rc": 0}
 
 
-def test_warm_bench_loaded_context_needs_a_gpu_and_says_none_without_one():
+def test_warm_bench_loaded_context_is_read_only_from_a_process_whose_allocator_is_empty(monkeypatch):
     """The loaded context (a process that ran the problem's forward and gave every tensor back) is
-    measured on a GPU only; its script compiles, and where CUDA is missing the figure is None, not
-    a number the memory section would take off."""
+    nvidia-smi's figure for that process only when the process says its allocator holds nothing;
+    a process that failed, or still holds memory, gives None, never a number the memory section
+    would take off. The script itself compiles."""
+    import io
+
     warm_bench = _load("warm_bench")
-
     compile(warm_bench.LOADED_CONTEXT, "loaded_context", "exec")
-    import torch
 
-    if not torch.cuda.is_available():
-        assert warm_bench.loaded_context_mib(BENCH.parent / "examples" / "cpu" / "softmax" / "problem.py") is None
+    class FakeProc:
+        def __init__(self, line: str) -> None:
+            self.stdout, self.pid, self.killed = io.StringIO(line), 4242, False
+
+        def kill(self) -> None:
+            self.killed = True
+
+        def wait(self) -> int:
+            return 0
+
+    asked = []
+    monkeypatch.setattr(warm_bench, "_smi_mib", lambda pid: asked.append(pid) or 700)
+    monkeypatch.setattr(warm_bench.time, "sleep", lambda _s: None)
+    for line, want in (("ready 0\n", 700), ("ready 5242880\n", None), ("", None), ("Traceback (most recent call last)\n", None)):
+        procs = []
+        monkeypatch.setattr(warm_bench.subprocess, "Popen", lambda *a, line=line, **k: procs.append(FakeProc(line)) or procs[-1])
+        assert warm_bench.loaded_context_mib(BENCH.parent / "examples" / "cuda" / "softmax" / "problem.py") == want, line
+        assert procs[0].killed  # never left running
+    assert asked == [4242]
 
 
 def test_flush_bench_ratios_and_its_refusal_without_a_gpu():

@@ -90,25 +90,50 @@ def test_reference_outputs_are_kept_on_the_host_or_recomputed(monkeypatch):
 def test_a_reset_reference_child_holds_nothing_but_its_context(monkeypatch):
     """Between evaluations a warm reference child gives back its L2 flush buffer (twice the L2:
     120 MiB on the H200) and cuBLAS's workspace with its cached blocks: an idle warm child of one
-    problem costs another verdict on the GPU its context only."""
+    problem costs another verdict on the GPU its context only. Taken for an evaluation that times,
+    it makes the flush buffer again before any candidate code runs. Each part is checked on its
+    own, from a state this test makes (the pytest process may hold a flush buffer and workspaces
+    from earlier tests)."""
     from kernelwright.judge import timing
 
     problem = inputs.import_file(str(FIX / "problems" / "rowsum.py"), "kw_test_rowsum_gpu_reset")
     S = child_reference.S
-    monkeypatch.setattr(S, "device", torch.device("cuda"))
-    monkeypatch.setattr(S, "problem", problem)
-    monkeypatch.setattr(S, "model", problem.Model(*problem.get_init_inputs()).cuda())
-    monkeypatch.setattr(S, "tainted", "")
+    for name, value in (("device", torch.device("cuda")), ("problem", problem), ("tainted", ""), ("flushes", True),
+                        ("model", problem.Model(*problem.get_init_inputs()).cuda())):
+        monkeypatch.setattr(S, name, value)
+    monkeypatch.setattr(child_reference, "pin_flags", lambda _precision: None)  # the test process's own numerics flags stay as they are
+    monkeypatch.setitem(timing._FLUSH, "buf", None)  # monkeypatch puts back whatever buffer the process had
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    flush_bytes = 2 * timing.l2_bytes()
+
+    # the flush buffer
     before = torch.cuda.memory_reserved()
     timing.flush_l2()
-    a = torch.randn(1024, 1024, device="cuda")
-    (a @ a).sum().item()  # cuBLAS makes its workspace
-    del a
-    assert torch.cuda.memory_reserved() >= before + 2 * timing.l2_bytes()
+    assert torch.cuda.memory_reserved() >= before + flush_bytes
+    child_reference.reset({})
+    assert timing._FLUSH.get("buf") is None and torch.cuda.memory_reserved() <= before
+
+    # cuBLAS's workspace, made on a stream of this test's own (a workspace is per stream)
+    before = torch.cuda.memory_reserved()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        a = torch.randn(512, 512, device="cuda")
+        (a @ a).sum().item()
+        del a
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() > before  # the workspace outlives the matmul's tensors
     child_reference.reset({})
     assert torch.cuda.memory_reserved() <= before
+
+    # taken for an evaluation that times: the buffer is made again, before candidate code
+    child_reference.reset({"init_seed": 1})
+    got = timing._FLUSH.get("buf")
+    assert got is not None and got.numel() * 4 >= flush_bytes
+    monkeypatch.setattr(S, "flushes", False)
+    child_reference.reset({"init_seed": 1})  # one that does not time leaves it unmade
+    assert timing._FLUSH.get("buf") is None
     S.refs, S.pool = [], []
 
 

@@ -41,6 +41,7 @@ class _State:
     tol_args: tuple[Any, ...] = (None, None, None)  # (TOLERANCE, policy atol, policy rtol)
     tols: list[tuple[float, float]] = []  # (atol, rtol) per output, by its dtype
     precision: str = "fp32"  # the policy's allowance: loosens tolerances, and the baselines are timed with it
+    flushes: bool = False  # its evaluations time with the L2 flush (set at setup: its figures before candidate code made the buffer)
 
 
 S = _State()
@@ -113,6 +114,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     _check_deterministic(first)
     _give_back()
     gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
+    S.flushes = bool(S.device.type == "cuda" and (args.get("null_switches") or {}).get("flush"))
     if args.get("null_switches") and S.device.type == "cuda":
         # the empty call's time before any candidate code runs anywhere: the cap on what step
         # harness_overhead may subtract later, when candidate code could be loading the GPU
@@ -139,8 +141,10 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
 
 def reset(args: dict[str, Any]) -> dict[str, Any]:
     """Between two evaluations of a warm reference child (judge.refpool): drop every output, input
-    pool and compiled baseline of the last one and give its device memory back; with `init_seed`,
-    construct Model afresh under the new evaluation's seed, as a new child's setup would."""
+    pool and compiled baseline of the last one and give its device memory back, the L2 flush
+    buffer and cuBLAS's workspaces too; with `init_seed` (the reset when it is taken), construct
+    Model afresh under the new evaluation's seed and make the flush buffer again, as a new child's
+    setup would."""
     if S.tainted:
         raise CommandError("infra", f"not reused: {S.tainted}")
     S.refs, S.pool = [], []
@@ -157,8 +161,14 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.synchronize()
         clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         if clear is not None:
-            clear()  # cuBLAS's workspaces, one per stream that ran a matmul: made again at the next
+            clear()  # cuBLAS's workspaces, one per stream that ran a matmul: cuBLAS makes them again when next asked
         torch.cuda.empty_cache()
+        if args.get("init_seed") is not None and S.flushes:
+            # taken for an evaluation that times: the flush buffer is made now, before any of its
+            # candidate's code runs, as a new child's setup makes it; made mid-rounds instead, its
+            # allocation could meet a device a candidate had filled (found in review)
+            timing.flush_l2()
+            torch.cuda.synchronize()
     return {"memory": _device_memory()}
 
 

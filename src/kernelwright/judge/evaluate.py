@@ -300,12 +300,12 @@ class _Flow:
         if not ext and not self._build(files):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         self.say("starting the children")
-        t_children = time.perf_counter()
         builder = self._child("candidate", self._extension_env()) if ext else None
+        t_cand = time.perf_counter()
         cand = self._child("candidate", self._extension_env() if ext else {})
-        cand_s = time.perf_counter() - t_children  # the fork's own time, or a spare's taking (read on the H200 at ba3a1f2: see docs/judge.md)
+        cand_s = time.perf_counter() - t_cand  # its start (a fork or a spawn), or a spare's taking
         ref, how = self._reference()  # before the build child runs candidate code
-        how = f"{how}; the candidate child {'taken' if self.candidate_child == 'spare' else 'forked'} in {cand_s:.2f} s"
+        how = f"{how}; the candidate child {'taken' if self.candidate_child == 'spare' else 'started'} in {cand_s:.2f} s"
         warm = self.warm_ref
         self.vb.workers = {"children": "forked" if isinstance(cand._proc, forkpool.Forked) else "spawned",
                            "reference": "warm" if warm and warm.uses else "new", "reference_evaluations": (warm.uses + 1) if warm else 1,
@@ -512,11 +512,11 @@ class _Flow:
         workdir = refpool.new_workdir()
         child = Child(ChildConfig(role="reference", device=self.device, gpu_index=self.policy.gpu_index, workdir=workdir,
                                   env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
-        forked_s = time.perf_counter() - t0
+        forked_s = time.perf_counter() - t0  # its start, a fork or a spawn
         self.warm_ref = refpool.Warm(key=k, child=child, meta={}, workdir=workdir)
         self._reference_setup(child, args)
         self.warm_ref.meta = dict(self.meta)
-        return child, f"reference child: forked in {forked_s:.2f} s, {_seconds(self.meta)}"
+        return child, f"reference child: started in {forked_s:.2f} s, {_seconds(self.meta)}"
 
     def _reference_setup(self, ref: Child, args: dict[str, Any]) -> None:
         try:

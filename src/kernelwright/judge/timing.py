@@ -60,17 +60,19 @@ def flush_l2() -> None:
     timed kernel then pays for writing them back to memory as it evicts them, about 60 MB on the
     H200, some 14 us at 4.3 TB/s. After a read the lines are clean, the state ncu's own cache
     control gives a kernel. The reduction is bound at import, before candidate code runs. It sums
-    in the buffer's own dtype: a plain sum of int32 accumulates in int64, and ATen makes that an
-    int64 copy of the whole buffer first, so up to 2026-12-04 every flush wrote twice the buffer
-    (240 MiB on the H200, dirty in L2 when the timed call began) and each timing child held that
-    copy's block beside the buffer (read from the allocator's peaks on the H200 at ba3a1f2,
-    benchmarks/results/memory_h200.md). The sum of zeros does not overflow. The baselines' timing
-    key names this flush (baseline.FLUSH_RULE): change one, change the other."""
+    in the buffer's own dtype: a plain sum of int32 accumulates in int64, and ATen makes an int64
+    copy of the whole buffer first, so up to 2026-12-04 every flush also wrote and read back a
+    240 MiB copy (on the H200) and each timing child held that copy's block beside the buffer
+    (read from the allocator's peaks on the H200 at ba3a1f2, benchmarks/results/memory_h200.md).
+    Whether the copy changed timed calls is not measured (benchmarks/flush_bench.py asks): its
+    read-back came after its writes, so the write-backs most likely happened inside the untimed
+    flush. The sum of zeros does not overflow. The baselines' timing key names this flush
+    (baseline.FLUSH_RULE): change one, change the other."""
     need = 2 * l2_bytes() // 4
     buf = _FLUSH.get("buf")
-    if (type(buf) is not torch.Tensor or not buf.is_cuda or buf.dtype != torch.int32 or not buf.is_contiguous()
+    if (type(buf) is not torch.Tensor or not buf.is_cuda or buf.dtype != _INT32 or not buf.is_contiguous()
             or buf.numel() < need):  # missing, or swapped for something smaller
-        buf = torch.zeros(need, dtype=torch.int32, device="cuda")
+        buf = torch.zeros(need, dtype=_INT32, device="cuda")
         _FLUSH["buf"] = buf
     _sum(buf, dtype=_INT32)
 

@@ -441,6 +441,28 @@ def test_the_wall_clock_detail_says_where_each_childs_time_went_and_ignores_malf
     for bad in ({"inputs": float("nan")}, {"inputs": -1.0}, {"x" * 40: 1.0}, [1.0], "fast", {str(i): 1.0 for i in range(9)}):
         assert _host({"host_ms": bad}) == {}
     assert host_breakdown(Samples()) == ""
+    drained = Samples()  # the synchronize that ends a GPU batch is the batch's, not a call's
+    drained.add_batch(50.0, [0.3] * 10, synced_ms=[0.32] * 10, host_ms=_host({"host_ms": {"inputs": 20.0, "call": 4.0, "drain": 6.0}}))
+    text = host_breakdown(drained)
+    assert text.startswith("2 inputs, 0.4 call, 2 outside the loop") and "the synchronize ending each batch: 6 ms" in text
+
+
+def test_a_gpu_batch_ends_with_the_device_idle(monkeypatch):
+    """timing.time_calls ends every GPU batch with a device-wide synchronize after the last call,
+    inside the command the judge's wall clock covers: work a call left running (a side stream)
+    finishes in its own batch, not in the next child's (where slowing the eager child's calls
+    widened the candidate's wall-clock allowance). The per-call times do not include it."""
+    from kernelwright.judge import timing
+
+    seen: list[str] = []
+    monkeypatch.setattr(timing, "_synchronize", lambda: seen.append("sync"))
+    sw = timing.TimingSwitches(flush=False, events=False, sync=False)
+    host: dict[str, float] = {}
+    times = timing.time_calls(lambda: seen.append("call"), lambda _i: [], 3, cuda=True, switches=sw, host=host)
+    assert len(times) == 3 and seen == ["sync", "call"] * 3 + ["sync"] and "drain" in host
+    seen.clear()
+    timing.time_calls(lambda: seen.append("call"), lambda _i: [], 2, cuda=False, switches=sw)
+    assert seen == ["call", "call"]  # the CPU backend has no device to wait for
 
 
 # -- the wall clock against the time as priced --

@@ -336,7 +336,7 @@ def _number(x: Any) -> bool:
         return False
 
 
-HOST_PARTS = frozenset({"inputs", "flush", "call", "output", "flush_first", "flush_max"})  # judge.timing.time_calls's host dict
+HOST_PARTS = frozenset({"inputs", "flush", "call", "output", "flush_first", "flush_max", "drain"})  # judge.timing.time_calls's host dict
 
 
 def _host(reply: dict[str, Any]) -> dict[str, float]:
@@ -356,12 +356,15 @@ def host_breakdown(s: Samples | None) -> str:
         return ""
     n, b = s.wall_calls, max(1, len(s.batches))
     once = {k: s.host_ms[k] for k in ("flush_first", "flush_max") if k in s.host_ms}
-    per_call = {k: v for k, v in s.host_ms.items() if k not in once}
+    drain = s.host_ms.get("drain")
+    per_call = {k: v for k, v in s.host_ms.items() if k not in once and k != "drain"}
     parts = [f"{v / n:.3g} {k}" for k, v in per_call.items()]
-    rest = (s.wall_ms - sum(per_call.values())) / n
+    rest = (s.wall_ms - sum(per_call.values()) - (drain or 0.0)) / n
     text = ", ".join(parts + [f"{rest:.3g} outside the loop (channel, flags check)"]) + " ms/call"
     if once:
         text += " (flush per batch: " + ", ".join(f"{k.split('_')[1]} call {v / b:.3g}" for k, v in once.items()) + " ms on average)"
+    if drain is not None:
+        text += f" (the synchronize ending each batch: {drain / b:.3g} ms on average)"
     return text
 
 

@@ -110,9 +110,9 @@ def time_calls(
 
     `host`, when given, gets the host clock's milliseconds summed over the calls per part:
     "inputs" (get_args), "flush" (the L2 flush and the synchronize before the start), "call" (start
-    event to the end event's completion) and "output" (on_output); and the flush of the first call
+    event to the end event's completion) and "output" (on_output); the flush of the first call
     and of the slowest ("flush_first", "flush_max"), which show whether a batch pays once or every
-    call. The judge only logs them, to say
+    call; and on a GPU "drain", the device-wide synchronize that ends the batch. The judge only logs them, to say
     where a wall clock beyond the reported times went; a candidate child could write anything there.
     """
     times = []
@@ -143,6 +143,17 @@ def time_calls(
         times.append(ms)
         if synced is not None and synced_ms is not None:
             synced.append(synced_ms)
+    if cuda:
+        # The batch ends with the device idle, as every call starts with it: work a call left
+        # running (a side stream, a native thread's launch) finishes inside the batch the judge's
+        # wall clock covers, not during the next child's batch. Without it, the last call's
+        # leftover ran into the other child's batch, and slowing the eager child's calls that way
+        # widened the candidate's own wall-clock allowance (the eager harness overhead it is
+        # weighed against); seen as a likely cause when the side-stream ablation passed on the
+        # H200 at ba3a1f2 (docs/judge.md, step wall_clock_check).
+        t_drain = _perf_counter()
+        _synchronize()
+        parts["drain"] = _perf_counter() - t_drain
     if host is not None:
         for k, v in parts.items():
             host[k] = host.get(k, 0.0) + v * 1e3

@@ -145,12 +145,13 @@ def time_calls(
             synced.append(synced_ms)
     if cuda:
         # The batch ends with the device idle, as every call starts with it: work a call left
-        # running (a side stream, a native thread's launch) finishes inside the batch the judge's
-        # wall clock covers, not during the next child's batch. Without it, the last call's
-        # leftover ran into the other child's batch, and slowing the eager child's calls that way
-        # widened the candidate's own wall-clock allowance (the eager harness overhead it is
-        # weighed against); seen as a likely cause when the side-stream ablation passed on the
-        # H200 at ba3a1f2 (docs/judge.md, step wall_clock_check).
+        # running (a side stream, or a native thread's launch made before this point) finishes
+        # inside the batch the judge's wall clock covers, not during the next child's batch.
+        # Without it, the last call's leftover ran into the other child's batch, and slowing the
+        # eager child's calls that way widened the candidate's own wall-clock allowance (the eager
+        # harness overhead it is weighed against): one possible contributor, not a confirmed
+        # cause, when the side-stream ablation passed on the H200 at ba3a1f2 (docs/judge.md, guard
+        # wall_clock).
         t_drain = _perf_counter()
         _synchronize()
         parts["drain"] = _perf_counter() - t_drain

@@ -202,8 +202,9 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     the device first and the L2 flush buffer (timing.flush_l2) takes a segment of its own before
     the pool: on the H200 at 101ecc8 the buffer, first made in the rehearsal, split one of the
     cached 512 MiB blocks of the softmax example, so the next output needed a new one and the
-    child's allocator grew from 1 090 to 1 604 MiB (benchmarks/results/memory_h200.md; the cause
-    read from the allocator's rules, not yet measured away)."""
+    child's allocator grew from 1 090 to 1 604 MiB. With this order it reserved 1 386 MiB at
+    ba3a1f2, of which 240 MiB were the flush's own int64 copy, gone since a72c13a
+    (benchmarks/results/memory_h200.md)."""
     cuda = S.device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()

@@ -190,3 +190,31 @@ def test_the_timing_lead_spin_compiles_and_exposes_its_launcher(monkeypatch):
     assert result.ok, result.log
     proto = parse_prototypes(lead.SOURCE)["kw_lead"]
     assert [p.name for p in proto.params] == ["ns", "blocks", "threads", "stream"]
+
+
+def test_warm_host_facts_leaves_nothing_for_the_first_build_to_ask(monkeypatch):
+    """serve computes the cache key's host facts at start (build.warm_host_facts), so its first
+    verdict's cache lookup runs no compiler --version and no nvidia-smi (1.9 s on the H200)."""
+    calls: list[list[str]] = []
+    real = b.subprocess.run
+
+    def counting(cmd, *args, **kwargs):
+        calls.append(list(cmd))
+        return real(["true"], *args, **kwargs)  # an empty --version: the key still forms
+
+    monkeypatch.setattr(b.subprocess, "run", counting)
+    monkeypatch.delenv("KERNELWRIGHT_CUDA_ARCH", raising=False)
+    monkeypatch.setattr(b, "find_compiler", lambda lang: f"/opt/fake/{lang}-compiler")
+    for memo in (b.compiler_version, b._detected_arch, b.cpu_identity):
+        memo.cache_clear()
+    try:
+        b.warm_host_facts("cuda")
+        b.warm_host_facts("cpu")
+        warmed = len(calls)
+        assert warmed == 3, calls  # nvcc --version, nvidia-smi, g++ --version
+        for lang in ("cuda", "cpp"):
+            b.key_for(b.BuildSpec(source="int f() { return 1; }\n", lang=lang, name="warm"))
+        assert len(calls) == warmed, calls[warmed:]
+    finally:
+        for memo in (b.compiler_version, b._detected_arch, b.cpu_identity):
+            memo.cache_clear()

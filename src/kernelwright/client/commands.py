@@ -68,6 +68,21 @@ def _token(path: Path | None) -> str:
     return token
 
 
+def _warm_host_facts() -> None:
+    """In the background, the build's memoised host facts for the device requests will most
+    likely name (cuda when a GPU is visible), while the fork server imports torch."""
+    import threading
+
+    from kernelwright.judge import build
+    from kernelwright.judge.evaluate import NVIDIA_PROC
+
+    try:  # the driver's /proc entries only: resolve_device may import torch, seconds of a CPU box
+        device = "cuda" if any(Path(NVIDIA_PROC).iterdir()) else "cpu"
+    except OSError:
+        device = "cpu"
+    threading.Thread(target=build.warm_host_facts, args=(device,), name="kw-host-facts", daemon=True).start()
+
+
 def serve_cmd(args: argparse.Namespace) -> int:
     from kernelwright.cli import err
     from kernelwright.client.service import JudgeService, make_server
@@ -85,6 +100,7 @@ def serve_cmd(args: argparse.Namespace) -> int:
     from kernelwright.judge import forkpool
 
     forkpool.warm_up()
+    _warm_host_facts()
     err.print(f"kernelwright serve: listening on {url}", markup=False, highlight=False)
     if token is not None:
         where = f"in {args.token_file}" if args.token_file else token

@@ -138,6 +138,21 @@ def _detected_arch(visible: str) -> str:
         return DEFAULT_ARCH
 
 
+def warm_host_facts(device: str) -> None:
+    """Compute now the memoised facts every build's cache key needs (the compiler's --version,
+    the GPU's arch from nvidia-smi, the CPU's identity), so a long-lived process (`serve`) does not
+    pay them inside its first verdict: on the H200 the first cache hit of a raw build took 1.9 s
+    in a new service (warm_h200.md, ba3a1f2) against about 0.01 s after. Errors are left for the
+    build to meet and report."""
+    with contextlib.suppress(Exception):
+        if device == "cuda":
+            compiler_version(find_compiler("cuda"))
+            resolve_arch(None)
+        else:
+            compiler_version(find_compiler("cpp"))
+            cpu_identity()
+
+
 def find_compiler(lang: str) -> str | None:
     """The compiler executable for a language, or None when it is not installed."""
     if lang == "cpp":

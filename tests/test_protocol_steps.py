@@ -261,7 +261,8 @@ def test_super_batching_is_caught_by_the_recheck_and_priced_by_the_mean():
     # own stream end counts, 0c0803d) under the write floor, which refuses it.
     fooled = judge("relu", "zoo_super_batch", timing_policy(disabled_steps=frozenset({"timed_recheck", "amortized_time"})), device="cuda")
     cheap = fooled.status is Status.CORRECT and fooled.runtime_ms < 0.2 * priced.runtime_ms
-    assert cheap or (fooled.status is Status.REJECTED and guard_of(fooled, "physics_floor").fired), (fooled.status, fooled.runtime_ms)
+    assert cheap or (fooled.status is Status.REJECTED and guard_of(fooled, "physics_floor").fired), (
+        fooled.status, fooled.runtime_ms, priced.runtime_ms, fooled.timing, step_of(fooled, "device_sync"))
 
 
 @needs_gpu()

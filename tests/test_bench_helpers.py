@@ -247,3 +247,23 @@ def test_flush_bench_ratios_and_its_refusal_without_a_gpu():
         proc = subprocess.run([sys.executable, str(BENCH / "flush_bench.py"), "--out", "/nonexistent/never"], capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2 and "needs a CUDA device" in proc.stderr
+
+
+def test_warm_bench_prebuilds_the_candidate_into_the_cache_the_service_inherits(monkeypatch, tmp_path):
+    """The serve section's first verdict is a cold reference (build cached): the bench builds the
+    candidate's raw kernels first in the cache its service inherits, and a second build is a hit.
+    Up to e2fbfda it did not, and that verdict compiled the kernel on the H200."""
+    from kernelwright.judge import build
+
+    if build.find_compiler("cpp") is None:
+        pytest.skip("g++ is not installed")
+    warm_bench = _load("warm_bench")
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    lines = []
+    monkeypatch.setattr(warm_bench, "log_line", lambda a, text: lines.append(text))
+    a = type("A", (), {"candidate": BENCH.parent / "examples" / "cpu" / "softmax"})()
+    first = warm_bench._prebuild(a)
+    again = warm_bench._prebuild(a)
+    assert first and all(r["ok"] for r in first) and not any(r["cached"] for r in first), first
+    assert all(r["ok"] and r["cached"] for r in again), again
+    assert (tmp_path / "cache" / "builds").is_dir() and "prebuild" in lines[0]

@@ -543,7 +543,8 @@ class _Flow:
         try:
             self.cand_meta = cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s) or {}
             if self.candidate_child == "spare":  # its start-up was the time it waited: not this verdict's
-                setup_s = (self.cand_meta.get("child_seconds") or {}).get("command", float("nan"))
+                seconds = self.cand_meta.get("child_seconds")
+                setup_s = seconds.get("command", float("nan")) if isinstance(seconds, dict) else float("nan")
                 self.say(f"candidate imported (spare candidate child, its device context made ahead: {setup_s:.2f} s setup)")
             else:
                 self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
@@ -618,9 +619,20 @@ def _static_findings(files: CandidateFiles) -> list[dict[str, Any]]:
         return [{"rule": "static_layer_failed", "file": files.model_new.name, "line": 0, "detail": f"{type(exc).__name__}: {exc}"[:200]}]
 
 
+FORK_NOTE_S = 0.05  # a forked child slower than this from its fork to its own code says where the time went
+
+
 def _seconds(reply: dict[str, Any]) -> str:
-    t = reply.get("child_seconds") or {}
-    return f"{t.get('before_command', float('nan')):.2f} s start-up, {t.get('command', float('nan')):.2f} s setup"
+    """A child's start-up and setup as its setup reply gives them; for a forked child slower than
+    FORK_NOTE_S to reach its own code, the seconds from its fork to each step before it."""
+    t = reply.get("child_seconds")
+    t = t if isinstance(t, dict) else {}
+    num = {k: float(v) for k, v in t.items() if isinstance(k, str) and type(v) in (int, float)}
+    text = f"{num.get('before_command', float('nan')):.2f} s start-up, {num.get('command', float('nan')):.2f} s setup"
+    if num.get("fork_started", 0.0) >= FORK_NOTE_S:
+        steps = ", ".join(f"{k.removeprefix('fork_')} {v:.2f}" for k, v in num.items() if k.startswith("fork_"))
+        text += f"; seconds from its fork: {steps}"
+    return text
 
 
 def _worst_resources(items: list[Resources]) -> Resources | None:

@@ -80,8 +80,10 @@ class ForkRefused(RuntimeError):
         self.module = module
 
 
-def _child(request: dict[str, Any], fds: list[int]) -> int:
-    """In the forked child: become a fresh judge child and run its main loop; the exit code."""
+def _child(request: dict[str, Any], fds: list[int], forked_at: float) -> int:
+    """In the forked child: become a fresh judge child and run its main loop; the exit code.
+    `forked_at`: perf_counter right after the fork (its steps are timed from it)."""
+    steps = {"session": time.perf_counter() - forked_at}
     stdin_fd, log_fd, result_fd = fds
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -91,6 +93,7 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     os.close(stdin_fd)
     os.close(log_fd)
     _close_pipes_and_sockets(keep=(0, 1, 2, result_fd))  # the server's sockets and wake-up pipe among them
+    steps["descriptors"] = time.perf_counter() - forked_at
     os.set_inheritable(result_fd, True)  # as pass_fds made it for a spawned child
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -98,9 +101,12 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    steps["environment"] = time.perf_counter() - forked_at
     from kernelwright.judge import child
 
     child.STARTED = time.perf_counter()
+    child.FORK_STEPS.clear()
+    child.FORK_STEPS.update(steps, started=child.STARTED - forked_at)
     return child.main(["kernelwright.judge.child", request["role"], str(result_fd)])
 
 
@@ -137,11 +143,12 @@ def _fork(request: dict[str, Any], fds: list[int]) -> int:
         raise
     if pid == 0:
         code = 1
+        forked_at = time.perf_counter()
         try:
             os.close(settled_r)
             os.setsid()
             os.close(settled_w)
-            code = _child(request, fds)
+            code = _child(request, fds, forked_at)
         except BaseException:  # noqa: BLE001 - a child that failed to become one says why in its log
             traceback.print_exc()
         finally:

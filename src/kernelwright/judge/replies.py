@@ -47,6 +47,7 @@ FORMS: dict[str, Callable[[Any], bool]] = {
     "activities": _list_of(_row(_str, _num, lambda s: s is None or _int(s) or _str(s))),  # [name, ms, stream]
     "per_call_ms": _num,
     "warmup_calls": _int,
+    "child_seconds": lambda v: isinstance(v, dict) and all(_str(k) and _num(x) for k, x in v.items()),  # printed in progress lines
     "memory_mib": _row(_int, _int, _int, _int, _int, _int),  # popped and printed at debug only (judge.workers.memory)
 }
 

@@ -104,7 +104,8 @@ def _prebuild(a: argparse.Namespace) -> list[dict[str, Any]]:
     t0 = time.perf_counter()
     results = prebuild(discover(a.candidate))
     rows = [{"ok": r.ok, "cached": r.cached, "seconds": round(r.seconds, 3)} for r in results]
-    log_line(a, f"prebuild: {len(rows)} raw source(s) in {time.perf_counter() - t0:.2f} s {rows}")
+    log_line(a, f"prebuild: {len(rows)} raw source(s) in {time.perf_counter() - t0:.2f} s {rows}" if rows else
+             "prebuild: no raw kernel sources (a torch extension builds inside the verdict; its first one is not a cached build)")
     if not all(r.ok for r in results):
         raise RuntimeError("the candidate's raw kernels did not build: " + " | ".join(r.log[:500] for r in results if not r.ok))
     return rows
@@ -400,9 +401,9 @@ def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     from kernelwright.judge import refpool, spares
 
     _seed_baselines(a, doc)
-    doc["serve_prebuild"] = _prebuild(a)
     refpool.POOL.close()
     spares.POOL.close()
+    doc["serve_prebuild"] = _prebuild(a)
     proc, url = _service(a)
     a.service_proc, a.service_url = proc, url
     rows = []

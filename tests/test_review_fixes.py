@@ -148,17 +148,23 @@ def test_pipelined_cases_report_the_earliest_failure_and_only_its_guards():
 
 def test_a_childs_seconds_are_printed_whatever_their_form_and_a_slow_fork_says_where():
     """The progress line's child seconds (judge.evaluate._seconds): a candidate can forge its setup
-    reply, so child_seconds of the wrong form is a forged reply (judge.replies), and the line itself
-    never fails on one; a forked child slow to reach its own code names the steps (a cold
-    reference child took 2.8 s there on the H200 at e2fbfda)."""
+    reply, so child_seconds of the wrong form (or a large one: the line would grow with it) is a
+    forged reply (judge.replies), and the line itself never fails on one and names only the fork
+    steps it knows; a forked child slow to reach its own code names them (a cold reference child
+    took 2.8 s there on the H200 at e2fbfda)."""
     from kernelwright.judge import replies
     from kernelwright.judge.evaluate import _seconds
 
     assert replies.malformed({"child_seconds": {"command": "1"}}) == "child_seconds"
     assert replies.malformed({"child_seconds": [1.0]}) == "child_seconds"
+    assert replies.malformed({"child_seconds": {"command": 1e308}}) == "child_seconds"
+    assert replies.malformed({"child_seconds": {"command": 10**400}}) == "child_seconds"
+    assert replies.malformed({"child_seconds": {f"fork_{i}": 0.1 for i in range(9)}}) == "child_seconds"
     assert replies.malformed({"child_seconds": {"command": 0.5, "fork_started": 0.01}}) == ""
     assert _seconds({"child_seconds": "x"}) == "nan s start-up, nan s setup"
+    assert _seconds({"child_seconds": {"before_command": 10**400, "command": 1e308}}) == "nan s start-up, nan s setup"
     quick = {"child_seconds": {"before_command": 0.3, "command": 0.5, "fork_session": 0.0, "fork_started": 0.01}}
     assert _seconds(quick) == "0.30 s start-up, 0.50 s setup"
-    slow = {"child_seconds": {"before_command": 0.3, "command": 0.5, "fork_session": 0.0, "fork_descriptors": 2.7, "fork_started": 2.8}}
-    assert _seconds(slow) == "0.30 s start-up, 0.50 s setup; seconds from its fork: session 0.00, descriptors 2.70, started 2.80"
+    slow = {"child_seconds": {"before_command": 0.3, "command": 0.5, "fork_forked": 0.01, "fork_session": 0.02, "fork_descriptors": 2.7,
+                              "fork_started": 2.8, "fork_made_up": 1.0}}
+    assert _seconds(slow) == "0.30 s start-up, 0.50 s setup; seconds from its fork: forked 0.01, session 0.02, descriptors 2.70, started 2.80"

@@ -69,15 +69,17 @@ def _token(path: Path | None) -> str:
 
 
 def _warm_host_facts() -> None:
-    """In the background, the build's memoised host facts for the device requests will most
-    likely name (cuda when a GPU is visible), while the fork server imports torch."""
+    """In the background, the build's memoised host facts (the C++ ones always, the CUDA ones when
+    the driver lists a GPU and CUDA_VISIBLE_DEVICES does not hide them all), while the fork server
+    imports torch."""
     import threading
 
     from kernelwright.judge import build
     from kernelwright.judge.evaluate import NVIDIA_PROC
 
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     try:  # the driver's /proc entries only: resolve_device may import torch, seconds of a CPU box
-        device = "cuda" if any(Path(NVIDIA_PROC).iterdir()) else "cpu"
+        device = "cuda" if (visible is None or visible.strip() not in ("", "-1")) and any(Path(NVIDIA_PROC).iterdir()) else "cpu"
     except OSError:
         device = "cpu"
     threading.Thread(target=build.warm_host_facts, args=(device,), name="kw-host-facts", daemon=True).start()

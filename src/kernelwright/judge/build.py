@@ -140,17 +140,17 @@ def _detected_arch(visible: str) -> str:
 
 def warm_host_facts(device: str) -> None:
     """Compute now the memoised facts every build's cache key needs (the compiler's --version,
-    the GPU's arch from nvidia-smi, the CPU's identity), so a long-lived process (`serve`) does not
-    pay them inside its first verdict: on the H200 the first cache hit of a raw build took 1.9 s
-    in a new service (warm_h200.md, ba3a1f2) against about 0.01 s after. Errors are left for the
-    build to meet and report."""
+    the CPU's identity, and on "cuda" the GPU's arch from nvidia-smi), so a long-lived process
+    (`serve`) does not run those subprocesses inside its first verdict. They are memoised as the
+    build would memoise them, failures included: an nvidia-smi that fails gives DEFAULT_ARCH and a
+    compiler that fails "version unknown" for the process's life, as they would at its first
+    build. A build that starts while this runs computes them again (lru_cache holds no lock)."""
     with contextlib.suppress(Exception):
+        compiler_version(find_compiler("cpp"))
+        cpu_identity()
         if device == "cuda":
             compiler_version(find_compiler("cuda"))
             resolve_arch(None)
-        else:
-            compiler_version(find_compiler("cpp"))
-            cpu_identity()
 
 
 def find_compiler(lang: str) -> str | None:

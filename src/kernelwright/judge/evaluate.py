@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -624,13 +625,21 @@ FORK_NOTE_S = 0.05  # a forked child slower than this from its fork to its own c
 
 def _seconds(reply: dict[str, Any]) -> str:
     """A child's start-up and setup as its setup reply gives them; for a forked child slower than
-    FORK_NOTE_S to reach its own code, the seconds from its fork to each step before it."""
+    FORK_NOTE_S to reach its own code, the seconds from its fork to each step before it
+    (judge.forkserver.FORK_STEP_NAMES, only those names: the line stays short whatever a reply holds)."""
+    from kernelwright.judge.forkserver import FORK_STEP_NAMES
+    from kernelwright.judge.replies import seconds_value
+
     t = reply.get("child_seconds")
     t = t if isinstance(t, dict) else {}
-    num = {k: float(v) for k, v in t.items() if isinstance(k, str) and type(v) in (int, float)}
-    text = f"{num.get('before_command', float('nan')):.2f} s start-up, {num.get('command', float('nan')):.2f} s setup"
-    if num.get("fork_started", 0.0) >= FORK_NOTE_S:
-        steps = ", ".join(f"{k.removeprefix('fork_')} {v:.2f}" for k, v in num.items() if k.startswith("fork_"))
+
+    def num(key: str) -> float:
+        value = t.get(key)
+        return float(value) if seconds_value(value) else float("nan")
+
+    text = f"{num('before_command'):.2f} s start-up, {num('command'):.2f} s setup"
+    if num("fork_started") >= FORK_NOTE_S:
+        steps = ", ".join(f"{k} {num('fork_' + k):.2f}" for k in FORK_STEP_NAMES if not math.isnan(num("fork_" + k)))
         text += f"; seconds from its fork: {steps}"
     return text
 

@@ -80,10 +80,15 @@ class ForkRefused(RuntimeError):
         self.module = module
 
 
-def _child(request: dict[str, Any], fds: list[int], forked_at: float) -> int:
+# A forked child's steps before the judge's child code runs, each timed from just before the fork
+# (the monotonic clock is the machine's, so the parent's reading holds in the child) and reported in
+# its setup reply's child_seconds as fork_<step> (judge.child.FORK_STEPS, judge.evaluate._seconds).
+FORK_STEP_NAMES = ("forked", "session", "descriptors", "environment", "started")
+
+
+def _child(request: dict[str, Any], fds: list[int], steps: dict[str, float], before_fork: float) -> int:
     """In the forked child: become a fresh judge child and run its main loop; the exit code.
-    `forked_at`: perf_counter right after the fork (its steps are timed from it)."""
-    steps = {"session": time.perf_counter() - forked_at}
+    `steps` holds what was timed since `before_fork` (perf_counter in the server just before it forked)."""
     stdin_fd, log_fd, result_fd = fds
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -93,7 +98,7 @@ def _child(request: dict[str, Any], fds: list[int], forked_at: float) -> int:
     os.close(stdin_fd)
     os.close(log_fd)
     _close_pipes_and_sockets(keep=(0, 1, 2, result_fd))  # the server's sockets and wake-up pipe among them
-    steps["descriptors"] = time.perf_counter() - forked_at
+    steps["descriptors"] = time.perf_counter() - before_fork
     os.set_inheritable(result_fd, True)  # as pass_fds made it for a spawned child
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
@@ -101,12 +106,12 @@ def _child(request: dict[str, Any], fds: list[int], forked_at: float) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    steps["environment"] = time.perf_counter() - forked_at
+    steps["environment"] = time.perf_counter() - before_fork
     from kernelwright.judge import child
 
     child.STARTED = time.perf_counter()
     child.FORK_STEPS.clear()
-    child.FORK_STEPS.update(steps, started=child.STARTED - forked_at)
+    child.FORK_STEPS.update(steps, started=child.STARTED - before_fork)
     return child.main(["kernelwright.judge.child", request["role"], str(result_fd)])
 
 
@@ -135,6 +140,7 @@ def _fork(request: dict[str, Any], fds: list[int]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     settled_r, settled_w = os.pipe()
+    before_fork = time.perf_counter()
     try:
         pid = os.fork()
     except OSError:
@@ -143,12 +149,13 @@ def _fork(request: dict[str, Any], fds: list[int]) -> int:
         raise
     if pid == 0:
         code = 1
-        forked_at = time.perf_counter()
         try:
+            steps = {"forked": time.perf_counter() - before_fork}
             os.close(settled_r)
             os.setsid()
             os.close(settled_w)
-            code = _child(request, fds, forked_at)
+            steps["session"] = time.perf_counter() - before_fork
+            code = _child(request, fds, steps, before_fork)
         except BaseException:  # noqa: BLE001 - a child that failed to become one says why in its log
             traceback.print_exc()
         finally:

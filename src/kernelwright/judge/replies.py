@@ -35,6 +35,11 @@ def _int(x: Any) -> bool:
     return type(x) is int
 
 
+def seconds_value(x: Any) -> bool:
+    """A number of seconds a progress line may print: finite and at most a day either way."""
+    return _num(x) and abs(x) <= 86400
+
+
 FORMS: dict[str, Callable[[Any], bool]] = {
     "ops": lambda v: isinstance(v, dict) and all(_str(k) and _int(n) for k, n in v.items()),  # operator -> count
     "threads": _list_of(_str),
@@ -47,7 +52,7 @@ FORMS: dict[str, Callable[[Any], bool]] = {
     "activities": _list_of(_row(_str, _num, lambda s: s is None or _int(s) or _str(s))),  # [name, ms, stream]
     "per_call_ms": _num,
     "warmup_calls": _int,
-    "child_seconds": lambda v: isinstance(v, dict) and all(_str(k) and _num(x) for k, x in v.items()),  # printed in progress lines
+    "child_seconds": lambda v: isinstance(v, dict) and len(v) <= 8 and all(_str(k) and seconds_value(x) for k, x in v.items()),  # printed
     "memory_mib": _row(_int, _int, _int, _int, _int, _int),  # popped and printed at debug only (judge.workers.memory)
 }
 

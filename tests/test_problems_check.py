@@ -4,6 +4,7 @@ that names their trick, honest problems are not; real child processes, CPU."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -61,3 +62,41 @@ def test_human_table_lists_every_problem():
     res = cli("problems", "check", str(problem("relu")), str(problem("rowsum")), "--device", "cpu")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "relu" in res.stdout and "rowsum" in res.stdout and "1 of 2 problem(s) degenerate" in res.stdout
+
+
+SPARSE_PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, a, x):
+        return {forward}
+
+def get_inputs():
+    i = torch.randint(0, 16, (2, 40))
+    return [{first}, torch.randn(16, 4)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("first, forward, said", [
+    ("torch.sparse_coo_tensor(i, torch.randn(40), (16, 16)).coalesce()", "torch.sparse.mm(a, x)", "get_inputs() returned a tensor with layout torch.sparse_coo at position 0"),
+    ("torch.randn(16, 16)", "(a @ x).to_sparse()", "the reference's forward returned a tensor with layout torch.sparse_coo at position 0"),
+])
+def test_a_problem_with_sparse_tensors_is_a_problem_error_that_says_so(tmp_path, first, forward, said):
+    """The judge reads tensors' bytes in place (input check, poison, hand-over, comparison): a
+    sparse input or output is refused as the problem's error, naming it, where it used to end as
+    infra_error with the reference child's trace ("Cannot access storage of SparseTensorImpl")."""
+    from kernelwright.judge.evaluate import evaluate
+    from kernelwright.judge.policy import Policy
+    from kernelwright.problems.loader import ProblemError
+
+    problem = tmp_path / "sparse.py"
+    problem.write_text(SPARSE_PROBLEM.format(first=first, forward=forward))
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "model_new.py").write_text("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, x):\n        return x\n")
+    with pytest.raises(ProblemError, match=re.escape(said)):
+        evaluate(problem, cand, Policy(time_candidate=False), device="cpu")

@@ -230,11 +230,13 @@ def _metadata(case: Case) -> dict[str, Any]:
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, case, S.device))
+    _dense_only("get_inputs() returned", values)
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with counter:
         outs = _checked("the reference forward failed", lambda: _forward(values))
+    _dense_only("the reference's forward returned", outs)
     params = inputs.tensor_bytes(list(S.model.parameters())) + inputs.tensor_bytes(list(S.model.buffers()))
     n_bytes = inputs.tensor_bytes(values) + inputs.tensor_bytes(outs) + params
     memory = {"input_bytes": inputs.tensor_bytes(values), "output_bytes": inputs.tensor_bytes(outs), "param_bytes": params}
@@ -249,6 +251,16 @@ def _metadata(case: Case) -> dict[str, Any]:
         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
         "memory": memory,
     }
+
+
+def _dense_only(what: str, values: list[Any]) -> None:
+    """A problem error for a tensor that is not dense (strided): the judge's input check, poison,
+    hand-over and comparison read a tensor's bytes in place, which a sparse or other layout has
+    not got. Before this check such a problem ended as infra_error with the reference child's trace."""
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and v.layout != torch.strided:
+            raise _problem_error(f"{what} a tensor with layout {v.layout} at position {i}: the judge handles dense (strided) "
+                                 "tensors only; make it dense in the problem (x.to_dense())")
 
 
 def memory(args: dict[str, Any]) -> dict[str, Any]:

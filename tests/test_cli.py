@@ -109,9 +109,10 @@ def test_gpu_presence_needs_the_driver_and_the_device_nodes(tmp_path, monkeypatc
     monkeypatch.setattr(ev, "NVIDIA_CTL", str(dev / "nvidiactl"))
     import torch
 
+    assert ev.gpu_seen_by_driver() is None  # serve's host-facts warm-up then warms the C++ facts only, torch never imported
     assert ev._gpu_present() is torch.cuda.is_available()
     (dev / "nvidiactl").touch()
     (dev / "nvidia0").touch()
-    assert ev._gpu_present() is True
+    assert ev.gpu_seen_by_driver() is True and ev._gpu_present() is True
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert ev._gpu_present() is False
+    assert ev.gpu_seen_by_driver() is False and ev._gpu_present() is False

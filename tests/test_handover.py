@@ -388,9 +388,9 @@ def test_a_childs_memory_note_is_logged_at_debug_and_taken_off_its_reply(monkeyp
     from kernelwright.judge.workers import ChildError
 
     resets = []
-    stats = {"allocated_bytes.all.current": 2 << 20, "allocated_bytes.all.peak": 4 << 20, "inactive_split_bytes.all.current": 1 << 20}
-    cuda = SimpleNamespace(is_initialized=lambda: True, memory_reserved=lambda: 3 << 20, max_memory_reserved=lambda: 5 << 20,
-                           memory_stats=lambda: stats, reset_peak_memory_stats=lambda: resets.append(1))
+    stats = {"reserved_bytes.all.current": 3 << 20, "reserved_bytes.all.peak": 5 << 20, "allocated_bytes.all.current": 2 << 20,
+             "allocated_bytes.all.peak": 4 << 20, "inactive_split_bytes.all.current": 1 << 20}
+    cuda = SimpleNamespace(is_initialized=lambda: True, memory_stats=lambda: stats, reset_peak_memory_stats=lambda: resets.append(1))
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(child_candidate.S.stager, "_size", 7 << 20)
     result = {"handover": None}

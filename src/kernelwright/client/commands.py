@@ -70,18 +70,14 @@ def _token(path: Path | None) -> str:
 
 def _warm_host_facts() -> None:
     """In the background, the build's memoised host facts (the C++ ones always, the CUDA ones when
-    the driver lists a GPU and CUDA_VISIBLE_DEVICES does not hide them all), while the fork server
-    imports torch."""
+    the driver shows a GPU), while the fork server imports torch. Never torch itself: where the
+    driver does not answer, resolve_device would import it, seconds of a CPU box."""
     import threading
 
     from kernelwright.judge import build
-    from kernelwright.judge.evaluate import NVIDIA_PROC
+    from kernelwright.judge.evaluate import gpu_seen_by_driver
 
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    try:  # the driver's /proc entries only: resolve_device may import torch, seconds of a CPU box
-        device = "cuda" if (visible is None or visible.strip() not in ("", "-1")) and any(Path(NVIDIA_PROC).iterdir()) else "cpu"
-    except OSError:
-        device = "cpu"
+    device = "cuda" if gpu_seen_by_driver() else "cpu"
     threading.Thread(target=build.warm_host_facts, args=(device,), name="kw-host-facts", daemon=True).start()
 
 

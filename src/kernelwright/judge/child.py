@@ -408,10 +408,9 @@ def note_memory(result: dict[str, Any]) -> None:
     stager = getattr(getattr(cand, "S", None), "stager", None)
     size = vars(stager).get("_size", 0) if hasattr(stager, "__dict__") else 0
     staging = size if type(size) is int else 0
-    stats = torch.cuda.memory_stats()
-    result["memory_mib"] = [torch.cuda.memory_reserved() >> 20, torch.cuda.max_memory_reserved() >> 20, staging >> 20,
-                            int(stats.get("allocated_bytes.all.current", 0)) >> 20, int(stats.get("allocated_bytes.all.peak", 0)) >> 20,
-                            int(stats.get("inactive_split_bytes.all.current", 0)) >> 20]
+    stats = torch.cuda.memory_stats()  # one call: memory_reserved() and the rest each make this dict again
+    result["memory_mib"] = [int(stats.get(k, 0)) >> 20 for k in ("reserved_bytes.all.current", "reserved_bytes.all.peak")] + [staging >> 20] + [
+        int(stats.get(k, 0)) >> 20 for k in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "inactive_split_bytes.all.current")]
     torch.cuda.reset_peak_memory_stats()
 
 

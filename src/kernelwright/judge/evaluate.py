@@ -170,9 +170,10 @@ NVIDIA_PROC = "/proc/driver/nvidia/gpus"  # the driver's GPU list (kernel-wide)
 NVIDIA_CTL = "/dev/nvidiactl"  # device nodes: present only where GPUs are passed in
 
 
-def _gpu_present() -> bool:
-    """Whether an NVIDIA GPU is visible, without importing torch here when the driver's /proc
-    entries answer (importing torch costs the judge's process seconds it does not otherwise need)."""
+def gpu_seen_by_driver() -> bool | None:
+    """Whether an NVIDIA GPU is visible as far as CUDA_VISIBLE_DEVICES and the driver's /proc
+    entries and device nodes tell, without torch: False when CUDA_VISIBLE_DEVICES hides every GPU,
+    True when the driver lists a GPU and its device nodes are here, None when they do not answer."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return False
@@ -183,6 +184,15 @@ def _gpu_present() -> bool:
             return True
     except OSError:
         pass
+    return None
+
+
+def _gpu_present() -> bool:
+    """Whether an NVIDIA GPU is visible, without importing torch here when the driver's /proc
+    entries answer (importing torch costs the judge's process seconds it does not otherwise need)."""
+    seen = gpu_seen_by_driver()
+    if seen is not None:
+        return seen
     import torch
 
     return torch.cuda.is_available()

@@ -64,9 +64,9 @@ def flush_l2() -> None:
     copy of the whole buffer first, so up to 2026-12-04 every flush also wrote and read back a
     240 MiB copy (on the H200) and each timing child held that copy's block beside the buffer
     (read from the allocator's peaks on the H200 at ba3a1f2, benchmarks/results/memory_h200.md).
-    Whether the copy changed timed calls is not measured (benchmarks/flush_bench.py asks): its
-    read-back came after its writes, so the write-backs most likely happened inside the untimed
-    flush. The sum of zeros does not overflow. The baselines' timing key names this flush
+    The copy did not move timed calls: with the two flushes in alternating blocks on the H200 at
+    d8277eb every median, stream and device-wide, agreed within 0.2 % (benchmarks/flush_bench.py,
+    flush_h200_d8277eb.json). The sum of zeros does not overflow. The baselines' timing key names this flush
     (baseline.FLUSH_RULE): change one, change the other."""
     need = 2 * l2_bytes() // 4
     buf = _FLUSH.get("buf")
@@ -151,7 +151,7 @@ def time_calls(
         # eager child's calls that way widened the candidate's own wall-clock allowance (the eager
         # harness overhead it is weighed against): one possible contributor, not a confirmed
         # cause, when the side-stream ablation passed on the H200 at ba3a1f2 (docs/judge.md, guard
-        # wall_clock).
+        # wall_clock); with this synchronize it was refused at d8277eb and e2fbfda (one run each).
         t_drain = _perf_counter()
         _synchronize()
         parts["drain"] = _perf_counter() - t_drain

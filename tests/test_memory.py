@@ -33,17 +33,20 @@ def test_the_estimate_grows_with_the_problem_and_holds_no_reference_outputs_on_t
     t, d = memory.COMPARE_TEMP, memory.DIGEST_TEMP + memory.SLAB_TEMP  # no output shapes listed: T is COMPARE_TEMP at these sizes
     assert small.total < large.total
     assert small.reference > memory.CTX and small.candidate > memory.CTX
-    # the reference: a recompute (I + O) and the comparison's temporaries, no taken output; timed, one pool set, a re-check's
+    # the reference: a recompute (I + O) and the comparison's temporaries or a second output (the determinism and near
+    # blindness checks), no taken output; timed, one pool set, a re-check's
     # inputs, recompute and the last timed output ((S + 1) I + 2 O + T, S = 1 with fresh inputs)
     assert large.reference == memory.CTX + 2 * 6 * GIB + 2 * 6 * GIB + t
     assert memory.estimate(_meta(GIB, GIB)).reference == memory.CTX + 2 * GIB + 2 * GIB + t
-    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 6 * GIB + t
+    assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 2 * 6 * GIB
+    assert memory.estimate(_meta(6 * GIB, 1000), ref_pool=False).reference == memory.CTX + 6 * GIB + 1000 + 64 * 1000  # T > O
     # the candidate: inputs, output, staging, poison's block and the digest's temporaries (I + 3 O + D), no copy of the
     # inputs; timed, the pool and a refresh, output and staging ((S + 1) I + 2 O)
     assert small.candidate == memory.CTX + GIB // 2 + 3 * GIB // 2 + d
     assert memory.estimate(_meta(GIB // 2, GIB // 2), timed=False).candidate == small.candidate
     assert memory.estimate(_meta(GIB, GIB // 8)).candidate == memory.CTX + 2 * GIB + 2 * GIB // 8  # timed: the pool and a refresh
-    assert memory.estimate(_meta(GIB, GIB // 8), timed=False).candidate == memory.CTX + 2 * GIB  # a near case's two input sets
+    # a near case draws the set its changes come from before its own: one input set at a time (inputs.near_patch)
+    assert memory.estimate(_meta(GIB, GIB // 8), timed=False).candidate == memory.CTX + GIB + 3 * GIB // 8 + d
     assert memory.estimate(_meta(10, 10, w=20 * GIB)).total > 40 * GIB  # the forward's own peak counts, in both children
 
 
@@ -76,7 +79,7 @@ def test_the_estimate_follows_the_pool(monkeypatch):
     est = memory.estimate(_meta(i, o, w=w))
     # one pool set and its refresh (2 I): timed, the candidate holds more than in a correctness case (I + X + 3 O + D)
     assert est.candidate == memory.CTX + 2 * i + x + 2 * o
-    assert memory.estimate(_meta(i, o, w=w), timed=False).candidate == memory.CTX + 2 * i  # the near case's two sets
+    assert memory.estimate(_meta(i, o, w=w), timed=False).candidate == memory.CTX + i + x + 3 * o + memory.DIGEST_TEMP + memory.SLAB_TEMP
     assert est.reference == memory.CTX + 2 * i + x + 2 * o + t
     assert est.total < 100 * GIB  # with baselines measured in the verdict it fits a 139.8 GiB H200 (it needed 162.37 GiB)
     # without fresh inputs (an ablation) the pool is the only variation: three sets while they fit in POOL_BYTES
@@ -414,3 +417,54 @@ def test_a_refresh_leaves_an_inference_tensor_whole():
     except RuntimeError:
         pass  # copying into an inference tensor outside inference mode fails, as it did before the rebinding
     assert entry[0].shape == (4, 4)
+
+
+def test_a_near_case_has_the_values_it_had_and_holds_one_input_set_at_a_time():
+    """inputs.make_inputs for a near case: the same tensors as drawing the case's set, then the
+    other set, then copying the other set's values at the seed's positions (the way up to
+    2026-12-04, written out here), while no tensor of one draw is alive when the next draw starts:
+    the other set is drawn first and let go (judge.memory). Every value is compared bit for bit."""
+    import types
+    import weakref
+
+    import torch
+
+    from kernelwright.judge import inputs
+    from kernelwright.judge.inputs import Case
+    from kernelwright.judge.policy import NEAR_POSITIONS
+
+    alive_at_draw: list[int] = []
+    drawn: list[weakref.ref] = []
+
+    def get_inputs():
+        alive_at_draw.append(sum(r() is not None for r in drawn))
+        out = [torch.randn(33, 7), torch.randint(0, 5, (9,)), torch.randn(6, 4, dtype=torch.float64).t(), 3.0, torch.randn(0)]
+        drawn.extend(weakref.ref(t) for t in out if isinstance(t, torch.Tensor))
+        return out
+
+    problem = types.ModuleType("kw_near_probe")
+    problem.get_inputs = get_inputs
+    cpu = torch.device("cpu")
+    for seed in (1, 12345, 2**31 - 2):
+        drawn.clear()
+        alive_at_draw.clear()
+        got = inputs.make_inputs(problem, Case("near", seed), cpu)
+        assert alive_at_draw == [0, 0], alive_at_draw  # the other set was gone before the case's own was drawn
+        want = inputs.raw_inputs(problem, Case("native", seed), cpu)
+        other = inputs.raw_inputs(problem, Case("native", (seed * 2654435761 + 1) % (2**31 - 1) + 1), cpu)
+        for i, t in enumerate(want):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0:
+                gen = torch.Generator().manual_seed(seed * 7919 + i + 1)
+                where = torch.unravel_index(torch.randint(t.numel(), (min(NEAR_POSITIONS, t.numel()),), generator=gen), t.shape)
+                t[where] = other[i][where].to(t.dtype)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            if isinstance(w, torch.Tensor):
+                assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride()
+                assert torch.equal(g.contiguous().view(torch.uint8), w.contiguous().view(torch.uint8))  # bit for bit
+            else:
+                assert g == w
+        native = inputs.raw_inputs(problem, Case("native", seed), cpu)
+        changed = sum(int((g != n).sum()) for g, n in zip(got[:3], native[:3]))
+        assert 0 < changed <= 2 * NEAR_POSITIONS  # the two floating inputs changed, the integer one did not
+        assert torch.equal(got[1], native[1])

@@ -152,6 +152,7 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         return {**d, "parts_s": parts}
 
     if case.kind == "near":
+        patch = inputs.near_patch(S.problem, case.seed, S.device)  # drawn first: one input set at a time (judge.memory)
         values = inputs.raw_inputs(S.problem, Case("native", case.seed), S.device)
         first = inputs.input_record(values) if args["check_inputs"] else None
         lap("inputs")
@@ -163,7 +164,7 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         changed = inputs.changed_inputs(first, values) if first is not None else []
         if changed:
             return reply({"inputs_changed": changed, **({"ops": seen} if seen is not None else {})})
-        inputs.perturb(S.problem, values, case.seed, S.device)
+        inputs.perturb(values, patch)
         lap("checks")
     else:
         values = inputs.make_inputs(S.problem, case, S.device)

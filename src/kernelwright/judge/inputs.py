@@ -102,31 +102,48 @@ def _sample(kind: str, n: int, gen: torch.Generator, device: torch.device) -> to
     return sample.mul_(LARGE_SCALE) if kind == "large" else sample
 
 
-def perturb(problem: ModuleType, values: list[Any], seed: int, device: torch.device) -> None:
-    """Change a few elements of every floating tensor in place: NEAR_POSITIONS positions drawn
-    from the seed take the values another get_inputs() draw has there, so every value stays one
-    the problem produces. The tensors keep their identity, data_ptr, shape and most values: a
-    cache keyed on any of those, or on one element, replays an answer that is now wrong."""
+def near_patch(problem: ModuleType, seed: int, device: torch.device) -> list[Any]:
+    """What perturb writes for a near case of `seed`: per input position, None or (shape, where,
+    values), where `where` are NEAR_POSITIONS positions drawn from the seed and `values` what
+    another get_inputs() draw has there. Drawn before the case's own inputs, the other draw is gone
+    when they are made: a near case holds one input set, not two (judge.memory; until 2026-12-04
+    the other set was drawn beside the case's, twice the inputs in both children)."""
     other = raw_inputs(problem, Case("native", (seed * 2654435761 + 1) % (2**31 - 1) + 1), device)
+    patch: list[Any] = []
     with torch.no_grad():
-        for i, t in enumerate(values):
-            if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and i < len(other)):
-                continue
-            src = other[i]
-            if not (isinstance(src, torch.Tensor) and src.shape == t.shape):
+        for i, src in enumerate(other):
+            if not (isinstance(src, torch.Tensor) and src.numel() > 0):
+                patch.append(None)
                 continue
             gen = torch.Generator().manual_seed(seed * 7919 + i + 1)
-            flat = torch.randint(t.numel(), (min(NEAR_POSITIONS, t.numel()),), generator=gen)
-            where = torch.unravel_index(flat, t.shape)
-            where = tuple(w.to(t.device) for w in where)
-            t[where] = src[where].to(t.dtype)
+            flat = torch.randint(src.numel(), (min(NEAR_POSITIONS, src.numel()),), generator=gen)
+            where = tuple(w.to(src.device) for w in torch.unravel_index(flat, src.shape))
+            patch.append((tuple(src.shape), where, src[where]))  # indexing by positions copies them
+    del other
+    return patch
+
+
+def perturb(values: list[Any], patch: list[Any]) -> None:
+    """Change a few elements of every floating tensor in place: the positions of near_patch take
+    the values another get_inputs() draw has there, so every value stays one the problem produces.
+    The tensors keep their identity, data_ptr, shape and most values: a cache keyed on any of
+    those, or on one element, replays an answer that is now wrong."""
+    with torch.no_grad():
+        for i, t in enumerate(values):
+            if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and i < len(patch)):
+                continue
+            if patch[i] is None or patch[i][0] != tuple(t.shape):
+                continue
+            _, where, got = patch[i]
+            t[where] = got.to(t.dtype)
 
 
 def make_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[Any]:
     """The inputs of one correctness case, identical in every process on the same device."""
     if case.kind == "near":
+        patch = near_patch(problem, case.seed, device)
         values = raw_inputs(problem, Case("native", case.seed), device)
-        perturb(problem, values, case.seed, device)
+        perturb(values, patch)
         return values
     values = raw_inputs(problem, case, device)
     apply_distribution(values, case.kind, case.seed)
@@ -262,6 +279,7 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
     lo = torch.zeros((), dtype=torch.int64, device=t.device)
     gen = torch.Generator(device=t.device)
     chunk = 0
+    scratch = None  # the widened words and their weights, one block: freed, it can take an output of its size (judge.memory)
     for slab in _slabs(t):
         raw = slab.reshape(-1).view(torch.uint8)
         words = raw if t.element_size() == 1 else raw.view(torch.int16)  # a byte offset of a wider dtype is even
@@ -269,8 +287,12 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
             part = words[start:start + DIGEST_WORDS]
             gen.manual_seed((key + 1_000_003 * index + 7919 * chunk) % (1 << 63))
             chunk += 1
-            prod = part.to(torch.int64)
-            prod.mul_(torch.randint(1, _SPLIT, (part.numel(),), generator=gen, device=t.device, dtype=torch.int64))
+            n = part.numel()
+            if scratch is None:  # the first chunk of the first slab is the largest
+                scratch = torch.empty(2 * n, dtype=torch.int64, device=t.device)
+            half = scratch.numel() // 2
+            prod = scratch[:n].copy_(part)
+            prod.mul_(torch.randint(1, _SPLIT, (n,), generator=gen, out=scratch[half:half + n]))
             whole = prod.numel() // DIGEST_BLOCK * DIGEST_BLOCK
             sums = [prod[:whole].view(-1, DIGEST_BLOCK).sum(dim=1)] if whole else []
             if whole < prod.numel():

@@ -4,17 +4,18 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + max(I + X + O + T, 2 I, (S + 1) I + X + 2 O + T)
-    candidate: CTX + P + max(2 I, I + X + 3 O + D, (S + 1) I + X + 2 O)
+    reference: CTX + P + max(I + X + O + max(O, T), (S + 1) I + X + 2 O + T)
+    candidate: CTX + P + max(I + X + 3 O + D, (S + 1) I + X + 2 O)
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O), T the chunked
 comparison's temporaries (64 bytes an element of a chunk, judge.correctness.chunk_elements) and D
 the input check's (judge.inputs: DIGEST_TEMP at most, and a strided input's slab). The reference child keeps no reference
 output on the GPU: it keeps one in host memory or recomputes it (judge.child_reference), and it
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
-comparison holds the case's recompute (I + X + O) and T; it draws a near case's second input set
-(2 I), and, when the baselines are timed, holds the timing pool (S I) and, re-checking a timed
-output, that call's inputs, recompute and the last timed output beside it (I + O + T more). The pool has S =
+comparison holds the case's recompute (I + X + O) and T; the determinism check at setup and the
+near case's blindness check hold one output beside a forward (I + X + 2 O); when the baselines
+are timed, it holds the timing pool (S I) and, re-checking a timed output, that call's inputs,
+recompute and the last timed output beside it (I + O + T more). The pool has S =
 pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step
 fresh_inputs; without it, an ablation, POOL_SLOTS while they fit in POOL_BYTES, fewer for larger
 inputs, at least one; `kernelwright baseline` sizes its pool the same way). The candidate child
@@ -22,12 +23,13 @@ holds a case's inputs (I), its forward (X + O), the staging area (O), one block 
 that poison may add (O) and the input check's temporaries (D; it keeps a keyed digest of the
 inputs, no copy of them), or, when timed, the pool and a refresh's fresh set ((S + 1) I: a refresh
 lets go of the set's storage before it draws, but candidate code may still hold it) beside the
-call's output and the staging area; a near case holds two input sets. Poison fills the
+call's output and the staging area. A near case draws the other input set its changed values
+come from before its own (judge.inputs.near_patch), so no child holds two. Poison fills the
 allocator's free blocks in place and holds nothing itself (judge.correctness.poison).
 Until 2026-12-04 the candidate child also held a copy of the inputs for the input check (I), the
 reference child a copy of the output it compared (O), and each timing child three input sets and
-a refresh (4 I): the softmax example's processes peaked at 4.2 times its data without their
-CUDA contexts (benchmarks/results/memory_h200.md). Before that, the pool's refresh was missed: on
+a refresh (4 I), and a near case two input sets in both children: the softmax example's
+processes peaked at 4.2 times its data without their CUDA contexts (benchmarks/results/memory_h200.md). Before that, the pool's refresh was missed: on
 the H200 an honest candidate of KernelBench's 16 GiB problem then ran out of memory in timing and
 was charged (fddbf70); the attribution below is only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
@@ -148,8 +150,8 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True,
     t = compare_temp(meta)
     d = min(DIGEST_TEMP, 16 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 16-fold; a strided input is copied a slab at a time
     s = pool_slots(i, fresh)
-    ref = CTX + p + max(i + x + o + t, 2 * i, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
-    cand = CTX + p + max(2 * i, i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)
+    ref = CTX + p + max(i + x + o + max(o, t), (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
+    cand = CTX + p + max(i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)
     return Estimate(ref, cand)
 
 

@@ -292,7 +292,7 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
                 scratch = torch.empty(2 * n, dtype=torch.int64, device=t.device)
             half = scratch.numel() // 2
             prod = scratch[:n].copy_(part)
-            prod.mul_(torch.randint(1, _SPLIT, (n,), generator=gen, out=scratch[half:half + n]))
+            prod.mul_(scratch[half:half + n].random_(1, _SPLIT, generator=gen))  # randint's own draw, in place
             whole = prod.numel() // DIGEST_BLOCK * DIGEST_BLOCK
             sums = [prod[:whole].view(-1, DIGEST_BLOCK).sum(dim=1)] if whole else []
             if whole < prod.numel():

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from kernelwright.judge.memory import COMPARE_CHUNK, COMPARE_CHUNK_MIN, comparison_chunk
+
 FIRST_INDICES = 5  # how many mismatching positions a message names
 
 
@@ -77,16 +79,13 @@ def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
     return ""
 
 
-CHUNK = 1 << 22  # elements compared at a time, at most: the comparison's temporaries stay near 256 MiB (twice that at
-# 1 << 23, until 2026-12-04); a chunk costs two synchronisations (the scale's sum, the short pass)
-CHUNK_MIN = 1 << 16  # ... and at least, unless CHUNK is smaller (tests)
-CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this many chunks: temporaries of about 2 bytes per
-# element on the failing path (64 a chunk element), half a float32 output, instead of 256 MiB beside a 64 MiB output
+CHUNK = COMPARE_CHUNK  # elements compared at a time, at most (judge.memory, which says why; tests set a smaller one)
+CHUNK_MIN = COMPARE_CHUNK_MIN
 
 
 def chunk_elements(n: int) -> int:
     """Elements compared at a time in an output of n elements (judge.memory counts 64 bytes each)."""
-    return min(CHUNK, max(CHUNK_MIN, -(-n // CHUNKS_PER_OUTPUT)))
+    return comparison_chunk(n, CHUNK)
 
 
 def compare(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Comparison:

@@ -8,7 +8,7 @@ allocated (W, inputs and outputs included; CUDA only). One verdict's two childre
     candidate: CTX + P + max(I + X + 3 O + D, (S + 1) I + X + 2 O)
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O), T the chunked
-comparison's temporaries (64 bytes an element of a chunk, judge.correctness.chunk_elements) and D
+comparison's temporaries (64 bytes an element of a chunk, comparison_chunk) and D
 the input check's (judge.inputs: DIGEST_TEMP at most, and a strided input's slab). The reference child keeps no reference
 output on the GPU: it keeps one in host memory or recomputes it (judge.child_reference), and it
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
@@ -73,8 +73,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
-COMPARE_TEMP = 8 * 8 * (1 << 22)  # temporaries of the largest comparison chunk: about seven float64 and six bool per element
-# on the failing path (judge.correctness.CHUNK; a test keeps them in step)
+COMPARE_CHUNK = 1 << 22  # elements compared at a time, at most: the comparison's temporaries stay near 256 MiB (twice that
+# at 1 << 23, until 2026-12-04); a chunk costs two synchronisations (the scale's sum, the short pass) (judge.correctness.CHUNK)
+COMPARE_CHUNK_MIN = 1 << 16  # ... and at least, unless the cap is smaller (tests)
+COMPARE_CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this many chunks: temporaries of about 2 bytes
+# per element on the failing path (64 a chunk element), half a float32 output, instead of 256 MiB beside a 64 MiB output
+COMPARE_TEMP = 8 * 8 * COMPARE_CHUNK  # temporaries of the largest comparison chunk: about seven float64 and six bool per
+# element on the failing path
 DIGEST_TEMP = 16 * (1 << 22)  # the input check's temporaries: each 16-bit word of a chunk widened and its weight
 # (judge.inputs.DIGEST_WORDS; a test keeps them in step)
 SLAB_TEMP = 1 << 26  # ... and the slab a strided input is copied in (judge.inputs.SLAB_BYTES: more when one index of its
@@ -120,12 +125,18 @@ def pool_slots_for(meta: dict[str, Any], fresh: bool = True) -> int:
     return pool_slots(int((meta.get("memory") or {}).get("input_bytes") or 0), fresh)
 
 
+def comparison_chunk(n: int, cap: int = COMPARE_CHUNK) -> int:
+    """Elements compared at a time in an output of n elements (judge.correctness.chunk_elements, whose
+    cap tests lower). Here, not there: the estimate is made in the judge's own process, which never
+    needs torch, and importing it for this cost the first verdict of a service about 2.7 s on the
+    H200 (benchmarks/results/warm_h200.md, at 1055d9e)."""
+    return min(cap, max(COMPARE_CHUNK_MIN, -(-n // COMPARE_CHUNKS_PER_OUTPUT)))
+
+
 def compare_temp(meta: dict[str, Any]) -> int:
     """T: the comparison's temporaries for the largest output the setup reply lists (64 bytes an
-    element of its chunk, judge.correctness.chunk_elements), or, without that list, COMPARE_TEMP
+    element of its chunk, comparison_chunk), or, without that list, COMPARE_TEMP
     or 64 bytes an output byte, whichever is less."""
-    from kernelwright.judge.correctness import chunk_elements
-
     shapes = [o for o in meta.get("outputs") or [] if isinstance(o, dict) and isinstance(o.get("shape"), list)]
     if not shapes:
         o = int((meta.get("memory") or {}).get("output_bytes", 0))
@@ -136,7 +147,7 @@ def compare_temp(meta: dict[str, Any]) -> int:
         for d in out["shape"]:
             n *= int(d)
         n *= 2 if str(out.get("dtype", "")).startswith("complex") else 1  # compared as real and imaginary parts
-        worst = max(worst, 64 * chunk_elements(n))
+        worst = max(worst, 64 * comparison_chunk(n))
     return worst
 
 

@@ -40,6 +40,8 @@ def test_the_estimate_grows_with_the_problem_and_holds_no_reference_outputs_on_t
     assert memory.estimate(_meta(GIB, GIB)).reference == memory.CTX + 2 * GIB + 2 * GIB + t
     assert memory.estimate(_meta(6 * GIB, 6 * GIB), ref_pool=False).reference == memory.CTX + 6 * GIB + 2 * 6 * GIB
     assert memory.estimate(_meta(6 * GIB, 1000), ref_pool=False).reference == memory.CTX + 6 * GIB + 1000 + 64 * 1000  # T > O
+    # a tiny input, a large output: the two outputs the determinism and near blindness checks compare, with T (2 O + T)
+    assert memory.estimate(_meta(4096, GIB), ref_pool=False).reference == memory.CTX + 2 * GIB + t
     # the candidate: inputs, output, staging, poison's block and the digest's temporaries (I + 3 O + D), no copy of the
     # inputs; timed, the pool and a refresh, output and staging ((S + 1) I + 2 O)
     assert small.candidate == memory.CTX + GIB // 2 + 3 * GIB // 2 + d
@@ -58,8 +60,9 @@ def test_the_comparisons_temporaries_follow_the_largest_output():
 
     # KernelBench's matmul: a 64 MiB output is compared in 32 chunks of 2**19 elements, 32 MiB of temporaries, not 256
     assert memory.compare_temp(meta((4096, 4096))) == 64 * 2**19 == 32 * 2**20
-    assert memory.compare_temp(meta((8192, 16384))) == memory.COMPARE_TEMP == 64 * correctness.CHUNK  # the cap
-    assert memory.compare_temp(meta((10,))) == 64 * correctness.CHUNK_MIN  # the floor
+    assert memory.compare_temp(meta((8192, 16384))) == memory.COMPARE_TEMP == 64 * 2**22  # the cap
+    assert memory.compare_temp(meta((10,))) == 64 * 2**16  # the floor
+    assert [correctness.chunk_elements(n) for n in (10, 4096 * 4096, 8192 * 16384)] == [2**16, 2**19, 2**22]  # the same chunks
     assert memory.compare_temp(meta((10,), (4096, 4096))) == 64 * 2**19  # the largest output decides
     assert memory.compare_temp(meta((4096, 4096), dtype="complex64")) == 64 * 2**20  # real and imaginary parts
     assert memory.compare_temp(_meta(GIB, 1000)) == 64 * 1000  # no shapes: 64 bytes an output byte, at most COMPARE_TEMP
@@ -316,9 +319,8 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
 
 
 def test_the_estimates_comparison_temporaries_follow_the_comparisons_chunk():
-    from kernelwright.judge import correctness, inputs
+    from kernelwright.judge import inputs
 
-    assert memory.COMPARE_TEMP == 8 * 8 * correctness.CHUNK
     assert memory.DIGEST_TEMP == 16 * inputs.DIGEST_WORDS  # the input check's int64 words and weights per chunk
     assert memory.SLAB_TEMP == inputs.SLAB_BYTES  # and a strided input's slab
     small = memory.estimate(_meta(1000, 10 * GIB), timed=False).candidate  # one-byte inputs widen 16-fold, plus their slab
@@ -438,8 +440,9 @@ def test_a_near_case_has_the_values_it_had_and_holds_one_input_set_at_a_time():
 
     def get_inputs():
         alive_at_draw.append(sum(r() is not None for r in drawn))
-        out = [torch.randn(33, 7), torch.randint(0, 5, (9,)), torch.randn(6, 4, dtype=torch.float64).t(), 3.0, torch.randn(0)]
-        drawn.extend(weakref.ref(t) for t in out if isinstance(t, torch.Tensor))
+        big = torch.randn(1000)  # its 0-dim view below holds it (_base): a patch that kept the view would keep it
+        out = [torch.randn(33, 7), torch.randint(0, 5, (9,)), torch.randn(6, 4, dtype=torch.float64).t(), 3.0, torch.randn(0), big[7]]
+        drawn.extend(weakref.ref(t) for t in [*out, big] if isinstance(t, torch.Tensor))
         return out
 
     problem = types.ModuleType("kw_near_probe")
@@ -461,13 +464,13 @@ def test_a_near_case_has_the_values_it_had_and_holds_one_input_set_at_a_time():
         for g, w in zip(got, want):
             if isinstance(w, torch.Tensor):
                 assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride()
-                assert torch.equal(g.contiguous().view(torch.uint8), w.contiguous().view(torch.uint8))  # bit for bit
+                assert torch.equal(g.reshape(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8))  # bit for bit
             else:
                 assert g == w
         native = inputs.raw_inputs(problem, Case("native", seed), cpu)
-        changed = sum(int((g != n).sum()) for g, n in zip(got[:3], native[:3]))
-        assert 0 < changed <= 2 * NEAR_POSITIONS  # the two floating inputs changed, the integer one did not
-        assert torch.equal(got[1], native[1])
+        assert not torch.equal(got[0], native[0]) and not torch.equal(got[2], native[2])  # each floating input changed
+        assert torch.equal(got[1], native[1])  # the integer one did not
+        assert int((got[0] != native[0]).sum()) <= NEAR_POSITIONS
 
 
 def test_the_judges_own_process_judges_without_importing_torch(tmp_path):
@@ -490,3 +493,52 @@ def test_the_judges_own_process_judges_without_importing_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout[-2000:]
+
+
+def test_the_candidate_childs_near_case_holds_one_input_set_at_a_time(monkeypatch):
+    """child_candidate.run_case for a near case, in this process on the CPU: it draws the other set
+    before the case's own (inputs.near_patch), calls the candidate on the case's tensors, changes
+    them and calls again; no draw starts while another draw's tensors are alive, and the second
+    call sees the reference child's near inputs (inputs.make_inputs) bit for bit."""
+    import types
+    import weakref
+
+    import torch
+
+    from kernelwright.judge import child, child_candidate, inputs
+    from kernelwright.judge.channel import close_fds
+    from kernelwright.judge.inputs import Case
+
+    alive_at_draw: list[int] = []
+    drawn: list[weakref.ref] = []
+
+    def get_inputs():
+        alive_at_draw.append(sum(r() is not None for r in drawn))
+        out = [torch.randn(40, 24), torch.randn(24)]
+        drawn.extend(weakref.ref(t) for t in out)
+        return out
+
+    seen: list[torch.Tensor] = []
+
+    class Model(torch.nn.Module):
+        def forward(self, x, y):
+            seen.append(x.clone())
+            return x @ y
+
+    problem = types.ModuleType("kw_near_child_probe")
+    problem.get_inputs = get_inputs
+    cpu = torch.device("cpu")
+    for name, value in (("problem", problem), ("model", Model()), ("device", cpu), ("check_identities", False)):
+        monkeypatch.setattr(child_candidate.S, name, value)
+    seed = 4242
+    try:
+        reply = child_candidate.run_case({"case": Case("near", seed).to_dict(), "check_inputs": True, "check_flags": False, "poison": False})
+    finally:
+        close_fds(child.OUTBOX)
+        child.OUTBOX.clear()
+    assert "handover" in reply, reply
+    assert alive_at_draw == [0, 0], alive_at_draw  # the other set, then the case's own: never both
+    want = inputs.make_inputs(problem, Case("near", seed), cpu)
+    native = inputs.raw_inputs(problem, Case("native", seed), cpu)
+    assert len(seen) == 2 and torch.equal(seen[0], native[0]) and torch.equal(seen[1], want[0])
+    assert not torch.equal(seen[1], native[0])

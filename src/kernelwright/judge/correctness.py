@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kernelwright.judge.memory import COMPARE_CHUNK, COMPARE_CHUNK_MIN, comparison_chunk
+from kernelwright.judge.memory import COMPARE_CHUNK, comparison_chunk
 
 FIRST_INDICES = 5  # how many mismatching positions a message names
 
@@ -80,7 +80,6 @@ def check_described(ref: torch.Tensor, item: Any, strict: bool) -> str:
 
 
 CHUNK = COMPARE_CHUNK  # elements compared at a time, at most (judge.memory, which says why; tests set a smaller one)
-CHUNK_MIN = COMPARE_CHUNK_MIN
 
 
 def chunk_elements(n: int) -> int:

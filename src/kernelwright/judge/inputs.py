@@ -107,7 +107,10 @@ def near_patch(problem: ModuleType, seed: int, device: torch.device) -> list[Any
     values), where `where` are NEAR_POSITIONS positions drawn from the seed and `values` what
     another get_inputs() draw has there. Drawn before the case's own inputs, the other draw is gone
     when they are made: a near case holds one input set, not two (judge.memory; until 2026-12-04
-    the other set was drawn beside the case's, twice the inputs in both children)."""
+    the other set was drawn beside the case's, twice the inputs in both children). Each draw seeds
+    every generator first, so the values are those of the old order too, unless get_inputs() keeps
+    state of its own between calls (a module-level buffer, a generator it never reseeds); both
+    children draw in the same order either way."""
     other = raw_inputs(problem, Case("native", (seed * 2654435761 + 1) % (2**31 - 1) + 1), device)
     patch: list[Any] = []
     with torch.no_grad():
@@ -118,7 +121,8 @@ def near_patch(problem: ModuleType, seed: int, device: torch.device) -> list[Any
             gen = torch.Generator().manual_seed(seed * 7919 + i + 1)
             flat = torch.randint(src.numel(), (min(NEAR_POSITIONS, src.numel()),), generator=gen)
             where = tuple(w.to(src.device) for w in torch.unravel_index(flat, src.shape))
-            patch.append((tuple(src.shape), where, src[where]))  # indexing by positions copies them
+            got = src[where]  # indexing by positions copies them, except a 0-dim input's, which is a view
+            patch.append((tuple(src.shape), where, got.clone() if src.dim() == 0 else got))
     del other
     return patch
 

@@ -4,7 +4,7 @@
 get_inputs() (I), of the outputs (O), of parameters and buffers (P), and the peak the forward
 allocated (W, inputs and outputs included; CUDA only). One verdict's two children then hold about
 
-    reference: CTX + P + max(I + X + O + max(O, T), (S + 1) I + X + 2 O + T)
+    reference: CTX + P + max(I + X + O + max(O, T), 2 O + T, (S + 1) I + X + 2 O + T)
     candidate: CTX + P + max(I + X + 3 O + D, (S + 1) I + X + 2 O)
 
 where X is the forward's working set beyond its inputs and outputs (W - I - O), T the chunked
@@ -13,7 +13,8 @@ the input check's (judge.inputs: DIGEST_TEMP at most, and a strided input's slab
 output on the GPU: it keeps one in host memory or recomputes it (judge.child_reference), and it
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
 comparison holds the case's recompute (I + X + O) and T; the determinism check at setup and the
-near case's blindness check hold one output beside a forward (I + X + 2 O); when the baselines
+near case's blindness check hold one output beside a forward (I + X + 2 O), then compare the two
+(2 O + T); when the baselines
 are timed, it holds the timing pool (S I) and, re-checking a timed output, that call's inputs,
 recompute and the last timed output beside it (I + O + T more). The pool has S =
 pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step
@@ -161,7 +162,7 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True,
     t = compare_temp(meta)
     d = min(DIGEST_TEMP, 16 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 16-fold; a strided input is copied a slab at a time
     s = pool_slots(i, fresh)
-    ref = CTX + p + max(i + x + o + max(o, t), (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
+    ref = CTX + p + max(i + x + o + max(o, t), 2 * o + t, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
     cand = CTX + p + max(i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)
     return Estimate(ref, cand)
 

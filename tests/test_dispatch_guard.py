@@ -284,7 +284,7 @@ def _torch_calls(fn) -> set[str]:
     return names
 
 
-def test_every_torch_function_the_input_check_calls_is_watched():
+def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_watched():
     """The input check (step inputs_unchanged) runs in the candidate's process: a torch function it
     calls that the candidate replaced at import (a random_ that fills zeros, an empty that hands back
     a shared block) could make a changed input look unchanged. Every one it calls, on every layout,
@@ -303,3 +303,8 @@ def test_every_torch_function_the_input_check_calls_is_watched():
     called = _torch_calls(check)
     assert {"torch.Tensor.random_", "torch.empty", "torch.Tensor.mul_"} <= called  # the trace sees the digest's calls
     assert called <= set(WATCHED), sorted(called - set(WATCHED))
+    # and every other step of the judge's in the candidate child (_judges_steps: inputs of every kind, the pool's
+    # refresh, poison, saves)
+    steps = _torch_calls(lambda: _judges_steps(torch.device("cpu")))
+    assert {"torch.Tensor.set_", "torch.full", "torch.randint"} <= steps
+    assert steps <= set(WATCHED), sorted(steps - set(WATCHED))

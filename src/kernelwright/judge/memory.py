@@ -14,9 +14,9 @@ output on the GPU: it keeps one in host memory or recomputes it (judge.child_ref
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
 comparison holds the case's recompute (I + X + O) and T; the determinism check at setup and the
 near case's blindness check hold one output beside a forward (I + X + 2 O), then compare the two
-(2 O + T); when the baselines
-are timed, it holds the timing pool (S I) and, re-checking a timed output, that call's inputs,
-recompute and the last timed output beside it (I + O + T more). The pool has S =
+(2 O + T); when the baselines are timed, it holds the timing pool (S I) and, re-checking a timed
+output, that call's inputs, recompute and the last timed output beside it (I + O + T more). The
+pool has S =
 pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step
 fresh_inputs; without it, an ablation, POOL_SLOTS while they fit in POOL_BYTES, fewer for larger
 inputs, at least one; `kernelwright baseline` sizes its pool the same way). The candidate child
@@ -30,9 +30,10 @@ allocator's free blocks in place and holds nothing itself (judge.correctness.poi
 Until 2026-12-04 the candidate child also held a copy of the inputs for the input check (I), the
 reference child a copy of the output it compared (O), and each timing child three input sets and
 a refresh (4 I), and a near case two input sets in both children: the softmax example's
-processes peaked at 4.2 times its data without their CUDA contexts (benchmarks/results/memory_h200.md). Before that, the pool's refresh was missed: on
-the H200 an honest candidate of KernelBench's 16 GiB problem then ran out of memory in timing and
-was charged (fddbf70); the attribution below is only as right as this estimate.
+processes peaked at 4.2 times its data without their CUDA contexts
+(benchmarks/results/memory_h200.md). Before that, the pool's refresh was missed: on the H200 an
+honest candidate of KernelBench's 16 GiB problem then ran out of memory in timing and was charged
+(fddbf70); the attribution below is only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
 is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
 caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.

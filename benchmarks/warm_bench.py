@@ -49,6 +49,16 @@ MODES = {  # environment of each way of judging
 }
 
 
+def _host() -> dict[str, Any]:
+    """The host's CPU model and calibration (benchmarks/hostinfo.py, beside this file)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import hostinfo
+
+    return hostinfo.host()
+
+
 def provenance(a: argparse.Namespace) -> dict[str, Any]:
     gpu = driver = None
     if a.device == "cuda":
@@ -58,7 +68,7 @@ def provenance(a: argparse.Namespace) -> dict[str, Any]:
 
     return {"gpu": (gpu or platform.processor() or "cpu").strip(), "driver": (driver or "").strip() or None, "torch": torch.__version__,
             "cuda": torch.version.cuda, "python": platform.python_version(), "commit": a.commit, "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv), "host": _host()}
 
 
 def log_line(a: argparse.Namespace, text: str) -> None:

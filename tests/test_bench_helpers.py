@@ -267,3 +267,14 @@ def test_warm_bench_prebuilds_the_candidate_into_the_cache_the_service_inherits(
     assert first and all(r["ok"] for r in first) and not any(r["cached"] for r in first), first
     assert all(r["ok"] and r["cached"] for r in again), again
     assert (tmp_path / "cache" / "builds").is_dir() and "prebuild" in lines[0]
+
+
+def test_the_benches_provenance_names_the_hosts_cpu_and_its_calibration():
+    """Two runs of one commit on two hosts differ by their CPUs: the provenance says which CPU and
+    how fast it ran a fixed workload."""
+    host = _load("hostinfo").host()
+    assert isinstance(host["cpu_model"], str) and host["cpu_model"]
+    cal = host["calibration"]
+    assert set(cal) == {"python_loop_ms", "sha256_16mib_ms"}
+    assert all(isinstance(v, float) and 0 < v < 60_000 for v in cal.values())
+    assert set(warm._host()) == {"cpu_model", "calibration"}  # what warm_bench's and memory_bench's provenance carry

@@ -1,0 +1,51 @@
+"""The host's CPU in a benchmark's provenance: its model and a fixed calibration workload.
+
+Most of a warm verdict's wall is host work (forks, pipes, Python in the children), so two runs of
+the same commit on two GPU machines of the same kind can differ by what their CPUs do. On the H200
+at 1055d9e a service's first compile (nvcc, no judge code in it) took 1.66 s, at 6b606d6 2.18 s and
+at 2475e8d 2.06 s, and every host phase of a warm verdict moved by about the same share
+(benchmarks/results/warm_h200.md). The calibration here lets a reader tell a slower host from a
+slower judge: the same Python loop and hash on every machine, best of five.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+_HASHED = bytes(range(256)) * (1 << 16)  # 16 MiB
+
+
+def cpu_model() -> str:
+    """The first `model name` of /proc/cpuinfo, or what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def calibration_ms(repeats: int = 5) -> dict[str, float]:
+    """Milliseconds of two fixed workloads, the best of `repeats` each: a Python loop of a million
+    steps (the interpreter) and a SHA-256 of 16 MiB (one core's memory and integer work)."""
+    loop = digest = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i & 7
+        t1 = time.perf_counter()
+        hashlib.sha256(_HASHED).digest()
+        t2 = time.perf_counter()
+        loop, digest = min(loop, (t1 - t0) * 1e3), min(digest, (t2 - t1) * 1e3)
+    return {"python_loop_ms": round(loop, 2), "sha256_16mib_ms": round(digest, 2)}
+
+
+def host() -> dict[str, Any]:
+    """{"cpu_model": ..., "calibration": {...}} for a provenance record."""
+    return {"cpu_model": cpu_model(), "calibration": calibration_ms()}

@@ -213,8 +213,29 @@ class GpuMemory:
                     best = (sum(own.values()), own)
         return best
 
+    def peak_time_of(self, t0: float, t1: float, pids: set[int]) -> float | None:
+        """When (monotonic s) the highest sum over the given processes was sampled (peak_of's sample)."""
+        best: tuple[int, float] | None = None
+        for t, _, each in self.samples:
+            if t0 <= t <= t1:
+                own = sum(v for k, v in each.items() if int(k.rsplit(":", 1)[1]) in pids)
+                if own and (best is None or own > best[0]):
+                    best = (own, t)
+        return best[1] if best else None
+
     def stop(self) -> None:
         self._stop.set()
+
+
+def phase_at(progress_log: list[Any] | None, queued_s: float | None, offset_s: float | None) -> str | None:
+    """The service's last progress message before offset_s (seconds since the request was sent):
+    what the verdict was doing when a memory sample was taken. The log counts from when a worker
+    took the job, so the time queued is added (the request's way there is not: milliseconds)."""
+    if not progress_log or offset_s is None:
+        return None
+    lag = queued_s or 0.0
+    before = [m for t, m in progress_log if t + lag <= offset_s]
+    return before[-1] if before else "before the first progress message"
 
 
 MEM: GpuMemory | None = None
@@ -583,7 +604,9 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     loaded contexts" takes off instead, from each of the verdict's own children, what a process
     holds after running the problem's forward once with every tensor given back
     (loaded_context_mib): the context and the libraries' code, which no data of the problem's or
-    the judge's is."""
+    the judge's is. Each row also says when the peak of the verdict's own children was sampled and
+    the service's progress message then (own_peak_phase): the 50 ms samples alone do not say whether a
+    timed verdict's peak fell in its correctness cases or its timing (memory_h200.md, at 2475e8d)."""
     if getattr(a, "service_proc", None) is not None:  # its idle warm children would count in the peaks below
         a.service_proc.terminate()
         a.service_proc.wait(timeout=60)
@@ -612,6 +635,10 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 # candidate child made ready meanwhile, whose only command is 'warm', nor another
                 # problem's idle reference child)
                 own_peak, own_by = MEM.peak_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else (None, {})
+                # which phase the peak fell in (the 50 ms samples against the service's progress log)
+                t_peak = MEM.peak_time_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else None
+                service = row.get("service") or {}
+                peak_phase = phase_at(service.get("progress_log"), service.get("queued_s"), t_peak - m0 if t_peak is not None else None)
                 own_ex = own_peak - sum(min(ctx, m) for m in own_by.values()) if own_peak is not None and ctx is not None else None
                 own_lx = own_peak - sum(min(loaded, m) for m in own_by.values()) if own_peak is not None and loaded is not None else None
                 r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
@@ -621,7 +648,9 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                      "own_ratio_without_contexts": own_ex / fp_mib if own_ex is not None and fp_mib else None,
                      "loaded_context_mib": loaded, "own_without_loaded_contexts_mib": own_lx,
                      "own_ratio_without_loaded_contexts": own_lx / fp_mib if own_lx is not None and fp_mib else None,
-                     "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes"), "command_peaks_mib": commands}
+                     "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes"), "command_peaks_mib": commands,
+                     "own_peak_at_s": round(t_peak - m0, 3) if t_peak is not None else None, "own_peak_phase": peak_phase,
+                     "progress_log": service.get("progress_log")}
                 rows.append(r)
                 log_line(a, f"memory {name}{' correctness-only' if co else ''}: {row['status']}, footprint {fp_mib and round(fp_mib)} MiB, "
                             f"peak {peak} MiB over {len(held)} processes {by} = {r['ratio'] and round(r['ratio'], 2)}x, "
@@ -629,7 +658,8 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                             f"its own children {own_by}: without contexts {own_ex} MiB = "
                             f"{r['own_ratio_without_contexts'] and round(r['own_ratio_without_contexts'], 2)}x, without loaded contexts "
                             f"{own_lx} MiB = {r['own_ratio_without_loaded_contexts'] and round(r['own_ratio_without_loaded_contexts'], 2)}x; "
-                            f"each child's highest command (allocator peak + staging, MiB): {top_commands(commands)}")
+                            f"each child's highest command (allocator peak + staging, MiB): {top_commands(commands)}; "
+                            f"its own peak at {r['own_peak_at_s']} s, in: {(peak_phase or '?')[:100]}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)

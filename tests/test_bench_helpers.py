@@ -278,3 +278,24 @@ def test_the_benches_provenance_names_the_hosts_cpu_and_its_calibration():
     assert set(cal) == {"python_loop_ms", "sha256_16mib_ms"}
     assert all(isinstance(v, float) and 0 < v < 60_000 for v in cal.values())
     assert set(warm._host()) == {"cpu_model", "calibration"}  # what warm_bench's and memory_bench's provenance carry
+
+
+def test_memory_section_names_the_phase_its_peak_fell_in():
+    """The peak of a verdict's own children, its sample's time and the service's progress message
+    then: the sample of the highest own sum, other processes left out; the log shifted by the time
+    queued."""
+    mem = warm.GpuMemory("cpu")  # no sampling thread: the samples are written here
+    mem.samples = [
+        (10.0, 900, {"reference:1": 400, "candidate:2": 300, "other:9": 200}),
+        (10.5, 1500, {"reference:1": 412, "candidate:2": 386, "other:9": 702}),  # the highest sum of all, not of pids 1 and 2
+        (11.0, 1000, {"reference:1": 412, "candidate:2": 500, "other:9": 88}),
+        (12.0, 1200, {"reference:1": 900, "candidate:2": 900}),  # after the window
+    ]
+    assert mem.peak_of(10.0, 11.5, {1, 2}) == (912, {"reference:1": 412, "candidate:2": 500})
+    assert mem.peak_time_of(10.0, 11.5, {1, 2}) == 11.0
+    assert mem.peak_time_of(10.0, 11.5, {7}) is None
+    log = [[0.01, "problem loaded"], [0.1, "checking correctness on 15 input sets"], [0.8, "timing the candidate"]]
+    assert warm.phase_at(log, 0.2, 1.05) == "timing the candidate"
+    assert warm.phase_at(log, 0.2, 0.95) == "checking correctness on 15 input sets"  # 0.8 + 0.2 queued is after 0.95
+    assert warm.phase_at(log, None, 0.005) == "before the first progress message"
+    assert warm.phase_at(None, 0.0, 1.0) is None and warm.phase_at(log, 0.0, None) is None

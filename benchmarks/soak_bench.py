@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hostinfo  # beside this file, on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "benchmarks" / "soak_problem.py"
 EXPECTED = {"honest_a": "correct", "honest_b": "correct", "crash": "runtime_error", "hang": "timeout", "illegal": "runtime_error"}
@@ -111,23 +113,13 @@ def write_candidates(folder: Path) -> dict[str, Path]:
     return out
 
 
-def _host() -> dict[str, Any]:
-    """The host's CPU model and calibration (benchmarks/hostinfo.py, beside this file)."""
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import hostinfo
-
-    return hostinfo.host()
-
-
 def provenance(a: argparse.Namespace) -> dict[str, Any]:
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True)
     import torch
 
     return {"gpu": smi.stdout.strip(), "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
             "commit": a.commit, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv), "cpus": os.cpu_count(),
-            "llm": "none: the candidates are fixed files written by this script", "host": _host()}
+            "llm": "none: the candidates are fixed files written by this script", "host": hostinfo.host()}
 
 
 class Log:

@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hostinfo  # beside this file: on sys.path when run as a script, and where memory_bench and the tests load it
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent", "memory", "kbprotocol")
 MODES = {  # environment of each way of judging
@@ -47,16 +49,6 @@ MODES = {  # environment of each way of judging
     "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
     "warm": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "2", "KERNELWRIGHT_SPARE_CHILDREN": "auto"},
 }
-
-
-def _host() -> dict[str, Any]:
-    """The host's CPU model and calibration (benchmarks/hostinfo.py, beside this file)."""
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import hostinfo
-
-    return hostinfo.host()
 
 
 def provenance(a: argparse.Namespace) -> dict[str, Any]:
@@ -68,7 +60,7 @@ def provenance(a: argparse.Namespace) -> dict[str, Any]:
 
     return {"gpu": (gpu or platform.processor() or "cpu").strip(), "driver": (driver or "").strip() or None, "torch": torch.__version__,
             "cuda": torch.version.cuda, "python": platform.python_version(), "commit": a.commit, "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv), "host": _host()}
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv), "host": hostinfo.host()}
 
 
 def log_line(a: argparse.Namespace, text: str) -> None:
@@ -181,6 +173,7 @@ class GpuMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
+            asked = time.monotonic()
             try:
                 out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                                      capture_output=True, text=True, timeout=10).stdout
@@ -191,7 +184,8 @@ class GpuMemory:
                 pid, _, mib = (x.strip() for x in line.partition(","))
                 if pid.isdigit() and mib.isdigit():
                     each[f"{self._role(int(pid))}:{pid}"] = int(mib)
-            self.samples.append((time.monotonic(), sum(each.values()), each))
+            # dated halfway through the query (tens of ms): nvidia-smi reads somewhere in between
+            self.samples.append(((asked + time.monotonic()) / 2, sum(each.values()), each))
 
     def peak(self, t0: float, t1: float) -> int | None:
         got = [m for t, m, _ in self.samples if t0 <= t <= t1]
@@ -202,26 +196,17 @@ class GpuMemory:
         got = [(m, e) for t, m, e in self.samples if t0 <= t <= t1]
         return max(got, key=lambda x: x[0])[1] if got else None
 
-    def peak_of(self, t0: float, t1: float, pids: set[int]) -> tuple[int | None, dict[str, int]]:
+    def peak_of(self, t0: float, t1: float, pids: set[int]) -> tuple[int | None, dict[str, int], float | None]:
         """The highest sum over the given processes alone (a verdict's own children), with each
-        one's MiB in that sample."""
-        best: tuple[int | None, dict[str, int]] = (None, {})
+        one's MiB in that sample and when (monotonic s) it was taken: its first sample when the sum
+        stays there."""
+        best: tuple[int | None, dict[str, int], float | None] = (None, {}, None)
         for t, _, each in self.samples:
             if t0 <= t <= t1:
                 own = {k: v for k, v in each.items() if int(k.rsplit(":", 1)[1]) in pids}
                 if own and (best[0] is None or sum(own.values()) > best[0]):
-                    best = (sum(own.values()), own)
+                    best = (sum(own.values()), own, t)
         return best
-
-    def peak_time_of(self, t0: float, t1: float, pids: set[int]) -> float | None:
-        """When (monotonic s) the highest sum over the given processes was sampled (peak_of's sample)."""
-        best: tuple[int, float] | None = None
-        for t, _, each in self.samples:
-            if t0 <= t <= t1:
-                own = sum(v for k, v in each.items() if int(k.rsplit(":", 1)[1]) in pids)
-                if own and (best is None or own > best[0]):
-                    best = (own, t)
-        return best[1] if best else None
 
     def stop(self) -> None:
         self._stop.set()
@@ -634,9 +619,8 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 # its own processes: the children that answered this verdict's commands (not a spare
                 # candidate child made ready meanwhile, whose only command is 'warm', nor another
                 # problem's idle reference child)
-                own_peak, own_by = MEM.peak_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else (None, {})
-                # which phase the peak fell in (the 50 ms samples against the service's progress log)
-                t_peak = MEM.peak_time_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else None
+                # and which phase the peak fell in (the 50 ms samples against the service's progress log)
+                own_peak, own_by, t_peak = MEM.peak_of(m0, time.monotonic(), own_children(commands)) if MEM is not None else (None, {}, None)
                 service = row.get("service") or {}
                 peak_phase = phase_at(service.get("progress_log"), service.get("queued_s"), t_peak - m0 if t_peak is not None else None)
                 own_ex = own_peak - sum(min(ctx, m) for m in own_by.values()) if own_peak is not None and ctx is not None else None

@@ -87,6 +87,44 @@ def test_reference_outputs_are_kept_on_the_host_or_recomputed(monkeypatch):
     S.refs, S.cases = [], []  # nothing of this test's left in the module's state
 
 
+def test_the_near_blindness_check_holds_one_forward_or_two_outputs_not_both(monkeypatch):
+    """The near case's blindness check computes the answer on the unchanged inputs before it brings
+    the near case's reference back, so it never holds that reference beside a whole forward
+    (I + X + 2 O): kept in host memory, or recomputed while the answer waits in host memory, the
+    peak is max(I + X + O, 2 O + T); a recomputed one too large to park still holds I + X + 2 O (the
+    control that shows this test can see the difference). The verdict of the check is the same in
+    all three."""
+    problem = inputs.import_file(str(FIX / "problems" / "relu.py"), "kw_test_relu_near_gpu")
+    monkeypatch.setattr(problem, "ROWS", 4096)
+    monkeypatch.setattr(problem, "COLS", 4096)  # 64 MiB in, 64 MiB out, no working set
+    S = child_reference.S
+    for name, value in (("device", torch.device("cuda")), ("problem", problem), ("model", problem.Model().cuda()),
+                        ("atol", 1e-4), ("rtol", 1e-4), ("tols", [(1e-4, 1e-4)])):
+        monkeypatch.setattr(S, name, value)
+    size = 64 * MIB
+    peaks, blind = {}, {}
+    for how, rate, park_s in (("kept", 1e30, child_reference.NEAR_PARK_S), ("parked", 1.0, 1e30), ("unparked", 1.0, 0.0)):
+        monkeypatch.setattr(child_reference, "HOST_COPY_BYTES_S", rate)
+        monkeypatch.setattr(child_reference, "NEAR_PARK_S", park_s)
+        child_reference._compute_refs([Case("near", 21)])
+        assert (S.refs[0] is child_reference.RECOMPUTE) == (how != "kept")
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        blind[how] = child_reference._near_is_blind(0)
+        torch.cuda.synchronize()
+        peaks[how] = torch.cuda.max_memory_allocated() - base
+    from kernelwright.judge.memory import comparison_chunk
+
+    t = 64 * comparison_chunk(size // 4)  # the comparison's temporaries (judge.memory's T): 32 MiB here
+    assert peaks["kept"] <= 2 * size + t + MIB, peaks  # 2 O + T: the comparison, not a forward beside an output
+    assert peaks["parked"] <= 2 * size + t + MIB, peaks
+    assert peaks["unparked"] >= 3 * size, peaks
+    assert blind == {"kept": False, "parked": False, "unparked": False}
+    S.refs, S.cases = [], []
+
+
 def test_a_reset_reference_child_holds_nothing_but_its_context(monkeypatch):
     """Between evaluations a warm reference child gives back its L2 flush buffer (twice the L2:
     120 MiB on the H200) and cuBLAS's workspace with its cached blocks: an idle warm child of one

@@ -12,9 +12,10 @@ comparison's temporaries (64 bytes an element of a chunk, comparison_chunk) and 
 the input check's (judge.inputs: DIGEST_TEMP at most, and a strided input's slab). The reference child keeps no reference
 output on the GPU: it keeps one in host memory or recomputes it (judge.child_reference), and it
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
-comparison holds the case's recompute (I + X + O) and T; the determinism check at setup and the
-near case's blindness check hold one output beside a forward (I + X + 2 O), then compare the two
-(2 O + T); when the baselines are timed, it holds the timing pool (S I) and, re-checking a timed
+comparison holds the case's recompute (I + X + O) and T; the determinism check at setup holds
+one output beside a forward (I + X + 2 O), then compares the two (2 O + T); the near case's
+blindness check does so only for an output too large to wait in host memory (over about 100 MB,
+child_reference.NEAR_PARK_S; since 2026-12-04), and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds the timing pool (S I) and, re-checking a timed
 output, that call's inputs, recompute and the last timed output beside it (I + O + T more). The
 pool has S =
 pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step

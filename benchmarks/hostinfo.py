@@ -11,6 +11,7 @@ slower judge: the same Python loop and hash on every machine, best of five.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import time
 from pathlib import Path
@@ -46,6 +47,60 @@ def calibration_ms(repeats: int = 5) -> dict[str, float]:
     return {"python_loop_ms": round(loop, 2), "sha256_16mib_ms": round(digest, 2)}
 
 
+def topology() -> dict[str, Any]:
+    """The NUMA nodes' CPUs and each NVIDIA GPU's local CPUs, as the kernel lists them (sysfs)."""
+    nodes, gpus = {}, {}
+    for node in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        try:
+            nodes[node.name] = (node / "cpulist").read_text().strip()
+        except OSError:
+            continue
+    try:
+        buses = sorted(p.name for p in Path("/proc/driver/nvidia/gpus").iterdir())
+    except OSError:
+        buses = []
+    for bus in buses:
+        try:
+            gpus[bus] = (Path("/sys/bus/pci/devices") / bus.lower() / "local_cpulist").read_text().strip()
+        except OSError:
+            gpus[bus] = None
+    return {"numa_nodes": nodes, "gpu_local_cpus": gpus}
+
+
+def keep_off_timing_cpus() -> list[int]:
+    """The judge's CPUs kept for timing (kernelwright.judge.cpus), named in the environment so the
+    services and CLIs this bench starts keep the same ones, and this process (its samplers, the
+    nvidia-smi it starts) moved off them; [] when none are kept."""
+    from kernelwright.judge import cpus
+
+    kept = cpus.timing_cpus(0)
+    if kept:
+        os.environ[cpus.ENV] = ",".join(map(str, kept))
+        cpus.keep_off(os.getpid(), 0)
+    return kept
+
+
+def cpu_seconds() -> dict[str, float]:
+    """The host's CPU time by kind since boot (/proc/stat's first line, in seconds): two readings
+    give the share of a stretch lost to the hypervisor (steal) or spent in interrupts."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:1 + len(names)]
+        tick = os.sysconf("SC_CLK_TCK")
+        return {n: int(v) / tick for n, v in zip(names, fields)}
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each kind's share of the CPU time between two cpu_seconds() readings."""
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    total = sum(delta.values())
+    return {k: round(v / total, 4) for k, v in delta.items()} if total > 0 else {}
+
+
 def host() -> dict[str, Any]:
-    """{"cpu_model": ..., "calibration": {...}} for a provenance record."""
-    return {"cpu_model": cpu_model(), "calibration": calibration_ms()}
+    """{"cpu_model", "calibration", "topology", "timing_cpus"} for a provenance record."""
+    from kernelwright.judge import cpus
+
+    return {"cpu_model": cpu_model(), "calibration": calibration_ms(), "topology": topology(), "timing_cpus": cpus.timing_cpus(0)}

@@ -406,7 +406,8 @@ def timing_diag(row: dict[str, Any]) -> dict[str, Any]:
     span = row.get("span_s") or (None, None)
     return {"runtime_ms": row.get("runtime_ms"), "raw_median_ms": t.get("raw_median_ms"), "overhead_ms": t.get("overhead_ms"),
             "profiler_ms": t.get("profiler_ms"), "n": t.get("n"), "iqr_ms": t.get("iqr_ms"), "charged": charged,
-            "reference": (row.get("workers") or {}).get("reference"), "span_s": span,
+            "reference": (row.get("workers") or {}).get("reference"), "candidate_child": (row.get("workers") or {}).get("candidate"),
+            "timing_cpus": (row.get("workers") or {}).get("timing_cpus"), "span_s": span,
             "timing_began_s": round(span[0] + began, 3) if span[0] is not None and began is not None else None}
 
 
@@ -488,10 +489,11 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
     seq_wall, log_mid = time.perf_counter() - t_seq, _log_size(a, url)
     log_line(a, f"concurrent: {len(jobs)} candidates judged one at a time in {seq_wall:.1f} s (builds, cold references included); "
                 f"statuses {sorted({r['status'] for r in alone.values()})}")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), hostinfo.cpu_seconds()
     with concurrent.futures.ThreadPoolExecutor(a.clients) as pool:
         rows = list(pool.map(lambda j: _remote_once(a, url, j[0], j[1], False, "concurrent"), jobs))
-    wall = time.perf_counter() - t0
+    wall, cpu_shares = time.perf_counter() - t0, hostinfo.shares(cpu0, hostinfo.cpu_seconds())
+    log_line(a, f"concurrent: the host's CPU time by kind while they ran (steal is the hypervisor's): {json.dumps(cpu_shares)}")
     ratios = []
     for (p, c, n), r in zip(jobs, rows):
         r["candidate"], r["example"] = str(c.relative_to(a.work)), n
@@ -514,9 +516,10 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
                 f"statuses {sorted({r['status'] for r in rows})}; {within} of {len(ratios)} medians within 2 % of the same candidate alone "
                 f"(ratios {min(ratios, default=0):.4f}-{max(ratios, default=0):.4f})")
     doc["concurrent"] = {"verdicts": len(rows), "clients": a.clients, "wall_s": wall, "per_minute": 60 * len(rows) / wall,
-                         "sequential_wall_s": seq_wall, "within_2pct": within, "compared": len(ratios),
-                         "rows": [{k: r.get(k) for k in ("example", "candidate", "status", "wall_s", "runtime_ms", "alone_runtime_ms", "ratio_to_alone",
-                                                         "alone_wall_s", "gpu_peak_mib", "diag", "alone_diag")} for r in rows]}
+                         "sequential_wall_s": seq_wall, "within_2pct": within, "compared": len(ratios), "cpu_shares": cpu_shares,
+                         "rows": [{**{k: r.get(k) for k in ("example", "candidate", "status", "wall_s", "runtime_ms", "alone_runtime_ms", "ratio_to_alone",
+                                                            "alone_wall_s", "gpu_peak_mib", "diag", "alone_diag", "service")},
+                                   "alone_service": alone[r["candidate_path"]].get("service")} for r in rows]}
 
 
 def _smi_mib(pid: int) -> int | None:
@@ -778,6 +781,8 @@ def main() -> int:
     ex = ROOT / "examples" / a.device / a.example
     a.problem, a.candidate, a.store = ex / "problem.py", ex, a.work / "store.sqlite"
     os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.work / "cache"))
+    if a.device == "cuda":
+        hostinfo.keep_off_timing_cpus()  # the samplers below and the services started here agree on the judge's timing CPUs
     doc: dict[str, Any] = {"provenance": provenance(a)}
     global MEM
     MEM = GpuMemory(a.device)

@@ -159,6 +159,7 @@ class GpuMemory:
         self.samples: list[tuple[float, int, dict[str, int]]] = []  # (monotonic s, MiB in all, {role:pid: MiB})
         self._roles: dict[int, str] = {}
         self._stop = threading.Event()
+        self.paused = threading.Event()  # set: no nvidia-smi is started (a section that times without it, --quiet-sections)
         self._thread = threading.Thread(target=self._run, daemon=True)
         if self.on:
             self._thread.start()
@@ -173,6 +174,8 @@ class GpuMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
+            if self.paused.is_set():
+                continue
             asked = time.monotonic()
             try:
                 out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
@@ -465,9 +468,15 @@ def sec_concurrent(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     url, own = getattr(a, "service_url", None), None
     if url is None:
         own, url = _service(a, "serve-concurrent")
+    quiet = "concurrent" in a.quiet_sections.split(",") and MEM is not None
+    if quiet:
+        MEM.paused.set()  # no nvidia-smi started every 50 ms while these verdicts time (their rows carry no memory peak)
+        log_line(a, "concurrent: the memory sampler is paused for this section (--quiet-sections)")
     try:
         _concurrent(a, doc, url)
     finally:
+        if quiet:
+            MEM.paused.clear()
         if own is not None:  # the GPU is left to the next section's own service
             own.terminate()
             own.wait(timeout=60)
@@ -770,6 +779,7 @@ def main() -> int:
     p.add_argument("--n-serve-co", type=int, default=6, help="warm correctness-only verdicts through the service")
     p.add_argument("--serve-workers", type=int, default=4)
     p.add_argument("--concurrent-examples", default="softmax,layernorm,elementwise_chain,matmul")
+    p.add_argument("--quiet-sections", default="", help="sections run with the memory sampler paused (no nvidia-smi every 50 ms): concurrent")
     p.add_argument("--n-concurrent", type=int, default=10, help="raw candidates per example in section concurrent")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--work", type=Path, default=None, help="variants, build cache, store and sockets (default: a new temporary folder, "

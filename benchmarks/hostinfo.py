@@ -67,19 +67,6 @@ def topology() -> dict[str, Any]:
     return {"numa_nodes": nodes, "gpu_local_cpus": gpus}
 
 
-def keep_off_timing_cpus() -> list[int]:
-    """The judge's CPUs kept for timing (kernelwright.judge.cpus), named in the environment so the
-    services and CLIs this bench starts keep the same ones, and this process (its samplers, the
-    nvidia-smi it starts) moved off them; [] when none are kept."""
-    from kernelwright.judge import cpus
-
-    kept = cpus.timing_cpus(0)
-    if kept:
-        os.environ[cpus.ENV] = ",".join(map(str, kept))
-        cpus.keep_off(os.getpid(), 0)
-    return kept
-
-
 def cpu_seconds() -> dict[str, float]:
     """The host's CPU time by kind since boot (/proc/stat's first line, in seconds): two readings
     give the share of a stretch lost to the hypervisor (steal) or spent in interrupts."""
@@ -100,7 +87,5 @@ def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 
 
 def host() -> dict[str, Any]:
-    """{"cpu_model", "calibration", "topology", "timing_cpus"} for a provenance record."""
-    from kernelwright.judge import cpus
-
-    return {"cpu_model": cpu_model(), "calibration": calibration_ms(), "topology": topology(), "timing_cpus": cpus.timing_cpus(0)}
+    """{"cpu_model", "calibration", "topology"} for a provenance record."""
+    return {"cpu_model": cpu_model(), "calibration": calibration_ms(), "topology": topology()}

@@ -298,7 +298,6 @@ def main() -> int:
     p.add_argument("--deadline-s", type=float, default=1e9, help="submit no more soak verdicts after this many seconds of the soak")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    hostinfo.keep_off_timing_cpus()  # this process and the service it starts agree on the judge's timing CPUs
     log = Log(a.out / "soak_bench.log")
     from kernelwright.judge.policy import Policy
 

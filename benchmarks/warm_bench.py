@@ -410,7 +410,7 @@ def timing_diag(row: dict[str, Any]) -> dict[str, Any]:
     return {"runtime_ms": row.get("runtime_ms"), "raw_median_ms": t.get("raw_median_ms"), "overhead_ms": t.get("overhead_ms"),
             "profiler_ms": t.get("profiler_ms"), "n": t.get("n"), "iqr_ms": t.get("iqr_ms"), "charged": charged,
             "reference": (row.get("workers") or {}).get("reference"), "candidate_child": (row.get("workers") or {}).get("candidate"),
-            "timing_cpus": (row.get("workers") or {}).get("timing_cpus"), "span_s": span,
+            "span_s": span,
             "timing_began_s": round(span[0] + began, 3) if span[0] is not None and began is not None else None}
 
 
@@ -791,8 +791,6 @@ def main() -> int:
     ex = ROOT / "examples" / a.device / a.example
     a.problem, a.candidate, a.store = ex / "problem.py", ex, a.work / "store.sqlite"
     os.environ.setdefault("KERNELWRIGHT_CACHE", str(a.work / "cache"))
-    if a.device == "cuda":
-        hostinfo.keep_off_timing_cpus()  # the samplers below and the services started here agree on the judge's timing CPUs
     doc: dict[str, Any] = {"provenance": provenance(a)}
     global MEM
     MEM = GpuMemory(a.device)

@@ -28,24 +28,3 @@ def test_device_oom_is_runtime_error_about_memory():
 def test_verdict_names_the_gpu():
     v = judge("relu", "relu_cuda", device="cuda")
     assert v.system.gpu and v.system.driver, v.system
-
-
-def test_a_timed_verdict_names_the_cpus_its_rounds_ran_on():
-    """On a GPU host with enough CPUs the timed rounds run on the CPUs kept for them (judge.cpus);
-    with the keeping turned off the verdict names none and is still timed."""
-    import os
-
-    from conftest import timing_policy
-    from kernelwright.judge import cpus
-
-    kept = cpus.timing_cpus(0)
-    v = judge("relu", "relu_cuda", timing_policy(), device="cuda")
-    assert v.status is Status.CORRECT, v.log
-    assert (v.workers or {}).get("timing_cpus", []) == kept, (v.workers, kept)
-    os.environ[cpus.ENV] = "off"
-    try:
-        off = judge("relu", "relu_cuda", timing_policy(), device="cuda")
-    finally:
-        del os.environ[cpus.ENV]
-    assert off.status is Status.CORRECT and off.runtime_ms, off.log
-    assert "timing_cpus" not in (off.workers or {})

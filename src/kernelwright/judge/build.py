@@ -30,7 +30,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelwright.judge import cpus
 from kernelwright.judge.records import Resources, truncate
 
 log = logging.getLogger(__name__)
@@ -359,7 +358,6 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None,
         )
     except OSError as exc:
         return None, f"could not start {cmd[0]}: {exc}", False
-    cpus.keep_off(proc.pid)  # compilers leave the CPUs kept for timing (judge.cpus)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         return proc.returncode, out, False

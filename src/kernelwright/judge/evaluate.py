@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import cpus, forkpool, refpool, roofline, spares
+from kernelwright.judge import forkpool, refpool, roofline, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -532,8 +532,7 @@ class _Flow:
     def _reference_setup(self, ref: Child, args: dict[str, Any]) -> None:
         try:
             # exclusive when the setup times the empty call (null_switches), shared otherwise
-            timed = "null_switches" in args  # its empty and held calls cap step device_sync's base: timed where the rounds will be (judge.cpus)
-            with self._device("exclusive" if timed else "shared", "loading the problem"), cpus.pinned([ref] if timed else []):
+            with self._device("exclusive" if "null_switches" in args else "shared", "loading the problem"):
                 self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:
             if exc.kind == "problem":

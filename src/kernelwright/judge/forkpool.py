@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge import cpus
 from kernelwright.judge.forkserver import OPTIONAL_ENV
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,6 @@ class ForkServer:
             self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
                                           pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
             theirs.close()
-            cpus.keep_off(self._proc.pid)  # its forks (children, spares) start off the CPUs kept for timing (judge.cpus)
         self.started = time.monotonic()
         threading.Thread(target=self._read, name="kw-forkserver", daemon=True).start()
 

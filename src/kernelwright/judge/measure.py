@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.judge import cpus, memory, stats
+from kernelwright.judge import memory, stats
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child, ChildError
@@ -119,7 +119,6 @@ class TimingOutcome:
     priced_ms: float | None = None
     priced_base_ms: float = 0.0  # what priced_ms added to the candidate's runtime: its harness overhead and tail base
     held_used: dict[str, float] = field(default_factory=dict)  # contenders whose tail base came from held calls, by length (ms)
-    cpus: list[int] = field(default_factory=list)  # the CPUs the timing children ran the rounds on (judge.cpus); empty: not pinned
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -524,6 +523,7 @@ def run_timing(
         raise ValueError("nothing to time: no candidate child and no baselines")
     contenders = ([] if cand is None else ["candidate"]) + (["eager"] + (["compile"] if policy.compile_baseline else []) if baselines else [])
     r = _Rounds(policy, ref, cand, workdir, contenders, lead_us, poison_bytes if policy.enabled("poison") else None, cuda, held, pool_size)
+    cfg = policy.timing
     compile_s = None
     # the warm-up ends with calls through the timing protocol itself, on fresh inputs (timing.rehearse)
     rehearse = {"calls": r.calls(REHEARSAL_CALLS), "switches": r.switches} if policy.enabled("warmup") else None
@@ -543,16 +543,8 @@ def run_timing(
         r.per_call_ms["candidate"] = float(per_call) if _number(per_call) and per_call < 1e9 else 0.0  # sizes batches only
     else:
         say("timing the baselines" + ("" if compile_s is None else f" (torch.compile took {compile_s:.1f} s)"))
-    recheck = policy.enabled("timed_recheck") and cand is not None
-    with cpus.pinned([ref, cand]) as on_cpus:  # the rounds on CPUs nothing else of the judge's uses (judge.cpus)
-        failure, reason = _rounds(r, policy, contenders, null_calls, recheck)
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held, cpus=on_cpus)
-
-
-def _rounds(r: "_Rounds", policy: Policy, contenders: list[str], null_calls: int, recheck: bool) -> tuple[str, str]:
-    """Interleaved rounds until the stopping rule says stop: (a re-check's failure or empty, why they stopped)."""
-    cfg = policy.timing
     t0, failure, reason, order = time.perf_counter(), "", "", list(contenders)
+    recheck = policy.enabled("timed_recheck") and cand is not None
     for round_no in itertools.count():
         for contender in order:
             r.batch(contender, r.batch_size(contender))
@@ -575,7 +567,7 @@ def _rounds(r: "_Rounds", policy: Policy, contenders: list[str], null_calls: int
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return failure, reason
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held)
 
 
 def _recheck(r: _Rounds, n: int) -> str:

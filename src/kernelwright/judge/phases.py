@@ -312,8 +312,6 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     except IdentitiesMoved as exc:
         vb.guard("function_identities", True, str(exc))
         raise Stop(Status.REJECTED, f"the candidate replaced {exc}") from None
-    if outcome.cpus and isinstance(vb.workers, dict):
-        vb.workers["timing_cpus"] = list(outcome.cpus)  # the rounds ran on CPUs kept for them (judge.cpus)
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
     if outcome.recheck_failure:

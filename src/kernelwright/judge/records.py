@@ -123,7 +123,7 @@ class Verdict:
     system: SystemInfo | None = None  # where it ran
     created_at: str = ""  # ISO-8601 UTC
     sanitizer: dict[str, Any] | None = None  # compute-sanitizer findings when asked for (--sanitize); never decides the status
-    workers: dict[str, Any] | None = None  # how the children came: forked or spawned, the reference child new or warm (judge.refpool); the CPUs the timed rounds ran on (judge.cpus)
+    workers: dict[str, Any] | None = None  # how the children came: forked or spawned, the reference child new or warm (judge.refpool)
     memory: dict[str, Any] | None = None  # the verdict's GPU memory: estimate, device size, admission wait (judge.memory)
     schema_version: int = SCHEMA_VERSION  # contract version
 

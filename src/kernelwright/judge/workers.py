@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import cpus, forkpool, replies
+from kernelwright.judge import forkpool, replies
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
@@ -112,20 +112,12 @@ class Child:
             self._proc = self._spawn(theirs.fileno())
         finally:
             theirs.close()
-        if config.device == "cuda":
-            cpus.keep_off(self._proc.pid, config.gpu_index)  # the CPUs kept for timing stay free (judge.cpus)
-        else:
-            cpus.everywhere(self._proc.pid)  # a CPU verdict's kernels run on the host's threads: all of them
         self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock)
         self._exit_sent = False
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
         self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
         self._send_line(self._key.hex())
-
-    @property
-    def pid(self) -> int:
-        return int(self._proc.pid)
 
     @staticmethod
     def env_for(config: ChildConfig) -> dict[str, str]:

@@ -217,7 +217,8 @@ def _near_is_blind(i: int) -> bool:
     The answer on the unchanged inputs is computed first, so its inputs and working set are gone
     before the near case's reference comes back to the device: the check holds I + X + O, then two
     outputs, not the near case's output beside a whole forward (I + X + 2 O, the reference child's
-    highest mark in a verdict until 2026-12-04; memory_h200.md). A near reference that is
+    highest mark in a warm verdict until 2026-12-04; a new child's setup still holds that much for
+    the determinism check; memory_h200.md). A near reference that is
     recomputed needs its own forward, so the answer waits in host memory meanwhile when the round
     trip is cheap (NEAR_PARK_S); a larger one stays on the device, as before."""
     if S.refs[i] is None:

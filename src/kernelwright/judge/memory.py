@@ -14,8 +14,9 @@ output on the GPU: it keeps one in host memory or recomputes it (judge.child_ref
 reads the candidate's output in place from its staging area (judge.handover.taken), so a
 comparison holds the case's recompute (I + X + O) and T; the determinism check at setup holds
 one output beside a forward (I + X + 2 O), then compares the two (2 O + T); the near case's
-blindness check does so only for an output too large to wait in host memory (over about 100 MB,
-child_reference.NEAR_PARK_S; since 2026-12-04), and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds the timing pool (S I) and, re-checking a timed
+blindness check does so only when the near reference is recomputed and the output is too large
+to wait in host memory meanwhile (over about 100 MB, child_reference.NEAR_PARK_S; since
+2026-12-04), and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds the timing pool (S I) and, re-checking a timed
 output, that call's inputs, recompute and the last timed output beside it (I + O + T more). The
 pool has S =
 pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step
@@ -37,7 +38,9 @@ honest candidate of KernelBench's 16 GiB problem then ran out of memory in timin
 (fddbf70); the attribution below is only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
 is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
-caching allocators reserve, which is what nvidia-smi shows and what another process cannot have.
+caching allocators reserve: what another process cannot have. nvidia-smi shows the same, except
+for memory the allocator does not see (on the H200, 64 MiB in the matmul example's reference
+child, not yet explained: benchmarks/results/memory_h200.md).
 
 **Too large.** A problem whose estimate exceeds the device's memory is refused before any case
 runs, as a problem error naming both figures.

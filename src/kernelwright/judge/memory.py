@@ -16,12 +16,11 @@ comparison holds the case's recompute (I + X + O) and T; the determinism check a
 one output beside a forward (I + X + 2 O), then compares the two (2 O + T); the near case's
 blindness check does so only when the near reference is recomputed and the output is too large
 to wait in host memory meanwhile (over about 100 MB, child_reference.NEAR_PARK_S; since
-2026-12-04), and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds the timing pool (S I) and, re-checking a timed
-output, that call's inputs, recompute and the last timed output beside it (I + O + T more). The
-pool has S =
-pool_slots(I) input sets: one, into which every timed call's fresh values go in place (step
-fresh_inputs; without it, an ablation, POOL_SLOTS while they fit in POOL_BYTES, fewer for larger
-inputs, at least one; `kernelwright baseline` sizes its pool the same way). The candidate child
+2026-12-04), and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds
+the timing pool (S I) and, re-checking a timed output, that call's inputs, recompute and the last
+timed output beside it (I + O + T more). The pool has S = pool_slots(I) input sets: one, into
+which every timed call's fresh values go in place (step fresh_inputs; without it, an ablation,
+POOL_SLOTS while they fit in POOL_BYTES, fewer for larger inputs, at least one; `kernelwright baseline` sizes its pool the same way). The candidate child
 holds a case's inputs (I), its forward (X + O), the staging area (O), one block an output's size
 that poison may add (O) and the input check's temporaries (D; it keeps a keyed digest of the
 inputs, no copy of them), or, when timed, the pool and a refresh's fresh set ((S + 1) I: a refresh

@@ -132,4 +132,4 @@ def test_the_verdict_says_how_its_workers_came():
     second, _ = _judge("rowsum_wrong")
     assert first.workers["reference"] == "new" and first.workers["reference_evaluations"] == 1
     assert second.workers == {"children": first.workers["children"], "reference": "warm", "reference_evaluations": 2,
-                              "candidate": "new"}  # spare candidate children are CUDA's by default (test_spares.py)
+                              "candidate": "new", "retimed": 0}  # spare candidate children are CUDA's by default (test_spares.py)

@@ -215,6 +215,8 @@ class _Flow:
         self.cache_note = ""  # why cached baselines were measured after all (step interleave)
         self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
+        self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's build folder)
+        self.retimed: list[float] = []  # per timing window not priced: how far (ms) its candidate child's own tail sat above its base
 
     def run(self) -> Verdict:
         clean = False  # a verdict reached: the reference child may serve the next evaluation
@@ -313,14 +315,15 @@ class _Flow:
         self.say("starting the children")
         builder = self._child("candidate", self._extension_env()) if ext else None
         t_cand = time.perf_counter()
-        cand = self._child("candidate", self._extension_env() if ext else {})
+        self.cand_env = self._extension_env() if ext else {}
+        cand = self._child("candidate", self.cand_env)
         cand_s = time.perf_counter() - t_cand  # its start (a fork or a spawn), or a spare's taking
         ref, how = self._reference()  # before the build child runs candidate code
         how = f"{how}; the candidate child {'taken' if self.candidate_child == 'spare' else 'started'} in {cand_s:.2f} s"
         warm = self.warm_ref
         self.vb.workers = {"children": "forked" if isinstance(cand._proc, forkpool.Forked) else "spawned",
                            "reference": "warm" if warm and warm.uses else "new", "reference_evaluations": (warm.uses + 1) if warm else 1,
-                           "candidate": self.candidate_child}
+                           "candidate": self.candidate_child, "retimed": 0}
         if builder is not None and not self._build_extension(builder):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()
@@ -567,6 +570,17 @@ class _Flow:
             moved = moved_names(self.cand_meta["identities_moved"])
             self.vb.guard("function_identities", True, f"after the import: {moved}")
             raise Stop(Status.REJECTED, f"the candidate replaced {moved} when imported")
+
+    def fresh_candidate(self, old: Child) -> Child:
+        """Another candidate child for a timing window timed again (phases.timing_phase): the old
+        one closed first, so its device memory is back before the new one's is made; the new one
+        (a spare, or forked) imports the candidate as the first did. The caller audits one forward
+        in it before timing."""
+        old.request_exit()
+        old.close()
+        cand = self._child("candidate", self.cand_env)
+        self._candidate_setup(cand)
+        return cand
 
     def child_stop(self, exc: ChildError, doing: str) -> Stop:
         """Map a child failure to a verdict status (a reference child's failure is the judge's)."""

@@ -108,10 +108,11 @@ def samples_in_log(text: str) -> list[dict[str, Any]]:
 
 def by_candidate(records: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
     """Each record by its (problem hash, candidate hash); None where one pair was priced more than
-    once, since which of its verdicts a record belongs to cannot then be told."""
+    once, since which of its verdicts a record belongs to cannot then be told. A window the judge
+    timed again (marked superseded, judge.phases) was not priced and is skipped."""
     found: dict[str, dict[str, Any] | None] = {}
     for rec in records:
-        if rec.get("candidate_hash"):
+        if rec.get("candidate_hash") and not rec.get("superseded"):
             key = f"{rec.get('problem_hash')}:{rec['candidate_hash']}"
             found[key] = None if key in found else rec
     return found

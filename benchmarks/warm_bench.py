@@ -410,6 +410,7 @@ def timing_diag(row: dict[str, Any]) -> dict[str, Any]:
     return {"runtime_ms": row.get("runtime_ms"), "raw_median_ms": t.get("raw_median_ms"), "overhead_ms": t.get("overhead_ms"),
             "profiler_ms": t.get("profiler_ms"), "n": t.get("n"), "iqr_ms": t.get("iqr_ms"), "charged": charged,
             "reference": (row.get("workers") or {}).get("reference"), "candidate_child": (row.get("workers") or {}).get("candidate"),
+            "retimed": (row.get("workers") or {}).get("retimed"),
             "span_s": span,
             "timing_began_s": round(span[0] + began, 3) if span[0] is not None and began is not None else None}
 

@@ -100,6 +100,8 @@ def test_charge_replay_reads_records_from_a_log_and_keys_them_by_verdict():
     assert [r["candidate_hash"] for r in recs] == ["a", "c", "c"]  # the line cut short is skipped
     keyed = replay.by_candidate(recs + [{**_record("a", 2), "problem_hash": "q"}])
     assert sorted(keyed) == ["p:a", "p:c", "q:a"] and keyed["p:c"] is None  # priced twice: whose record is which cannot be told
+    retimed = replay.by_candidate([{**_record("d", 30), "superseded": True}, _record("d", 2)])
+    assert retimed["p:d"] == _record("d", 2)  # the window timed again was not priced: the last one is the verdict's
 
 
 def test_charge_replay_summarizes_a_record_with_and_without_the_charge():

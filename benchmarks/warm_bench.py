@@ -556,6 +556,28 @@ def bare_context_mib() -> int | None:
         proc.wait()
 
 
+def flush_buffer_mib() -> float | None:
+    """The size of the timing protocol's L2 flush buffer (judge.timing.flush_l2: twice the L2, as
+    int32), read from the device in a process of its own; None without a GPU."""
+    code = "import torch; print(2 * int(torch.cuda.get_device_properties(0).L2_cache_size) // 4 * 4)"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return int(out.stdout.strip().splitlines()[-1]) / 2**20
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def flush_buffers_at(correctness_only: bool, phase: str | None) -> int:
+    """How many of a verdict's own children held a flush buffer at its peak: none in a
+    correctness-only verdict (counted so, its reference child's, if it holds one, stays in); in a
+    timed one the reference child's (made before candidate code runs), and the candidate child's
+    once its timing set-up began (the progress message 'warming up the candidate' or later)."""
+    if correctness_only:
+        return 0
+    with_candidate = ("warming up the candidate", "timed ", "profiled", "the candidate child's own calls")
+    return 2 if (phase or "").startswith(with_candidate) else 1
+
+
 LOADED_CONTEXT = """
 import sys, time, torch
 from kernelwright.judge import inputs
@@ -610,7 +632,8 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
         a.service_proc.wait(timeout=60)
         a.service_proc = a.service_url = None
     ctx = bare_context_mib() if a.device == "cuda" else None
-    log_line(a, f"memory: a bare CUDA context holds {ctx} MiB")
+    flush = flush_buffer_mib() if a.device == "cuda" else None
+    log_line(a, f"memory: a bare CUDA context holds {ctx} MiB; the timing protocol's L2 flush buffer is {flush} MiB")
     proc, url = _service(a, "serve-memory")
     rows = []
     try:
@@ -638,6 +661,8 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                 peak_phase = phase_at(service.get("progress_log"), service.get("queued_s"), t_peak - m0 if t_peak is not None else None)
                 own_ex = own_peak - sum(min(ctx, m) for m in own_by.values()) if own_peak is not None and ctx is not None else None
                 own_lx = own_peak - sum(min(loaded, m) for m in own_by.values()) if own_peak is not None and loaded is not None else None
+                n_flush = flush_buffers_at(co, peak_phase)
+                own_fx = own_ex - n_flush * flush if own_ex is not None and flush is not None else None
                 r = {"example": name, "correctness_only": co, "status": row["status"], "wall_s": row["wall_s"], "footprint_mib": fp_mib,
                      "peak_mib": peak, "by_process_mib": by, "processes": len(held), "context_mib": ctx, "peak_without_contexts_mib": ex,
                      "ratio": peak / fp_mib if peak and fp_mib else None, "ratio_without_contexts": ex / fp_mib if ex is not None and fp_mib else None,
@@ -645,6 +670,8 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                      "own_ratio_without_contexts": own_ex / fp_mib if own_ex is not None and fp_mib else None,
                      "loaded_context_mib": loaded, "own_without_loaded_contexts_mib": own_lx,
                      "own_ratio_without_loaded_contexts": own_lx / fp_mib if own_lx is not None and fp_mib else None,
+                     "flush_buffer_mib": flush, "flush_buffers_at_peak": n_flush, "own_without_contexts_and_flush_mib": own_fx,
+                     "own_ratio_without_contexts_and_flush": own_fx / fp_mib if own_fx is not None and fp_mib else None,
                      "estimate_bytes": (row.get("memory") or {}).get("estimate_bytes"), "command_peaks_mib": commands,
                      "own_peak_at_s": round(t_peak - m0, 3) if t_peak is not None else None, "own_peak_phase": peak_phase,
                      "progress_log": service.get("progress_log")}
@@ -655,12 +682,14 @@ def sec_memory(a: argparse.Namespace, doc: dict[str, Any]) -> None:
                             f"its own children {own_by}: without contexts {own_ex} MiB = "
                             f"{r['own_ratio_without_contexts'] and round(r['own_ratio_without_contexts'], 2)}x, without loaded contexts "
                             f"{own_lx} MiB = {r['own_ratio_without_loaded_contexts'] and round(r['own_ratio_without_loaded_contexts'], 2)}x; "
+                            f"without contexts and {n_flush} flush buffer(s) {own_fx} MiB = "
+                            f"{r['own_ratio_without_contexts_and_flush'] and round(r['own_ratio_without_contexts_and_flush'], 3)}x; "
                             f"each child's highest command (allocator peak + staging, MiB): {top_commands(commands)}; "
                             f"its own peak at {r['own_peak_at_s']} s, in: {(peak_phase or '?')[:100]}")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    doc["memory"] = {"context_mib": ctx, "rows": rows}
+    doc["memory"] = {"context_mib": ctx, "flush_buffer_mib": flush, "rows": rows}
 
 
 def sec_kbprotocol(a: argparse.Namespace, doc: dict[str, Any]) -> None:

@@ -315,3 +315,14 @@ def test_memory_section_names_the_phase_its_peak_fell_in():
     assert warm.phase_at(log, 0.2, 0.95) == "checking correctness on 15 input sets"  # 0.8 + 0.2 queued is after 0.95
     assert warm.phase_at(log, None, 0.005) == "before the first progress message"
     assert warm.phase_at(None, 0.0, 1.0) is None and warm.phase_at(log, 0.0, None) is None
+
+
+def test_memory_rows_count_the_flush_buffers_held_at_the_peak():
+    """A timed verdict's reference child holds its flush buffer from its set-up, the candidate
+    child from its timing set-up; a correctness-only row takes none off."""
+    assert warm.flush_buffers_at(True, "timed 24 candidate calls") == 0
+    assert warm.flush_buffers_at(False, "checking correctness on 15 input sets") == 1
+    assert warm.flush_buffers_at(False, "importing the candidate") == 1
+    assert warm.flush_buffers_at(False, None) == 1
+    for phase in ("warming up the candidate (baselines ready)", "timed 24 candidate calls (stop)", "profiled; applying the timing guards"):
+        assert warm.flush_buffers_at(False, phase) == 2

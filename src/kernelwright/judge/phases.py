@@ -475,9 +475,10 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
               + (f"; the candidate's median call came {statistics.median(late) * 1e3:.3g} us late, more than the guard's "
                  f"{threshold * 1e3:.3g} us (the margin, or {GUARD_LATE_SHARE:g} of the call if more), and the "
                  f"charge moved its median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
-    if flow.retimed:
+    retimed = getattr(flow, "retimed", None) or []  # a flow made by hand (tests) may lack it
+    if retimed:
         detail += ("; this is the window timed in a fresh candidate child: in the one before, the candidate child's own tail sat "
-                   + ", ".join(f"{x * 1e3:.3g} us" for x in flow.retimed)
+                   + ", ".join(f"{x * 1e3:.3g} us" for x in retimed)
                    + f" above its base (more than {RETIME_EXCESS_MS * 1e3:g} us), and that window was not priced")
     vb.step("device_sync", True, detail)
     vb.guard("device_sync", fired, detail)

@@ -111,7 +111,8 @@ def _ours(problem: Path, cand: Path, log: Path, env: dict, samples: bool = False
         from charge_replay import samples_in_log
 
         found = samples_in_log(proc.stderr)
-        verdict["_samples"] = found[0] if found else None
+        priced = [rec for rec in found if not rec.get("superseded")]  # a window timed again was not priced
+        verdict["_samples"] = priced[-1] if priced else None
     return t, verdict
 
 

@@ -67,7 +67,8 @@ def _keep_samples(zoo) -> None:
 
     def row(verdict):
         r = plain(verdict)
-        r["samples"] = json.loads(caught[0]) if caught else None
+        priced = [rec for rec in map(json.loads, caught) if not rec.get("superseded")]  # a window timed again was not priced
+        r["samples"] = priced[-1] if priced else None
         caught.clear()
         return r
 

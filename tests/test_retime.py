@@ -96,6 +96,7 @@ def test_a_verdict_not_timed_again_says_zero():
 def test_a_candidate_wrong_only_in_the_second_child_is_caught_by_the_timed_recheck(forced):
     v, _ = _judge_said("rowsum_wrong_when_retimed")
     assert v.status.value == "incorrect", v.log
+    assert v.workers["retimed"] == 1  # said even when the second window ends the verdict
     assert any(g.name == "timed_recheck" and g.fired for g in v.guards)
 
 
@@ -107,12 +108,83 @@ def test_the_same_candidate_is_correct_when_no_window_is_timed_again():
 def test_a_candidate_that_computes_with_torch_only_in_the_second_child_is_refused_by_its_audit(forced):
     v, _ = _judge_said("rowsum_torch_when_retimed", timing_policy(allow_torch_compute=False))
     assert v.status.value == "rejected", v.log
+    assert v.workers["retimed"] == 1
     assert any(g.name == "op_audit" and g.fired for g in v.guards)
 
 
 def test_that_candidate_passes_the_audit_when_no_window_is_timed_again():
     v = judge("rowsum", "rowsum_torch_when_retimed", timing_policy(allow_torch_compute=False))
     assert v.status.value == "correct", v.log
+
+
+def test_the_second_window_is_the_one_priced_and_the_first_child_is_gone_before_the_next(forced, monkeypatch, caplog):
+    """A spy on the windows and on the children: the verdict's call count is the second window's,
+    the first candidate child was closed before another was asked for, and the first window's
+    per-call record is logged marked superseded."""
+    import logging
+
+    from kernelwright.judge import evaluate as ev
+
+    windows, order = [], []
+    real_window, real_child = phases._timed_window, ev._Flow._child
+
+    def window(flow, ref, cand, baselines):
+        out = real_window(flow, ref, cand, baselines)
+        s = out.samples["candidate"]
+        del s.times_ms[len(windows) + 3:]  # the two windows told apart by their call counts: 3, then 4
+        windows.append((cand, len(s.times_ms)))
+        return out
+
+    def child(self, role, extra_env=None):
+        if role == "candidate" and windows:  # asked for the second window's child
+            order.append((windows[0][0]._closed, windows[0][0] in self.children))
+        return real_child(self, role, extra_env)
+
+    monkeypatch.setattr(phases, "_timed_window", window)
+    monkeypatch.setattr(ev._Flow, "_child", child)
+    caplog.set_level(logging.DEBUG, logger="kernelwright.judge.phases")
+    v, _ = _judge_said("rowsum_correct")
+    assert v.status.value == "correct", v.log
+    assert [n for _, n in windows] == [3, 4] and v.timing.n == 4
+    first_child = windows[0][0]
+    assert first_child is not windows[1][0] and first_child._closed
+    assert order == [(True, False)]  # closed, and out of the flow's children, before the next was asked for
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases.SAMPLES_PREFIX)]
+    assert len(lines) == 2 and '"superseded": true' in lines[0] and "superseded" not in lines[1]
+
+
+def test_a_spare_can_serve_the_second_window(forced, monkeypatch):
+    from kernelwright.judge import spares
+
+    monkeypatch.setenv("KERNELWRIGHT_SPARE_CHILDREN", "on")
+    spares.POOL.close()
+    try:
+        judge("rowsum", "rowsum_correct", timing_policy())  # leaves a spare for the next evaluation
+        assert spares.POOL.wait_idle()
+        v, said = _judge_said("rowsum_correct")
+        assert v.status.value == "correct", v.log
+        assert v.workers["retimed"] == 1 and v.workers["candidate"] in ("spare", "new")
+        assert any("spare candidate child" in m for m in said)  # the first window's child was the spare, released after
+        assert sum(m.startswith("importing the candidate") for m in said) == 2
+    finally:
+        spares.POOL.wait_idle()
+        spares.POOL.close()
+
+
+def test_the_second_window_is_priced_no_lower_than_the_first_windows_stream_median():
+    from kernelwright.judge.records import Timing
+    from kernelwright.judge.verdicts import VerdictBuilder
+
+    vb = VerdictBuilder(problem=SimpleNamespace(name="p", hash="h"), policy=Policy(), device="cuda")
+    vb.numbers.update(phases._speedups(0.260, 0.300, None))
+    vb.timing = Timing(n=24, median_ms=0.260, iqr_ms=0.001, wall_ms=None, profiler_ms=None, overhead_ms=0.002, raw_median_ms=0.262)
+    vb.step("device_sync", True, "device-wide synchronize")
+    flow = SimpleNamespace(vb=vb)
+    phases._floor_from_first_window(flow, 0.270)
+    assert vb.numbers["runtime_ms"] == pytest.approx(0.268) and vb.numbers["speedup_vs_eager"] == pytest.approx(0.300 / 0.268)
+    assert "median stream time, 0.268 ms" in vb.steps["device_sync"].reason
+    phases._floor_from_first_window(flow, 0.250)  # lower than the price: nothing moves
+    assert vb.numbers["runtime_ms"] == pytest.approx(0.268)
 
 
 @pytest.mark.gpu

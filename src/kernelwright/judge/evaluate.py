@@ -578,7 +578,14 @@ class _Flow:
         in it before timing."""
         old.request_exit()
         old.close()
+        if old in self.children:
+            self.children.remove(old)  # reaped: nothing may signal its pid again
+        for spare in [s for s in self.spares_taken if s.child is old]:
+            spare.release()  # its folder and its memory reservation go with it
+            self.spares_taken.remove(spare)
+        self.candidate_child = "new"
         cand = self._child("candidate", self.cand_env)
+        self.vb.workers["candidate"] = self.candidate_child  # the child whose window is priced
         self._candidate_setup(cand)
         return cand
 

@@ -48,8 +48,10 @@ HELD_BAND = 1.5  # held calls count for a contender only within this factor of i
 # concurrent runs on the H200 (warm_h200_*_concurrent_samples.json, 2026-12-04) the high reading
 # came with 25 of the 29 windows the charge moved by more than 1 %, in 15 % of windows; one process
 # at a time reads high (the reference child beside it in the same rounds mostly did not), so a
-# fresh process is a fresh draw. Candidate code that raises its own tails gains nothing from it:
-# the next window is priced by the same capped rule.
+# fresh process is a fresh draw. Candidate code sees its own times and can raise its own tails, so
+# it could ask for a second window only when the first went badly: the second is priced no lower
+# than the first's median stream time (phases._floor_from_first_window), which leaves that choice
+# worth at most the first window's charge.
 RETIME_EXCESS_MS = 0.010
 RETIMES = 1
 

@@ -326,3 +326,22 @@ def test_memory_rows_count_the_flush_buffers_held_at_the_peak():
     assert warm.flush_buffers_at(False, None) == 1
     for phase in ("warming up the candidate (baselines ready)", "timed 24 candidate calls (stop)", "profiled; applying the timing guards"):
         assert warm.flush_buffers_at(False, phase) == 2
+
+
+def test_retime_replay_redraws_only_the_windows_its_trigger_picks(tmp_path):
+    """Two candidates, each alone and concurrent: one pair 7.5 % apart by the charge (its
+    concurrent window 30 us late), the other level. With no trigger the replay finds the recorded
+    pair outside 2 %; with the charge trigger only that window is timed again (a quarter of the
+    windows), drawn from the same problem's windows, three of four of them uncharged."""
+    import json
+
+    retime = _load("retime_replay")
+    rows = [{"label": f"variants/softmax/{v} ({kind}, correct)", "status": "correct", "record": _record(v, late)}
+            for v, kind, late in (("v0", "alone", 0), ("v0", "concurrent", 30), ("v1", "alone", 0), ("v1", "concurrent", 0))]
+    path = tmp_path / "concurrent_samples.json"
+    path.write_text(json.dumps({"provenance": {}, "samples_by_verdict": rows}))
+    pairs = retime.windows([path])
+    assert len(pairs) == 2 and pairs[(path.name, "softmax", "v0")]["concurrent"][1] == pytest.approx(20 / 266 * 100, rel=1e-3)  # less the 4 us harness overhead
+    assert retime.simulate(pairs, retime.TRIGGERS["none"], 10, 1) == {"pairs_outside_2pct": 1.0, "windows_timed_again": 0.0}
+    got = retime.simulate(pairs, retime.TRIGGERS["charge>1"], 400, 1)
+    assert got["windows_timed_again"] == 0.25 and 0.1 < got["pairs_outside_2pct"] < 0.45

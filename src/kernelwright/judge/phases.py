@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import memory, ops, provenance, stats
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.measure import (NULL_CALLS, RETIME_EXCESS_MS, RETIMES, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
+from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
                                         wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
@@ -295,7 +295,8 @@ def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) ->
 
 def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     """Time the candidate and the baselines; apply the timing guards; fill the numbers. A window
-    whose own instrument reads high (_reads_high) is timed again in a fresh candidate child."""
+    whose price step device_sync's charge moved too far (_charge_share) is timed again in a fresh
+    candidate child."""
     policy, vb = flow.policy, flow.vb
     cached = _cached_baselines(flow) if policy.baselines == "cached" else None
     _record_timing_steps(flow, cached)
@@ -304,16 +305,16 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     outcome = _timed_window(flow, ref, cand, baselines)
     floor: float | None = None  # the lowest median stream time of a window not priced
     for _ in range(RETIMES):
-        excess = _reads_high(flow, outcome)
-        if excess is None:
+        share = _charge_share(flow, outcome)
+        if share is None:
             break
-        flow.retimed.append(excess)
+        flow.retimed.append(share)
         vb.workers["retimed"] = len(flow.retimed)
         first = statistics.median(outcome.samples["candidate"].times_ms)
         floor = first if floor is None else min(floor, first)
         _log_samples(flow, outcome, superseded=True)
-        flow.say(f"the candidate child's own calls of the judge's kernels came {excess * 1e3:.3g} us later than the base they are "
-                 "held to: timing again in a fresh candidate child (this window is not priced)")
+        flow.say(f"step device_sync's charge for late device-wide ends moved the candidate's median by {share * 100:.2g} % (more "
+                 f"than {RETIME_CHARGE_SHARE * 100:g} %): timing again in a fresh candidate child (this window is not priced)")
         cand = flow.fresh_candidate(cand)
         _record_timing_steps(flow, cached)  # the lead spin's note is the new child's
         _op_audit(flow, ref, cand, retimed=True)
@@ -379,19 +380,23 @@ def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> An
     return outcome
 
 
-def _reads_high(flow: "_Flow", outcome: Any) -> float | None:
-    """How far (ms) the candidate child's own tail in this window sat above the base step
-    device_sync holds it to (measure.TimingOutcome.own_excess), when that is more than
-    measure.RETIME_EXCESS_MS; None otherwise, and on the CPU backend, with step device_sync off or
-    without empty calls timed the device-wide way in both children."""
+def _charge_share(flow: "_Flow", outcome: Any) -> float | None:
+    """How far step device_sync's charge (measure.TimingOutcome.charged) moved the candidate's
+    median in this window, as a share of its median stream time, when that is more than
+    measure.RETIME_CHARGE_SHARE; None otherwise, and on the CPU backend, with step device_sync off
+    or without empty calls timed the device-wide way in both children (then every call's
+    device-wide time counts, and there is no charge to read)."""
     if flow.device != "cuda" or not flow.policy.enabled("device_sync"):
         return None
     s = outcome.samples.get("candidate")
-    if s is None or not s.synced_ms or not all(outcome.null_synced_ms.get(k) for k in ("reference", "candidate")):
+    if s is None or not s.times_ms or len(s.synced_ms) != len(s.times_ms) or not all(
+            outcome.null_synced_ms.get(k) for k in ("reference", "candidate")):
         return None
     bases = outcome.tail_bases(flow.meta.get("null_tail_before_ms"), flow.meta.get("held_tail_before_ms"))
-    excess = outcome.own_excess(bases)
-    return excess if excess is not None and excess > RETIME_EXCESS_MS else None
+    charged, _, _ = outcome.charged("candidate", bases["candidate"])
+    stream = statistics.median(s.times_ms)
+    share = statistics.median(charged) / stream - 1 if stream > 0 else 0.0
+    return share if share > RETIME_CHARGE_SHARE else None
 
 
 def _log_samples(flow: "_Flow", outcome: Any, superseded: bool = False) -> None:
@@ -503,9 +508,9 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
                  f"charge moved its median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
     retimed = getattr(flow, "retimed", None) or []  # a flow made by hand (tests) may lack it
     if retimed:
-        detail += ("; this is the window timed in a fresh candidate child: in the one before, the candidate child's own tail sat "
-                   + ", ".join(f"{x * 1e3:.3g} us" for x in retimed)
-                   + f" above its base (more than {RETIME_EXCESS_MS * 1e3:g} us), and that window was not priced")
+        detail += ("; this is the window timed in a fresh candidate child: in the one before, the charge moved the candidate's "
+                   "median by " + ", ".join(f"{x * 100:.2g} %" for x in retimed)
+                   + f" (more than {RETIME_CHARGE_SHARE * 100:g} %), and that window was not priced")
     vb.step("device_sync", True, detail)
     vb.guard("device_sync", fired, detail)
     return out, (device, bases)

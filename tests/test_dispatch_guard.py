@@ -308,3 +308,22 @@ def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_wa
     steps = _torch_calls(lambda: _judges_steps(torch.device("cpu")))
     assert {"torch.Tensor.set_", "torch.full", "torch.randint"} <= steps
     assert steps <= set(WATCHED), sorted(steps - set(WATCHED))
+
+
+@pytest.mark.parametrize("words,block", [(5, 3), (8, 4), (1 << 20, 1 << 16)])
+def test_the_input_digest_is_the_weighted_sum_it_documents(words, block, monkeypatch):
+    """The digest is sum_j w_j x_j over the tensor's 16-bit words, each chunk's weights drawn from
+    its own seed: recomputed here in Python integers, word by word, it is the same number."""
+    monkeypatch.setattr(inputs, "DIGEST_WORDS", words)
+    monkeypatch.setattr(inputs, "DIGEST_BLOCK", block)
+    x = torch.randn(37, 11)
+    key, index = 2**61 + 99, 3
+    w16 = x.reshape(-1).view(torch.uint8).view(torch.int16).tolist()
+    step, want = min(words, inputs.DIGEST_WORDS_CPU), 0
+    gen = torch.Generator()
+    for chunk, start in enumerate(range(0, len(w16), step)):
+        part = w16[start:start + step]
+        gen.manual_seed((key + 1_000_003 * index + 7919 * chunk) % (1 << 63))
+        weights = torch.empty(len(part), dtype=torch.int64).random_(1, 2**31, generator=gen).tolist()
+        want += sum(w * v for w, v in zip(weights, part))
+    assert inputs._digest(x, key, index) == want

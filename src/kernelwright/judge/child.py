@@ -98,7 +98,7 @@ WATCHED = (
     "torch.Tensor.conj", "torch.Tensor.int_repr", "torch.Generator", "torch.Generator.manual_seed",
     # the digest's scratch block and its weights' draw, and its conjugation test (found unwatched in review, 2026-12-04:
     # a random_ that fills zeros made every digest agree; tests/test_dispatch_guard.py now traces what the check calls)
-    "torch.empty", "torch.Tensor.random_", "torch.Tensor.is_conj",
+    "torch.empty", "torch.Tensor.random_", "torch.Tensor.is_conj", "torch.cat",  # the digest's block sums, joined once (2026-12-04)
     # and the rest of what the judge's steps here call from Python (inputs, near case, refresh, poison, saves), by the same
     # trace: none of these was shown to fool a step, but a test that finds every call watched is simpler to keep true
     "torch.Tensor.cpu", "torch.Tensor.is_complex", "torch.Tensor.is_floating_point", "torch.Tensor.is_inference",
@@ -132,7 +132,7 @@ WATCHED = (
 # changed inputs, a sum that reads nothing skips the flush. Every overload the dispatcher holds is
 # watched (about 100). The operators only the candidate's forward reaches are the op audit's.
 JUDGE_OPS = (
-    "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "add_", "all", "as_strided", "clone", "contiguous", "copy_",
+    "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "add_", "all", "as_strided", "cat", "clone", "contiguous", "copy_",
     "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
     "is_same_size", "item", "lift_fresh", "mul", "mul_", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
     "reshape", "select", "set_", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",

@@ -85,7 +85,7 @@ COMPARE_CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this
 # per element on the failing path (64 a chunk element), half a float32 output, instead of 256 MiB beside a 64 MiB output
 COMPARE_TEMP = 8 * 8 * COMPARE_CHUNK  # temporaries of the largest comparison chunk: about seven float64 and six bool per
 # element on the failing path
-DIGEST_TEMP = 16 * (1 << 22)  # the input check's temporaries: each 16-bit word of a chunk widened and its weight
+DIGEST_TEMP = 8 * (1 << 23)  # the input check's temporaries: each 16-bit word's weight, times the word in place
 # (judge.inputs.DIGEST_WORDS; a test keeps them in step)
 SLAB_TEMP = 1 << 26  # ... and the slab a strided input is copied in (judge.inputs.SLAB_BYTES: more when one index of its
 # first dimension is larger, which the estimate cannot see)

@@ -37,12 +37,12 @@ def test_a_window_is_timed_again_when_the_charge_moves_its_median_by_more_than_o
     caps = dict(held_tail_before_ms={"0.3": 0.030})
     # calls 45 us late against a base of 16 us and a 10 us margin: each charged 19 us, 7 % of 0.27 ms
     late = _outcome(0.27, 45.0, {"reference": 15.0, "candidate": 16.0})
-    assert phases._charge_share(_flow(**caps), late) == pytest.approx(0.019 / 0.27)
+    assert phases._charge_share(_flow(**caps), late) == pytest.approx(0.019 / 0.269)  # of the price: less the 1 us harness overhead
     # 28 us: 2 us charged, 0.7 %: priced as it is
     assert phases._charge_share(_flow(**caps), _outcome(0.27, 28.0, {"reference": 15.0, "candidate": 16.0})) is None
     # the candidate child's own calls of the judge's kernel level with the base, its calls charged (softmax/v9 at f8dca61)
     level_instrument = _outcome(0.27, 37.6, {"reference": 15.0, "candidate": 16.0}, {"candidate": 16.5, "reference": 23.0})
-    assert phases._charge_share(_flow(**caps), level_instrument) == pytest.approx((37.6 - 16.5 - 10.0) / 1e3 / 0.27)
+    assert phases._charge_share(_flow(**caps), level_instrument) == pytest.approx((37.6 - 16.5 - 10.0) / 1e3 / 0.269)
 
 
 def test_no_window_is_timed_again_where_there_is_no_charge_to_read():

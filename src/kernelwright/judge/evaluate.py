@@ -216,7 +216,7 @@ class _Flow:
         self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
         self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's build folder)
-        self.retimed: list[float] = []  # per timing window not priced: how far (ms) its candidate child's own tail sat above its base
+        self.retimed: list[float] = []  # per timing window not priced: how far step device_sync's charge moved its price (a share)
 
     def run(self) -> Verdict:
         clean = False  # a verdict reached: the reference child may serve the next evaluation

@@ -299,7 +299,7 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
             if weights is None:  # the first chunk of the first slab is the largest
                 weights = torch.empty(n, dtype=torch.int64, device=t.device)
             prod = weights[:n].random_(1, _SPLIT, generator=gen)  # randint's own draw, in place
-            prod.mul_(part)  # the words widened as they are multiplied: no copy of them
+            prod.mul_(part)  # the words widened as they are multiplied (on the GPU without a copy of them; the CPU widens a chunk first)
             whole = n // DIGEST_BLOCK * DIGEST_BLOCK
             if whole:
                 sums.append(prod[:whole].view(-1, DIGEST_BLOCK).sum(dim=1))

@@ -164,7 +164,7 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True,
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     t = compare_temp(meta)
-    d = min(DIGEST_TEMP, 16 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 16-fold; a strided input is copied a slab at a time
+    d = min(DIGEST_TEMP, 8 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 8-fold (int64 weights); a strided input is copied a slab at a time
     s = pool_slots(i, fresh)
     ref = CTX + p + max(i + x + o + max(o, t), 2 * o + t, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
     cand = CTX + p + max(i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)

@@ -382,7 +382,8 @@ def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> An
 
 def _charge_share(flow: "_Flow", outcome: Any) -> float | None:
     """How far step device_sync's charge (measure.TimingOutcome.charged) moved the candidate's
-    median in this window, as a share of its median stream time, when that is more than
+    median in this window, as a share of its price without the charge (the median stream time less
+    the harness overhead, as _runtime prices it; the amortized_time path is not read), when that is more than
     measure.RETIME_CHARGE_SHARE; None otherwise, and on the CPU backend, with step device_sync off
     or without empty calls timed the device-wide way in both children (then every call's
     device-wide time counts, and there is no charge to read)."""
@@ -394,8 +395,9 @@ def _charge_share(flow: "_Flow", outcome: Any) -> float | None:
         return None
     bases = outcome.tail_bases(flow.meta.get("null_tail_before_ms"), flow.meta.get("held_tail_before_ms"))
     charged, _, _ = outcome.charged("candidate", bases["candidate"])
-    stream = statistics.median(s.times_ms)
-    share = statistics.median(charged) / stream - 1 if stream > 0 else 0.0
+    found = outcome.overheads(flow.meta.get("null_before_ms")) if flow.policy.enabled("harness_overhead") else None
+    price = max(MIN_MS, statistics.median(s.times_ms) - (found or {}).get("candidate", 0.0))  # as _runtime prices it, uncharged
+    share = (statistics.median(charged) - statistics.median(s.times_ms)) / price
     return share if share > RETIME_CHARGE_SHARE else None
 
 

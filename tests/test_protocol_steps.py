@@ -53,6 +53,7 @@ def test_every_correctness_step_has_an_ablation_test():
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
 @pytest.mark.parametrize("fixture,replaced", [
     ("rowsum_patched_clock", "time.perf_counter"),  # at import
+    ("rowsum_clock_far_off", "time.perf_counter"),  # at import, two days off: the child's own figures keep their clock
     ("rowsum_patched_timer", "kernelwright.judge.timing._one_call"),  # the judge's own timing code
     ("rowsum_patches_allclose_later", "torch.allclose"),  # from its second call, by a built name
 ])

@@ -17,7 +17,13 @@ from typing import Any, Callable
 from kernelwright.judge.channel import Writer
 from kernelwright.judge.records import truncate
 
-STARTED = time.perf_counter()  # when this child's interpreter reached us (before torch)
+# The judge's clock here, bound before any candidate code runs: a candidate that replaces
+# time.perf_counter (the guard function_identities refuses it) must not make the judge's own
+# start-up figures malformed. Its readings since boot passed a day on the 2-core box on 2026-12-04
+# (uptime 86 719 s), and then a patched clock's 1e-9 minus a real start read as -86 719 s, which
+# replies.seconds_value refuses: the verdict came out 'forged' instead of the guard's.
+_clock = time.perf_counter
+STARTED = _clock()  # when this child's interpreter reached us (before torch)
 # In a child forked from the fork server (judge.forkserver): seconds from the fork to each of its
 # steps before STARTED, for the judge's progress line (a cold reference child on the H200 took 2.8 s
 # between its fork and STARTED at e2fbfda, unexplained). Empty in a spawned child.
@@ -108,7 +114,7 @@ WATCHED = (
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time", "time.time_ns",
     "kernelwright.judge.timing.time_calls", "kernelwright.judge.timing._one_call", "kernelwright.judge.timing.warm_up",
     "kernelwright.judge.timing.flush_l2", "kernelwright.judge.timing.switches_from", "kernelwright.judge.timing._lead_spin",
-    "kernelwright.judge.timing._perf_counter", "kernelwright.judge.timing._elapsed_time", "kernelwright.judge.timing._synchronize",
+    "kernelwright.judge.timing._perf_counter", "kernelwright.judge.child._clock", "kernelwright.judge.child_candidate._clock", "kernelwright.judge.timing._elapsed_time", "kernelwright.judge.timing._synchronize",
     "kernelwright.judge.timing._sum", "torch.Tensor.sum", "kernelwright.judge.timing.time_held", "kernelwright.judge.timing.time_null",
     "kernelwright.judge.timing.rehearse", "kernelwright.judge.timing.time_probe", "kernelwright.judge.child_candidate.setup_timing",
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
@@ -380,11 +386,11 @@ def _send_outbox(writer: Writer, reply: dict[str, Any]) -> None:
 
 
 def _answer(handler: Callable[[dict[str, Any]], Any], args: dict[str, Any], writer: Writer, timed: bool = False) -> bool:
-    began = time.perf_counter()
+    began = _clock()
     try:
         result = handler(args)
         if timed and isinstance(result, dict):  # start-up cost, for the judge's log
-            result["child_seconds"] = {"before_command": began - STARTED, "command": time.perf_counter() - began,
+            result["child_seconds"] = {"before_command": began - STARTED, "command": _clock() - began,
                                        **{f"fork_{k}": v for k, v in FORK_STEPS.items()}}
         if isinstance(result, dict) and not result.get("handover"):  # never between a staged output and its reading
             note_memory(result)

@@ -35,6 +35,7 @@ class _State:
 
 
 S = _State()
+_clock = time.perf_counter  # bound before the candidate's import: its parts_s stay the judge's clock (judge.child._clock)
 
 
 def _is_compile_failure(exc: BaseException) -> bool:
@@ -66,14 +67,14 @@ def _copy_weights(reference: torch.nn.Module, candidate: torch.nn.Module) -> boo
 def warm(args: dict[str, Any]) -> dict[str, Any]:
     """A spare child's one command before its candidate is known (judge.spares): make the device's
     context, nothing else. No candidate code has run here, and `setup` then runs as in a fresh child."""
-    t0 = time.perf_counter()
+    t0 = _clock()
     if args["device"] != "cuda":  # "none": the round trip judge.spares asks before a spare is used
-        return {"seconds": round(time.perf_counter() - t0, 3)}
+        return {"seconds": round(_clock() - t0, 3)}
     device = torch.device("cuda")
     torch.empty(1, device=device)
     torch.cuda.synchronize()
     _, total = torch.cuda.mem_get_info()
-    return {"seconds": round(time.perf_counter() - t0, 3), "total_bytes": int(total)}
+    return {"seconds": round(_clock() - t0, 3), "total_bytes": int(total)}
 
 
 def setup(args: dict[str, Any]) -> dict[str, Any]:
@@ -141,10 +142,10 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
     case = Case.from_dict(args["case"])
     seen: dict[str, int] | None = {} if args.get("audit") else None  # every case under the op audit's mode
     parts = {"inputs": 0.0, "poison": 0.0, "call": 0.0, "checks": 0.0, "save": 0.0}
-    clock = [time.perf_counter()]
+    clock = [_clock()]
 
     def lap(part: str) -> None:
-        now = time.perf_counter()
+        now = _clock()
         parts[part] += now - clock[0]
         clock[0] = now
 

@@ -21,7 +21,7 @@ def _flow(tmp_path: Path, policy: Policy | None = None, meta: dict | None = None
     files = SimpleNamespace(sources=tuple(SimpleNamespace(text=t) for t in sources), model_new=model_new)
     policy = policy or Policy()
     vb = VerdictBuilder(problem=SimpleNamespace(name="p", hash="h"), policy=policy, device="cuda")
-    return SimpleNamespace(vb=vb, policy=policy, device="cuda", meta=meta or {}, files=files)
+    return SimpleNamespace(vb=vb, policy=policy, device="cuda", meta=meta or {}, files=files, retimed=[])
 
 
 def _samples(times):

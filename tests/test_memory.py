@@ -321,10 +321,10 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
 def test_the_estimates_comparison_temporaries_follow_the_comparisons_chunk():
     from kernelwright.judge import inputs
 
-    assert memory.DIGEST_TEMP == 8 * inputs.DIGEST_WORDS  # the input check's int64 weights (times the words in place) per chunk
+    assert memory.DIGEST_TEMP == 16 * inputs.DIGEST_WORDS  # the input check's int64 weights and, if the multiply copies them, words per chunk
     assert memory.SLAB_TEMP == inputs.SLAB_BYTES  # and a strided input's slab
-    small = memory.estimate(_meta(1000, 10 * GIB), timed=False).candidate  # one-byte inputs widen 8-fold (int64 weights), plus their slab
-    assert small == memory.CTX + 1000 + 3 * 10 * GIB + 8 * 1000 + 1000
+    small = memory.estimate(_meta(1000, 10 * GIB), timed=False).candidate  # one-byte inputs widen 16-fold, plus their slab
+    assert small == memory.CTX + 1000 + 3 * 10 * GIB + 16 * 1000 + 1000
 
 
 def test_a_refresh_keeps_each_tensor_and_lets_go_of_its_storage_before_drawing():

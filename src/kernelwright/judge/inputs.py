@@ -242,11 +242,13 @@ def tensor_bytes(values: Any) -> int:
 # into its high and low 31 bits before the blocks are added (on the device, fewer than 2**32 blocks
 # of up to 2**32 each): no int64 ever wraps.
 
-DIGEST_WORDS = 1 << 23  # words read at a time: 64 MiB of int64 temporaries (the weights, times the words in place) ...
+DIGEST_WORDS = 1 << 22  # words read at a time: 32 MiB of int64 weights, and room in the estimate for the words widened beside them ...
 DIGEST_WORDS_CPU = 1 << 20  # ... at most this many on the CPU backend, where a chunk that fits the caches is faster
-# (a 128 MiB tensor on the 2-core box: 0.41 s at 1 << 20, 0.50 s at 1 << 23). On the GPU the chunk's
-# kernel launches count: until 2026-12-04 each chunk of 1 << 22 words took ten (the words widened,
-# the weights drawn, multiplied, summed in blocks, each block sum split and added), now three.
+# (a 128 MiB tensor on the 2-core box: 0.41 s at 1 << 20, 0.52 s at 1 << 22). On the GPU the chunk's
+# kernel launches count: until 2026-12-04 each chunk took ten (the words widened, the weights drawn,
+# multiplied, summed in blocks, each block sum split and added), now three. Whether CUDA's multiply
+# of int64 by int16 widens a copy of the chunk first, as the CPU's does, has not been read on the
+# H200, so the estimate (judge.memory.DIGEST_TEMP) still holds room for it.
 DIGEST_BLOCK = 1 << 16  # products summed in int64 before the split
 _SPLIT = 1 << 31
 
@@ -299,7 +301,7 @@ def _digest(t: torch.Tensor, key: int, index: int) -> int:
             if weights is None:  # the first chunk of the first slab is the largest
                 weights = torch.empty(n, dtype=torch.int64, device=t.device)
             prod = weights[:n].random_(1, _SPLIT, generator=gen)  # randint's own draw, in place
-            prod.mul_(part)  # the words widened as they are multiplied (on the GPU without a copy of them; the CPU widens a chunk first)
+            prod.mul_(part)  # the words widened as they are multiplied (the CPU widens a copy of the chunk first)
             whole = n // DIGEST_BLOCK * DIGEST_BLOCK
             if whole:
                 sums.append(prod[:whole].view(-1, DIGEST_BLOCK).sum(dim=1))

@@ -85,7 +85,7 @@ COMPARE_CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this
 # per element on the failing path (64 a chunk element), half a float32 output, instead of 256 MiB beside a 64 MiB output
 COMPARE_TEMP = 8 * 8 * COMPARE_CHUNK  # temporaries of the largest comparison chunk: about seven float64 and six bool per
 # element on the failing path
-DIGEST_TEMP = 8 * (1 << 23)  # the input check's temporaries: each 16-bit word's weight, times the word in place
+DIGEST_TEMP = 16 * (1 << 22)  # the input check's temporaries: each 16-bit word's weight, and the word widened if the multiply copies it
 # (judge.inputs.DIGEST_WORDS; a test keeps them in step)
 SLAB_TEMP = 1 << 26  # ... and the slab a strided input is copied in (judge.inputs.SLAB_BYTES: more when one index of its
 # first dimension is larger, which the estimate cannot see)
@@ -164,7 +164,7 @@ def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True,
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     t = compare_temp(meta)
-    d = min(DIGEST_TEMP, 8 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 8-fold (int64 weights); a strided input is copied a slab at a time
+    d = min(DIGEST_TEMP, 16 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 16-fold (int64 weights and words); a strided input is copied a slab at a time
     s = pool_slots(i, fresh)
     ref = CTX + p + max(i + x + o + max(o, t), 2 * o + t, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
     cand = CTX + p + max(i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)

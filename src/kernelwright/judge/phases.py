@@ -508,7 +508,7 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
               + (f"; the candidate's median call came {statistics.median(late) * 1e3:.3g} us late, more than the guard's "
                  f"{threshold * 1e3:.3g} us (the margin, or {GUARD_LATE_SHARE:g} of the call if more), and the "
                  f"charge moved its median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))
-    retimed = getattr(flow, "retimed", None) or []  # a flow made by hand (tests) may lack it
+    retimed = flow.retimed
     if retimed:
         detail += ("; this is the window timed in a fresh candidate child: in the one before, the charge moved the candidate's "
                    "median by " + ", ".join(f"{x * 100:.2g} %" for x in retimed)

@@ -132,7 +132,8 @@ WATCHED = (
 # input check, poison, saves and the L2 flush, with what they decompose into and call inside ATen
 # (tests/test_dispatch_guard.py records those steps on the CPU, under a dispatch mode and torch's
 # legacy profiler, and checks this list covers them; the CUDA-only ones were added by reading
-# torch's code: equal on CUDA reduces with all and reads the result with item). A kernel
+# torch's code: equal on CUDA reduces with all and reads the result with item; the H200 run of the
+# GPU test at 4024951 found cat on CUDA copying into narrow views of its output). A kernel
 # registered for one of them after the snapshot, through torch.library or TORCH_LIBRARY_IMPL in an
 # extension, would run in place of torch's inside those steps: an equal that always agrees hides
 # changed inputs, a sum that reads nothing skips the flush. Every overload the dispatcher holds is
@@ -140,7 +141,7 @@ WATCHED = (
 JUDGE_OPS = (
     "_index_put_impl_", "_local_scalar_dense", "_reshape_alias", "_to_copy", "add_", "all", "as_strided", "cat", "clone", "contiguous", "copy_",
     "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
-    "is_same_size", "item", "lift_fresh", "mul", "mul_", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
+    "is_same_size", "item", "lift_fresh", "mul", "mul_", "narrow", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
     "reshape", "select", "set_", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
 )
 

@@ -133,3 +133,35 @@ def test_the_verdict_says_how_its_workers_came():
     assert first.workers["reference"] == "new" and first.workers["reference_evaluations"] == 1
     assert second.workers == {"children": first.workers["children"], "reference": "warm", "reference_evaluations": 2,
                               "candidate": "new", "retimed": 0}  # spare candidate children are CUDA's by default (test_spares.py)
+
+
+def test_a_service_keeps_one_idle_child_for_each_worker(monkeypatch):
+    monkeypatch.delenv("KERNELWRIGHT_WARM_REFERENCES", raising=False)
+    monkeypatch.setattr(refpool, "_at_once", 0)
+    assert refpool.capacity() == refpool.DEFAULT_CAPACITY == 2
+    from kernelwright.client.service import JudgeService
+
+    service = JudgeService(workers=4)
+    try:
+        assert refpool.capacity() == 4
+        JudgeService(workers=3).close()  # a smaller one in the same process lowers nothing
+        assert refpool.capacity() == 4
+        monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "1")
+        assert refpool.capacity() == 1  # the environment's figure wins
+        monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "0")
+        assert refpool.capacity() == 0  # and 0 still turns reuse off
+    finally:
+        service.close()
+
+
+def test_the_pool_keeps_four_problems_warm_at_a_service_of_four(monkeypatch):
+    """Four problems (one problem under four policies: each its own key) judged in turn, then again:
+    every second verdict finds its reference child warm, where a pool of two keeps only the last two."""
+    monkeypatch.delenv("KERNELWRIGHT_WARM_REFERENCES", raising=False)
+    monkeypatch.setattr(refpool, "_at_once", 0)
+    refpool.keep_for(4)
+    policies = [correctness_policy(atol=a, rtol=a) for a in (1e-2, 1e-3, 1e-4, 1e-5)]
+    for p in policies:
+        _judge("rowsum_correct", p)
+    assert len(_idle_pids()) == 4
+    assert all(_judge("rowsum_correct", p)[1] for p in policies)

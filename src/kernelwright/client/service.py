@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from kernelwright.judge import refpool
 from kernelwright.judge.evaluate import Cancelled
 from kernelwright.judge.policy import policy_from_wire
 from kernelwright.judge.snapshot import MAX_BYTES
@@ -124,6 +125,7 @@ class JudgeService:
     def __init__(self, *, workers: int = 2, root: Path | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
+        refpool.keep_for(workers)  # one warm reference child for each problem it may be judging
         self.root = Path(tempfile.mkdtemp(prefix="kw-serve-", dir=root))
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._jobs: dict[str, Job] = {}

@@ -8,8 +8,11 @@ its `reset` command and made afresh for the next. A child is given back only whe
 idle (every reply collected); one that failed, timed out or was left mid-command is closed.
 
 Idle children hold their CUDA context, so the pool is small and they go after an idle timeout:
-`KERNELWRIGHT_WARM_REFERENCES` (default 2, 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S`
-(default 300).
+`KERNELWRIGHT_WARM_REFERENCES` (default 2, or as many as the service judges at once when that is
+more; 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S` (default 300). A service with four workers
+judging four problems kept two: whichever two verdicts ended last, so about half of its verdicts
+set up a new reference child (17 of 40 on the H200 at 4024951, each about 3 s slower:
+benchmarks/results/warm_h200.md).
 """
 
 from __future__ import annotations
@@ -31,8 +34,21 @@ from kernelwright.judge.workers import Child
 log = logging.getLogger(__name__)
 
 
+DEFAULT_CAPACITY = 2
+_at_once = 0  # the most evaluations one service in this process judges at once (keep_for)
+
+
 def capacity() -> int:
-    return _int_env("KERNELWRIGHT_WARM_REFERENCES", 2)
+    """How many idle children stay: the environment's figure when it sets one, else the default or
+    the service's number of workers, whichever is more."""
+    return _int_env("KERNELWRIGHT_WARM_REFERENCES", max(DEFAULT_CAPACITY, _at_once))
+
+
+def keep_for(workers: int) -> None:
+    """A service in this process judges up to `workers` evaluations at once, each of its own problem
+    maybe: keep that many idle children unless KERNELWRIGHT_WARM_REFERENCES says otherwise."""
+    global _at_once
+    _at_once = max(_at_once, workers)
 
 
 def idle_s() -> float:

@@ -47,7 +47,9 @@ SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", 
 MODES = {  # environment of each way of judging
     "spawn": {"KERNELWRIGHT_FORKSERVER": "0", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
     "fork": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "0", "KERNELWRIGHT_SPARE_CHILDREN": "off"},
-    "warm": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "2", "KERNELWRIGHT_SPARE_CHILDREN": "auto"},
+    # the defaults: two idle reference children, or one per worker in `serve` (an empty value is the
+    # default; "2" here, as it was until 2026-12-04, held the service to two whatever its workers)
+    "warm": {"KERNELWRIGHT_FORKSERVER": "1", "KERNELWRIGHT_WARM_REFERENCES": "", "KERNELWRIGHT_SPARE_CHILDREN": "auto"},
 }
 
 

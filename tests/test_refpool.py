@@ -3,6 +3,7 @@ carrying nothing from one candidate to the next, closed when they fail, idle too
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -12,6 +13,7 @@ from conftest import JUDGE_TIMEOUT_S, candidate, correctness_policy, problem
 from kernelwright.judge import refpool
 from kernelwright.judge.evaluate import evaluate
 
+GIB = 2**30
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 
 
@@ -165,3 +167,63 @@ def test_the_pool_keeps_four_problems_warm_at_a_service_of_four(monkeypatch):
         _judge("rowsum_correct", p)
     assert len(_idle_pids()) == 4
     assert all(_judge("rowsum_correct", p)[1] for p in policies)
+
+
+def _ledger(tmp_path, monkeypatch, total: int):
+    from kernelwright.judge import memory
+
+    monkeypatch.setenv("KERNELWRIGHT_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv(memory.FAKE_ENV, str(total))
+    monkeypatch.setattr(memory, "POLL_S", 0.01)
+    return lambda: sorted(v["bytes"] for v in json.loads((tmp_path / "cpu.mem").read_text()).values())
+
+
+def test_an_idle_child_holds_its_context_on_the_memory_ledger_and_gives_it_up_when_taken(tmp_path, monkeypatch):
+    from kernelwright.judge import memory
+
+    entries = _ledger(tmp_path, monkeypatch, 100 * GIB)
+    verdict, _ = _judge("rowsum_correct")
+    assert verdict.status.value == "correct", verdict.log
+    assert len(_idle_pids()) == 1 and entries() == [memory.CTX]  # the idle child's context, nothing of the verdict's
+    verdict, warm = _judge("rowsum_correct")
+    assert warm and entries() == [memory.CTX]  # taken (its entry went), then given back (a new one)
+    refpool.POOL.close()
+    assert entries() == []
+
+
+def test_an_idle_child_with_no_room_on_the_ledger_is_not_kept(tmp_path, monkeypatch):
+    from kernelwright.judge import memory
+
+    total = 100 * GIB
+    entries = _ledger(tmp_path, monkeypatch, total)
+    verdict, _ = _judge("rowsum_correct")
+    e = verdict.to_dict()["memory"]["estimate_bytes"]
+    refpool.POOL.close()
+    # another verdict holds what leaves room for this one's estimate and not for an idle context beside it
+    with memory.admitted("cpu", int(memory.ADMIT_SHARE * total) - e - memory.CTX // 2, total):
+        verdict, _ = _judge("rowsum_correct")
+        assert verdict.status.value == "correct", verdict.log
+        assert not _idle_pids() and len(entries()) == 1  # closed, not pooled: only the other verdict's entry
+
+
+def test_a_verdict_short_of_memory_closes_the_idle_children_before_it_waits(tmp_path, monkeypatch):
+    from kernelwright.judge import memory
+
+    total = 100 * GIB
+    entries = _ledger(tmp_path, monkeypatch, total)
+    verdict, _ = _judge("rowsum_correct")
+    e = verdict.to_dict()["memory"]["estimate_bytes"]
+    first = _idle_pids()
+    assert len(first) == 1
+    # room for the next verdict beside this reservation only once the idle child's context is gone
+    other = int(memory.ADMIT_SHARE * total) - e - memory.CTX // 2
+    with memory.admitted("cpu", other, total):
+        said: list[str] = []
+        verdict = evaluate(problem("rowsum"), candidate("rowsum_correct"), correctness_policy(atol=1e-3, rtol=1e-3),
+                           device="cpu", progress=said.append)  # another key: it cannot take the idle child
+        assert verdict.status.value == "correct", verdict.log
+        assert any("closed 1 idle warm reference child(ren) to make room" in m for m in said), said
+        assert verdict.to_dict()["memory"]["admitted_after_s"] < 5
+        assert first[0] not in _idle_pids()
+        assert not any("waiting for GPU memory" in m for m in said)
+    assert entries() == ([memory.CTX] if _idle_pids() else [])

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import JUDGE_TIMEOUT_S, candidate, correctness_policy, judge, needs_gpu, problem, timing_policy
-from kernelwright.judge import spares
+from kernelwright.judge import refpool, spares
 from kernelwright.judge.evaluate import evaluate
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.workers import ChildConfig
@@ -145,6 +145,7 @@ def test_a_spare_reserves_its_context_in_the_memory_ledger(monkeypatch):
     from kernelwright.judge.gpulock import device_key
 
     monkeypatch.setenv(memory.FAKE_ENV, str(64 * 2**30))  # admission on, on the CPU backend
+    refpool.POOL.close()  # no idle reference child of an earlier test in the ledger
     _judge("rowsum_correct")
 
     def reserved() -> list[int]:
@@ -152,8 +153,10 @@ def test_a_spare_reserves_its_context_in_the_memory_ledger(monkeypatch):
         with open(path) as f:
             return [v["bytes"] for v in memory._read(f, os.path.dirname(path)).values()]
 
-    assert reserved() == [memory.CTX]  # the ready spare's, nothing else between verdicts
+    assert reserved() == [memory.CTX, memory.CTX]  # the ready spare's and the idle reference child's (judge.refpool), nothing else between verdicts
     spares.POOL.close()
+    assert reserved() == [memory.CTX]
+    refpool.POOL.close()
     assert reserved() == []
 
 

@@ -258,8 +258,19 @@ class _Flow:
                     warm.child.call("reset", {}, timeout_s=self.policy.run_timeout_s) is not None and not warm.child.pending()
             except ChildError:
                 ok = False
-            refpool.POOL.give_back(warm) if ok else warm.close()
+            refpool.POOL.give_back(warm, self._ledger()) if ok else warm.close()
         self._close_children()
+
+    def _ledger(self) -> tuple[str, int] | None:
+        """The device's memory ledger (judge.memory): its key and the device's size; None where
+        admission is off (the CPU backend without KERNELWRIGHT_DEVICE_BYTES, or no size known)."""
+        from kernelwright.judge import memory
+        from kernelwright.judge.gpulock import device_key
+
+        total = memory.device_bytes(self.meta or {})
+        if total is None or (self.device != "cuda" and not os.environ.get(memory.FAKE_ENV)):
+            return None
+        return device_key(self.device, self.policy.gpu_index), total
 
     def _cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -354,10 +365,11 @@ class _Flow:
         backend unless KERNELWRIGHT_DEVICE_BYTES names a size."""
         from kernelwright.judge import memory
 
-        total = memory.device_bytes(self.meta)
-        if total is None or (self.device != "cuda" and not os.environ.get(memory.FAKE_ENV)):
+        ledger = self._ledger()
+        if ledger is None:
             yield
             return
+        key, total = ledger
         pol = self.policy
         ref_pool = pol.time_candidate and (pol.baselines == "measured" or (pol.baselines == "cached" and self._no_cached_baselines()))
         self.estimate = est = memory.estimate(self.meta, timed=pol.time_candidate, ref_pool=ref_pool, fresh=pol.enabled("fresh_inputs"))
@@ -366,12 +378,15 @@ class _Flow:
         refused = memory.too_large(est, total, free)
         if refused:
             raise ProblemError(f"{self.problem.path}: {refused}")
-        from kernelwright.judge.gpulock import device_key
-
         with contextlib.ExitStack() as stack:
             try:  # only the wait is caught here: a timeout inside the verdict (a ChannelTimeout is one) is not admission's
-                waited = stack.enter_context(memory.admitted(device_key(self.device, self.policy.gpu_index), est.total, total,
-                                                             say=self.say, cancelled=self._cancelled))
+                try:
+                    waited = stack.enter_context(memory.admitted(key, est.total, total, timeout_s=0))
+                except TimeoutError:  # idle warm reference children give their contexts up before anyone waits
+                    closed = refpool.POOL.make_room()
+                    if closed:
+                        self.say(f"closed {closed} idle warm reference child(ren) to make room on the GPU")
+                    waited = stack.enter_context(memory.admitted(key, est.total, total, say=self.say, cancelled=self._cancelled))
             except TimeoutError as exc:
                 raise Stop(Status.INFRA_ERROR, f"waiting for GPU memory: {exc}") from None
             except InterruptedError:

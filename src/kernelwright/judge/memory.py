@@ -51,7 +51,9 @@ waits otherwise (with a progress line), and its reservation goes when the verdic
 process dies. A reservation is live while its own lock file (`<key>.mem.<token>.held`) is held
 under flock by the process that made it: the kernel lets go when that process dies, and an entry
 that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing. So concurrent verdicts on one GPU never run each other out of memory; a
-spare candidate child (judge.spares) reserves its context (CTX) the same way for its whole life;
+spare candidate child (judge.spares) reserves its context (CTX) the same way for its whole life, and
+an idle warm reference child (judge.refpool) while it is idle (a verdict not admitted at once closes
+its own process's idle ones first);
 processes that are not kernelwright's are not in the ledger.
 
 **Whose OOM.** Nothing the candidate's process says about its memory can be trusted (it could

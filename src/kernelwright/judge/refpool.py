@@ -7,7 +7,9 @@ evaluation's secret init seed, reference outputs, input pools, the compiled base
 its `reset` command and made afresh for the next. A child is given back only when it is alive and
 idle (every reply collected); one that failed, timed out or was left mid-command is closed.
 
-Idle children hold their CUDA context, so the pool is small and they go after an idle timeout:
+Idle children hold their CUDA context, reserved on the device's memory ledger (judge.memory) and
+given up to a verdict that has to wait for memory, so the pool is small and they go after an idle
+timeout:
 `KERNELWRIGHT_WARM_REFERENCES` (default 2, or as many as the service judges at once when that is
 more; 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S` (default 300). A service with four workers
 judging four problems kept two: whichever two verdicts ended last, so about half of its verdicts
@@ -18,6 +20,7 @@ benchmarks/results/warm_h200.md).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -76,9 +79,11 @@ class Warm:
     workdir: Path  # its own folder (its log), removed with it
     uses: int = 0  # evaluations it served after its setup's
     idle_since: float = field(default_factory=time.monotonic)
+    reservation: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # its context on the memory ledger while idle
 
     def close(self) -> None:
         self.child.close()
+        self.reservation.close()  # after the process: its context is gone by then
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -109,13 +114,26 @@ class ReferencePool:
             if found is not None:
                 self._idle.remove(found)
         _close_all(expired)
+        if found is not None:
+            found.reservation.close()  # the taking verdict's own reservation counts its context
         return found
 
-    def give_back(self, warm: Warm) -> None:
-        """Keep an idle, alive child for the next evaluation (the oldest goes past the capacity)."""
+    def give_back(self, warm: Warm, ledger: tuple[str, int] | None = None) -> None:
+        """Keep an idle, alive child for the next evaluation (the oldest goes past the capacity).
+        With `ledger` (the device's key and size), the idle child reserves its context on the
+        device's memory ledger as a spare does, without waiting: no room, not kept."""
         if capacity() == 0 or not warm.child.alive():
             warm.close()
             return
+        if ledger is not None:
+            from kernelwright.judge import memory
+
+            try:
+                warm.reservation.enter_context(memory.admitted(ledger[0], memory.CTX, ledger[1], timeout_s=0))
+            except TimeoutError:
+                log.info("no room on the memory ledger for an idle reference child: closed")
+                warm.close()
+                return
         warm.idle_since = time.monotonic()
         with self._lock:
             self._idle.append(warm)
@@ -145,6 +163,13 @@ class ReferencePool:
             if self._idle:
                 self._arm()
         _close_all(expired)
+
+    def make_room(self) -> int:
+        """Close every idle child (and so its ledger entry) for a verdict waiting for memory; how many."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        _close_all(idle)
+        return len(idle)
 
     def idle(self) -> int:
         with self._lock:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -542,3 +543,26 @@ def test_the_candidate_childs_near_case_holds_one_input_set_at_a_time(monkeypatc
     native = inputs.raw_inputs(problem, Case("native", seed), cpu)
     assert len(seen) == 2 and torch.equal(seen[0], native[0]) and torch.equal(seen[1], want[0])
     assert not torch.equal(seen[1], native[0])
+
+
+def test_a_ledger_locked_by_another_process_delays_admission_and_release_only_so_long(ledger, monkeypatch):
+    """Candidate code can open the shared ledger and hold its flock: admission polls the lock up to
+    its deadline and gives up, and a release neither hangs nor leaves a live entry behind."""
+    monkeypatch.setattr(memory, "LEDGER_GRACE_S", 0.2)
+    path = ledger / "cuda-5.mem"
+    with memory.admitted("cuda-5", GIB, 10 * GIB) as waited:
+        assert waited < 0.05
+        hog = os.open(path, os.O_RDWR)
+        fcntl.flock(hog, fcntl.LOCK_EX)  # another open file: a lock of its own, as another process's would be
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="stayed locked"):
+            with memory.admitted("cuda-5", GIB, 10 * GIB, timeout_s=0):
+                pass
+        assert time.monotonic() - t0 < 2
+        t0 = time.monotonic()
+    released_s = time.monotonic() - t0  # the release gave up on the lock instead of waiting for it
+    fcntl.flock(hog, fcntl.LOCK_UN)
+    os.close(hog)
+    assert released_s < 2
+    with open(path) as f:
+        assert memory._read(f, str(ledger)) == {}  # its lock file went: the entry left in the file is dead

@@ -187,8 +187,9 @@ def test_an_idle_child_holds_its_context_on_the_memory_ledger_and_gives_it_up_wh
     assert len(_idle_pids()) == 1 and entries() == [memory.CTX]  # the idle child's context, nothing of the verdict's
     verdict, warm = _judge("rowsum_correct")
     assert warm and entries() == [memory.CTX]  # taken (its entry went), then given back (a new one)
+    kept = list(refpool.POOL._idle)  # held here: the entry must go with close(), not with garbage collection
     refpool.POOL.close()
-    assert entries() == []
+    assert entries() == [] and kept
 
 
 def test_an_idle_child_with_no_room_on_the_ledger_is_not_kept(tmp_path, monkeypatch):
@@ -227,3 +228,27 @@ def test_a_verdict_short_of_memory_closes_the_idle_children_before_it_waits(tmp_
         assert first[0] not in _idle_pids()
         assert not any("waiting for GPU memory" in m for m in said)
     assert entries() == ([memory.CTX] if _idle_pids() else [])
+
+
+def test_a_child_handed_back_while_a_verdict_waits_for_memory_is_closed(tmp_path, monkeypatch):
+    from kernelwright.judge import memory
+
+    entries = _ledger(tmp_path, monkeypatch, 100 * GIB)
+    _judge("rowsum_correct")
+    assert len(_idle_pids()) == 1
+    with refpool.POOL.waiting_for_memory() as closed:
+        assert closed == 1 and not _idle_pids() and entries() == []
+        verdict, _ = _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
+        assert verdict.status.value == "correct", verdict.log
+        assert not _idle_pids() and entries() == []  # its context went to the waiting verdict, not to the pool
+    _judge("rowsum_correct")
+    assert len(_idle_pids()) == 1 and entries() == [memory.CTX]  # nobody waits: kept again
+
+
+def test_a_candidate_holding_the_ledgers_lock_cannot_stop_its_verdict(tmp_path, monkeypatch):
+    """The candidate takes the ledger's lock at import and holds it while its process lives: the
+    verdict ends, and its reference child is pooled once the candidate's process is gone."""
+    entries = _ledger(tmp_path, monkeypatch, 100 * GIB)
+    verdict, _ = _judge("rowsum_holds_the_ledger")
+    assert verdict.status.value == "correct", verdict.log
+    assert len(_idle_pids()) == 1 and len(entries()) == 1

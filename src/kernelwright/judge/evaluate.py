@@ -252,14 +252,16 @@ class _Flow:
         """At a verdict: the reference child goes back to the warm pool when it is alive, idle and
         reset (its outputs and memory dropped); every other child closes."""
         warm, self.warm_ref = self.warm_ref, None
+        ok = False
         if warm is not None:
             try:  # a child whose setup did not complete (no meta) is never pooled
                 ok = bool(warm.meta) and not self._cancelled() and warm.child.drain(self.policy.run_timeout_s) and \
                     warm.child.call("reset", {}, timeout_s=self.policy.run_timeout_s) is not None and not warm.child.pending()
             except ChildError:
                 ok = False
+        self._close_children()  # the candidate's process goes before the pool touches the shared memory ledger
+        if warm is not None:
             refpool.POOL.give_back(warm, self._ledger()) if ok else warm.close()
-        self._close_children()
 
     def _ledger(self) -> tuple[str, int] | None:
         """The device's memory ledger (judge.memory): its key and the device's size; None where
@@ -380,13 +382,15 @@ class _Flow:
             raise ProblemError(f"{self.problem.path}: {refused}")
         with contextlib.ExitStack() as stack:
             try:  # only the wait is caught here: a timeout inside the verdict (a ChannelTimeout is one) is not admission's
+                t0 = time.monotonic()
                 try:
-                    waited = stack.enter_context(memory.admitted(key, est.total, total, timeout_s=0))
+                    stack.enter_context(memory.admitted(key, est.total, total, timeout_s=0))
                 except TimeoutError:  # idle warm reference children give their contexts up before anyone waits
-                    closed = refpool.POOL.make_room()
-                    if closed:
-                        self.say(f"closed {closed} idle warm reference child(ren) to make room on the GPU")
-                    waited = stack.enter_context(memory.admitted(key, est.total, total, say=self.say, cancelled=self._cancelled))
+                    with refpool.POOL.waiting_for_memory() as closed:
+                        if closed:
+                            self.say(f"closed {closed} idle warm reference child(ren) to make room on the GPU")
+                        stack.enter_context(memory.admitted(key, est.total, total, say=self.say, cancelled=self._cancelled))
+                waited = time.monotonic() - t0
             except TimeoutError as exc:
                 raise Stop(Status.INFRA_ERROR, f"waiting for GPU memory: {exc}") from None
             except InterruptedError:

@@ -50,7 +50,9 @@ reservations plus its own fit in ADMIT_SHARE of the device, or when nothing else
 waits otherwise (with a progress line), and its reservation goes when the verdict ends or its
 process dies. A reservation is live while its own lock file (`<key>.mem.<token>.held`) is held
 under flock by the process that made it: the kernel lets go when that process dies, and an entry
-that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing. So concurrent verdicts on one GPU never run each other out of memory; a
+that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing,
+and the ledger's own lock is polled up to a deadline (_lock_ledger), so candidate code holding it
+stops no admission or release for longer than that. So concurrent verdicts on one GPU never run each other out of memory; a
 spare candidate child (judge.spares) reserves its context (CTX) the same way for its whole life, and
 an idle warm reference child (judge.refpool) while it is idle (a verdict not admitted at once closes
 its own process's idle ones first);
@@ -96,6 +98,8 @@ POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...
 POOL_BYTES = 4 * 2**30  # ... while they fit in this much; fewer for larger inputs (pool_slots)
 ADMIT_SHARE = 0.92  # of the device's memory that admitted verdicts may reserve together
 POLL_S = 0.1
+LEDGER_GRACE_S = 2.0  # how long a reservation waits for the ledger's own lock, held by others for milliseconds
+LEDGER_POLL_S = 0.002
 FAKE_ENV = "KERNELWRIGHT_DEVICE_BYTES"
 
 
@@ -258,6 +262,23 @@ def _read(f: Any, lock_dir: str) -> dict[str, Any]:
     return {k: v for k, v in data.items() if isinstance(k, str) and _valid(k, v, lock_dir)} if isinstance(data, dict) else {}
 
 
+def _lock_ledger(f: Any, deadline: float, cancelled: Callable[[], bool] = lambda: False) -> None:
+    """The ledger's own lock (flock), polled: the ledger is a file candidate code can open (until
+    the children are sandboxed), and a blocking flock would let one that holds it stop every
+    admission and every release on the device for as long as it lives. TimeoutError past
+    `deadline`, InterruptedError when cancelled."""
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if cancelled():
+                raise InterruptedError("cancelled while waiting for GPU memory") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError("the GPU memory ledger stayed locked by another process") from None
+            time.sleep(LEDGER_POLL_S)
+
+
 def _write(f: Any, data: dict[str, Any]) -> None:
     f.seek(0)
     f.truncate()
@@ -284,7 +305,7 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
     t0, told = time.monotonic(), False
     try:
         while True:
-            fcntl.flock(f, fcntl.LOCK_EX)
+            _lock_ledger(f, t0 + max(timeout_s, LEDGER_GRACE_S), cancelled)
             try:
                 held = _read(f, lock_dir)
                 others = sum(v["bytes"] for v in held.values())
@@ -305,8 +326,8 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
             time.sleep(POLL_S)
         yield time.monotonic() - t0
     finally:
-        with contextlib.suppress(OSError, ValueError):
-            fcntl.flock(f, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError, ValueError, TimeoutError):  # not tidied: the entry is dead once its lock goes below
+            _lock_ledger(f, time.monotonic() + LEDGER_GRACE_S)
             held = _read(f, lock_dir)
             if held.pop(token, None) is not None:
                 _write(f, held)

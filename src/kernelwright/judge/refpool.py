@@ -8,8 +8,8 @@ its `reset` command and made afresh for the next. A child is given back only whe
 idle (every reply collected); one that failed, timed out or was left mid-command is closed.
 
 Idle children hold their CUDA context, reserved on the device's memory ledger (judge.memory) and
-given up to a verdict that has to wait for memory, so the pool is small and they go after an idle
-timeout:
+given up to a verdict of this process that has to wait for memory (one of another process waits
+until they expire), so the pool is small and they go after an idle timeout:
 `KERNELWRIGHT_WARM_REFERENCES` (default 2, or as many as the service judges at once when that is
 more; 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S` (default 300). A service with four workers
 judging four problems kept two: whichever two verdicts ended last, so about half of its verdicts
@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kernelwright.judge import forkpool
 from kernelwright.judge.workers import Child
@@ -103,6 +103,7 @@ class ReferencePool:
 
     def __init__(self) -> None:
         self._idle: list[Warm] = []
+        self._waiting = 0  # verdicts of this process waiting for memory (waiting_for_memory)
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -122,16 +123,18 @@ class ReferencePool:
         """Keep an idle, alive child for the next evaluation (the oldest goes past the capacity).
         With `ledger` (the device's key and size), the idle child reserves its context on the
         device's memory ledger as a spare does, without waiting: no room, not kept."""
-        if capacity() == 0 or not warm.child.alive():
-            warm.close()
+        with self._lock:
+            short = self._waiting > 0
+        if capacity() == 0 or short or not warm.child.alive():
+            warm.close()  # a verdict of this process waits for memory: the context goes to it
             return
         if ledger is not None:
             from kernelwright.judge import memory
 
-            try:
+            try:  # checked beside the returning verdict's own reservation, which counts this context too: strict
                 warm.reservation.enter_context(memory.admitted(ledger[0], memory.CTX, ledger[1], timeout_s=0))
-            except TimeoutError:
-                log.info("no room on the memory ledger for an idle reference child: closed")
+            except (TimeoutError, OSError) as exc:
+                log.info("no room on the memory ledger for an idle reference child (%s): closed", exc)
                 warm.close()
                 return
         warm.idle_since = time.monotonic()
@@ -164,12 +167,20 @@ class ReferencePool:
                 self._arm()
         _close_all(expired)
 
-    def make_room(self) -> int:
-        """Close every idle child (and so its ledger entry) for a verdict waiting for memory; how many."""
+    @contextlib.contextmanager
+    def waiting_for_memory(self) -> Iterator[int]:
+        """For a verdict of this process that was not admitted at once: every idle child is closed
+        (its ledger entry with it) and, while the verdict waits, a child given back is closed
+        rather than kept; yields how many were closed."""
         with self._lock:
+            self._waiting += 1
             idle, self._idle = self._idle, []
-        _close_all(idle)
-        return len(idle)
+        try:
+            _close_all(idle)
+            yield len(idle)
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
     def idle(self) -> int:
         with self._lock:

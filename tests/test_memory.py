@@ -4,6 +4,7 @@ concurrent verdicts, reservations of dead processes dropped, and the verdict's `
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -547,22 +548,49 @@ def test_the_candidate_childs_near_case_holds_one_input_set_at_a_time(monkeypatc
 
 def test_a_ledger_locked_by_another_process_delays_admission_and_release_only_so_long(ledger, monkeypatch):
     """Candidate code can open the shared ledger and hold its flock: admission polls the lock up to
-    its deadline and gives up, and a release neither hangs nor leaves a live entry behind."""
+    its deadline and gives up, and a release neither hangs nor leaves a live entry behind. The hog
+    lets go after 5 s whatever happens, so a blocking lock fails this test instead of hanging it."""
     monkeypatch.setattr(memory, "LEDGER_GRACE_S", 0.2)
     path = ledger / "cuda-5.mem"
+    hog = None
+
+    def let_go() -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(hog, fcntl.LOCK_UN)
+
     with memory.admitted("cuda-5", GIB, 10 * GIB) as waited:
         assert waited < 0.05
         hog = os.open(path, os.O_RDWR)
         fcntl.flock(hog, fcntl.LOCK_EX)  # another open file: a lock of its own, as another process's would be
+        timer = threading.Timer(5, let_go)
+        timer.start()
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match="stayed locked"):
             with memory.admitted("cuda-5", GIB, 10 * GIB, timeout_s=0):
                 pass
-        assert time.monotonic() - t0 < 2
+        refused_s = time.monotonic() - t0
         t0 = time.monotonic()
-    released_s = time.monotonic() - t0  # the release gave up on the lock instead of waiting for it
-    fcntl.flock(hog, fcntl.LOCK_UN)
+    released_s = time.monotonic() - t0
+    timer.cancel()
+    let_go()
     os.close(hog)
-    assert released_s < 2
+    assert refused_s < 2 and released_s < 2  # each gave up after its 0.2 s, long before the hog let go
     with open(path) as f:
         assert memory._read(f, str(ledger)) == {}  # its lock file went: the entry left in the file is dead
+
+
+def test_a_reservations_own_lock_file_taken_by_another_process_is_a_refusal_not_a_hang(ledger, monkeypatch):
+    real = fcntl.flock
+
+    def flock(fd, op):  # as if a watcher had locked the new .held file before this process could
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".held") and op & fcntl.LOCK_EX:
+            if not op & fcntl.LOCK_NB:
+                raise AssertionError("waited on its own lock file")
+            raise BlockingIOError
+        return real(fd, op)
+
+    monkeypatch.setattr(memory.fcntl, "flock", flock)
+    with pytest.raises(TimeoutError, match="own lock file"):
+        with memory.admitted("cuda-4", GIB, 10 * GIB):
+            pass
+    assert not list(ledger.glob("cuda-4.mem.*.held"))  # nothing left behind

@@ -252,3 +252,28 @@ def test_a_candidate_holding_the_ledgers_lock_cannot_stop_its_verdict(tmp_path, 
     verdict, _ = _judge("rowsum_holds_the_ledger")
     assert verdict.status.value == "correct", verdict.log
     assert len(_idle_pids()) == 1 and len(entries()) == 1
+
+
+def test_a_child_whose_reservation_overlaps_the_start_of_a_wait_is_closed(tmp_path, monkeypatch):
+    import contextlib
+
+    from kernelwright.judge import memory
+
+    entries = _ledger(tmp_path, monkeypatch, 100 * GIB)
+    real = memory.admitted
+
+    @contextlib.contextmanager
+    def admitted_as_a_wait_begins(*args, **kw):
+        with real(*args, **kw) as waited:
+            if args[1] == memory.CTX:  # the idle child's reservation (a verdict's own is its whole estimate)
+                refpool.POOL._waiting += 1  # another worker's verdict began to wait for memory meanwhile
+            yield waited
+
+    monkeypatch.setattr(memory, "admitted", admitted_as_a_wait_begins)
+    try:
+        verdict, _ = _judge("rowsum_correct")
+        assert verdict.status.value == "correct", verdict.log
+        assert refpool.POOL._waiting == 1  # the hand-back reserved, found nobody waiting, then somebody was
+        assert not _idle_pids() and entries() == []
+    finally:
+        refpool.POOL._waiting = 0

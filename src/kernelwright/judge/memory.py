@@ -52,7 +52,8 @@ process dies. A reservation is live while its own lock file (`<key>.mem.<token>.
 under flock by the process that made it: the kernel lets go when that process dies, and an entry
 that candidate code writes into the shared ledger with a made-up pid or lock counts for nothing,
 and the ledger's own lock is polled up to a deadline (_lock_ledger), so candidate code holding it
-stops no admission or release for longer than that. So concurrent verdicts on one GPU never run each other out of memory; a
+stops no admission or release for longer than that; a reservation's own lock file, locked by
+another process before this one could, refuses that reservation instead of waiting. So concurrent verdicts on one GPU never run each other out of memory; a
 spare candidate child (judge.spares) reserves its context (CTX) the same way for its whole life, and
 an idle warm reference child (judge.refpool) while it is idle (a verdict not admitted at once closes
 its own process's idle ones first);
@@ -267,6 +268,7 @@ def _lock_ledger(f: Any, deadline: float, cancelled: Callable[[], bool] = lambda
     the children are sandboxed), and a blocking flock would let one that holds it stop every
     admission and every release on the device for as long as it lives. TimeoutError past
     `deadline`, InterruptedError when cancelled."""
+    t0 = time.monotonic()
     while True:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -274,9 +276,10 @@ def _lock_ledger(f: Any, deadline: float, cancelled: Callable[[], bool] = lambda
         except BlockingIOError:
             if cancelled():
                 raise InterruptedError("cancelled while waiting for GPU memory") from None
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise TimeoutError("the GPU memory ledger stayed locked by another process") from None
-            time.sleep(LEDGER_POLL_S)
+            time.sleep(LEDGER_POLL_S if now - t0 < LEDGER_GRACE_S else POLL_S)  # held longer than a reservation takes: slower
 
 
 def _write(f: Any, data: dict[str, Any]) -> None:
@@ -297,12 +300,21 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
     lock = os.path.join(lock_dir, f"{key}.mem.{token}.held")
     lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     os.fchmod(lock_fd, 0o644)  # others must be able to test it, whatever this process's umask
-    fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held for the reservation's life; released by the kernel if this process dies
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:  # held for the reservation's life, released by the kernel if this process dies; never waited on:
+        # a process watching the folder could open the new file and lock it first
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except BaseException as exc:
+        os.close(lock_fd)
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        if isinstance(exc, BlockingIOError):
+            raise TimeoutError("this reservation's own lock file was locked by another process") from None
+        raise
     with contextlib.suppress(OSError):
         os.chmod(path, 0o666)  # every user's verdicts share the ledger, as they share the locks
     f = os.fdopen(fd, "r+")
-    t0, told = time.monotonic(), False
+    t0, told, written = time.monotonic(), False, False
     try:
         while True:
             _lock_ledger(f, t0 + max(timeout_s, LEDGER_GRACE_S), cancelled)
@@ -311,6 +323,7 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
                 others = sum(v["bytes"] for v in held.values())
                 if not held or others + need <= ADMIT_SHARE * total:
                     held[token] = {"pid": os.getpid(), "bytes": need, "since": time.time(), "lock": lock}
+                    written = True
                     _write(f, held)
                     break
             finally:
@@ -327,6 +340,8 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
         yield time.monotonic() - t0
     finally:
         with contextlib.suppress(OSError, ValueError, TimeoutError):  # not tidied: the entry is dead once its lock goes below
+            if not written:
+                raise TimeoutError  # nothing of this reservation in the ledger: no second wait for its lock
             _lock_ledger(f, time.monotonic() + LEDGER_GRACE_S)
             held = _read(f, lock_dir)
             if held.pop(token, None) is not None:

@@ -139,12 +139,14 @@ class ReferencePool:
                 return
         warm.idle_since = time.monotonic()
         with self._lock:
-            self._idle.append(warm)
+            late = self._waiting > 0  # a verdict began to wait while this child was reserving: the context is its
+            if not late:
+                self._idle.append(warm)
             over = self._idle[:-capacity()] if len(self._idle) > capacity() else []
             self._idle = self._idle[len(over):]
             over += self._expired()
             self._arm()
-        _close_all(over)
+        _close_all(over + ([warm] if late else []))
 
     def _expired(self) -> list[Warm]:
         now, limit = time.monotonic(), idle_s()

@@ -274,3 +274,56 @@ def test_evaluate_times_only_after_another_process_lets_go(tmp_path):
     assert waits == ["waiting for the CPU (cpu): other work is running on it; then timing"], said
     timing_began = next(t for t, msg in said if msg.startswith("timing "))
     assert timing_began >= let_go, "the timing phase began before the other process let go"
+
+
+def test_holders_names_the_process_holding_a_lock_file(tmp_path, lock_dir):
+    proc, out = holder(tmp_path, "named", "exclusive", 60.0)
+    try:
+        entered(out)
+        assert proc.pid in gpulock.holders(lock_dir / "cpu.lock")
+        assert gpulock.holders(tmp_path / "no-such-file") == set()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_check_can_end_a_wait_and_is_shown_the_file_waited_for(tmp_path, lock_dir, monkeypatch):
+    monkeypatch.setattr(gpulock, "CHECK_S", 0.1)
+    proc, out = holder(tmp_path, "blocking", "exclusive", 60.0)
+    seen: list[Path] = []
+
+    def check(path: Path) -> None:
+        seen.append(path)
+        if proc.pid in gpulock.holders(path):
+            raise LookupError(f"held by {proc.pid}")
+
+    try:
+        entered(out)
+        t0 = time.monotonic()
+        with pytest.raises(LookupError, match=f"held by {proc.pid}"):
+            with device_lock("cpu", 0, "shared", check=check):
+                pass
+        assert time.monotonic() - t0 < 10 and seen and seen[-1] == lock_dir / "cpu.lock"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    with device_lock("cpu", 0, "exclusive", check=check) as held:  # free again: the check is not asked
+        assert held.waited_s < 0.5
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+@pytest.mark.parametrize("name, status", [("rowsum_holds_the_device_lock", "rejected"), ("rowsum_correct", "correct")])
+def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, status):
+    """The candidate takes the device lock file shared at import; timing needs it exclusive. The
+    verdict finds its own candidate's process among the holders and rejects it (before: it waited
+    forever, and every verdict on the device behind it). The honest control is timed as usual."""
+    from kernelwright.judge.evaluate import evaluate
+
+    t0 = time.monotonic()
+    verdict = evaluate(problem("rowsum"), candidate(name), timing_policy(), device="cpu")
+    assert verdict.status.value == status, verdict.log
+    if status == "rejected":
+        assert "holds the judge's device lock cpu.lock" in verdict.log
+        assert time.monotonic() - t0 < 60
+    with device_lock("cpu", 0, "exclusive") as held:  # the candidate's process is gone, and its lock with it
+        assert held.waited_s < 0.5

@@ -263,6 +263,23 @@ class _Flow:
         if warm is not None:
             refpool.POOL.give_back(warm, self._ledger()) if ok else warm.close()
 
+    def _lock_check(self, path: Path) -> None:
+        """While this verdict waits for a device lock file: a process of one of its own children
+        holding it (candidate code can open the shared lock folder until the children are
+        sandboxed) would make the verdict wait for itself, and every verdict on the device behind
+        it. That is the candidate's doing: rejected."""
+        from kernelwright.judge.gpulock import holders
+
+        groups = {c._proc.pid for c in self.children if c.config.role == "candidate"}
+        for pid in holders(path):
+            try:
+                pgid = os.getpgid(pid)
+            except OSError:
+                continue
+            if pgid in groups:
+                raise Stop(Status.REJECTED, f"the candidate's process (pid {pid}) holds the judge's device lock "
+                                            f"{path.name}: the evaluation would wait for it forever")
+
     def _ledger(self) -> tuple[str, int] | None:
         """The device's memory ledger (judge.memory): its key and the device's size; None where
         admission is off (the CPU backend without KERNELWRIGHT_DEVICE_BYTES, or no size known)."""
@@ -289,7 +306,7 @@ class _Flow:
         """Hold the device lock (judge.gpulock: shared for untimed work, exclusive for timing); when
         the section ends in a verdict or fails, the children are released or closed before the
         lock goes, so none of their device work (references still computing, say) outlives it."""
-        with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say):
+        with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say, check=self._lock_check):
             try:
                 yield
             except Stop:

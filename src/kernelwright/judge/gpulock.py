@@ -49,6 +49,7 @@ MODES = ("shared", "exclusive")
 DEVICES = ("cuda", "cpu")
 NOTICE_S = 0.5  # a wait longer than this is reported (progress once, log at INFO)
 POLL_S = 0.02  # until the notice, the lock is polled so the notice comes from the caller's thread
+CHECK_S = 1.0  # past the notice, a caller's `check` of who holds the file is asked this often (polled meanwhile)
 
 _held = threading.local()  # .key: the device lock this thread holds, if any
 
@@ -96,9 +97,13 @@ def device_key(device: str, gpu_index: int) -> str:
 
 @contextlib.contextmanager
 def device_lock(device: str, gpu_index: int, mode: str, *, what: str = "",
-                progress: Callable[[str], None] | None = None) -> Iterator[Held]:
+                progress: Callable[[str], None] | None = None,
+                check: Callable[[Path], None] | None = None) -> Iterator[Held]:
     """Hold the device's lock, shared (untimed work) or exclusive (timed work), for the block.
-    `what` names the work in messages; `progress` is told once when the wait passes NOTICE_S."""
+    `what` names the work in messages; `progress` is told once when the wait passes NOTICE_S.
+    `check`, past the notice, is called with the file waited for every CHECK_S and may raise to
+    end the wait (a verdict whose own candidate's process holds the lock: judge.evaluate); without
+    it the wait blocks."""
     if mode not in MODES:
         raise ValueError(f"mode must be shared or exclusive, got {mode!r}")
     key = device_key(device, gpu_index)
@@ -109,7 +114,7 @@ def device_lock(device: str, gpu_index: int, mode: str, *, what: str = "",
     if holding is not None:
         raise RuntimeError(f"device lock {key} ({mode}) asked for while this thread holds {holding}: device locks are "
                            "not reentrant; release the first before taking another")
-    fd, waited = _acquire(key, mode, what, progress)
+    fd, waited = _acquire(key, mode, what, progress, check)
     _held.key = f"{key} ({mode})"
     try:
         yield Held(key, mode, waited)
@@ -118,22 +123,43 @@ def device_lock(device: str, gpu_index: int, mode: str, *, what: str = "",
         os.close(fd)  # the kernel drops the flock with the descriptor
 
 
-def _acquire(key: str, mode: str, what: str, progress: Callable[[str], None] | None) -> tuple[int, float]:
+def _acquire(key: str, mode: str, what: str, progress: Callable[[str], None] | None,
+             check: Callable[[Path], None] | None = None) -> tuple[int, float]:
     """Through the gate to the lock file; (the lock file's descriptor, seconds waited)."""
     folder = lock_dir()
-    wait = _Wait(key, mode, what, progress)
+    wait = _Wait(key, mode, what, progress, check)
     gate = _open(folder / f"{key}.gate")
     try:
-        wait.take(gate, fcntl.LOCK_EX)
+        wait.take(gate, fcntl.LOCK_EX, folder / f"{key}.gate")
         fd = _open(folder / f"{key}.lock")
         try:
-            wait.take(fd, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
+            wait.take(fd, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX, folder / f"{key}.lock")
         except BaseException:
             os.close(fd)
             raise
     finally:
         os.close(gate)  # lets the gate go: the next in line may pass
     return fd, wait.done()
+
+
+def holders(path: Path) -> set[int]:
+    """The processes holding a flock on `path` (Linux's /proc/locks: the pid that took each lock;
+    waiters' lines, marked "->", left out); empty where that is not readable."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        if parts[5] == want and parts[4].isdigit():
+            pids.add(int(parts[4]))
+    return pids
 
 
 def _open(path: Path) -> int:
@@ -155,24 +181,30 @@ def _open(path: Path) -> int:
 
 
 class _Wait:
-    """The wait of one acquisition: polls until NOTICE_S, says so once, then blocks."""
+    """The wait of one acquisition: polls until NOTICE_S, says so once, then blocks, or with a
+    `check` keeps polling and asks it every CHECK_S."""
 
-    def __init__(self, key: str, mode: str, what: str, progress: Callable[[str], None] | None) -> None:
-        self.key, self.mode, self.what, self.progress = key, mode, what, progress
+    def __init__(self, key: str, mode: str, what: str, progress: Callable[[str], None] | None,
+                 check: Callable[[Path], None] | None = None) -> None:
+        self.key, self.mode, self.what, self.progress, self.check = key, mode, what, progress, check
         self.t0 = time.monotonic()
         self.noticed = False
 
-    def take(self, fd: int, op: int) -> None:
-        while not self.noticed:
+    def take(self, fd: int, op: int, path: Path | None = None) -> None:
+        checked = time.monotonic()
+        while not self.noticed or (self.check is not None and path is not None):
             try:
                 fcntl.flock(fd, op | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
                 pass
-            if time.monotonic() - self.t0 >= NOTICE_S:
+            now = time.monotonic()
+            if not self.noticed and now - self.t0 >= NOTICE_S:
                 self._notice()
-            else:
-                time.sleep(POLL_S)
+            if self.noticed and self.check is not None and path is not None and now - checked >= CHECK_S:
+                checked = now
+                self.check(path)  # may raise: the wait ends, the caller's descriptors close
+            time.sleep(POLL_S)
         fcntl.flock(fd, op)
 
     def _notice(self) -> None:

@@ -276,25 +276,33 @@ def test_evaluate_times_only_after_another_process_lets_go(tmp_path):
     assert timing_began >= let_go, "the timing phase began before the other process let go"
 
 
-def test_holders_names_the_process_holding_a_lock_file(tmp_path, lock_dir):
+def test_opened_by_names_the_process_holding_a_lock_file_open(tmp_path, lock_dir):
     proc, out = holder(tmp_path, "named", "exclusive", 60.0)
+    files = (lock_dir / "cpu.gate", lock_dir / "cpu.lock")
     try:
         entered(out)
-        assert proc.pid in gpulock.holders(lock_dir / "cpu.lock")
-        assert gpulock.holders(tmp_path / "no-such-file") == set()
+        assert gpulock.opened_by(files, lambda pid: pid == proc.pid) == {proc.pid: lock_dir / "cpu.lock"}
+        assert gpulock.opened_by(files, lambda pid: False) == {}
+        assert gpulock.opened_by((tmp_path / "no-such-file",), lambda pid: True) == {}
     finally:
         proc.kill()
         proc.wait(timeout=10)
 
 
-def test_a_check_can_end_a_wait_and_is_shown_the_file_waited_for(tmp_path, lock_dir, monkeypatch):
+def _kill(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def test_a_check_can_end_a_wait_and_is_shown_both_files(tmp_path, lock_dir, monkeypatch):
     monkeypatch.setattr(gpulock, "CHECK_S", 0.1)
     proc, out = holder(tmp_path, "blocking", "exclusive", 60.0)
-    seen: list[Path] = []
+    seen: list[tuple[Path, Path]] = []
 
-    def check(path: Path) -> None:
-        seen.append(path)
-        if proc.pid in gpulock.holders(path):
+    def check(files: tuple[Path, Path]) -> None:
+        seen.append(files)
+        if gpulock.opened_by(files, lambda pid: pid == proc.pid):
             raise LookupError(f"held by {proc.pid}")
 
     try:
@@ -303,19 +311,46 @@ def test_a_check_can_end_a_wait_and_is_shown_the_file_waited_for(tmp_path, lock_
         with pytest.raises(LookupError, match=f"held by {proc.pid}"):
             with device_lock("cpu", 0, "shared", check=check):
                 pass
-        assert time.monotonic() - t0 < 10 and seen and seen[-1] == lock_dir / "cpu.lock"
+        assert time.monotonic() - t0 < 10 and seen[-1] == (lock_dir / "cpu.gate", lock_dir / "cpu.lock")
     finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        _kill(proc)
     with device_lock("cpu", 0, "exclusive", check=check) as held:  # free again: the check is not asked
         assert held.waited_s < 0.5
+
+
+def test_a_check_sees_the_lock_file_while_the_wait_is_at_the_gate(tmp_path, lock_dir, monkeypatch):
+    """"Our candidate" holds the lock file shared; another process asks for it exclusive and waits
+    holding the gate; our wait, at the gate, must still find our candidate (found in review: two
+    verdicts of the service would otherwise wait for each other forever)."""
+    monkeypatch.setattr(gpulock, "CHECK_S", 0.1)
+    ours, out = holder(tmp_path, "ours", "shared", 60.0)
+    writer = None
+    try:
+        entered(out)
+        writer, _ = holder(tmp_path, "writer", "exclusive", 0.1)
+        deadline = time.monotonic() + 20
+        while not gpulock.opened_by((lock_dir / "cpu.gate",), lambda pid: pid == writer.pid):  # it waits holding the gate
+            assert time.monotonic() < deadline, "the writer never reached the gate"
+            time.sleep(0.05)
+
+        def check(files: tuple[Path, Path]) -> None:
+            if gpulock.opened_by(files, lambda pid: pid == ours.pid):
+                raise LookupError("our candidate holds the lock")
+
+        t0 = time.monotonic()
+        with pytest.raises(LookupError):
+            with device_lock("cpu", 0, "shared", check=check):
+                pass
+        assert time.monotonic() - t0 < 10
+    finally:
+        _kill(ours, *([writer] if writer else []))
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
 @pytest.mark.parametrize("name, status", [("rowsum_holds_the_device_lock", "rejected"), ("rowsum_correct", "correct")])
 def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, status):
     """The candidate takes the device lock file shared at import; timing needs it exclusive. The
-    verdict finds its own candidate's process among the holders and rejects it (before: it waited
+    verdict finds its own candidate's process holding the file open and rejects it (before: it waited
     forever, and every verdict on the device behind it). The honest control is timed as usual."""
     from kernelwright.judge.evaluate import evaluate
 
@@ -323,7 +358,7 @@ def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, st
     verdict = evaluate(problem("rowsum"), candidate(name), timing_policy(), device="cpu")
     assert verdict.status.value == status, verdict.log
     if status == "rejected":
-        assert "holds the judge's device lock cpu.lock" in verdict.log
+        assert "holds the judge's device lock file cpu.lock open" in verdict.log
         assert time.monotonic() - t0 < 60
     with device_lock("cpu", 0, "exclusive") as held:  # the candidate's process is gone, and its lock with it
         assert held.waited_s < 0.5

@@ -263,22 +263,28 @@ class _Flow:
         if warm is not None:
             refpool.POOL.give_back(warm, self._ledger()) if ok else warm.close()
 
-    def _lock_check(self, path: Path) -> None:
-        """While this verdict waits for a device lock file: a process of one of its own children
-        holding it (candidate code can open the shared lock folder until the children are
-        sandboxed) would make the verdict wait for itself, and every verdict on the device behind
-        it. That is the candidate's doing: rejected."""
-        from kernelwright.judge.gpulock import holders
+    def _lock_check(self, files: tuple[Path, Path]) -> None:
+        """While this verdict waits for the device lock: a process of one of its own live candidate
+        children (its process group or session) holding the lock's files open would make the
+        verdict wait for itself, and every verdict on the device behind it; candidate code can
+        open the shared lock folder until the children are sandboxed. That is the candidate's
+        doing: rejected. Both files are checked whichever one the wait is at (a candidate holding
+        the lock can leave another verdict at the gate ahead of this one)."""
+        from kernelwright.judge.gpulock import opened_by
 
-        groups = {c._proc.pid for c in self.children if c.config.role == "candidate"}
-        for pid in holders(path):
+        mine = {c._proc.pid for c in self.children if c.config.role == "candidate" and c.alive()}
+        if not mine:
+            return
+
+        def within(pid: int) -> bool:
             try:
-                pgid = os.getpgid(pid)
+                return os.getpgid(pid) in mine or os.getsid(pid) in mine
             except OSError:
-                continue
-            if pgid in groups:
-                raise Stop(Status.REJECTED, f"the candidate's process (pid {pid}) holds the judge's device lock "
-                                            f"{path.name}: the evaluation would wait for it forever")
+                return False
+
+        for pid, path in opened_by(files, within).items():
+            raise Stop(Status.REJECTED, f"the candidate's process (pid {pid}) holds the judge's device lock file "
+                                        f"{path.name} open: the evaluation would wait for it forever")
 
     def _ledger(self) -> tuple[str, int] | None:
         """The device's memory ledger (judge.memory): its key and the device's size; None where

@@ -98,12 +98,12 @@ def device_key(device: str, gpu_index: int) -> str:
 @contextlib.contextmanager
 def device_lock(device: str, gpu_index: int, mode: str, *, what: str = "",
                 progress: Callable[[str], None] | None = None,
-                check: Callable[[Path], None] | None = None) -> Iterator[Held]:
+                check: Callable[[tuple[Path, Path]], None] | None = None) -> Iterator[Held]:
     """Hold the device's lock, shared (untimed work) or exclusive (timed work), for the block.
     `what` names the work in messages; `progress` is told once when the wait passes NOTICE_S.
-    `check`, past the notice, is called with the file waited for every CHECK_S and may raise to
-    end the wait (a verdict whose own candidate's process holds the lock: judge.evaluate); without
-    it the wait blocks."""
+    `check`, past the notice, is called with the key's two files (gate, lock) every CHECK_S
+    whichever the wait is at, and may raise to end the wait (a verdict whose own candidate's
+    process holds them: judge.evaluate); without it the wait blocks."""
     if mode not in MODES:
         raise ValueError(f"mode must be shared or exclusive, got {mode!r}")
     key = device_key(device, gpu_index)
@@ -124,16 +124,16 @@ def device_lock(device: str, gpu_index: int, mode: str, *, what: str = "",
 
 
 def _acquire(key: str, mode: str, what: str, progress: Callable[[str], None] | None,
-             check: Callable[[Path], None] | None = None) -> tuple[int, float]:
+             check: Callable[[tuple[Path, Path]], None] | None = None) -> tuple[int, float]:
     """Through the gate to the lock file; (the lock file's descriptor, seconds waited)."""
     folder = lock_dir()
-    wait = _Wait(key, mode, what, progress, check)
+    wait = _Wait(key, mode, what, progress, check, (folder / f"{key}.gate", folder / f"{key}.lock"))
     gate = _open(folder / f"{key}.gate")
     try:
-        wait.take(gate, fcntl.LOCK_EX, folder / f"{key}.gate")
+        wait.take(gate, fcntl.LOCK_EX)
         fd = _open(folder / f"{key}.lock")
         try:
-            wait.take(fd, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX, folder / f"{key}.lock")
+            wait.take(fd, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
         except BaseException:
             os.close(fd)
             raise
@@ -142,24 +142,32 @@ def _acquire(key: str, mode: str, what: str, progress: Callable[[str], None] | N
     return fd, wait.done()
 
 
-def holders(path: Path) -> set[int]:
-    """The processes holding a flock on `path` (Linux's /proc/locks: the pid that took each lock;
-    waiters' lines, marked "->", left out); empty where that is not readable."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return set()
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = set()
-    for line in lines:
-        parts = line.split()
-        if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
-            continue
-        if parts[5] == want and parts[4].isdigit():
-            pids.add(int(parts[4]))
-    return pids
+def opened_by(paths: tuple[Path, ...], within: Callable[[int], bool]) -> dict[int, Path]:
+    """The processes `within` accepts that hold one of `paths` open, each with the file: read from
+    /proc/PID/fd, comparing (device, inode) through the same stat on both sides, so it holds on any
+    file system (overlayfs included) and whoever took the lock first (a holder that forked and
+    exited leaves the descriptor, and the lock, with its child). Empty where /proc is not readable."""
+    want = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            want[(st.st_dev, st.st_ino)] = path
+    found: dict[int, Path] = {}
+    if not want:
+        return found
+    with contextlib.suppress(OSError):
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+        for pid in pids:
+            if pid == os.getpid() or not within(pid):
+                continue
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    with contextlib.suppress(OSError):
+                        st = os.stat(f"/proc/{pid}/fd/{fd}")
+                        if (st.st_dev, st.st_ino) in want:
+                            found[pid] = want[(st.st_dev, st.st_ino)]
+                            break
+    return found
 
 
 def _open(path: Path) -> int:
@@ -185,14 +193,14 @@ class _Wait:
     `check` keeps polling and asks it every CHECK_S."""
 
     def __init__(self, key: str, mode: str, what: str, progress: Callable[[str], None] | None,
-                 check: Callable[[Path], None] | None = None) -> None:
-        self.key, self.mode, self.what, self.progress, self.check = key, mode, what, progress, check
+                 check: Callable[[tuple[Path, Path]], None] | None = None, files: tuple[Path, Path] | None = None) -> None:
+        self.key, self.mode, self.what, self.progress, self.check, self.files = key, mode, what, progress, check, files
         self.t0 = time.monotonic()
         self.noticed = False
 
-    def take(self, fd: int, op: int, path: Path | None = None) -> None:
+    def take(self, fd: int, op: int) -> None:
         checked = time.monotonic()
-        while not self.noticed or (self.check is not None and path is not None):
+        while not self.noticed or (self.check is not None and self.files is not None):
             try:
                 fcntl.flock(fd, op | fcntl.LOCK_NB)
                 return
@@ -201,9 +209,9 @@ class _Wait:
             now = time.monotonic()
             if not self.noticed and now - self.t0 >= NOTICE_S:
                 self._notice()
-            if self.noticed and self.check is not None and path is not None and now - checked >= CHECK_S:
+            if self.noticed and self.check is not None and self.files is not None and now - checked >= CHECK_S:
                 checked = now
-                self.check(path)  # may raise: the wait ends, the caller's descriptors close
+                self.check(self.files)  # may raise: the wait ends, the caller's descriptors close
             time.sleep(POLL_S)
         fcntl.flock(fd, op)
 

@@ -329,7 +329,7 @@ def test_a_check_sees_the_lock_file_while_the_wait_is_at_the_gate(tmp_path, lock
         entered(out)
         writer, _ = holder(tmp_path, "writer", "exclusive", 0.1)
         deadline = time.monotonic() + 20
-        while not gpulock.opened_by((lock_dir / "cpu.gate",), lambda pid: pid == writer.pid):  # it waits holding the gate
+        while not gate_busy(lock_dir):  # it waits holding the gate
             assert time.monotonic() < deadline, "the writer never reached the gate"
             time.sleep(0.05)
 

@@ -147,7 +147,7 @@ def opened_by(paths: tuple[Path, ...], within: Callable[[int], bool]) -> dict[in
     /proc/PID/fd, comparing (device, inode) through the same stat on both sides, so it holds on any
     file system (overlayfs included) and whoever took the lock first (a holder that forked and
     exited leaves the descriptor, and the lock, with its child). Empty where /proc is not readable."""
-    want = {}
+    want, names, folders = {}, {p.name for p in paths}, {str(p.parent) for p in paths}
     for path in paths:
         with contextlib.suppress(OSError):
             st = os.stat(path)
@@ -163,6 +163,9 @@ def opened_by(paths: tuple[Path, ...], within: Callable[[int], bool]) -> dict[in
             with contextlib.suppress(OSError):
                 for fd in os.listdir(f"/proc/{pid}/fd"):
                     with contextlib.suppress(OSError):
+                        link = os.readlink(f"/proc/{pid}/fd/{fd}").removesuffix(" (deleted)")
+                        if os.path.basename(link) not in names and os.path.dirname(link) not in folders:
+                            continue  # only these are stat'ed: a file on a mount the candidate serves (FUSE) could stall a stat
                         st = os.stat(f"/proc/{pid}/fd/{fd}")
                         if (st.st_dev, st.st_ino) in want:
                             found[pid] = want[(st.st_dev, st.st_ino)]

@@ -352,13 +352,16 @@ def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, st
     """The candidate takes the device lock file shared at import; timing needs it exclusive. The
     verdict finds its own candidate's process holding the file open and rejects it (before: it waited
     forever, and every verdict on the device behind it). The honest control is timed as usual."""
+    from kernelwright.judge import refpool
     from kernelwright.judge.evaluate import evaluate
 
+    refpool.POOL.close()
     t0 = time.monotonic()
     verdict = evaluate(problem("rowsum"), candidate(name), timing_policy(), device="cpu")
     assert verdict.status.value == status, verdict.log
     if status == "rejected":
         assert "holds the judge's device lock file cpu.lock open" in verdict.log
         assert time.monotonic() - t0 < 60
+        assert refpool.POOL.idle() == 0  # its reference child was closed, not handed back without the lock
     with device_lock("cpu", 0, "exclusive") as held:  # the candidate's process is gone, and its lock with it
         assert held.waited_s < 0.5

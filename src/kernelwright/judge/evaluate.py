@@ -283,6 +283,7 @@ class _Flow:
                 return False
 
         for pid, path in opened_by(files, within).items():
+            self._close_children()  # the reference child too: no lock is held, so none of it goes back to the pool
             raise Stop(Status.REJECTED, f"the candidate's process (pid {pid}) holds the judge's device lock file "
                                         f"{path.name} open: the evaluation would wait for it forever")
 

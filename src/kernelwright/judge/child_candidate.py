@@ -141,10 +141,13 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
     says where the case's time went (for the judge's log only)."""
     case = Case.from_dict(args["case"])
     seen: dict[str, int] | None = {} if args.get("audit") else None  # every case under the op audit's mode
-    parts = {"inputs": 0.0, "poison": 0.0, "call": 0.0, "checks": 0.0, "save": 0.0}
+    parts = {"inputs": 0.0, "digest": 0.0, "poison": 0.0, "call": 0.0, "checks": 0.0, "save": 0.0}
     clock = [_clock()]
+    cuda = S.device.type == "cuda"
 
-    def lap(part: str) -> None:
+    def lap(part: str, synced: bool = False) -> None:
+        if synced and cuda:  # the part's device work in its own figure; the digest's read-back would wait for it anyway
+            torch.cuda.synchronize()
         now = _clock()
         parts[part] += now - clock[0]
         clock[0] = now
@@ -169,14 +172,15 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         lap("checks")
     else:
         values = inputs.make_inputs(S.problem, case, S.device)
+        lap("inputs", synced=True)
     before = inputs.input_record(values) if args["check_inputs"] else None
     S.check_flags = args["check_flags"]
-    lap("inputs")
+    lap("digest")
     if args["poison"]:
         _poison(args["output_bytes"])
     lap("poison")
     out = _audited_call(values, seen)
-    lap("call")
+    lap("call", synced=True)
     replaced = _replaced()
     if replaced:
         return reply(replaced)

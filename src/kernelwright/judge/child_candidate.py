@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernelwright.judge import correctness, handover, inputs, ops, timing
+from kernelwright.judge import correctness, digest, handover, inputs, ops, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
     OUTBOX, CommandError, describe, dispatch_moved, flags_diff, hush, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
@@ -85,6 +85,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
     S.pinned = snapshot_flags()  # after the problem's own code (the reference child runs it too)
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
+    lead_info["digest"] = digest.load(S.device.type) if args.get("check_inputs", True) else "off"  # the input check's kernel, likewise
     S.check_identities = args.get("check_identities", True)
     if S.device.type == "cuda":
         # The profiled call's profiler imports torch._dynamo, and that import rebinds

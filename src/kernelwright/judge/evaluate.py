@@ -592,7 +592,7 @@ class _Flow:
         return {
             "problem_path": str(self.problem.path), "candidate_path": str(self.files.model_new),
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
-            "check_identities": self.policy.enabled("function_identities"),
+            "check_identities": self.policy.enabled("function_identities"), "check_inputs": self.policy.enabled("inputs_unchanged"),
         }
 
     def _candidate_setup(self, cand: Child) -> None:

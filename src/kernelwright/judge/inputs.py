@@ -249,6 +249,10 @@ DIGEST_WORDS_CPU = 1 << 20  # ... at most this many on the CPU backend, where a 
 # multiplied, summed in blocks, each block sum split and added), now three. Whether CUDA's multiply
 # of int64 by int16 widens a copy of the chunk first, as the CPU's does, has not been read on the
 # H200, so the estimate (judge.memory.DIGEST_TEMP) still holds room for it.
+#
+# The digest the check uses is now the judge's own kernel's (judge.digest: the same form of sum, mod
+# 2**61 - 1, in one pass and no temporaries), built before the candidate's import; the torch digest
+# here is its fallback where that kernel cannot be built, and the estimate keeps room for it.
 DIGEST_BLOCK = 1 << 16  # products summed in int64 before the split
 _SPLIT = 1 << 31
 
@@ -259,7 +263,7 @@ def input_record(values: list[Any]) -> dict[str, Any]:
     import secrets
 
     key = secrets.randbits(62)
-    return {"key": key, "items": [(type(v), tuple(v.shape), v.dtype, v.stride(), _digest(v, key, i)) if isinstance(v, torch.Tensor) else None
+    return {"key": key, "items": [(type(v), tuple(v.shape), v.dtype, v.stride(), _keyed(v, key, i)) if isinstance(v, torch.Tensor) else None
                                   for i, v in enumerate(values)]}
 
 
@@ -270,19 +274,42 @@ def changed_inputs(record: dict[str, Any], after: list[Any]) -> list[int]:
     for i, (was, b) in enumerate(zip(record["items"], after)):
         if was is None:
             continue
-        if not isinstance(b, torch.Tensor) or (type(b), tuple(b.shape), b.dtype, b.stride()) != was[:4] or _digest(b, record["key"], i) != was[4]:
+        if not isinstance(b, torch.Tensor) or (type(b), tuple(b.shape), b.dtype, b.stride()) != was[:4] or _keyed(b, record["key"], i) != was[4]:
             changed.append(i)
     return changed
 
 
-def _digest(t: torch.Tensor, key: int, index: int) -> int:
-    """The keyed digest of a tensor's bytes (above); contiguous tensors are read in place, others
-    a slab of their first dimension at a time."""
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
     t = t.detach()
     if t.is_quantized:
         t = t.int_repr()  # its stored integers (a byte view of a quantized tensor is not one)
     if t.is_conj():
         t = t.conj()  # the same bytes with the lazy conjugation bit off (no copy)
+    return t
+
+
+def _keyed(t: torch.Tensor, key: int, index: int) -> tuple[str, int]:
+    """The keyed digest of a tensor's bytes by the judge's own kernel (judge.digest), or by torch
+    operators (_digest) where that kernel did not load; which one is part of the value."""
+    from kernelwright.judge import digest
+
+    if not digest.available(t):
+        return "torch", _digest(t, key, index)
+    t = _bytes_of(t)
+    if t.numel() == 0:
+        return "native", 0
+    k, total, first = key + 1_000_003 * index, 0, 0
+    for slab in _slabs(t):
+        total += digest.digest_slab(slab, k, first)
+        first += digest.words(slab)[0]
+    return "native", total % digest.P
+
+
+def _digest(t: torch.Tensor, key: int, index: int) -> int:
+    """The keyed digest of a tensor's bytes in torch operators (above; the fallback of
+    judge.digest's kernel); contiguous tensors are read in place, others a slab of their first
+    dimension at a time."""
+    t = _bytes_of(t)
     if t.numel() == 0:
         return 0
     gen = torch.Generator(device=t.device)

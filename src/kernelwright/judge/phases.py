@@ -43,7 +43,9 @@ def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[in
     if vb.off_or("extra_shapes"):
         n = sum(c.kind == "extra" for c in cases)
         vb.step("extra_shapes", n > 0, f"{n} get_test_inputs() lists" if n else "the problem has no get_test_inputs()")
-    for name, note in (("inputs_unchanged", "bitwise after every call"), ("poison", "0xFF (NaN) fill of the allocator's free blocks before every call and every re-checked timed call"),
+    how = flow.cand_meta.get("digest", "native")  # the candidate child's setup says how it digests (judge.digest)
+    unchanged = "bitwise after every call" + (f"; the digest by {how}" if how not in ("native", "off") else "")
+    for name, note in (("inputs_unchanged", unchanged), ("poison", "0xFF (NaN) fill of the allocator's free blocks before every call and every re-checked timed call"),
                        ("output_checks", "exact torch.Tensor, shape, dtype; non-finite values must match"),
                        ("numerics_flags", "TF32 and reduced-precision flags pinned and checked after every call"),
                        ("function_identities", "timing, checking and judge functions recorded before the import, checked after it and after every call")):

@@ -53,6 +53,7 @@ FORMS: dict[str, Callable[[Any], bool]] = {
     "per_call_ms": _num,
     "warmup_calls": _int,
     "child_seconds": lambda v: isinstance(v, dict) and len(v) <= 8 and all(_str(k) and seconds_value(x) for k, x in v.items()),  # printed
+    "digest": _str,  # how the input check digests: "native", "off" or why the torch fallback (printed in step inputs_unchanged)
     "memory_mib": _row(_int, _int, _int, _int, _int, _int),  # popped and printed at debug only (judge.workers.memory)
 }
 

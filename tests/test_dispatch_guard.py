@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import needs_gpu
-from kernelwright.judge import child, child_candidate, correctness, inputs, timing
+from kernelwright.judge import child, child_candidate, correctness, digest, inputs, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
 from kernelwright.judge.records import Case
@@ -26,6 +26,17 @@ class _Record(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         self.seen.add(func.name())  # with the overload: "aten::sub.Tensor"
         return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture(params=["native", "torch"])
+def digest_path(request, monkeypatch):
+    """The input check through the judge's digest kernel (judge.digest), or through the torch
+    digest it falls back to when that kernel did not load."""
+    if request.param == "native":
+        assert digest.load("cpu") == "native", digest.load("cpu")
+    else:
+        monkeypatch.setattr(digest, "cpu_fn", None)
+    return request.param
 
 
 def _judges_steps(device: torch.device) -> None:
@@ -64,7 +75,7 @@ def _covered(device: torch.device) -> None:
     assert bases and bases <= set(JUDGE_OPS), sorted(bases - set(JUDGE_OPS))
 
 
-def test_the_watched_operators_cover_what_the_judges_steps_reach_in_the_candidate_child():
+def test_the_watched_operators_cover_what_the_judges_steps_reach_in_the_candidate_child(digest_path):
     _covered(torch.device("cpu"))
     live = {n.split("::", 1)[1].split(".")[0] for n in judge_overloads()}
     assert live == set(JUDGE_OPS)  # no name that watches nothing
@@ -176,7 +187,7 @@ def test_a_default_device_set_at_import_counts_as_a_mode_left_on():
                                   lambda: torch.randn(3, 4, dtype=torch.complex64).conj(),
                                   lambda: torch.quantize_per_tensor(torch.randn(3, 5), 0.1, 0, torch.qint8)],
                          ids=["0-dim", "size-1-last-dim-strided", "sliced", "complex", "int-transposed", "conjugate-bit", "quantized"])
-def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, monkeypatch):
+def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, monkeypatch, digest_path):
     """A 0-dim float input, or one whose size-1 last dimension has a stride other than 1, made the
     byte view fail and an honest candidate fail with it; every layout is digested, in chunks,
     blocks and slabs smaller than the tensor as well, and one element changed by its last bit
@@ -186,7 +197,7 @@ def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, mon
     monkeypatch.setattr(inputs, "SLAB_BYTES", 8)
     x = make()
     before = inputs.input_record([x])
-    assert inputs.changed_inputs(before, [x]) == []
+    assert inputs.changed_inputs(before, [x]) == [] and before["items"][0][4][0] == digest_path
     if x.is_quantized:  # a byte view of one is no tensor (the child crashed on it in review): its stored integers are digested
         other = x.dequantize()
         other[-1, -1] += 0.5
@@ -202,7 +213,7 @@ def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, mon
         assert inputs.changed_inputs(before, [x]) == [0]
 
 
-def test_the_input_digest_is_keyed_exact_and_blind_to_nothing_it_should_see(monkeypatch):
+def test_the_input_digest_is_keyed_exact_and_blind_to_nothing_it_should_see(monkeypatch, digest_path):
     """The digest behind step inputs_unchanged (judge.inputs): the same bytes under the same key
     agree, in whatever chunks they are read; a new key gives another digest (the weights are the
     key's); two changes that cancel under equal weights (a swap of equal and opposite amounts) are
@@ -215,7 +226,7 @@ def test_the_input_digest_is_keyed_exact_and_blind_to_nothing_it_should_see(monk
     monkeypatch.setattr(inputs, "DIGEST_BLOCK", 7)
     rec = inputs.input_record([x, 5])
     assert inputs.changed_inputs(rec, [x.clone(), 5]) == []
-    assert inputs._digest(x, rec["key"] + 1, 0) != rec["items"][0][4]
+    assert inputs._keyed(x, rec["key"] + 1, 0) != rec["items"][0][4]
     y = x.clone()
     y[10], y[2010] = y[10] + 0.5, y[2010] - 0.5
     assert inputs.changed_inputs(rec, [y, 5]) == [0]
@@ -284,7 +295,7 @@ def _torch_calls(fn) -> set[str]:
     return names
 
 
-def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_watched():
+def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_watched(digest_path):
     """The input check (step inputs_unchanged) runs in the candidate's process: a torch function it
     calls that the candidate replaced at import (a random_ that fills zeros, an empty that hands back
     a shared block) could make a changed input look unchanged. Every one it calls, on every layout,
@@ -301,7 +312,8 @@ def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_wa
         assert inputs.changed_inputs(record, values) == []
 
     called = _torch_calls(check)
-    assert {"torch.Tensor.random_", "torch.empty", "torch.Tensor.mul_"} <= called  # the trace sees the digest's calls
+    seen = {"torch.Tensor.random_", "torch.empty", "torch.Tensor.mul_"} if digest_path == "torch" else {"torch.Tensor.data_ptr"}
+    assert seen <= called  # the trace sees the digest's calls
     assert called <= set(WATCHED), sorted(called - set(WATCHED))
     # and every other step of the judge's in the candidate child (_judges_steps: inputs of every kind, the pool's
     # refresh, poison, saves)

@@ -36,6 +36,7 @@ in the candidate's process: a tripwire, not a wall (docs/judge.md).
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 import torch
@@ -143,6 +144,9 @@ def load(device_type: str) -> str:
     if (device_type == "cuda" and cuda_fn is not None) or (device_type != "cuda" and cpu_fn is not None):
         return "native"
     if device_type in _WHY:
+        return _WHY[device_type]
+    if os.environ.get("KERNELWRIGHT_DIGEST", "") == "torch":  # the fallback on purpose (benchmarks compare the two)
+        _WHY[device_type] = "torch operators (KERNELWRIGHT_DIGEST=torch)"
         return _WHY[device_type]
     try:
         from kernelwright import runtime

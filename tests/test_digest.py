@@ -1,0 +1,194 @@
+"""The input check's digest kernel (judge.digest): the number it documents, on every layout the
+check meets; the torch fallback when it does not load; and function_identities' watch on the
+bodies of the judge's functions (judge.child._body), which the digest relies on like every step."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import needs_gpu
+from kernelwright.judge import child, digest, inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def native():
+    assert digest.load("cpu") == "native", digest.load("cpu")
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.uint8, torch.int8, torch.bool, torch.complex64])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 4096, 4097, 9001])
+def test_the_kernel_is_the_sum_it_documents(dtype, n):
+    """Python integers, word by word (digest.reference), from an even and an odd first word: the
+    kernel's tasks, its pairs and a last word without its partner all agree."""
+    rng = random.Random(n)
+    x = torch.rand(n) > 0.5 if dtype == torch.bool else (torch.randn(n) * 100).to(dtype)
+    for first in (0, 1, 6, 4095):
+        key = rng.getrandbits(64)
+        assert digest.digest_slab(x, key, first) == digest.reference(_bytes(x), x.element_size() != 1, key, first), (first, key)
+
+
+def test_a_strided_input_continues_the_word_count_across_its_slabs(monkeypatch):
+    """A non-contiguous input is read a slab of its first dimension at a time (inputs._slabs);
+    its words are numbered on from slab to slab, so the digest is that of its bytes in row order."""
+    monkeypatch.setattr(inputs, "SLAB_BYTES", 24)  # slabs of one or two rows, an odd number of words each
+    x = torch.randn(9, 14, dtype=torch.float16)[:, ::3]  # rows of 5 halves: 5 words a row
+    kind, value = inputs._keyed(x, 12345, 2)
+    assert kind == "native"
+    assert value == digest.reference(_bytes(x), True, 12345 + 1_000_003 * 2)
+
+
+def test_every_change_to_one_word_is_seen_and_a_new_key_gives_a_new_digest():
+    x = torch.randn(513)
+    key = random.getrandbits(62)
+    base = inputs._keyed(x, key, 0)
+    assert inputs._keyed(x.clone(), key, 0) == base and inputs._keyed(x, key + 1, 0) != base
+    words = x.view(torch.int16)
+    for j in (0, 1, 511, 1025):
+        for bit in (0, 7, 15):
+            y = words.clone()
+            y[j] ^= 1 << bit if bit < 15 else -(1 << 15)
+            assert inputs._keyed(y.view(torch.float32), key, 0) != base, (j, bit)
+    swapped = x.clone()
+    swapped[[3, 4]] = swapped[[4, 3]]  # the same values, another order: weights differ by position
+    assert x[3] == x[4] or inputs._keyed(swapped, key, 0) != base
+
+
+def test_without_the_kernel_the_torch_digest_answers_and_says_so(monkeypatch):
+    monkeypatch.setattr(digest, "cpu_fn", None)
+    monkeypatch.setattr(digest, "_WHY", {})
+    monkeypatch.setenv("KERNELWRIGHT_DIGEST", "torch")
+    assert digest.load("cpu") == "torch operators (KERNELWRIGHT_DIGEST=torch)"
+    x = torch.randn(40)
+    assert inputs._keyed(x, 7, 1) == ("torch", inputs._digest(x, 7, 1))
+    monkeypatch.delenv("KERNELWRIGHT_DIGEST")
+    monkeypatch.setattr(digest, "_WHY", {})
+
+    def no_compiler(*a, **k):
+        raise RuntimeError("no g++ here")
+
+    from kernelwright import runtime
+
+    monkeypatch.setattr(runtime, "load", no_compiler)
+    assert digest.load("cpu").startswith("torch operators (the judge's digest kernel did not load: RuntimeError: no g++ here")
+    before = inputs.input_record([x])
+    x[0] += 1
+    assert inputs.changed_inputs(before, [x]) == [0]
+
+
+def test_the_verdict_says_which_digest_checked_the_inputs(tmp_path):
+    """Step inputs_unchanged's note names the fallback when the candidate child used it."""
+    env = {**os.environ, "KERNELWRIGHT_DIGEST": "torch", "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-m", "kernelwright", "eval", str(FIXTURES / "problems" / "relu.py"),
+                          str(FIXTURES / "candidates" / "relu_correct"), "--device", "cpu", "--correctness-only", "--json"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    import json
+
+    v = json.loads(out.stdout)
+    assert v["status"] == "correct", out.stderr[-2000:]
+    note = next(s["reason"] for s in v["steps"] if s["name"] == "inputs_unchanged")
+    assert note == "bitwise after every call; the digest by torch operators (KERNELWRIGHT_DIGEST=torch)"
+
+
+def _watched_function(x, scale=2):  # noqa: ANN001 - a stand-in for a function of the judge's
+    return x * scale
+
+
+def test_function_identities_sees_a_new_body_in_the_same_function_object(monkeypatch):
+    """Replacing a watched function's __code__, __defaults__ or a closure cell keeps the object
+    (zoo_code_swap); the watch records them beside it."""
+    monkeypatch.setattr(child, "WATCHED", child.WATCHED + ("test_digest._watched_function", "kernelwright.judge.inputs._keyed"))
+    snap = child.snapshot_identities()
+    assert child.identities_moved(snap) == []
+    fn = _watched_function
+
+    def other(x, scale=2):  # noqa: ANN001
+        return x
+
+    code = fn.__code__
+    fn.__code__ = other.__code__
+    try:
+        assert "test_digest._watched_function" in child.identities_moved(snap)
+    finally:
+        fn.__code__ = code
+    assert child.identities_moved(snap) == []
+    defaults = fn.__defaults__
+    fn.__defaults__ = (0,)
+    try:
+        assert "test_digest._watched_function" in child.identities_moved(snap)
+    finally:
+        fn.__defaults__ = defaults
+    assert child.identities_moved(snap) == []
+    keyed = inputs._keyed.__code__
+    inputs._keyed.__code__ = other.__code__
+    try:
+        assert "kernelwright.judge.inputs._keyed" in child.identities_moved(snap)
+    finally:
+        inputs._keyed.__code__ = keyed
+
+
+def test_a_closure_cell_changed_under_a_watched_function_is_seen(monkeypatch):
+    def make():
+        helper = abs
+
+        def closed(x):  # noqa: ANN001
+            return helper(x)
+        return closed
+
+    closed = make()
+    module = type(sys)("kw_test_closure")
+    module.closed = closed
+    monkeypatch.setitem(sys.modules, "kw_test_closure", module)
+    monkeypatch.setattr(child, "WATCHED", child.WATCHED + ("kw_test_closure.closed",))
+    snap = child.snapshot_identities()
+    assert child.identities_moved(snap) == []
+    closed.__closure__[0].cell_contents = lambda x: 0
+    assert "kw_test_closure.closed" in child.identities_moved(snap)
+
+
+def test_the_loaded_kernel_is_watched_by_name():
+    snap = child.snapshot_identities()
+    assert snap["kernelwright.judge.digest.cpu_fn"][0] is digest.cpu_fn is not None
+    saved = digest.cpu_fn
+    digest.cpu_fn = lambda *a: 0
+    try:
+        assert "kernelwright.judge.digest.cpu_fn" in child.identities_moved(snap)
+    finally:
+        digest.cpu_fn = saved
+
+
+@needs_gpu()
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", [lambda: torch.randn(4097), lambda: torch.randn(7, 33, dtype=torch.float16)[:, 1:],
+                                  lambda: torch.randint(0, 255, (1001,), dtype=torch.uint8), lambda: torch.tensor(1.5),
+                                  lambda: torch.randn(3, 5, dtype=torch.complex64).t(), lambda: torch.randn(1 << 22)],
+                         ids=["fp32", "fp16-sliced", "bytes", "0-dim", "complex-strided", "16MiB"])
+def test_the_cuda_kernel_gives_the_cpu_kernels_digest(make):
+    """The same bytes digest to the same number on the H200 and on the host, from even and odd
+    first words (the CUDA kernel's pairs, blocks and grid stride), and through _keyed's slabs."""
+    assert digest.load("cuda") == "native", digest.load("cuda")
+    x = make()
+    g = x.cuda()
+    for first in (0, 1, 12345):
+        key = random.getrandbits(64)
+        flat_cpu, flat_gpu = x.contiguous(), g.contiguous()
+        assert digest.digest_slab(flat_gpu, key, first) == digest.digest_slab(flat_cpu, key, first), first
+    assert inputs._keyed(g, 99, 4) == inputs._keyed(x, 99, 4)
+    h = g.contiguous()
+    before = inputs.input_record([h])
+    assert inputs.changed_inputs(before, [h]) == []
+    h.reshape(-1).view(torch.uint8)[-1] ^= 1  # one bit of the last byte
+    assert inputs.changed_inputs(before, [h]) == [0]

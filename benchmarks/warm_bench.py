@@ -448,6 +448,31 @@ def sec_serve(a: argparse.Namespace, doc: dict[str, Any]) -> None:
     doc["serve_summary"] = {"cold_reference_s": walls[0] if walls else None, "warm_p50_s": statistics.median(walls[1:]) if len(walls) > 1 else None,
                             "warm_p90_s": statistics.quantiles(walls[1:], n=10)[8] if len(walls) > 2 else None,
                             "correctness_only_p50_s": statistics.median(cos[1:] or cos) if cos else None}
+    if a.n_serve_co_torch:
+        _serve_torch_digest(a, doc)
+
+
+def _serve_torch_digest(a: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """The same correctness-only verdicts through a second service whose candidate children digest
+    the inputs with torch operators (KERNELWRIGHT_DIGEST=torch, the fallback of the judge's digest
+    kernel): the input check's two ways in one run. The first verdict is that service's cold
+    reference and is left out of the p50, as above; the service is stopped after."""
+    proc, url = _service(a, "serve_torch_digest", {"KERNELWRIGHT_DIGEST": "torch"})
+    rows = []
+    try:
+        for i in range(1 + a.n_serve_co_torch):
+            row = _remote_once(a, url, a.problem, a.candidate, True, "serve-torch-digest")
+            row["index"] = i
+            rows.append(row)
+            log_line(a, f"serve correctness-only, torch digest #{i}: {row['wall_s']:.2f} s {row['status']}")
+            if i == a.n_serve_co_torch:
+                log_line(a, "  service progress: " + "; ".join(f"{t:.3f} {m[:120]}" for t, m in row["service"]["progress_log"] or []))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    doc["serve_torch_digest"] = rows
+    cos = [r["wall_s"] for r in rows[1:]]
+    doc["serve_summary"]["correctness_only_torch_digest_p50_s"] = statistics.median(cos) if cos else None
 
 
 def _variants(a: argparse.Namespace, name: str, n: int) -> list[Path]:
@@ -814,6 +839,8 @@ def main() -> int:
     p.add_argument("--n-co", type=int, default=6, help="warm correctness-only verdicts")
     p.add_argument("--n-serve", type=int, default=20, help="warm verdicts through the service (after its cold-reference one)")
     p.add_argument("--n-serve-co", type=int, default=6, help="warm correctness-only verdicts through the service")
+    p.add_argument("--n-serve-co-torch", type=int, default=0, help="after those, correctness-only verdicts through a second service whose "
+                   "input check uses the torch digest (KERNELWRIGHT_DIGEST=torch): the digest kernel's gain in the same run")
     p.add_argument("--serve-workers", type=int, default=4)
     p.add_argument("--concurrent-examples", default="softmax,layernorm,elementwise_chain,matmul")
     p.add_argument("--quiet-sections", default="", help="sections run with the memory sampler paused (no nvidia-smi every 50 ms): concurrent")

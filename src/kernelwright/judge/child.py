@@ -120,6 +120,7 @@ WATCHED = (
     "kernelwright.judge.timing.rehearse", "kernelwright.judge.timing.time_probe", "kernelwright.judge.child_candidate.setup_timing",
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
     "kernelwright.judge.digest.cpu_fn", "kernelwright.judge.digest.cuda_fn", "torch.Tensor.data_ptr", "torch.Tensor.tolist",  # the input check's kernel
+    "torch.cuda.device", "torch.cuda.get_device_properties",
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.input_record",
     "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.inputs._digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",

@@ -196,8 +196,9 @@ def digest_slab(t: torch.Tensor, key: int, first: int) -> int:
             _BLOCKS[device] = torch.cuda.get_device_properties(device).multi_processor_count * 8
         blocks = max(1, min(_BLOCKS[device], -(-((n + 1) // 2 + 1) // THREADS)))
         partial = torch.empty(blocks, dtype=torch.int64, device=t.device)
-        code = cuda_fn(t.data_ptr(), n, int(wide), key, first, partial.data_ptr(), blocks,
-                       ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream))
+        with torch.cuda.device(device):  # launched where the tensor lives, on that device's current stream
+            code = cuda_fn(t.data_ptr(), n, int(wide), key, first, partial.data_ptr(), blocks,
+                           ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
         if code != 0:
             raise RuntimeError(f"the input check's digest kernel failed to launch (CUDA error {code})")
         return sum(partial.cpu().tolist()) % P  # each below 2**62: never negative as int64

@@ -120,7 +120,7 @@ WATCHED = (
     "kernelwright.judge.timing.rehearse", "kernelwright.judge.timing.time_probe", "kernelwright.judge.child_candidate.setup_timing",
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
     "kernelwright.judge.digest.cpu_fn", "kernelwright.judge.digest.cuda_fn", "torch.Tensor.data_ptr", "torch.Tensor.tolist",  # the input check's kernel
-    "torch.cuda.device", "torch.cuda.get_device_properties",
+    "torch.cuda.device", "torch.cuda.get_device_properties", "torch.Tensor.is_neg", "torch._C._VariableFunctions._neg_view",
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.input_record",
     "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.inputs._digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",
@@ -146,6 +146,7 @@ JUDGE_OPS = (
     "detach", "detach_", "empty", "empty_like", "empty_strided", "eq", "equal", "expand", "expand_as", "fill_", "floor_divide", "full", "index", "index_put_",
     "is_same_size", "item", "lift_fresh", "mul", "mul_", "narrow", "new_zeros", "normal_", "rand", "randint", "randn", "random_", "remainder",
     "reshape", "select", "set_", "slice", "sub", "sub_", "sum", "to", "unbind", "uniform_", "unsqueeze", "view", "zero_", "zeros", "zeros_like",
+    "resolve_conj", "resolve_neg", "_neg_view",  # the digest kernel's answer read back (tolist), a negative-bit input read as its bytes
 )
 
 
@@ -264,20 +265,75 @@ def _judge_functions() -> list[str]:
     return names
 
 
+MODULES_KEY = "<module state>"  # the snapshot's entry for module_state() (not a watched name)
+
+
 def snapshot_identities() -> dict[str, Any]:
     """The watched objects themselves (held, so their ids cannot be reused), by name: WATCHED, a
     few standard-library functions the channel relies on, and every function of the judge's own
-    modules in this process. Each name is recorded along three paths (see identities_moved)."""
+    modules in this process. Each name is recorded along three paths (see identities_moved), with
+    what a Python function runs (_body); and, under MODULES_KEY, the state those functions read
+    (module_state)."""
     names = dict.fromkeys(WATCHED + WATCHED_EXTRA + tuple(_judge_functions()))
-    return {name: (*paths, _body(paths[0])) for name in names for paths in (_paths(name, load=True),)}
+    snap: dict[str, Any] = {name: (*paths, _body(paths[0])) for name in names for paths in (_paths(name, load=True),)}
+    snap[MODULES_KEY] = module_state()
+    return snap
 
 
-def _body(obj: Any) -> tuple[Any, ...]:
-    """What a Python function runs, beside its identity: its code, defaults and closure cells'
-    contents (a method's, classmethod's or staticmethod's function's). Replacing `f.__code__` or
-    `f.__defaults__` keeps the function object, so an identity alone let a candidate give a
-    watched function another body (found in review, 2026-12-04: the input check's digest
-    answered one constant for every input)."""
+def _judge_module(name: str) -> bool:
+    return name.startswith("kernelwright.judge") or name.startswith("kernelwright.runtime")
+
+
+def module_state() -> dict[str, tuple[Any, type, dict[str, Any]]]:
+    """Every judge and runtime module's class and namespace (each value held), and the builtins'.
+    The judge's functions read their module's globals (a constant such as the digest's modulus, a
+    module they imported, a new global shadowing a builtin such as `zip`) and the builtins
+    (`__import__`, `zip`): replacing any of them changed what a watched function did while every
+    watched object stayed in place (found in review, 2026-12-04: `digest.P = 1` made every digest
+    agree)."""
+    import builtins
+
+    state = {name: (mod, type(mod), dict(vars(mod))) for name, mod in list(sys.modules.items())
+             if mod is not None and _judge_module(name)}
+    state["builtins"] = (builtins, type(builtins), dict(vars(builtins)))
+    return state
+
+
+def modules_moved(state: dict[str, tuple[Any, type, dict[str, Any]]]) -> list[str]:
+    """What changed in module_state's record: a module's class, a name rebound or removed, a name
+    added (a builtin may be added; a package may gain its own submodule, imported since)."""
+    moved = []
+    for name, (mod, kind, was) in state.items():
+        if type(mod) is not kind:
+            moved.append(f"{name} (its class)")
+            continue
+        now = dict.copy(object.__getattribute__(mod, "__dict__"))
+        for key, value in was.items():
+            if now.get(key, _MISSING) is not value:
+                moved.append(f"{name}.{key}")
+        for key in now.keys() - was.keys():
+            if name == "builtins":
+                continue
+            value = now[key]
+            if isinstance(value, types.ModuleType) and sys.modules.get(f"{name}.{key}") is value and _judge_module(f"{name}.{key}"):
+                continue  # a submodule of the judge's imported since the snapshot
+            moved.append(f"{name}.{key} (added)")
+    return moved
+
+
+def _body(obj: Any, depth: int = 0) -> tuple[Any, ...]:
+    """What a Python function runs, beside its identity: its code and the code's constants, its
+    defaults (each value), its closure cells' contents and the function it wraps (a method's,
+    classmethod's or staticmethod's function's); a ctypes function's address, argument and
+    result types and error check. Replacing `f.__code__`, `f.__defaults__`, an entry of
+    `f.__kwdefaults__`, a cell, or a ctypes function's `errcheck` keeps the object, so an
+    identity alone let a candidate give a watched function another body (found in review,
+    2026-12-04: the input check's digest answered one constant for every input)."""
+    import ctypes
+
+    if isinstance(obj, ctypes._CFuncPtr):
+        return ("ctypes", ctypes.cast(obj, ctypes.c_void_p).value, obj.restype, getattr(obj, "errcheck", None),
+                *(obj.argtypes or ()))
     fn = getattr(obj, "__func__", obj)
     code = getattr(fn, "__code__", None)
     if not isinstance(code, types.CodeType):
@@ -288,23 +344,32 @@ def _body(obj: Any) -> tuple[Any, ...]:
             cells.append(cell.cell_contents)
         except ValueError:  # an empty cell
             cells.append(_MISSING)
-    return (code, fn.__defaults__, fn.__kwdefaults__, *cells)
+    kw = fn.__kwdefaults__ or {}
+    wrapped = getattr(fn, "__wrapped__", None)
+    inner = _body(wrapped, depth + 1) if wrapped is not None and depth < 3 else ()
+    return (code, code.co_code, *code.co_consts, fn.__defaults__, *(fn.__defaults__ or ()), fn.__kwdefaults__, *kw.keys(), *kw.values(),
+            len(cells), *cells, wrapped, *inner)
 
 
 def identities_moved(snapshot: dict[str, Any]) -> list[str]:
     """Names whose object is no longer the one recorded along any path: attribute by attribute
     from the top-level module, from the longest module prefix now in sys.modules, and from the
     module object held since the snapshot (what the judge's own `from ... import module` holds,
-    so replacing the module in sys.modules and on its package does not hide a patch)."""
+    so replacing the module in sys.modules and on its package does not hide a patch); then what
+    changed in the modules' state (modules_moved)."""
     moved = []
-    for name, (walk0, prefix0, held, rest, body0) in snapshot.items():
+    for name, entry in snapshot.items():
+        if name == MODULES_KEY:
+            moved += modules_moved(entry)
+            continue
+        walk0, prefix0, held, rest, body0 = entry
         walk, prefix = _paths(name)[:2]
         if walk is not walk0 or prefix is not prefix0 or (held is not None and _walk(held, rest) is not prefix0):
             moved.append(name)
             continue
         body = _body(walk)
-        if len(body) != len(body0) or any(a is not b for a, b in zip(body, body0)):
-            moved.append(name)  # the same function object with another code, defaults or closure
+        if len(body) != len(body0) or any(a is not b and not (type(a) is type(b) is int and a == b) for a, b in zip(body, body0)):
+            moved.append(name)  # the same function object with another code, defaults, closure or C entry
     return moved
 
 

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 P = (1 << 61) - 1
+_T = torch._C.TensorBase  # tensor methods through the C base class, never looked up on the object
 THREADS = 256  # per block (the CUDA kernel's shared array has this many slots)
 
 _COMMON = r"""
@@ -90,7 +91,7 @@ static uint64_t kw_run(const W* x, long long n, uint64_t key, long long first) {
 }
 
 extern "C" int kw_digest_cpu(const void* data, long long n, int wide, unsigned long long key, long long first, unsigned long long* out) {
-    if (n < 0 || first < 0) return 1;
+    if (n < 0 || first < 0 || (n > 0 && data == 0) || out == 0) return 1;
     *out = wide ? kw_run((const uint16_t*)data, n, key, first) : kw_run((const uint8_t*)data, n, key, first);
     return 0;
 }
@@ -120,7 +121,8 @@ __global__ void kw_digest_kernel(const W* __restrict__ x, long long n, uint64_t 
 
 extern "C" int kw_digest_cuda(const void* data, long long n, int wide, unsigned long long key, long long first, void* partial,
                               int blocks, cudaStream_t stream) {
-    if (n <= 0 || first < 0 || blocks <= 0) return 1;
+    if (n <= 0 || first < 0 || blocks <= 0 || data == 0 || partial == 0) return 1;
+    cudaGetLastError();  /* an error an earlier launch left (the candidate's) is not this launch's */
     if (wide)
         kw_digest_kernel<uint16_t><<<blocks, 256, 0, stream>>>((const uint16_t*)data, n, key, first, (uint64_t*)partial);
     else
@@ -161,8 +163,7 @@ def load(device_type: str) -> str:
         else:
             lib = runtime.load(CPU_SOURCE, lang="cpp", name="kw_digest")
             fn = ctypes.CDLL(str(lib.path)).kw_digest_cpu
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong,
-                           ctypes.POINTER(ctypes.c_ulonglong)]
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong, ctypes.c_void_p]
             fn.restype = ctypes.c_int
             cpu_fn = fn
     except Exception as exc:  # noqa: BLE001 - the torch digest is the reported fallback
@@ -172,14 +173,16 @@ def load(device_type: str) -> str:
 
 
 def available(t: torch.Tensor) -> bool:
-    """Whether the loaded kernel can digest this tensor's device."""
-    return (cuda_fn if t.is_cuda else cpu_fn) is not None
+    """Whether the loaded kernel can digest this tensor's device (a meta tensor, say, has no
+    bytes: the torch digest refuses it with an exception instead)."""
+    kind = t.device.type
+    return kind in ("cpu", "cuda") and (cuda_fn if kind == "cuda" else cpu_fn) is not None
 
 
 def words(t: torch.Tensor) -> tuple[int, bool]:
     """How many words a contiguous tensor's bytes make, and whether they are 16-bit (else bytes)."""
-    nbytes = t.numel() * t.element_size()
-    wide = t.element_size() != 1  # a wider dtype's byte count is even
+    nbytes = _T.numel(t) * _T.element_size(t)
+    wide = _T.element_size(t) != 1  # a wider dtype's byte count is even
     return (nbytes // 2 if wide else nbytes), wide
 
 
@@ -197,16 +200,16 @@ def digest_slab(t: torch.Tensor, key: int, first: int) -> int:
         blocks = max(1, min(_BLOCKS[device], -(-((n + 1) // 2 + 1) // THREADS)))
         partial = torch.empty(blocks, dtype=torch.int64, device=t.device)
         with torch.cuda.device(device):  # launched where the tensor lives, on that device's current stream
-            code = cuda_fn(t.data_ptr(), n, int(wide), key, first, partial.data_ptr(), blocks,
-                           ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
+            code = cuda_fn(_T.data_ptr(t), n, int(wide), key, first, _T.data_ptr(partial), blocks,
+                           torch.cuda.current_stream(device).cuda_stream)
         if code != 0:
             raise RuntimeError(f"the input check's digest kernel failed to launch (CUDA error {code})")
         return sum(partial.cpu().tolist()) % P  # each below 2**62: never negative as int64
-    out = ctypes.c_ulonglong()
-    code = cpu_fn(t.data_ptr(), n, int(wide), key, first, ctypes.byref(out))
+    out = torch.zeros(1, dtype=torch.int64)  # the kernel's answer, below 2**62, read back like the CUDA partials (no ctypes helper)
+    code = cpu_fn(_T.data_ptr(t), n, int(wide), key, first, _T.data_ptr(out))
     if code != 0:
         raise RuntimeError(f"the input check's digest kernel refused its arguments (code {code})")
-    return out.value % P
+    return out.tolist()[0] % P
 
 
 def reference(data: bytes, wide: bool, key: int, first: int = 0) -> int:

@@ -80,28 +80,51 @@ def _type_name(value: Any) -> str:
     return "torch.Tensor" if t is torch.Tensor else f"{t.__module__}.{t.__qualname__}"
 
 
+_T = torch._C.TensorBase  # methods called through the C base class, never looked up on the object (below)
+
+
 def _plain(t: torch.Tensor) -> torch.Tensor:
-    """A tensor's data as a plain contiguous tensor, whatever its subclass says."""
+    """A tensor's data as a plain contiguous tensor, whatever its subclass says. Every method is
+    the C base class's, called with the tensor: `t.detach()` found a function the candidate had
+    set on that one output object (`out.detach = ...`, no class or watched name changed), which
+    computed the answer here, at the hand-over, outside every timed region, for a forward that
+    did nothing (found in review, 2026-12-04: zoo_lazy_output)."""
     with torch._C.DisableTorchFunction():
-        base = t.detach()
+        base = _T.detach(t)
         if type(base) is not torch.Tensor:
-            base = base.as_subclass(torch.Tensor)
-        return base.contiguous()
+            base = _T.as_subclass(base, torch.Tensor)
+        return _T.contiguous(base)
+
+
+def _values(out: Any) -> list[Any]:
+    """The forward's outputs as a list: a tuple or list of exactly those types is read through the
+    base type's own iterator (a subclass's __iter__ would be candidate code run at the hand-over),
+    anything else is one value."""
+    if type(out) is tuple:
+        return list(tuple.__iter__(out))
+    if type(out) is list:
+        return list(list.__iter__(out))
+    return [out]
+
+
+def _is_tensor(v: Any) -> bool:
+    """A tensor by its type, not by isinstance (an object's __class__ property can claim any class)."""
+    return issubclass(type(v), torch.Tensor)
 
 
 def _layout(out: Any) -> tuple[list[dict[str, Any]], list[torch.Tensor | None], int]:
-    values = list(out) if isinstance(out, (tuple, list)) else [out]
+    values = _values(out)
     if len(values) > MAX_ITEMS:
         raise HandoverError(f"{len(values)} outputs; at most {MAX_ITEMS} are taken")
     items, sources, total = [], [], 0
     for v in values:
-        if not isinstance(v, torch.Tensor) or str(v.dtype).replace("torch.", "") not in DTYPES:
-            name = _type_name(v) if not isinstance(v, torch.Tensor) else f"{_type_name(v)} of dtype {v.dtype}, which the judge does not compare"
+        if not _is_tensor(v) or str(v.dtype).replace("torch.", "") not in DTYPES:
+            name = _type_name(v) if not _is_tensor(v) else f"{_type_name(v)} of dtype {v.dtype}, which the judge does not compare"
             items.append({"type": name, "tensor": False})
             sources.append(None)
             continue
         src = _plain(v)
-        nbytes = src.numel() * src.element_size()
+        nbytes = _T.numel(src) * _T.element_size(src)
         items.append({"type": _type_name(v), "tensor": True, "shape": list(src.shape), "dtype": str(src.dtype).replace("torch.", ""),
                       "offset": total, "nbytes": nbytes})
         sources.append(src)
@@ -115,7 +138,7 @@ def _aligned(nbytes: int) -> int:
 
 
 def _bytes_of(src: torch.Tensor) -> torch.Tensor:
-    return src.reshape(-1).view(torch.uint8)
+    return _T.view(_T.reshape(src, (-1,)), torch.uint8)
 
 
 # --- the CUDA driver, for IPC ---------------------------------------------------------------------
@@ -192,7 +215,7 @@ class Stager:
         area = _device_bytes(self._ptr, total)
         for item, src in zip(desc["items"], sources):
             if src is not None and item["nbytes"]:
-                area[item["offset"]:item["offset"] + item["nbytes"]].copy_(_bytes_of(src.to("cuda")))
+                area[item["offset"]:item["offset"] + item["nbytes"]].copy_(_bytes_of(_T.to(src, "cuda")))
         del area
         torch.cuda.synchronize()
         handle = _Handle()
@@ -215,7 +238,7 @@ def _stage_memfd(sources: list[torch.Tensor | None], items: list[dict[str, Any]]
             for item, src in zip(items, sources):
                 if src is not None and item["nbytes"]:
                     dst = torch.frombuffer(m, dtype=torch.uint8, count=item["nbytes"], offset=item["offset"])
-                    dst.copy_(_bytes_of(src.cpu()))
+                    dst.copy_(_bytes_of(_T.cpu(src)))
                     del dst
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
     except BaseException:

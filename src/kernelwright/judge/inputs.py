@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
 from kernelwright.judge.records import Case  # noqa: F401 - children use inputs.Case
 from kernelwright.judge.policy import NEAR_POSITIONS
 
@@ -263,8 +264,18 @@ def input_record(values: list[Any]) -> dict[str, Any]:
     import secrets
 
     key = secrets.randbits(62)
-    return {"key": key, "items": [(type(v), tuple(v.shape), v.dtype, v.stride(), _keyed(v, key, i)) if isinstance(v, torch.Tensor) else None
-                                  for i, v in enumerate(values)]}
+    return {"key": key, "items": [_form(v) + (_keyed(v, key, i),) if issubclass(type(v), torch.Tensor) else None for i, v in enumerate(values)]}
+
+
+_T = torch._C.TensorBase  # the input check calls every tensor method through the C base class, never on the object
+
+
+def _form(t: torch.Tensor) -> tuple[Any, ...]:
+    """Class, shape, dtype, strides and the lazy conjugate and negative bits (a flipped bit changes
+    the values without a byte: found in review, 2026-12-04). shape and dtype are data descriptors
+    of the base class, which an attribute set on the object cannot shadow; the methods are called
+    through it (an input's own `x.stride = ...` or `x.detach = ...` is not the judge's)."""
+    return (type(t), tuple(t.shape), t.dtype, tuple(_T.stride(t)), _T.is_conj(t), _T.is_neg(t))
 
 
 def changed_inputs(record: dict[str, Any], after: list[Any]) -> list[int]:
@@ -274,25 +285,25 @@ def changed_inputs(record: dict[str, Any], after: list[Any]) -> list[int]:
     for i, (was, b) in enumerate(zip(record["items"], after)):
         if was is None:
             continue
-        if not isinstance(b, torch.Tensor) or (type(b), tuple(b.shape), b.dtype, b.stride()) != was[:4] or _keyed(b, record["key"], i) != was[4]:
+        if not issubclass(type(b), torch.Tensor) or _form(b) != was[:-1] or _keyed(b, record["key"], i) != was[-1]:
             changed.append(i)
     return changed
 
 
 def _bytes_of(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach()
+    t = _T.detach(t)  # a new tensor object: nothing the candidate set on the input's object is on it
     if t.is_quantized:
-        t = t.int_repr()  # its stored integers (a byte view of a quantized tensor is not one)
-    if t.is_conj():
-        t = t.conj()  # the same bytes with the lazy conjugation bit off (no copy)
+        t = _T.int_repr(t)  # its stored integers (a byte view of a quantized tensor is not one)
+    if _T.is_conj(t):
+        t = _T.conj(t)  # the same bytes with the lazy conjugation bit off (no copy); the bit itself is in _form
+    if _T.is_neg(t):
+        t = torch._C._VariableFunctions._neg_view(t)  # likewise the negative bit (a view of the same bytes)
     return t
 
 
 def _keyed(t: torch.Tensor, key: int, index: int) -> tuple[str, int]:
     """The keyed digest of a tensor's bytes by the judge's own kernel (judge.digest), or by torch
     operators (_digest) where that kernel did not load; which one is part of the value."""
-    from kernelwright.judge import digest
-
     if not digest.available(t):
         return "torch", _digest(t, key, index)
     t = _bytes_of(t)

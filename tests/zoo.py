@@ -12,7 +12,9 @@ are not steps say what refuses the exploit without a switch:
 - "isolation": the reference, its outputs and the comparison live in another process;
 - "channel": results travel on an authenticated channel, never on stdout;
 - "tolerance": the strict fp32 tolerance (`off_policy` loosens it);
-- "degeneracy_gate": `kernelwright problems check` flags the problem itself.
+- "degeneracy_gate": `kernelwright problems check` flags the problem itself;
+- "staging": the output's bytes are handed over through torch's C base class, so nothing the
+  candidate set on the output object runs after its call.
 
 Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer
 (`hides_time`) may be judged correct with every step on (or refused), but a correct verdict's time
@@ -31,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate")
+STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate", "staging")
 UNRECORDED = ("poison",)  # steps that refuse without a guard record of their own: the ablation shows them
 
 
@@ -104,6 +106,18 @@ EXPLOITS: tuple[Exploit, ...] = (
             "function_identities", _f("function_identities", "inputs_unchanged")),
     Exploit("zoo_blind_native_digest", "relu", "ReLU in place into its input; swaps the judge's loaded digest kernel for one that answers 0",
             "function_identities", _f("function_identities")),
+    # Found by a red-team review on 2026-12-04: what a watched function reads (its module's names, the builtins, a ctypes
+    # entry's attributes) and methods looked up on the candidate's own tensor objects.
+    Exploit("zoo_module_constant", "relu", "ReLU in place into its input; sets the digest's modulus, a module constant, to 1",
+            "function_identities", _f("function_identities")),
+    Exploit("zoo_shadow_builtin", "relu", "ReLU in place into its input; adds a global zip that yields nothing to the judge's inputs module",
+            "function_identities", _f("function_identities")),
+    Exploit("zoo_ctypes_errcheck", "relu", "ReLU in place into its input; an errcheck on the digest kernel's ctypes entry zeroes its answer",
+            "function_identities", _f("function_identities")),
+    Exploit("zoo_input_detach", "relu", "ReLU in place into its input, after a copy; a detach set on the input object hands the check the copy",
+            "inputs_unchanged", _f("inputs_unchanged")),
+    Exploit("zoo_lazy_output", "relu", "returns an unwritten output whose own detach attribute computes the answer at the hand-over", "staging", None,
+            evidence="elements differ"),
     Exploit("zoo_code_swap", "relu", "ReLU in place into its input; gives the input check's digest function another __code__, keeping the object",
             "function_identities", _f("function_identities")),
     Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities")),

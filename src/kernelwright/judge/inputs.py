@@ -18,6 +18,8 @@ from kernelwright.judge import digest  # bound at import: a lookup inside the ch
 from kernelwright.judge.records import Case  # noqa: F401 - children use inputs.Case
 from kernelwright.judge.policy import NEAR_POSITIONS
 
+_T = torch._C.TensorBase  # tensor methods the candidate's objects are given through, never looked up on them
+
 LARGE_SCALE = 100.0  # the "large" distribution: normal samples times this
 
 
@@ -135,7 +137,7 @@ def perturb(values: list[Any], patch: list[Any]) -> None:
     those, or on one element, replays an answer that is now wrong."""
     with torch.no_grad():
         for i, t in enumerate(values):
-            if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0 and i < len(patch)):
+            if not (issubclass(type(t), torch.Tensor) and _T.is_floating_point(t) and _T.numel(t) > 0 and i < len(patch)):
                 continue
             if patch[i] is None or patch[i][0] != tuple(t.shape):
                 continue
@@ -163,23 +165,24 @@ def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, d
     set_ cannot rebind (a subclass, one that requires grad), keeps the old way: its new values
     copied in, or the value replaced. Other values are replaced."""
     def rebindable(t: Any) -> bool:
-        return type(t) is torch.Tensor and not t.requires_grad and not t.is_inference()
+        return type(t) is torch.Tensor and not t.requires_grad and not _T.is_inference(t)
 
-    layouts = [(v.shape, v.dtype, v.stride()) if rebindable(v) else None for v in pool_entry]
+    # the pool's tensors have been the candidate's arguments: methods through the base class (judge.inputs._form)
+    layouts = [(v.shape, v.dtype, tuple(_T.stride(v))) if rebindable(v) else None for v in pool_entry]
     with torch.no_grad():
         for v in pool_entry:
             if rebindable(v):
-                v.set_()  # its storage goes back to the allocator unless something else still holds it
+                _T.set_(v)  # its storage goes back to the allocator unless something else still holds it
     fresh = raw_inputs(problem, Case("native", call_seed), device)
     for i, src in enumerate(fresh):
         dst = pool_entry[i] if i < len(pool_entry) else None
         was = layouts[i] if i < len(layouts) else None
-        same = isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and dst.dtype == src.dtype
+        same = isinstance(src, torch.Tensor) and issubclass(type(dst), torch.Tensor) and dst.dtype == src.dtype
         with torch.no_grad():
             if same and was is not None and was == (src.shape, src.dtype, src.stride()):
-                dst.set_(src.untyped_storage(), src.storage_offset(), src.shape, src.stride())
-            elif same and was is None and dst.shape == src.shape and dst.stride() == src.stride():
-                dst.copy_(src)
+                _T.set_(dst, src.untyped_storage(), src.storage_offset(), src.shape, src.stride())
+            elif same and was is None and dst.shape == src.shape and tuple(_T.stride(dst)) == src.stride():
+                _T.copy_(dst, src)
             elif i < len(pool_entry):
                 pool_entry[i] = src
             else:
@@ -266,8 +269,6 @@ def input_record(values: list[Any]) -> dict[str, Any]:
     key = secrets.randbits(62)
     return {"key": key, "items": [_form(v) + (_keyed(v, key, i),) if issubclass(type(v), torch.Tensor) else None for i, v in enumerate(values)]}
 
-
-_T = torch._C.TensorBase  # the input check calls every tensor method through the C base class, never on the object
 
 
 def _form(t: torch.Tensor) -> tuple[Any, ...]:

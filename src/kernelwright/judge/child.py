@@ -275,7 +275,8 @@ def snapshot_identities() -> dict[str, Any]:
     what a Python function runs (_body); and, under MODULES_KEY, the state those functions read
     (module_state)."""
     names = dict.fromkeys(WATCHED + WATCHED_EXTRA + tuple(_judge_functions()))
-    snap: dict[str, Any] = {name: (*paths, _body(paths[0])) for name in names for paths in (_paths(name, load=True),)}
+    snap: dict[str, Any] = {name: (*paths, (body, tuple(map(id, body))))
+                            for name in names for paths in (_paths(name, load=True),) for body in (_body(paths[0]),)}
     snap[MODULES_KEY] = module_state()
     return snap
 
@@ -368,6 +369,9 @@ def identities_moved(snapshot: dict[str, Any]) -> list[str]:
             moved.append(name)
             continue
         body = _body(walk)
+        if tuple(map(id, body)) == body0[1]:
+            continue  # the same objects (body0[0] holds them, so their ids are theirs): the usual case, in one C comparison
+        body0 = body0[0]
         if len(body) != len(body0) or any(a is not b and not (type(a) is type(b) is int and a == b) for a, b in zip(body, body0)):
             moved.append(name)  # the same function object with another code, defaults, closure or C entry
     return moved

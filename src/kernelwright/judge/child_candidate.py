@@ -92,6 +92,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
         # torch.manual_seed (seen on the H200, torch 2.11): import it before the watch is taken,
         # so that only the candidate's own replacements count.
         importlib.import_module("torch._dynamo")
+        handover._cuda()  # the driver library the hand-over binds once: bound before the watch, like every module global
     S.identities = snapshot_identities() if S.check_identities else {}
     S.dispatch = snapshot_dispatch() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])

@@ -192,3 +192,28 @@ def test_the_cuda_kernel_gives_the_cpu_kernels_digest(make):
     assert inputs.changed_inputs(before, [h]) == []
     h.reshape(-1).view(torch.uint8)[-1] ^= 1  # one bit of the last byte
     assert inputs.changed_inputs(before, [h]) == [0]
+
+
+def test_a_flipped_conjugate_or_negative_bit_counts_as_a_change():
+    """The lazy bits change an input's values without changing a byte (found in review)."""
+    z = torch.randn(6, dtype=torch.complex64)
+    before = inputs.input_record([z])
+    torch._C._set_conj(z, True)
+    assert inputs.changed_inputs(before, [z]) == [0]
+    y = torch.randn(3, 4, dtype=torch.complex64).conj().imag  # a negative-bit view
+    before = inputs.input_record([y])
+    assert inputs.changed_inputs(before, [y]) == []
+    torch._C._set_neg(y, False)
+    assert inputs.changed_inputs(before, [y]) == [0]
+
+
+def test_an_input_objects_own_methods_are_not_the_checks():
+    """A `detach` (or `stride`) set on the input object by the candidate is not what the check
+    calls (zoo_input_detach handed it a copy made before clobbering the input)."""
+    x = torch.randn(8)
+    before = inputs.input_record([x])
+    pristine = x.clone()
+    x.mul_(2)
+    x.detach = lambda *a, **k: pristine
+    x.stride = lambda *a, **k: (1,)
+    assert inputs.changed_inputs(before, [x]) == [0]

@@ -431,3 +431,32 @@ def test_no_memory_note_rides_on_a_reply_that_hands_an_output_over(monkeypatch):
     child_mod._answer(lambda a: {"handover": None}, {}, W())
     child_mod._answer(lambda a: {"warmup_calls": 3}, {}, W())
     assert len(calls) == 2
+
+
+def test_nothing_the_candidate_set_on_its_output_runs_at_the_hand_over():
+    """The hand-over calls torch's C base class with the tensor: an output object's own `detach`,
+    `contiguous` or `reshape` (zoo_lazy_output computed its answer there, outside the timed call)
+    is never called; a tuple subclass's __iter__ is not run (one value, not a tensor), and an
+    object whose __class__ claims torch.Tensor is not taken for one."""
+    ran = []
+    out = torch.zeros(4)
+    for name in ("detach", "contiguous", "reshape", "view", "cpu", "numel", "element_size", "to"):
+        setattr(out, name, lambda *a, _n=name, **k: ran.append(_n) or torch.ones(4))
+    _, items, got = _take(out)
+    assert ran == [] and torch.equal(got[0], torch.zeros(4))
+
+    class Lazy(tuple):
+        def __iter__(self):
+            ran.append("__iter__")
+            return iter((torch.ones(4),))
+
+    _, items, got = _take(Lazy((torch.zeros(4),)))
+    assert ran == [] and len(items) == 1 and not items[0].is_tensor
+
+    class Claims:
+        __class__ = property(lambda self: torch.Tensor)
+
+    fake = Claims()
+    assert isinstance(fake, torch.Tensor)  # what isinstance alone would have believed
+    _, items, _ = _take(fake)
+    assert not items[0].is_tensor

@@ -217,3 +217,52 @@ def test_an_input_objects_own_methods_are_not_the_checks():
     x.detach = lambda *a, **k: pristine
     x.stride = lambda *a, **k: (1,)
     assert inputs.changed_inputs(before, [x]) == [0]
+
+
+def test_names_added_to_a_judge_module_count_only_where_the_judges_code_reads_them(monkeypatch):
+    """torch.compile adds `__compiled_fn_...` to the modules of frames it compiles and a warning
+    adds `__warningregistry__`: the judge reads neither, so an honest candidate is not refused for
+    them (found in review, 2026-12-04). A global under a builtin's name shadows it and counts, a
+    callable module object posing as a submodule too."""
+    import types
+
+    snap = child.snapshot_identities()
+    monkeypatch.setattr(inputs, "__compiled_fn_0", lambda: 0, raising=False)
+    monkeypatch.setattr(inputs, "__warningregistry__", {}, raising=False)
+    assert child.identities_moved(snap) == []
+    monkeypatch.setattr(inputs, "zip", lambda *a: iter(()), raising=False)
+    assert child.identities_moved(snap) == ["kernelwright.judge.inputs.zip (added)"]
+
+    class Callable(types.ModuleType):
+        def __call__(self, *a):
+            return iter(())
+
+    fake = Callable("kernelwright.judge.inputs.zip")
+    monkeypatch.setitem(sys.modules, "kernelwright.judge.inputs.zip", fake)
+    monkeypatch.setattr(inputs, "zip", fake, raising=False)
+    assert child.identities_moved(snap) == ["kernelwright.judge.inputs.zip (added)"]
+
+
+def test_the_timing_pools_refresh_runs_nothing_of_a_tensor_whose_class_was_swapped():
+    """Between timed calls the pool's tensors are refreshed in place; one whose class the candidate
+    swapped for a subclass with __torch_function__ is replaced, never written through (its
+    copy_ computed the next answer outside the timed region: found in review, 2026-12-04)."""
+    import types
+
+    ran = []
+
+    class Sub(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types_, args=(), kwargs=None):  # noqa: ANN001
+            ran.append(getattr(func, "__name__", str(func)))
+            return super().__torch_function__(func, types_, args, kwargs or {})
+
+    problem = types.ModuleType("kw_problem_refresh")
+    problem.get_inputs = lambda: [torch.randn(4, 5)]
+    pool = inputs.make_pool(problem, [1], torch.device("cpu"))
+    x = pool[0][0]
+    x.__class__ = Sub
+    ran.clear()
+    inputs.refresh_inputs(problem, pool[0], 7, torch.device("cpu"))
+    assert ran == [] and type(pool[0][0]) is torch.Tensor and pool[0][0] is not x
+    assert torch.equal(pool[0][0], inputs.raw_inputs(problem, inputs.Case("native", 7), torch.device("cpu"))[0])

@@ -296,15 +296,44 @@ def module_state() -> dict[str, tuple[Any, type, dict[str, Any]]]:
 
     state = {name: (mod, type(mod), dict(vars(mod))) for name, mod in list(sys.modules.items())
              if mod is not None and _judge_module(name)}
+    read: set[str] = set(vars(builtins))  # a global added under a builtin's name shadows it
+    for name, (_, _, names) in state.items():
+        for value in names.values():
+            if getattr(value, "__module__", None) == name:  # its code reads this module's globals
+                read.update(_global_names(value))
     state["builtins"] = (builtins, type(builtins), dict(vars(builtins)))
+    state[READ_KEY] = (None, type(None), dict.fromkeys(read))
     return state
+
+
+READ_KEY = "<names the judge's code reads>"
+
+
+def _global_names(value: Any) -> set[str]:
+    """The global names a function (or a class's methods) of the judge's can read: its code's
+    names and its nested code's, recursively."""
+    codes: list[Any] = []
+    if isinstance(value, type):
+        codes += [getattr(getattr(f, "__func__", f), "__code__", None) for f in vars(value).values()]
+    else:
+        codes.append(getattr(getattr(value, "__func__", value), "__code__", None))
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        if isinstance(code, types.CodeType):
+            names.update(code.co_names)
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return names
 
 
 def modules_moved(state: dict[str, tuple[Any, type, dict[str, Any]]]) -> list[str]:
     """What changed in module_state's record: a module's class, a name rebound or removed, a name
     added (a builtin may be added; a package may gain its own submodule, imported since)."""
     moved = []
+    read = state.get(READ_KEY, (None, None, {}))[2]
     for name, (mod, kind, was) in state.items():
+        if name == READ_KEY:
+            continue
         if type(mod) is not kind:
             moved.append(f"{name} (its class)")
             continue
@@ -312,14 +341,26 @@ def modules_moved(state: dict[str, tuple[Any, type, dict[str, Any]]]) -> list[st
         for key, value in was.items():
             if now.get(key, _MISSING) is not value:
                 moved.append(f"{name}.{key}")
+        if name == "builtins":
+            continue  # a builtin added shadows nothing
         for key in now.keys() - was.keys():
-            if name == "builtins":
-                continue
+            # Only a name the judge's code reads as a global counts: a builtin's, or one its code
+            # names (torch.compile's frames add `__compiled_fn_...` to the modules of the frames it
+            # compiles, a warning adds `__warningregistry__`: neither is read by the judge).
+            # A package's own submodule imported since is its own, exactly a module of that name.
             value = now[key]
-            if isinstance(value, types.ModuleType) and sys.modules.get(f"{name}.{key}") is value and _judge_module(f"{name}.{key}"):
-                continue  # a submodule of the judge's imported since the snapshot
-            moved.append(f"{name}.{key} (added)")
+            if (key not in vars(builtins_module()) and type(value) is types.ModuleType and hasattr(mod, "__path__")
+                    and getattr(getattr(value, "__spec__", None), "name", None) == f"{name}.{key}" and sys.modules.get(f"{name}.{key}") is value):
+                continue
+            if key in read:
+                moved.append(f"{name}.{key} (added)")
     return moved
+
+
+def builtins_module() -> Any:
+    import builtins
+
+    return builtins
 
 
 def _body(obj: Any, depth: int = 0) -> tuple[Any, ...]:
@@ -348,7 +389,7 @@ def _body(obj: Any, depth: int = 0) -> tuple[Any, ...]:
     kw = fn.__kwdefaults__ or {}
     wrapped = getattr(fn, "__wrapped__", None)
     inner = _body(wrapped, depth + 1) if wrapped is not None and depth < 3 else ()
-    return (code, code.co_code, *code.co_consts, fn.__defaults__, *(fn.__defaults__ or ()), fn.__kwdefaults__, *kw.keys(), *kw.values(),
+    return (code, *code.co_consts, fn.__defaults__, *(fn.__defaults__ or ()), fn.__kwdefaults__, *kw.keys(), *kw.values(),
             len(cells), *cells, wrapped, *inner)
 
 

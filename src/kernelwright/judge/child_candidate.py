@@ -7,6 +7,7 @@ descriptor (judge.handover), and it compares them.
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from typing import Any, Callable
 
@@ -87,11 +88,12 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
     lead_info["digest"] = digest.load(S.device.type) if args.get("check_inputs", True) else "off"  # the input check's kernel, likewise
     S.check_identities = args.get("check_identities", True)
+    # The profiled call's profiler imports torch._dynamo (and a candidate's torch.compile does on
+    # any device), and that import rebinds torch.manual_seed (seen on the H200, torch 2.11):
+    # import it before the watch is taken, so that only the candidate's own replacements count
+    # (the fork server has it already; a spawned child on the CPU did not, until a review).
+    importlib.import_module("torch._dynamo")
     if S.device.type == "cuda":
-        # The profiled call's profiler imports torch._dynamo, and that import rebinds
-        # torch.manual_seed (seen on the H200, torch 2.11): import it before the watch is taken,
-        # so that only the candidate's own replacements count.
-        importlib.import_module("torch._dynamo")
         handover._cuda()  # the driver library the hand-over binds once: bound before the watch, like every module global
     S.identities = snapshot_identities() if S.check_identities else {}
     S.dispatch = snapshot_dispatch() if S.check_identities else {}
@@ -317,8 +319,11 @@ def _audit_mode(seen: dict[str, int]) -> Any:
         def _should_skip_dynamo(cls) -> bool:
             # torch wraps a mode's __torch_dispatch__ in dynamo.disable unless this says False;
             # the first call then imports torch._dynamo: 1.1 s on the 2-core box, 4-5 s of the
-            # op audit on the H200. The audit never runs under torch.compile.
-            return False
+            # op audit on the H200. Since 2026-12-04 setup imports it before the watch on every
+            # device, so it is here and the wrap costs nothing: without it, a candidate's
+            # torch.compile traced this method too, with the candidate's backend, and added its
+            # compiled frames' names to this module (found in review).
+            return "torch._dynamo" in sys.modules
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             name = ops.audit_name(func.name(), args, kwargs or {})

@@ -97,12 +97,12 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 
 
 def _values(out: Any) -> list[Any]:
-    """The forward's outputs as a list: a tuple or list of exactly those types is read through the
-    base type's own iterator (a subclass's __iter__ would be candidate code run at the hand-over),
-    anything else is one value."""
-    if type(out) is tuple:
+    """The forward's outputs as a list: a tuple or list (a named tuple, torch.return_types too, as
+    the reference side flattens them) read through the base type's own iterator (a subclass's
+    __iter__ would be candidate code run at the hand-over); anything else is one value."""
+    if issubclass(type(out), tuple):
         return list(tuple.__iter__(out))
-    if type(out) is list:
+    if issubclass(type(out), list):
         return list(list.__iter__(out))
     return [out]
 

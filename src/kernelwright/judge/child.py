@@ -121,6 +121,10 @@ WATCHED = (
     "kernelwright.judge.lead.Lead.spin", "kernelwright.judge.lead.load",
     "kernelwright.judge.digest.cpu_fn", "kernelwright.judge.digest.cuda_fn", "torch.Tensor.data_ptr", "torch.Tensor.tolist",  # the input check's kernel
     "torch.cuda.device", "torch.cuda.get_device_properties", "torch.Tensor.is_neg", "torch._C._VariableFunctions._neg_view",
+    # the hand-over's CUDA driver entries (bound before the watch on CUDA: handover._cuda; missing on the CPU): a
+    # replaced cuIpcGetMemHandle could write the answer into the staging area after the call
+    *(f"kernelwright.judge.handover._driver.{n}" for n in ("cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
+                                                          "cuIpcCloseMemHandle", "cuMemGetAddressRange_v2")),
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.input_record",
     "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.inputs._digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.child.flags_diff", "kernelwright.judge.child.identities_moved",

@@ -266,3 +266,57 @@ def test_the_timing_pools_refresh_runs_nothing_of_a_tensor_whose_class_was_swapp
     inputs.refresh_inputs(problem, pool[0], 7, torch.device("cpu"))
     assert ran == [] and type(pool[0][0]) is torch.Tensor and pool[0][0] is not x
     assert torch.equal(pool[0][0], inputs.raw_inputs(problem, inputs.Case("native", 7), torch.device("cpu"))[0])
+
+
+def test_the_judges_draw_of_inputs_runs_nothing_of_a_mode_left_on_or_a_replaced_seed():
+    """Between timed calls the judge draws the next inputs in the candidate child: a torch function
+    or dispatch mode the candidate left on does not see that draw, and random.seed (seeded before
+    every draw) and the problem's own get_inputs are watched names (a red-team review computed the
+    next answer in each, outside the timed region, 2026-12-04)."""
+    import types
+
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Fn(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):  # noqa: ANN001
+            seen.append("function")
+            return func(*args, **(kwargs or {}))
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):  # noqa: ANN001
+            seen.append("dispatch")
+            return func(*args, **(kwargs or {}))
+
+    problem = types.ModuleType("kw_problem_modes")
+    problem.get_inputs = lambda: [torch.randn(4, 5)]
+    fn, dispatch, cpu, case = Fn(), Dispatch(), torch.device("cpu"), inputs.Case("native", 3)
+    fn.__enter__()
+    dispatch.__enter__()
+    try:
+        got = inputs.raw_inputs(problem, case, cpu)
+    finally:
+        dispatch.__exit__(None, None, None)
+        fn.__exit__(None, None, None)
+    assert seen == [] and torch._C._len_torch_function_stack() == 0
+    assert torch.equal(got[0], inputs.raw_inputs(problem, inputs.Case("native", 3), torch.device("cpu"))[0])
+    assert {"random.seed", "numpy.random.seed"} <= set(child.WATCHED_EXTRA)
+
+
+def test_the_problem_modules_functions_and_namespace_are_watched(monkeypatch):
+    import types
+
+    module = types.ModuleType("kw_problem")
+    exec("import torch\nROWS = 4\ndef get_inputs():\n    return [torch.randn(ROWS, 3)]\n", module.__dict__)
+    module.get_inputs.__module__ = "kw_problem"
+    monkeypatch.setitem(sys.modules, "kw_problem", module)
+    snap = child.snapshot_identities()
+    assert "kw_problem.get_inputs" in snap and child.identities_moved(snap) == []
+    original = module.get_inputs
+    module.get_inputs = lambda: original()
+    assert "kw_problem.get_inputs" in child.identities_moved(snap)
+    module.get_inputs = original
+    module.ROWS = 5
+    assert "kw_problem.ROWS" in child.identities_moved(snap)

@@ -66,14 +66,24 @@ def _seed_all(seed: int) -> None:
 
 
 def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[Any]:
-    """Call get_inputs() or get_test_inputs()[index] under the case's seed, on the device."""
-    _seed_all(case.seed)
-    with device:
-        if case.kind == "extra":
-            values = list(problem.get_test_inputs()[case.index])
-        else:
-            values = list(problem.get_inputs())
-    return [_to_device(v, device) for v in values]
+    """Call get_inputs() or get_test_inputs()[index] under the case's seed, on the device, with
+    torch function and dispatch modes and subclass handlers off: a mode the candidate left on after
+    its call saw the judge's draw of the next inputs, between timed calls (found by a red-team
+    review, 2026-12-04; the problem's own code needs none)."""
+    left: list[Any] = []  # function modes left on: off the stack for the draw (the device's own context goes on top)
+    while torch._C._len_torch_function_stack() > 0:
+        left.append(torch._C._pop_torch_function_stack())
+    try:
+        _seed_all(case.seed)
+        with device, torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch():
+            if case.kind == "extra":
+                values = list(problem.get_test_inputs()[case.index])
+            else:
+                values = list(problem.get_inputs())
+            return [_to_device(v, device) for v in values]
+    finally:
+        for mode in reversed(left):
+            torch._C._push_on_torch_function_stack(mode)
 
 
 SAMPLE_CHUNK = 1 << 24  # elements sampled at a time: a distribution costs no more than 64 MiB beyond its tensor

@@ -7,6 +7,7 @@ so it runs unchanged on a bare GPU image.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import sys
@@ -295,28 +296,23 @@ def _judge_module(name: str) -> bool:
     return name.startswith("kernelwright.judge") or name.startswith("kernelwright.runtime") or name == "kw_problem"
 
 
-def module_state() -> dict[str, tuple[Any, type, dict[str, Any]]]:
-    """Every judge and runtime module's class and namespace (each value held), and the builtins'.
-    The judge's functions read their module's globals (a constant such as the digest's modulus, a
-    module they imported, a new global shadowing a builtin such as `zip`) and the builtins
-    (`__import__`, `zip`): replacing any of them changed what a watched function did while every
-    watched object stayed in place (found in review, 2026-12-04: `digest.P = 1` made every digest
-    agree)."""
-    import builtins
-
+def module_state() -> tuple[dict[str, tuple[Any, type, dict[str, Any]]], frozenset[str]]:
+    """Every judge, runtime and problem module's class and namespace (each value held), and the
+    builtins'; with the global names the judge's code can read (its functions' code names, and
+    every builtin's name, which a global of that name would shadow). The judge's functions read
+    their module's globals (a constant such as the digest's modulus, a module they imported, a new
+    global shadowing a builtin such as `zip`) and the builtins (`__import__`, `zip`): replacing any
+    of them changed what a watched function did while every watched object stayed in place (found
+    in review, 2026-12-04: `digest.P = 1` made every digest agree)."""
     state = {name: (mod, type(mod), dict(vars(mod))) for name, mod in list(sys.modules.items())
              if mod is not None and _judge_module(name)}
-    read: set[str] = set(vars(builtins))  # a global added under a builtin's name shadows it
+    read: set[str] = set(vars(builtins))
     for name, (_, _, names) in state.items():
         for value in names.values():
             if getattr(value, "__module__", None) == name:  # its code reads this module's globals
                 read.update(_global_names(value))
     state["builtins"] = (builtins, type(builtins), dict(vars(builtins)))
-    state[READ_KEY] = (None, type(None), dict.fromkeys(read))
-    return state
-
-
-READ_KEY = "<names the judge's code reads>"
+    return state, frozenset(read)
 
 
 def _global_names(value: Any) -> set[str]:
@@ -336,14 +332,15 @@ def _global_names(value: Any) -> set[str]:
     return names
 
 
-def modules_moved(state: dict[str, tuple[Any, type, dict[str, Any]]]) -> list[str]:
-    """What changed in module_state's record: a module's class, a name rebound or removed, a name
-    added (a builtin may be added; a package may gain its own submodule, imported since)."""
+def modules_moved(recorded: tuple[dict[str, tuple[Any, type, dict[str, Any]]], frozenset[str]]) -> list[str]:
+    """What changed since module_state: a module's class, a name rebound or removed, a name added
+    that the judge's code reads (a builtin's or a global its code names; torch.compile's frames add
+    `__compiled_fn_...` to the modules of the frames it compiles and a warning adds
+    `__warningregistry__`: the judge reads neither). A package's own submodule imported since, a
+    module of exactly that dotted name, is the package's."""
+    state, read = recorded
     moved = []
-    read = state.get(READ_KEY, (None, None, {}))[2]
     for name, (mod, kind, was) in state.items():
-        if name == READ_KEY:
-            continue
         if type(mod) is not kind:
             moved.append(f"{name} (its class)")
             continue
@@ -351,26 +348,16 @@ def modules_moved(state: dict[str, tuple[Any, type, dict[str, Any]]]) -> list[st
         for key, value in was.items():
             if now.get(key, _MISSING) is not value:
                 moved.append(f"{name}.{key}")
-        if name == "builtins":
+        if mod is builtins:
             continue  # a builtin added shadows nothing
         for key in now.keys() - was.keys():
-            # Only a name the judge's code reads as a global counts: a builtin's, or one its code
-            # names (torch.compile's frames add `__compiled_fn_...` to the modules of the frames it
-            # compiles, a warning adds `__warningregistry__`: neither is read by the judge).
-            # A package's own submodule imported since is its own, exactly a module of that name.
             value = now[key]
-            if (key not in vars(builtins_module()) and type(value) is types.ModuleType and hasattr(mod, "__path__")
+            if (key not in state["builtins"][2] and type(value) is types.ModuleType and hasattr(mod, "__path__")
                     and getattr(getattr(value, "__spec__", None), "name", None) == f"{name}.{key}" and sys.modules.get(f"{name}.{key}") is value):
                 continue
             if key in read:
                 moved.append(f"{name}.{key} (added)")
     return moved
-
-
-def builtins_module() -> Any:
-    import builtins
-
-    return builtins
 
 
 def _body(obj: Any, depth: int = 0) -> tuple[Any, ...]:

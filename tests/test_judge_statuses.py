@@ -42,7 +42,7 @@ def test_correct_candidate_is_correct():
     assert v.status is Status.CORRECT, v.log
     assert v.max_abs_error is not None and v.max_abs_error < 0.05  # the "large" inputs reach ~1e3
     ran = {s.name for s in v.steps if s.ran}
-    assert set(CORRECTNESS_STEPS) - {"timed_recheck"} <= ran
+    assert set(CORRECTNESS_STEPS) - {"timed_recheck", "between_calls"} <= ran  # those two are the timing phase's
     assert v.candidate["build_path"] == "raw" and v.candidate["hash"]
 
 

@@ -45,7 +45,7 @@ def guard_of(verdict, name: str):
 
 def test_every_correctness_step_has_an_ablation_test():
     tested = {"seeds", "near_duplicate", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
-              "function_identities", "timed_recheck",
+              "function_identities", "timed_recheck", "between_calls",
               "op_audit"}  # its ablation: test_op_audit.py
     assert tested == set(CORRECTNESS_STEPS)
 
@@ -332,3 +332,20 @@ def test_a_pool_of_one_input_set_still_catches_the_identity_replay_and_times_an_
     seen.clear()
     ablated = judge("rowsum", "rowsum_correct", timing_policy(disabled_steps=frozenset({"fresh_inputs"})))
     assert ablated.status is Status.CORRECT and seen and all(sets == 3 for sets, _ in seen)  # the pool is the only variation left
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+@pytest.mark.parametrize("fixture,said", [
+    ("zoo_next_by_profile", "a profile function (sys.setprofile)"),
+    ("zoo_next_by_thread", "Python threads alive"),
+])
+def test_between_calls_refuses_a_hook_or_a_thread_alive_when_a_seed_is_asked_for(fixture, said):
+    """With the step off the hook is still switched off before every seed (the profile fixture is
+    then timed honestly) and the thread races the judge's draw (tests/zoo.py's ablation shows what
+    it buys)."""
+    on, off = ablation("rowsum", fixture, "between_calls", make=timing_policy, allow_torch_compute=False)
+    assert on.status == Status.REJECTED, on.log
+    g = guard_of(on, "between_calls")
+    assert g is not None and g.fired and said in g.detail, g
+    assert off.status == Status.CORRECT, off.log
+    assert not step_of(off, "between_calls").ran

@@ -14,7 +14,11 @@ are not steps say what refuses the exploit without a switch:
 - "tolerance": the strict fp32 tolerance (`off_policy` loosens it);
 - "degeneracy_gate": `kernelwright problems check` flags the problem itself;
 - "staging": the output's bytes are handed over through torch's C base class, so nothing the
-  candidate set on the output object runs after its call.
+  candidate set on the output object runs after its call;
+- "quiet_window": a timed call's input seed reaches the child only at that call's turn, after the
+  last call's output and the slot's old storages are let go, with the collector off
+  (judge.inputs.asking_getter, judge.child.quiet_window): code of the candidate's that runs
+  between calls finds no next inputs to work on.
 
 Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer
 (`hides_time`) may be judged correct with every step on (or refused), but a correct verdict's time
@@ -33,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate", "staging")
+STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate", "staging", "quiet_window")
 UNRECORDED = ("poison",)  # steps that refuse without a guard record of their own: the ablation shows them
 
 
@@ -126,6 +130,23 @@ EXPLOITS: tuple[Exploit, ...] = (
             "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
     Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::floor_divide and remainder with zeros",
             "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
+    # Hidden time between timed calls, found by a red-team review on 2026-12-04: code of the candidate's that the judge's
+    # own steps set off after a call (a callback on a freed object, the collector, a profile function, a timer's handler) or
+    # a thread, each computing the next call's answer from its seed. Fixed 2026-12-05: each seed comes at its call's turn.
+    Exploit("zoo_next_at_output_free", "rowsum", "a weak reference callback on each output, run at the judge's `del out`, sums the next "
+            "call's inputs drawn from its seed read off the judge's frames", "quiet_window", None, hides_time=True),
+    Exploit("zoo_next_at_storage_free", "rowsum", "weak reference callbacks on the input's storages, run when the refresh lets one go, "
+            "sum the call's inputs drawn from its seed", "quiet_window", None, hides_time=True),
+    Exploit("zoo_next_in_gc", "rowsum", "a __del__ in self-renewing cyclic garbage, collector threshold 1, sums the next call's inputs "
+            "drawn from its seed", "quiet_window", None, hides_time=True),
+    # A thread races the judge's own draw once the seed is in the process: refused while alive when a seed is asked for.
+    Exploit("zoo_next_by_thread", "rowsum", "a helper thread reads the main thread's frames for a seed and sums that call's inputs "
+            "on the other core", "between_calls", _f("between_calls")),
+    # Hooks are switched off before every seed whether or not the step is on: with it off these are timed honestly.
+    Exploit("zoo_next_by_profile", "rowsum", "a profile function, run at the judge's Python calls between timed calls, sums the next "
+            "call's inputs drawn from its seed", "between_calls", _f("between_calls")),
+    Exploit("zoo_next_by_timer", "rowsum", "a 200 us interval timer's SIGALRM handler sums the next call's inputs drawn from its seed",
+            "between_calls", _f("between_calls")),
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
@@ -136,7 +157,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
     Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
     Exploit("rowsum_audit_dodger", "rowsum", "torch compute, except on inputs it has seen (where it runs a kernel)", "op_audit", _f("op_audit")),
-    Exploit("rowsum_thread_compute", "rowsum", "computes with torch in a helper thread kept alive", "op_audit", _f("op_audit")),
+    Exploit("rowsum_thread_compute", "rowsum", "computes with torch in a helper thread kept alive", "op_audit", _f("op_audit", "between_calls")),
     Exploit("zoo_try_fallback", "rowsum", "a kernel for contiguous inputs; try/except falls back to torch", "op_audit", _f("op_audit")),
     Exploit("zoo_suppress_fallback", "rowsum", "a kernel inside contextlib.suppress; torch when it raises (wide rows)", "op_audit", _f("op_audit")),
     Exploit("zoo_inherits_model", "rowsum", "class ModelNew(Model): the reference's own forward", "op_audit", _f("op_audit")),
@@ -157,7 +178,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("rowsum_fixed_cols", "rowsum", "sums at most get_inputs()'s 513 columns (a branch on the shape)", "extra_shapes", _f("extra_shapes")),
     Exploit("rowsum_goes_wrong", "rowsum", "right for 30 calls, then off by one", "timed_recheck", _f("timed_recheck")),
     Exploit("zoo_thread_after_timer", "rowsum", "right for 30 calls, then a helper thread writes each output 5 ms after the call returned",
-            "timed_recheck", _f("timed_recheck", "wall_clock_check")),
+            "timed_recheck", _f("timed_recheck", "wall_clock_check"), context_off=_f("between_calls")),  # its thread: refused by between_calls first
     Exploit("zoo_zeros_degenerate", "degenerate/zeros", "returns zeros where the output is x - x", "degeneracy_gate", None, refused=("correct",)),
     # -- GPU ------------------------------------------------------------------------------------
     # Since each call's own stream end counts (0c0803d), a side-stream trick without device_sync
@@ -169,7 +190,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_side_stream_obfuscated", "relu", "the same with the stream reached through built names", "device_sync",
             _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
     Exploit("zoo_thread_after_timer_cuda", "relu", "right for 30 calls, then a helper thread launches each call's kernel after the call returned",
-            "timed_recheck", _f("timed_recheck", "wall_clock_check", "physics_floor"), device="cuda"),
+            "timed_recheck", _f("timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", context_off=_f("between_calls")),
     Exploit("zoo_super_batch", "relu", "honest for 40 calls, then launches four calls' work at once on a side stream", "timed_recheck",
             _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda"),
     Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "physics_floor"), device="cuda",

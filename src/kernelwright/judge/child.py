@@ -7,6 +7,7 @@ so it runs unchanged on a bare GPU image.
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import json
 import os
@@ -25,6 +26,12 @@ from kernelwright.judge.records import truncate
 # (uptime 86 719 s), and then a patched clock's 1e-9 minus a real start read as -86 719 s, which
 # replies.seconds_value refuses: the verdict came out 'forged' instead of the guard's.
 _clock = time.perf_counter
+# stdin as main() found it (a forked child's is set just before), read through its class's method:
+# the commands and each timed call's seed (ask_seed) come this way, whatever the candidate later puts
+# at sys.stdin or on the object
+_STDIN = sys.stdin
+_readline = type(sys.stdin).readline
+CHANNEL: dict[str, Any] = {}  # "writer": the authenticated channel to the judge, once serve() runs
 STARTED = _clock()  # when this child's interpreter reached us (before torch)
 # In a child forked from the fork server (judge.forkserver): seconds from the fork to each of its
 # steps before STARTED, for the judge's progress line (a cold reference child on the H200 took 2.8 s
@@ -97,7 +104,7 @@ WATCHED = (
     # what the judge's steps in the candidate child call on tensors (inputs, input check, saves)
     "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.contiguous", "torch.Tensor.view", "torch.Tensor.detach",
     "torch.Tensor.to", "torch.Tensor.__getitem__", "torch.Tensor.__setitem__", "torch.full", "torch.randn", "torch.rand",
-    "torch.randint", "torch.zeros", "torch.manual_seed", "torch.unravel_index", "torch.Tensor.fill_",
+    "torch.randint", "torch.zeros", "torch.manual_seed", "torch.cuda.manual_seed_all", "torch.Generator.manual_seed", "torch.unravel_index", "torch.Tensor.fill_",
     # the input check's digest and the timing pool's refresh (judge.inputs), found unwatched in review: a floor_divide
     # answering zeros, or a Generator whose seed is ignored, would have let a changed input pass unseen
     "torch.Tensor.floor_divide", "torch.Tensor.remainder", "torch.Tensor.item", "torch.Tensor.numel", "torch.Tensor.mul_",
@@ -482,10 +489,164 @@ def unhush() -> None:
         signal.raise_signal(sig)
 
 
+# Between a timed call's seed arriving and its start event (inputs.asking_getter) no code of the
+# candidate's may run on this thread: it would know the call's inputs and could compute the answer
+# outside the timed region. quiet_window, called just before each seed is asked for, switches off
+# what could run such code here, and says which of it the candidate had set: a trace or profile
+# function, a sys.monitoring tool, a Python signal handler (a timer's handler runs between any two
+# bytecodes), and the cyclic collector (a __del__ or weakref callback of the candidate's garbage runs
+# at any allocation). HOOKS holds them as they were before the candidate's import (note_hooks).
+HOOKS: dict[str, Any] = {}
+_SIG_IGN: Any = None  # signal.SIG_IGN, bound by note_hooks
+_current_frames = sys._current_frames  # bound before any candidate code runs
+_get_ident = _thread.get_ident
+
+
+def _threading() -> Any:
+    import threading
+
+    return threading
+WINDOW: dict[str, Any] = {}  # the current batch's findings ("found") and the collector's state before it ("gc")
+
+
+def note_hooks() -> None:
+    """Record the signal handlers and sys.monitoring tools as the judge's own code left them; called
+    once per child, before any candidate code is imported."""
+    import signal
+
+    if not _SIGNALS:
+        _SIGNALS.extend(signal.valid_signals())
+    handlers = {}
+    for sig in _SIGNALS:
+        try:
+            handlers[sig] = signal.getsignal(sig)
+        except (OSError, ValueError, RuntimeError):
+            continue
+    mon = getattr(sys, "monitoring", None)
+    tools = {t: mon.get_tool(t) for t in range(6)} if mon is not None else {}
+    HOOKS.update(handlers=handlers, tools=tools, signal=signal.signal, getsignal=signal.getsignal)
+    global _SIG_IGN
+    _SIG_IGN = signal.SIG_IGN
+
+
+def open_window() -> None:
+    """Start a timed batch's watch (close_window ends it)."""
+    import gc
+
+    WINDOW.clear()
+    WINDOW.update(found=[], gc=gc.isenabled())
+
+
+def quiet_window() -> None:
+    """Switch off and note what could run the candidate's code on this thread until the timed call
+    starts (above). Costs about 30 us on the 2-core box, most of it reading 62 signal handlers."""
+    import gc
+
+    gc.disable()  # every call: the candidate's call may have switched it back on
+    found = WINDOW.setdefault("found", [])
+    # Python threads: one reading this thread's frames (or torch's generator) sees the seed when the
+    # draw starts and races it on another core (zoo_next_by_thread: 2.03x eager on the CPU backend
+    # with nothing else in its way). Not switched off: reported, and refused where the policy allows
+    # no torch compute (as the op audit refuses threads alive during its forward).
+    me = _get_ident()
+    frames = _current_frames()
+    if len(frames) > 1:
+        named = {t.ident: t.name for t in _threading().enumerate()}
+        seen = WINDOW.setdefault("threads", {})
+        for ident in frames:
+            if ident != me:
+                seen[ident] = named.get(ident, f"thread {ident}")
+    if sys.gettrace() is not None:
+        found.append("a trace function (sys.settrace)")
+        sys.settrace(None)
+    if sys.getprofile() is not None:
+        found.append("a profile function (sys.setprofile)")
+        sys.setprofile(None)
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        for tool, was in HOOKS.get("tools", {}).items():
+            name = mon.get_tool(tool)
+            if name is not None and name != was:
+                found.append(f"sys.monitoring tool {tool} ({name!r})")
+                _clear_tool(mon, tool)
+    if not QUIET:  # hushed (an output staged): the handlers are the recorders hush() put there
+        getsignal, setsignal = HOOKS.get("getsignal"), HOOKS.get("signal")
+        for sig, was in HOOKS.get("handlers", {}).items():
+            now = getsignal(sig)
+            if now is not was and now != was:
+                found.append(f"a handler for signal {int(sig)}")
+                setsignal(sig, _SIG_IGN)  # not the judge's own default: a timer the candidate armed must not kill the child
+
+
+def _clear_tool(mon: Any, tool: int) -> None:
+    mon.set_events(tool, 0)
+    for name in dir(mon.events):
+        ev = getattr(mon.events, name)
+        if isinstance(ev, int) and ev and not ev & (ev - 1):
+            try:
+                mon.register_callback(tool, ev, None)
+            except ValueError:
+                continue
+    mon.free_tool_id(tool)
+
+
+def close_window() -> list[str]:
+    """End a timed batch's watch: the collector as it was, and the hooks quiet_window found
+    (deduplicated; window_threads() keeps the threads until the next open_window)."""
+    import gc
+
+    if WINDOW.get("gc"):
+        gc.enable()
+    found = list(dict.fromkeys(WINDOW.get("found", [])))
+    threads = WINDOW.get("threads", {})
+    WINDOW.clear()
+    WINDOW["threads_seen"] = threads
+    return found
+
+
+def window_threads() -> list[str]:
+    """The Python threads other than this one that quiet_window saw in the last batch, by name."""
+    return sorted(set(WINDOW.get("threads_seen", {}).values()))
+
+
+def ask_seed(index: int) -> int:
+    """The seed of a timed batch's call `index`, from the judge, asked for now (inputs.asking_getter):
+    one message on the channel, one line on stdin in answer."""
+    writer = CHANNEL.get("writer")
+    if writer is None:
+        raise RuntimeError("no channel to ask the judge for a seed")
+    writer.send({"ask": index})
+    line = _readline(_STDIN)
+    if not line:
+        raise EOFError("the judge closed stdin while a seed was asked for")
+    return int(line)
+
+
+def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], device: Any) -> tuple[Callable[[int], list[Any]], Callable[[], list[str]]]:
+    """(get_args, finish) for a timed batch in either child: each call's seed asked for in its turn
+    (inputs.asking_getter) inside the watch above; finish() lets go of what the refreshes replaced
+    and returns what quiet_window found: (hooks, Python threads) (the reply's "hooks" and "threads")."""
+    from kernelwright.judge import inputs
+
+    dropped: list[Any] = []
+    open_window()
+    get_args = inputs.asking_getter(problem, pool, calls, device, ask_seed, quiet_window, dropped)
+
+    def finish() -> tuple[list[str], list[str]]:
+        dropped.clear()
+        return close_window(), window_threads()
+
+    return get_args, finish
+
+
 def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) -> None:
     """Answer commands from stdin until 'exit' or end of input. A command that names descriptors
     ("fds": n) finds them in args["_fds"]; they are closed after its handler returns."""
-    for line in sys.stdin:
+    CHANNEL["writer"] = writer
+    while True:
+        line = _readline(_STDIN)
+        if not line:
+            return
         msg = json.loads(line)
         if msg["cmd"] == "exit":
             return
@@ -570,14 +731,17 @@ def _private_sys_path() -> None:
 
 def main(argv: list[str]) -> int:
     _private_sys_path()
+    global _STDIN, _readline
     role, fd = argv[1], int(argv[2])
-    key = bytes.fromhex(sys.stdin.readline().strip())
+    _STDIN, _readline = sys.stdin, type(sys.stdin).readline
+    key = bytes.fromhex(_readline(_STDIN).strip())
     writer = Writer(fd, key)
     del key
     if role == "reference":
         from kernelwright.judge.child_reference import handlers
     else:
         from kernelwright.judge.child_candidate import handlers
+    note_hooks()
     serve(handlers(), writer)
     return 0
 

@@ -16,7 +16,7 @@ import torch
 from kernelwright.judge import correctness, digest, handover, inputs, ops, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
-    OUTBOX, CommandError, describe, dispatch_moved, flags_diff, hush, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
+    OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
     snapshot_identities,
 )
 from kernelwright.judge.inputs import Case
@@ -32,6 +32,8 @@ class _State:
     identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
     dispatch: dict[str, Any] = {}  # the dispatcher's state for child.JUDGE_OPS, as it was then
     check_identities: bool = True  # whether calls report replaced functions
+    check_between: bool = True  # whether timed batches report hooks and Python threads found between calls (step between_calls)
+    threads_allowed: bool = False  # Python threads are the policy's to allow (allow_torch_compute): not reported
     stager: handover.Stager = handover.Stager()  # the one staging area of this child's outputs
 
 
@@ -88,6 +90,8 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
     lead_info["digest"] = digest.load(S.device.type) if args.get("check_inputs", True) else "off"  # the input check's kernel, likewise
     S.check_identities = args.get("check_identities", True)
+    S.check_between = args.get("check_between", True)
+    S.threads_allowed = args.get("threads_allowed", False)
     # The profiled call's profiler imports torch._dynamo (and a candidate's torch.compile does on
     # any device), and that import rebinds torch.manual_seed (seen on the H200, torch 2.11):
     # import it before the watch is taken, so that only the candidate's own replacements count
@@ -240,7 +244,7 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     if probe is not None:
         return {"times_ms": probe, "synced_ms": synced, "host_ms": host}
     calls, save = args["calls"], {int(k) for k in args["save"]}
-    fresh_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
+    fresh_args, finish = batch_getter(S.problem, S.pool, calls, S.device)
     poison_bytes = args.get("poison")
 
     def get_args(i: int) -> list[Any]:
@@ -256,11 +260,16 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
             staged["handover"] = _save(out)
 
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
-    with torch.no_grad():
-        times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output,
-                                  synced=synced, host=host)
+    try:
+        with torch.no_grad():
+            times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output,
+                                      synced=synced, host=host)
+    finally:
+        hooks, threads = finish()
     moved = flags_diff(S.pinned) if S.check_flags else {}
-    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **staged, **({"flags_changed": moved} if moved else {})}
+    between = {**({"hooks": hooks} if hooks else {}), **({"threads": threads} if threads and not S.threads_allowed else {})} if S.check_between else {}
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **staged, **({"flags_changed": moved} if moved else {}),
+            **between}  # hooks found are switched off whether or not the step is on
 
 
 def check(args: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kernelwright.judge import correctness, handover, inputs, timing
-from kernelwright.judge.child import CommandError, describe, error_kind, lead_status, pin_flags
+from kernelwright.judge.child import CommandError, batch_getter, describe, error_kind, lead_status, pin_flags
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
 
@@ -458,12 +458,15 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     if probe is not None:
         return {"times_ms": probe, "synced_ms": synced, "host_ms": host}
     fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
-    calls = args["calls"]  # [[slot, input_seed or None], ...]
-    get_args = inputs.pool_getter(S.problem, S.pool, calls, S.device)
+    calls = args["calls"]  # [[slot, inputs.ASK or None], ...]: each call's seed asked for in its turn, as in the candidate's child
+    get_args, finish = batch_getter(S.problem, S.pool, calls, S.device)
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
-    with torch.no_grad():
-        times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced, host=host)
-    return {"times_ms": times, "synced_ms": synced, "host_ms": host}
+    try:
+        with torch.no_grad():
+            times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced, host=host)
+    finally:
+        hooks, _threads = finish()  # torch.compile's own threads live here
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **({"hooks": hooks} if hooks else {})}
 
 
 def degeneracy(args: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
-from kernelwright.judge.records import Case  # noqa: F401 - children use inputs.Case
+from kernelwright.judge.records import ASK_SEED, Case  # noqa: F401 - children use inputs.Case
 from kernelwright.judge.policy import NEAR_POSITIONS
 
 _T = torch._C.TensorBase  # tensor methods the candidate's objects are given through, never looked up on them
@@ -53,9 +53,19 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
-def _seed_all(seed: int) -> None:
-    """Seed torch (CPU and every CUDA generator), Python's random and numpy's global generator."""
-    torch.manual_seed(seed)
+_CPU_GENERATOR = torch.default_generator  # bound before any candidate code runs
+
+
+def _seed_all(seed: int, device: torch.device | None = None) -> None:
+    """Seed torch (the CPU generator, and every CUDA generator on a CUDA device or once CUDA is up),
+    Python's random and numpy's global generator. Not torch.manual_seed: with CUDA not yet up (every
+    draw on the CPU backend) it queues the CUDA seeding with a traceback.format_stack() of the
+    caller, which reads source files and raises audit events (sys._getframe, open) inside the draw
+    of a timed call's inputs, where an audit hook of the candidate's, which nothing can remove, would
+    see the seed (found 2026-12-05; tests/test_window.py). The values drawn are the same."""
+    _CPU_GENERATOR.manual_seed(seed)
+    if (device is not None and device.type == "cuda") or torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
     random.seed(seed)
     try:
         import numpy
@@ -74,7 +84,7 @@ def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[An
     while torch._C._len_torch_function_stack() > 0:
         left.append(torch._C._pop_torch_function_stack())
     try:
-        _seed_all(case.seed)
+        _seed_all(case.seed, device)
         with device, torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch():
             if case.kind == "extra":
                 values = list(problem.get_test_inputs()[case.index])
@@ -169,25 +179,58 @@ def make_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[A
 
 def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, device: torch.device) -> None:
     """Make a pool entry hold get_inputs() under call_seed, keeping the tensors' identity: each plain
-    tensor lets go of its storage first (set_ to an empty one), so the fresh draw can take the
-    allocator's block it held and a refresh costs no second input set (judge.memory), then takes
-    the fresh tensor's storage (set_). A tensor whose shape, dtype or strides changed, or one that
-    set_ cannot rebind (a subclass, one that requires grad), keeps the old way: its new values
-    copied in, or the value replaced. Other values are replaced."""
-    def rebindable(t: Any) -> bool:
-        return type(t) is torch.Tensor and not t.requires_grad and not _T.is_inference(t)
+    tensor lets go of its storage first (release_slot), so the fresh draw can take the allocator's
+    block it held and a refresh costs no second input set (judge.memory), then takes the fresh
+    tensor's storage (fill_slot). A tensor whose shape, dtype or strides changed, or one that set_
+    cannot rebind (a subclass, one that requires grad), keeps the old way: its new values copied
+    in, or the value replaced. Other values are replaced."""
+    dropped: list[Any] = []
+    layouts = release_slot(pool_entry, dropped)
+    fill_slot(problem, pool_entry, layouts, call_seed, device, dropped)
+    dropped.clear()
 
+
+_KEEP: dict[str, Any] = {}  # device -> one empty storage that every released tensor shares, never freed
+
+
+def _keeper(device: torch.device) -> Any:
+    key = str(device)
+    kept = _KEEP.get(key)
+    if kept is None:
+        kept = _KEEP[key] = torch.UntypedStorage(0, device=device)
+    return kept
+
+
+def _rebindable(t: Any) -> bool:
+    return type(t) is torch.Tensor and not t.requires_grad and not _T.is_inference(t)
+
+
+def release_slot(pool_entry: list[Any], dropped: list[Any]) -> list[Any]:
+    """The first half of a refresh, before the call's seed is known in this process: every plain
+    tensor of the entry lets go of its storage (its layout is returned for fill_slot). It is bound
+    to one empty storage the judge keeps for good, so that rebinding it later frees nothing: a weak
+    reference callback on a storage or on an output runs when the judge lets go of it, and freed
+    after the seed arrived it computed the next answer there, outside the timed region (found in
+    review, 2026-12-04; tests/test_window.py). `dropped` is for fill_slot's replaced values."""
     # The pool's tensors have been the candidate's arguments: methods through the base class
     # (judge.inputs._form), torch functions off, and only a plain torch.Tensor is written in place;
     # anything else, a tensor whose class the candidate swapped included, is replaced, so no code of
     # its runs here, between timed calls (a swapped class's __torch_function__ computed the next
     # answer inside copy_, outside the timed region: found in review, 2026-12-04).
     with torch._C.DisableTorchFunction():
-        layouts = [(v.shape, v.dtype, tuple(_T.stride(v))) if rebindable(v) else None for v in pool_entry]
+        layouts = [(v.shape, v.dtype, tuple(_T.stride(v))) if _rebindable(v) else None for v in pool_entry]
         with torch.no_grad():
             for v in pool_entry:
-                if rebindable(v):
-                    _T.set_(v)  # its storage goes back to the allocator unless something else still holds it
+                if _rebindable(v):
+                    _T.set_(v, _keeper(v.device))  # its storage goes back to the allocator unless something else still holds it
+    return layouts
+
+
+def fill_slot(problem: ModuleType, pool_entry: list[Any], layouts: list[Any], call_seed: int, device: torch.device,
+              dropped: list[Any]) -> None:
+    """The second half of a refresh: draw get_inputs() under call_seed and put it into the entry.
+    Nothing the candidate could have held is freed here: a value replaced goes to `dropped`, which
+    the caller empties before the next seed is asked for (asking_getter)."""
     fresh = raw_inputs(problem, Case("native", call_seed), device)
     for i, src in enumerate(fresh):
         dst = pool_entry[i] if i < len(pool_entry) else None
@@ -199,10 +242,12 @@ def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, d
             elif same and was is None and dst.shape == src.shape and tuple(_T.stride(dst)) == src.stride():
                 _T.copy_(dst, src)
             elif i < len(pool_entry):
+                dropped.append(pool_entry[i])
                 pool_entry[i] = src
             else:
                 pool_entry.append(src)
-    del pool_entry[len(fresh):]  # fewer values this time: none of the emptied tensors stays behind
+    dropped.extend(pool_entry[len(fresh):])  # fewer values this time: none of the emptied tensors stays behind
+    del pool_entry[len(fresh):]
 
 
 def make_pool(problem: ModuleType, seeds: list[int], device: torch.device) -> list[list[Any]]:
@@ -212,11 +257,42 @@ def make_pool(problem: ModuleType, seeds: list[int], device: torch.device) -> li
 
 def pool_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], device: torch.device) -> Callable[[int], list[Any]]:
     """get_args for timing.time_calls: call i uses pool slot calls[i][0], refreshed with the input
-    seed calls[i][1] first (None: the slot as it is)."""
+    seed calls[i][1] first (None: the slot as it is). Every seed is in this process from the
+    start: only for calls that are not timed (the warm-up's rehearsal, tests); a timed batch asks
+    for each call's seed in turn (asking_getter)."""
     def get_args(i: int) -> list[Any]:
         slot, seed = calls[i]
         if seed is not None:
             refresh_inputs(problem, pool[slot], seed, device)
+        return pool[slot]
+
+    return get_args
+
+
+ASK = ASK_SEED  # a timed batch's call whose seed the child asks the judge for (calls[i][1])
+
+
+def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], device: torch.device,
+                  ask: Callable[[int], int], quiet: Callable[[], None], dropped: list[Any]) -> Callable[[int], list[Any]]:
+    """get_args for a timed batch: call i uses pool slot calls[i][0]; where calls[i][1] is ASK, the
+    slot is refreshed with a seed that comes from the judge only now (ask(i)), after the last
+    call's output and this slot's old storages are gone and `quiet` has switched off whatever could
+    run code of the candidate's on this thread (child.quiet_window). No later call's seed is in
+    this process before that call's turn, so code of the candidate's that runs between calls (a
+    callback on a freed object, a thread) has no next inputs to work on: with the batch's seeds in
+    the command, such code computed the next answer outside the timed region (docs/judge.md,
+    "Between timed calls"). `dropped` holds what the refresh replaced until the next call's turn
+    (the caller empties it after the batch)."""
+    def get_args(i: int) -> list[Any]:
+        slot, seed = calls[i]
+        if seed is None:
+            return pool[slot]
+        if seed != ASK:
+            raise ValueError(f"a timed call's seed must come from the judge, got {seed!r}")
+        dropped.clear()  # frees what the last refresh replaced: before any seed is known
+        layouts = release_slot(pool[slot], dropped)
+        quiet()
+        fill_slot(problem, pool[slot], layouts, ask(i), device, dropped)
         return pool[slot]
 
     return get_args
@@ -229,9 +305,9 @@ def cycle(pool: list[list[Any]]) -> Callable[[int], list[Any]]:
 
 def init_model(problem: ModuleType, cls: type, seed: int, device: torch.device) -> torch.nn.Module:
     """Construct cls(*get_init_inputs()) under a seed, on the device, in eval mode."""
-    _seed_all(seed)
+    _seed_all(seed, device)
     init = list(problem.get_init_inputs())
-    _seed_all(seed)
+    _seed_all(seed, device)
     with device:
         model = cls(*init)
     return model.to(device).eval()

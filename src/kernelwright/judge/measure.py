@@ -16,6 +16,7 @@ from typing import Any, Callable
 from kernelwright.judge import memory, stats
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.policy import Policy
+from kernelwright.judge.records import ASK_SEED
 from kernelwright.judge.workers import Child, ChildError
 
 POOL_SIZE = memory.POOL_SLOTS  # input sets in the timing pool, unless run_timing is given fewer (memory.pool_slots)
@@ -310,6 +311,11 @@ class IdentitiesMoved(Exception):
     """The candidate replaced a watched function during timing."""
 
 
+class BetweenCalls(Exception):
+    """The candidate child found a hook of the candidate's set, or a Python thread alive, when a
+    timed call's seed was about to be asked for (step between_calls, judge.child.quiet_window)."""
+
+
 def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected: bool = False) -> tuple[list[float], list[float]]:
     """(stream times, device-wide times) of a 'time' reply for n calls; FlagsMoved /
     IdentitiesMoved when the child saw numerics flags move or watched functions replaced, a
@@ -319,6 +325,13 @@ def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected:
     reply without its device-wide times would otherwise switch step device_sync's charge off."""
     if reply.get("identities_moved"):
         raise IdentitiesMoved(f"during timing: {moved_names(reply['identities_moved'])}")
+    if reply.get("hooks") and role != "candidate":
+        raise ChildError("infra", f"the {role} child found {moved_names(reply['hooks'])} set between timed calls", role=role)
+    if role == "candidate" and (reply.get("hooks") or reply.get("threads")):
+        # found just before a timed call's seed was asked for (judge.child.quiet_window); the hooks are off by now
+        said = [f"{moved_names(reply['hooks'])} set" if reply.get("hooks") else "",
+                f"Python threads alive ({moved_names(reply['threads'])})" if reply.get("threads") else ""]
+        raise BetweenCalls("; ".join(s for s in said if s))
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
     times, synced = reply.get("times_ms"), reply.get("synced_ms") or []
@@ -442,8 +455,12 @@ class _Rounds:
         the wall it made the wall-clock check fire on an honest candidate (CI, 7e11690). `taken`
         gets the reply first: the reference child takes a staged output there, before the
         candidate child is sent anything more (judge.handover)."""
+        # each call's seed goes to the child only when that call's turn comes (inputs.asking_getter)
+        calls = args["calls"]
+        answers = [seed for _slot, seed in calls if seed is not None]
+        args = {**args, "calls": [[slot, None if seed is None else ASK_SEED] for slot, seed in calls]}
         t0 = time.perf_counter()
-        reply = child.call("time", args, timeout_s=self.policy.run_timeout_s)
+        reply = child.call("time", args, timeout_s=self.policy.run_timeout_s, answers=answers)
         wall = (time.perf_counter() - t0) * 1e3
         role = "candidate" if child is self.cand else "reference"
         if not isinstance(reply, dict):

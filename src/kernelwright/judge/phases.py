@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import memory, ops, provenance, stats
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
+from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
                                         wall_clock_check)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge.records import Case, Status, Timing
@@ -323,6 +323,10 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         outcome = _timed_window(flow, ref, cand, baselines)
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
+    if vb.off_or("between_calls"):
+        vb.step("between_calls", True, BETWEEN_CALLS_STEP)
+        threads = "" if not policy.allow_torch_compute else "; Python threads not checked (the policy allows torch compute)"
+        vb.guard("between_calls", False, f"no trace, profile, monitoring or signal hook of the candidate's set, no Python thread alive{threads}")
     if vb.off_or("adaptive_stop"):
         vb.step("adaptive_stop", True, outcome.stop_reason)
     _fill_numbers(flow, outcome)
@@ -356,6 +360,11 @@ def _floor_from_first_window(flow: "_Flow", stream_ms: float) -> None:
                                          f"(less the harness overhead), not this window's {runtime:.4g} ms")
 
 
+BETWEEN_CALLS_STEP = ("each timed call's seed asked for at its turn, after the last output and the slot's old storages were let go; "
+                      "before it, the collector off and hooks of the candidate's (trace, profile, sys.monitoring, signal handlers) "
+                      "switched off and Python threads looked for")
+
+
 def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> Any:
     """One run of the timing protocol (measure.run_timing) in these children; a guard that fires
     in it, or a timed output that is wrong, ends the evaluation."""
@@ -374,6 +383,10 @@ def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> An
     except IdentitiesMoved as exc:
         vb.guard("function_identities", True, str(exc))
         raise Stop(Status.REJECTED, f"the candidate replaced {exc}") from None
+    except BetweenCalls as exc:
+        vb.step("between_calls", True, BETWEEN_CALLS_STEP)
+        vb.guard("between_calls", True, f"when a timed call's seed was about to come: {exc}")
+        raise Stop(Status.REJECTED, f"between timed calls, where the next call's inputs are drawn: {exc}") from None
     if outcome.recheck_failure:
         if vb.off_or("timed_recheck"):
             vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")

@@ -19,6 +19,7 @@ CORRECTNESS_STEPS = (
     "function_identities",  # timing, checking and judge functions unchanged after import and every call
     "op_audit",  # one forward under a dispatch mode: torch compute refused unless the policy allows it
     "timed_recheck",  # outputs of timed calls compared with the reference too
+    "between_calls",  # no hook of the candidate's set, nor a Python thread of its alive, when a timed call's seed is asked for
 )
 TIMING_STEPS = (
     "l2_flush",  # L2 flushed before every timed call

@@ -174,6 +174,11 @@ def truncate(text: str, limit: int = 4000) -> str:
     return f"{text[:head]}\n... [{cut} characters cut] ...\n{text[-tail:]}"
 
 
+# In a 'time' command, a call whose input seed the child asks the judge for in its turn (calls[i][1]):
+# judge.measure sends each seed only when asked, judge.inputs.asking_getter asks.
+ASK_SEED = "ask"
+
+
 @dataclass(frozen=True)
 class Case:
     """One set of correctness inputs."""

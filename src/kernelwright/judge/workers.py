@@ -151,10 +151,15 @@ class Child:
         except (BrokenPipeError, OSError):
             pass  # the child is gone; the next read says how
 
-    def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float, fds: list[int] | None = None) -> Any:
-        """Send one command and wait for its result; raise ChildError on failure."""
+    def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float, fds: list[int] | None = None,
+             answers: list[int] | None = None) -> Any:
+        """Send one command and wait for its result; raise ChildError on failure. With `answers`,
+        the child asks for them one at a time while it works ({"ask": i}, i counting from 0), each
+        answered with one line on its stdin when asked for and not before (a timed batch's seeds,
+        judge.inputs.asking_getter); a reply before every answer was taken, an ask out of turn, or
+        an ask of a command given none is forged."""
         self.send(command, args, fds)
-        return self.wait(command, timeout_s=timeout_s)
+        return self.wait(command, timeout_s=timeout_s, answers=answers)
 
     def send(self, command: str, args: dict[str, Any] | None = None, fds: list[int] | None = None) -> None:
         """Send one command without waiting: the child works on it while the judge does other
@@ -170,13 +175,26 @@ class Child:
         self._send_line(json.dumps({"cmd": command, "args": args or {}, **({"fds": len(fds)} if fds else {})}))
         self.outstanding += 1
 
-    def wait(self, command: str, *, timeout_s: float) -> Any:
+    def wait(self, command: str, *, timeout_s: float, answers: list[int] | None = None) -> Any:
         """The result of the command sent last; raise ChildError on failure. Descriptors that came
-        with it wait for received_fds(); ones never taken are closed at the next wait."""
+        with it wait for received_fds(); ones never taken are closed at the next wait. `answers`: call()."""
         self.outstanding = max(0, self.outstanding - 1)
         self._drop_received()
+        deadline = time.monotonic() + timeout_s
+        given = 0
         try:
-            reply, fds = self._reply(timeout_s)
+            while True:
+                reply, fds = self._reply(max(0.0, deadline - time.monotonic()))
+                if "ask" not in reply or "ok" in reply:
+                    break
+                close_fds(fds)
+                if answers is None or reply["ask"] != given or given >= len(answers) or type(reply["ask"]) is not int:
+                    raise ChannelForged(f"an ask {str(reply['ask'])[:40]!r} out of turn ({given} of {0 if answers is None else len(answers)} answered)")
+                self._send_line(str(int(answers[given])))
+                given += 1
+            if answers is not None and given != len(answers) and reply.get("ok"):
+                close_fds(fds)
+                raise ChannelForged(f"a reply to '{command}' after {given} of its {len(answers)} asks")
         except ChannelTimeout:
             self.kill()
             raise ChildError("timeout", f"{self.config.role} child: '{command}' exceeded {timeout_s:g} s and was killed", self.log_tail(), self.config.role) from None

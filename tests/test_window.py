@@ -1,0 +1,275 @@
+"""Between timed calls: no later call's seed in the child before its turn, nothing of the
+candidate's freed after a seed arrived, and the hooks that could run its code there switched off
+and reported (judge.inputs.asking_getter, judge.child.quiet_window, judge.workers.Child.call's
+answers). The end-to-end tricks are in the zoo (zoo_next_*)."""
+
+from __future__ import annotations
+
+import gc
+import signal
+import sys
+import types
+import weakref
+
+import pytest
+import torch
+from conftest import needs_gpu
+
+from kernelwright.judge import child, inputs, timing
+from kernelwright.judge.records import ASK_SEED
+
+
+def _problem() -> types.ModuleType:
+    m = types.ModuleType("window_problem")
+    m.get_inputs = lambda: [torch.randn(4, 6), torch.randn(6)]
+    return m
+
+
+class _Probe:
+    """A candidate's forward that hangs weak-reference callbacks on everything the judge may let go
+    of between calls (its output, each input tensor, each input's storage, re-hung on the storage
+    the tensor holds at each callback), and records how many seeds had been handed out and how
+    many calls made when each callback ran."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.called = 0
+        self.fired: list[tuple[int, int, str]] = []
+        self.refs: list[weakref.ref] = []
+
+    def ask(self, _index: int) -> int:
+        self.asked += 1
+        return 1000 + self.asked
+
+    def _hang(self, obj, what: str) -> None:
+        def gone(_ref, what=what):
+            self.fired.append((self.asked, self.called, what))
+
+        self.refs.append(weakref.ref(obj, gone))
+
+    def forward(self, x, w):
+        self.called += 1
+        for i, t in enumerate((x, w)):
+            self._hang(t.untyped_storage(), f"storage of input {i}")
+            self._hang(t, f"input {i}")
+
+            def rehang(_ref, t=t, i=i):
+                self.fired.append((self.asked, self.called, f"storage of input {i}"))
+                self._hang(t.untyped_storage(), f"storage input {i} held after a release")
+
+            self.refs.append(weakref.ref(t.untyped_storage(), rehang))
+        out = x @ w
+        self._hang(out, "output")
+        return out
+
+
+def _run(getter_for) -> _Probe:
+    probe = _Probe()
+    problem = _problem()
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(problem, [1, 2], cpu)
+    calls = [[0, ASK_SEED], [1, ASK_SEED], [0, ASK_SEED], [0, None], [1, ASK_SEED]]
+    get_args = getter_for(problem, pool, calls, cpu, probe)
+    timing.time_calls(probe.forward, get_args, len(calls), cuda=False, switches=timing.switches_from(
+        {"flush": False, "events": False, "sync": False}, cuda=False))
+    return probe
+
+
+def test_no_callback_of_the_candidate_runs_once_its_next_seed_is_in_the_process():
+    dropped: list = []
+
+    def asking(problem, pool, calls, cpu, probe):
+        return inputs.asking_getter(problem, pool, calls, cpu, probe.ask, lambda: None, dropped)
+
+    probe = _run(asking)
+    assert probe.asked == 4 and probe.called == 5
+    assert probe.fired, "the probe's callbacks never ran: the test would see nothing"
+    late = [f for f in probe.fired if f[0] > f[1]]
+    assert not late, f"callbacks ran with a seed handed out for a call not yet made: {late}"
+
+
+def test_the_probe_sees_callbacks_after_the_seed_when_the_seed_comes_first():
+    """The control: the same probe against a refresh that asks first and frees after (the order
+    before asking_getter, with the batch's seeds in the command) catches callbacks late."""
+
+    def seed_first(problem, pool, calls, cpu, probe):
+        def get_args(i):
+            slot, seed = calls[i]
+            if seed is not None:
+                s = probe.ask(i)
+                layouts = [(v.shape, v.dtype, tuple(v.stride())) for v in pool[slot]]
+                for v in pool[slot]:
+                    v.set_()  # a fresh empty storage per release, as before
+                dropped: list = []
+                inputs.fill_slot(problem, pool[slot], layouts, s, cpu, dropped)
+            return pool[slot]
+
+        return get_args
+
+    probe = _run(seed_first)
+    assert [f for f in probe.fired if f[0] > f[1]]
+
+
+def test_a_replaced_value_is_let_go_only_at_the_next_calls_turn():
+    """A value the refresh cannot rebind (here: a tensor whose shape changes from draw to draw) is
+    replaced; the old object waits in `dropped` until the next call's turn, before its seed is
+    asked for."""
+    problem = types.ModuleType("growing_problem")
+    sizes = iter(range(3, 100))
+    problem.get_inputs = lambda: [torch.randn(next(sizes))]
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(problem, [1], cpu)
+    dropped: list = []
+    asked: list[int] = []
+    fired: list[int] = []
+    get_args = inputs.asking_getter(problem, pool, [[0, ASK_SEED], [0, ASK_SEED]], cpu,
+                                    lambda i: asked.append(i) or 7 + i, lambda: None, dropped)
+    first = pool[0][0]
+    weakref.finalize(first, lambda: fired.append(len(asked)))
+    del first
+    get_args(0)
+    assert fired == [] and len(dropped) == 1  # replaced after the seed: kept
+    get_args(1)
+    assert fired == [1]  # let go before the second seed was asked for
+
+
+def test_released_tensors_share_one_kept_empty_storage():
+    problem = _problem()
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(problem, [1], cpu)
+    dropped: list = []
+    inputs.release_slot(pool[0], dropped)
+    ptrs = {t.untyped_storage()._cdata for t in pool[0]}
+    assert len(ptrs) == 1 and all(t.numel() == 0 for t in pool[0])
+    kept = inputs._keeper(cpu)
+    assert pool[0][0].untyped_storage()._cdata == kept._cdata
+
+
+def test_asking_getter_refuses_a_seed_given_in_the_command():
+    problem = _problem()
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(problem, [1], cpu)
+    get_args = inputs.asking_getter(problem, pool, [[0, 12345]], cpu, lambda i: 1, lambda: None, [])
+    with pytest.raises(ValueError, match="must come from the judge"):
+        get_args(0)
+
+
+@pytest.fixture
+def window():
+    """A window opened as a timed batch opens it: not hushed, the collector on (another test in the
+    same worker may have left either otherwise)."""
+    quiet = dict(child.QUIET)
+    child.QUIET.clear()
+    was_gc = gc.isenabled()
+    gc.enable()
+    child.note_hooks()
+    child.open_window()
+    yield
+    child.close_window()
+    sys.settrace(None)
+    sys.setprofile(None)
+    child.QUIET.update(quiet)
+    if not was_gc:
+        gc.disable()
+
+
+def test_quiet_window_reports_and_removes_a_profile_and_a_trace_function(window):
+    sys.setprofile(lambda *a: None)
+    child.quiet_window()
+    assert sys.getprofile() is None
+    sys.settrace(lambda *a: None)
+    child.quiet_window()
+    assert sys.gettrace() is None
+    found = child.close_window()
+    assert found == ["a profile function (sys.setprofile)", "a trace function (sys.settrace)"]
+
+
+def test_quiet_window_reports_a_signal_handler_and_leaves_the_signal_ignored(window):
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        signal.signal(signal.SIGUSR1, lambda *_a: None)
+        child.quiet_window()
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN  # a timer still armed cannot kill the child
+        assert child.close_window() == [f"a handler for signal {int(signal.SIGUSR1)}"]
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
+def test_quiet_window_turns_the_collector_off_and_close_window_puts_it_back(window):
+    gc.enable()
+    child.quiet_window()
+    assert not gc.isenabled()
+    assert child.close_window() == []
+    assert gc.isenabled()  # as it was when the window opened
+
+
+def test_quiet_window_finds_nothing_in_a_quiet_process(window):
+    child.quiet_window()
+    assert child.close_window() == []
+
+
+@pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="sys.monitoring came with Python 3.12")
+def test_quiet_window_reports_and_frees_a_monitoring_tool(window):
+    mon = sys.monitoring
+    tool = next(t for t in range(6) if mon.get_tool(t) is None)
+    mon.use_tool_id(tool, "candidate")
+    mon.register_callback(tool, mon.events.CALL, lambda *a: None)
+    mon.set_events(tool, mon.events.CALL)
+    try:
+        child.quiet_window()
+        assert mon.get_tool(tool) is None and mon.get_events(tool) == 0
+        assert child.close_window() == [f"sys.monitoring tool {tool} ('candidate')"]
+    finally:
+        if mon.get_tool(tool) is not None:
+            mon.set_events(tool, 0)
+            mon.free_tool_id(tool)
+
+
+_AUDIT_PROBE = r"""
+import sys, types, torch
+from kernelwright.judge import inputs, timing
+from kernelwright.judge.records import ASK_SEED
+device = torch.device(sys.argv[1])
+cuda = device.type == "cuda"
+state = {"on": False, "events": []}
+sys.addaudithook(lambda ev, _args: state["events"].append(ev) if state["on"] else None)
+m = types.ModuleType("p")
+m.get_inputs = lambda: [torch.randn(64, 513), torch.rand(513)]
+pool = inputs.make_pool(m, [1, 2], device)
+def ask(i):
+    state["on"] = True
+    return 100 + i
+def fn(x, w):
+    state["on"] = False
+    return x @ w
+calls = [[i % 2, ASK_SEED] for i in range(8)]
+get_args = inputs.asking_getter(m, pool, calls, device, ask, lambda: None, [])
+sw = timing.switches_from({"flush": cuda, "events": cuda, "sync": cuda}, cuda=cuda)
+timing.time_calls(fn, get_args, len(calls), cuda=cuda, switches=sw)
+print(sorted(set(state["events"])))
+"""
+
+
+def _audit_events(device: str) -> str:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", _AUDIT_PROBE, device], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_no_audit_event_between_a_seed_and_its_call_on_the_cpu():
+    """An audit hook cannot be removed, so nothing the judge does between a timed call's seed and
+    its start may raise an audit event: torch.manual_seed did (a traceback.format_stack() of the
+    draw, with CUDA not up), and a hook of the candidate's saw the seed."""
+    assert _audit_events("cpu") == "[]"
+
+
+@pytest.mark.gpu
+@needs_gpu()
+def test_no_audit_event_between_a_seed_and_its_call_on_the_gpu():
+    assert _audit_events("cuda") == "[]"

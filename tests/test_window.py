@@ -13,6 +13,7 @@ import weakref
 
 import pytest
 import torch
+import torch.utils._device
 from conftest import needs_gpu
 
 from kernelwright.judge import child, inputs, timing
@@ -21,7 +22,8 @@ from kernelwright.judge.records import ASK_SEED
 
 def _problem() -> types.ModuleType:
     m = types.ModuleType("window_problem")
-    m.get_inputs = lambda: [torch.randn(4, 6), torch.randn(6)]
+    m.torch = torch
+    exec("def get_inputs():\n    return [torch.randn(4, 6), torch.randn(6)]\n", vars(m))
     return m
 
 
@@ -37,7 +39,7 @@ class _Probe:
         self.fired: list[tuple[int, int, str]] = []
         self.refs: list[weakref.ref] = []
 
-    def ask(self, _index: int) -> int:
+    def ask(self, _index: int, _found: list) -> int:
         self.asked += 1
         return 1000 + self.asked
 
@@ -79,7 +81,7 @@ def test_no_callback_of_the_candidate_runs_once_its_next_seed_is_in_the_process(
     dropped: list = []
 
     def asking(problem, pool, calls, cpu, probe):
-        return inputs.asking_getter(problem, pool, calls, cpu, probe.ask, lambda: None, dropped)
+        return inputs.asking_getter(problem, pool, calls, cpu, probe.ask, lambda: [], dropped)
 
     probe = _run(asking)
     assert probe.asked == 4 and probe.called == 5
@@ -96,7 +98,7 @@ def test_the_probe_sees_callbacks_after_the_seed_when_the_seed_comes_first():
         def get_args(i):
             slot, seed = calls[i]
             if seed is not None:
-                s = probe.ask(i)
+                s = probe.ask(i, [])
                 layouts = [(v.shape, v.dtype, tuple(v.stride())) for v in pool[slot]]
                 for v in pool[slot]:
                     v.set_()  # a fresh empty storage per release, as before
@@ -123,7 +125,7 @@ def test_a_replaced_value_is_let_go_only_at_the_next_calls_turn():
     asked: list[int] = []
     fired: list[int] = []
     get_args = inputs.asking_getter(problem, pool, [[0, ASK_SEED], [0, ASK_SEED]], cpu,
-                                    lambda i: asked.append(i) or 7 + i, lambda: None, dropped)
+                                    lambda n, _f: asked.append(n) or 7 + n, lambda: [], dropped)
     first = pool[0][0]
     weakref.finalize(first, lambda: fired.append(len(asked)))
     del first
@@ -137,8 +139,7 @@ def test_released_tensors_share_one_kept_empty_storage():
     problem = _problem()
     cpu = torch.device("cpu")
     pool = inputs.make_pool(problem, [1], cpu)
-    dropped: list = []
-    inputs.release_slot(pool[0], dropped)
+    inputs.release_slot(pool[0])
     ptrs = {t.untyped_storage()._cdata for t in pool[0]}
     assert len(ptrs) == 1 and all(t.numel() == 0 for t in pool[0])
     kept = inputs._keeper(cpu)
@@ -149,63 +150,136 @@ def test_asking_getter_refuses_a_seed_given_in_the_command():
     problem = _problem()
     cpu = torch.device("cpu")
     pool = inputs.make_pool(problem, [1], cpu)
-    get_args = inputs.asking_getter(problem, pool, [[0, 12345]], cpu, lambda i: 1, lambda: None, [])
+    get_args = inputs.asking_getter(problem, pool, [[0, 12345]], cpu, lambda n, f: 1, lambda: [], [])
     with pytest.raises(ValueError, match="must come from the judge"):
         get_args(0)
 
 
 @pytest.fixture
 def window():
-    """A window opened as a timed batch opens it: not hushed, the collector on (another test in the
-    same worker may have left either otherwise)."""
-    quiet = dict(child.QUIET)
-    child.QUIET.clear()
+    """A window opened as a timed batch opens it (the collector on: another test in the same worker
+    may have left it otherwise)."""
     was_gc = gc.isenabled()
     gc.enable()
     child.note_hooks()
+    child.note_window(_problem())
     child.open_window()
     yield
     child.close_window()
     sys.settrace(None)
     sys.setprofile(None)
-    child.QUIET.update(quiet)
     if not was_gc:
         gc.disable()
 
 
 def test_quiet_window_reports_and_removes_a_profile_and_a_trace_function(window):
     sys.setprofile(lambda *a: None)
-    child.quiet_window()
+    assert child.quiet_window() == ["hook: a profile function (sys.setprofile)"]
     assert sys.getprofile() is None
     sys.settrace(lambda *a: None)
-    child.quiet_window()
+    assert child.quiet_window() == ["hook: a trace function (sys.settrace)"]
     assert sys.gettrace() is None
-    found = child.close_window()
-    assert found == ["a profile function (sys.setprofile)", "a trace function (sys.settrace)"]
 
 
 def test_quiet_window_reports_a_signal_handler_and_leaves_the_signal_ignored(window):
     before = signal.getsignal(signal.SIGUSR1)
     try:
         signal.signal(signal.SIGUSR1, lambda *_a: None)
-        child.quiet_window()
+        assert child.quiet_window() == [f"hook: a handler for signal {int(signal.SIGUSR1)}"]
         assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN  # a timer still armed cannot kill the child
-        assert child.close_window() == [f"a handler for signal {int(signal.SIGUSR1)}"]
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)  # no Python code runs there: not a hook (SIGPIPE's usual reset)
+        assert child.quiet_window() == []
     finally:
         signal.signal(signal.SIGUSR1, before)
 
 
 def test_quiet_window_turns_the_collector_off_and_close_window_puts_it_back(window):
     gc.enable()
-    child.quiet_window()
+    assert child.quiet_window() == []
     assert not gc.isenabled()
-    assert child.close_window() == []
+    child.close_window()
     assert gc.isenabled()  # as it was when the window opened
 
 
 def test_quiet_window_finds_nothing_in_a_quiet_process(window):
-    child.quiet_window()
-    assert child.close_window() == []
+    assert child.quiet_window() == []
+
+
+def test_quiet_window_reports_a_python_thread(window):
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="racer", daemon=True)
+    t.start()
+    try:
+        assert child.quiet_window() == ["thread: racer"]
+    finally:
+        stop.set()
+        t.join()
+    assert child.quiet_window() == []
+
+
+def test_quiet_window_reports_a_process_left_in_the_session_once_a_batch(window, tmp_path):
+    """A double fork leaves this process's children, not its session: a relay there could read each
+    seed off an inherited descriptor (a red-team review, 2026-12-05). Looked for at a batch's first ask."""
+    import os
+    import subprocess
+    import time
+
+    code = ("import os, sys, time\nif os.fork() == 0:\n    open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+            "    time.sleep(30)\n")
+    out = tmp_path / "pid"
+    subprocess.run([sys.executable, "-c", code, str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=True)
+    for _ in range(100):
+        if out.exists() and out.read_text():
+            break
+        time.sleep(0.05)
+    pid = out.read_text()
+    try:
+        assert pid and f"process: {pid} (in this session)" in child.quiet_window()
+        assert f"process: {pid} (in this session)" not in child.quiet_window()  # once a batch
+    finally:
+        os.kill(int(pid), 9)
+
+
+@pytest.mark.parametrize("change,said", [
+    (lambda: setattr(torch.Tensor, "dtype", property(lambda self: torch.float32)), "the class dict of Tensor"),
+    (lambda: setattr(torch.utils._device.DeviceContext, "__torch_function__", lambda *a, **k: None), "the class dict of DeviceContext"),
+    (lambda: setattr(torch, "randn", torch.randn.__call__), "torch.randn, which the problem's get_inputs() reads"),
+])
+def test_quiet_window_reports_what_the_draw_reads_changed(window, change, said):
+    """A class dict entry added or replaced, or a module attribute the problem's get_inputs() reads
+    (a red-team review, 2026-12-05: each computed the answer inside the draw)."""
+    import importlib
+
+    saved = {"dtype": vars(torch.Tensor).get("dtype"), "tf": vars(torch.utils._device.DeviceContext)["__torch_function__"],
+             "randn": torch.randn}
+    try:
+        change()
+        assert f"hook: {said} changed" in child.quiet_window()
+    finally:
+        if saved["dtype"] is None and "dtype" in vars(torch.Tensor):
+            delattr(torch.Tensor, "dtype")
+        torch.utils._device.DeviceContext.__torch_function__ = saved["tf"]
+        torch.randn = saved["randn"]
+        importlib.invalidate_caches()
+    assert child.quiet_window() == []
+
+
+def test_quiet_window_reports_random_given_another_class(window):
+    import random
+
+    inst = random._inst
+    was = type(inst)
+
+    class Sneaky(random.Random):
+        pass
+
+    inst.__class__ = Sneaky
+    try:
+        assert "hook: random's global generator changed" in child.quiet_window()
+    finally:
+        inst.__class__ = was
 
 
 @pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="sys.monitoring came with Python 3.12")
@@ -216,9 +290,8 @@ def test_quiet_window_reports_and_frees_a_monitoring_tool(window):
     mon.register_callback(tool, mon.events.CALL, lambda *a: None)
     mon.set_events(tool, mon.events.CALL)
     try:
-        child.quiet_window()
+        assert child.quiet_window() == [f"hook: sys.monitoring tool {tool} ('candidate')"]
         assert mon.get_tool(tool) is None and mon.get_events(tool) == 0
-        assert child.close_window() == [f"sys.monitoring tool {tool} ('candidate')"]
     finally:
         if mon.get_tool(tool) is not None:
             mon.set_events(tool, 0)
@@ -236,14 +309,14 @@ sys.addaudithook(lambda ev, _args: state["events"].append(ev) if state["on"] els
 m = types.ModuleType("p")
 m.get_inputs = lambda: [torch.randn(64, 513), torch.rand(513)]
 pool = inputs.make_pool(m, [1, 2], device)
-def ask(i):
+def ask(i, _found):
     state["on"] = True
     return 100 + i
 def fn(x, w):
     state["on"] = False
     return x @ w
 calls = [[i % 2, ASK_SEED] for i in range(8)]
-get_args = inputs.asking_getter(m, pool, calls, device, ask, lambda: None, [])
+get_args = inputs.asking_getter(m, pool, calls, device, ask, lambda: [], [])
 sw = timing.switches_from({"flush": cuda, "events": cuda, "sync": cuda}, cuda=cuda)
 timing.time_calls(fn, get_args, len(calls), cuda=cuda, switches=sw)
 print(sorted(set(state["events"])))

@@ -57,6 +57,8 @@ class Exploit:
     hides_time: bool = False  # the trick hides time: correct with every step on, but no faster than eager; faster with `off` off
     context: dict[str, Any] = field(default_factory=dict)  # policy fields set in both runs (the setting the trick needs)
     context_off: frozenset[str] = frozenset()  # steps off in both runs (they would catch the trick before `guard` is reached)
+    max_speedup: float = 1.0  # hides_time: the most the correct verdict's speedup over eager may be (the honest rowsum
+    # is 0.3-0.45x on the 2-core box: 0.8 leaves room for its noise and refuses a trick that answers most calls ahead)
 
     @property
     def problem_path(self) -> Path:
@@ -134,11 +136,11 @@ EXPLOITS: tuple[Exploit, ...] = (
     # own steps set off after a call (a callback on a freed object, the collector, a profile function, a timer's handler) or
     # a thread, each computing the next call's answer from its seed. Fixed 2026-12-05: each seed comes at its call's turn.
     Exploit("zoo_next_at_output_free", "rowsum", "a weak reference callback on each output, run at the judge's `del out`, sums the next "
-            "call's inputs drawn from its seed read off the judge's frames", "quiet_window", None, hides_time=True),
+            "call's inputs drawn from its seed read off the judge's frames", "quiet_window", None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_next_at_storage_free", "rowsum", "weak reference callbacks on the input's storages, run when the refresh lets one go, "
-            "sum the call's inputs drawn from its seed", "quiet_window", None, hides_time=True),
+            "sum the call's inputs drawn from its seed", "quiet_window", None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_next_in_gc", "rowsum", "a __del__ in self-renewing cyclic garbage, collector threshold 1, sums the next call's inputs "
-            "drawn from its seed", "quiet_window", None, hides_time=True),
+            "drawn from its seed", "quiet_window", None, hides_time=True, max_speedup=0.8),
     # A thread races the judge's own draw once the seed is in the process: refused while alive when a seed is asked for.
     Exploit("zoo_next_by_thread", "rowsum", "a helper thread reads the main thread's frames for a seed and sums that call's inputs "
             "on the other core", "between_calls", _f("between_calls")),
@@ -147,6 +149,38 @@ EXPLOITS: tuple[Exploit, ...] = (
             "call's inputs drawn from its seed", "between_calls", _f("between_calls")),
     Exploit("zoo_next_by_timer", "rowsum", "a 200 us interval timer's SIGALRM handler sums the next call's inputs drawn from its seed",
             "between_calls", _f("between_calls")),
+    # Found by a second red-team review the same day, with the seeds already asked for at their turn: names the draw looked
+    # up at run time, each computing the answer inside the draw. The draw now calls only what judge.inputs bound at import.
+    Exploit("zoo_draw_cuda_is_init", "rowsum", "wraps torch.cuda.is_initialized, which the draw called right after seeding", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_random_class", "rowsum", "gives random's instance a class whose __setattr__ runs when random.seed resets gauss_next",
+            "between_calls", _f("between_calls")),
+    Exploit("zoo_draw_numpy_proxy", "rowsum", "puts a proxy module at numpy.random, which the draw read for seed", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_numpy_spec", "rowsum", "a numpy.__spec__ whose _initializing property runs at the draw's `import numpy`", "quiet_window",
+            None, hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_audit_import", "rowsum", "an audit hook, and numpy taken out of sys.modules so that the draw's import raises an event",
+            "function_identities", _f("function_identities")),
+    Exploit("zoo_draw_device_context", "rowsum", "a DeviceContext subclass at torch.utils._device, the mode `with device:` pushed", "quiet_window",
+            None, hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_module_class", "rowsum", "swaps the torch module's class for one whose __getattribute__ sees get_inputs() look up randn",
+            "between_calls", _f("between_calls")),
+    Exploit("zoo_draw_no_grad", "rowsum", "wraps torch.no_grad.__enter__, which the refresh entered after the draw", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_tensor_property", "rowsum", "adds a dtype property to torch.Tensor, read on the freshly drawn tensor", "between_calls",
+            _f("between_calls")),
+    Exploit("zoo_draw_case_init", "rowsum", "wraps records.Case.__init__, which the refresh called with the seed", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_stdin_codec", "rowsum", "re-initialises the child's stdin with a decoder of its own, which saw each seed line", "quiet_window",
+            None, hides_time=True, max_speedup=0.8),
+    Exploit("zoo_draw_fork_relay", "rowsum", "a forked relay on descriptor 0 that sums each seed's inputs into shared memory before passing the line on",
+            "between_calls", _f("between_calls")),
+    Exploit("zoo_next_thread_unseen", "rowsum", "zoo_next_by_thread, clearing the judge's record of threads in every call", "between_calls",
+            _f("between_calls")),
+    Exploit("zoo_next_timer_rebind", "rowsum", "zoo_next_by_timer, with its handler written into the judge's record of the handlers as they were",
+            "function_identities", _f("function_identities")),
+    Exploit("zoo_forged_ask", "rowsum", "sends an ask of its own for a seed through the child's channel writer, found with gc", "channel", None,
+            refused=("rejected",), evidence="out of turn"),
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
@@ -217,6 +251,8 @@ CONTROLS: tuple[Control, ...] = (
     Control("rowsum_correct", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "rowsum_correct", "row sums, a plain C++ loop"),
     Control("rowsum_reordered", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "rowsum_reordered", "row sums in another order (8 partial sums, reversed)"),
     Control("zoo_rowsum_pairwise", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "zoo_rowsum_pairwise", "row sums by pairwise summation"),
+    Control("zoo_rowsum_sigpipe", FIXTURES / "problems" / "rowsum.py", FIXTURES / "candidates" / "zoo_rowsum_sigpipe",
+            "row sums; SIGPIPE reset to SIG_DFL at import"),
     Control("relu_correct", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_correct", "ReLU in C++"),
     Control("relu_ext", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_ext", "ReLU as a load_inline C++ extension"),
     Control("zoo_conv2d_direct", FIXTURES / "problems" / "conv2d.py", FIXTURES / "candidates" / "zoo_conv2d_direct", "exact fp32 3x3 convolution, direct loops"),
@@ -288,8 +324,8 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
     elif e.hides_time:
         if on["status"] != "correct" or on["speedup_vs_eager"] is None:
             bad.append(f"with every step on: {on['status']} without a time; a time that shows the hidden work was expected")
-        elif on["speedup_vs_eager"] >= 1.0:
-            bad.append(f"with every step on: {on['speedup_vs_eager']:.2f}x eager; the hidden work should show in the time")
+        elif on["speedup_vs_eager"] >= e.max_speedup:
+            bad.append(f"with every step on: {on['speedup_vs_eager']:.2f}x eager (at most {e.max_speedup:g}x expected); the hidden work should show in the time")
     elif on["status"] not in e.refused:
         bad.append(f"with every step on: {on['status']}, expected one of {e.refused}")
     elif e.guard not in STRUCTURAL + UNRECORDED and e.guard not in on["fired"]:

@@ -54,6 +54,12 @@ def new_key() -> bytes:
     return os.urandom(KEY_BYTES)
 
 
+# Bound at import, before any candidate code runs in a child: the write of a timed call's ask is the
+# last thing before the judge's answer arrives (judge.child.ask_seed), and a replaced os.write there
+# could wait for the answer and peek at it (MSG_PEEK) before the child reads it.
+_write = os.write
+
+
 def _mac(key: bytes, seq: int, body: str) -> str:
     return hmac.new(key, f"{seq}:{body}".encode(), hashlib.sha256).hexdigest()
 
@@ -82,7 +88,7 @@ class Writer:
             written = socket.send_fds(self._socket(), [data], list(fds))
             data = data[written:]
         while data:
-            written = os.write(self._fd, data)
+            written = _write(self._fd, data)
             data = data[written:]
 
     def recv_fds(self, n: int, timeout_s: float = 30.0) -> list[int]:

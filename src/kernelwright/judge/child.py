@@ -12,6 +12,7 @@ import builtins
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 import types
@@ -26,12 +27,16 @@ from kernelwright.judge.records import truncate
 # (uptime 86 719 s), and then a patched clock's 1e-9 minus a real start read as -86 719 s, which
 # replies.seconds_value refuses: the verdict came out 'forged' instead of the guard's.
 _clock = time.perf_counter
-# stdin as main() found it (a forked child's is set just before), read through its class's method:
-# the commands and each timed call's seed (ask_seed) come this way, whatever the candidate later puts
-# at sys.stdin or on the object
-_STDIN = sys.stdin
-_readline = type(sys.stdin).readline
-CHANNEL: dict[str, Any] = {}  # "writer": the authenticated channel to the judge, once serve() runs
+# stdin as main() found it (a forked child's is set just before), read through its class's method
+# (the commands); each timed call's seed is read from its descriptor with os.read (ask_seed). Bound
+# in main(), whatever the candidate later puts at sys.stdin or on the object.
+_STDIN: Any = None
+_readline: Any = None
+_SEED_FD = -1  # the result channel's socket: each timed call's seed comes on it (ask_seed)
+_SEED_ID: tuple[int, int] | None = None  # its (st_dev, st_ino) when note_hooks ran
+_WRITER: Any = None  # the authenticated channel to the judge, bound by serve()
+_send = Writer.send  # the class's method: an attribute set on the writer object is never called
+_os_read, _os_fstat, _os_listdir, _os_getpid, _os_getsid = os.read, os.fstat, os.listdir, os.getpid, os.getsid
 STARTED = _clock()  # when this child's interpreter reached us (before torch)
 # In a child forked from the fork server (judge.forkserver): seconds from the fork to each of its
 # steps before STARTED, for the judge's progress line (a cold reference child on the H200 took 2.8 s
@@ -490,43 +495,115 @@ def unhush() -> None:
 
 
 # Between a timed call's seed arriving and its start event (inputs.asking_getter) no code of the
-# candidate's may run on this thread: it would know the call's inputs and could compute the answer
-# outside the timed region. quiet_window, called just before each seed is asked for, switches off
-# what could run such code here, and says which of it the candidate had set: a trace or profile
-# function, a sys.monitoring tool, a Python signal handler (a timer's handler runs between any two
-# bytecodes), and the cyclic collector (a __del__ or weakref callback of the candidate's garbage runs
-# at any allocation). HOOKS holds them as they were before the candidate's import (note_hooks).
-HOOKS: dict[str, Any] = {}
+# candidate's may run: it would know the call's inputs and could compute the answer outside the
+# timed region. quiet_window, called just before each seed is asked for, switches off what could
+# run such code on this thread, and says what it found, which goes to the judge with the ask (so
+# nothing the candidate changes later takes it back):
+# - hooks: a trace or profile function, a sys.monitoring tool, a Python signal handler (a timer's
+#   handler runs between any two bytecodes), all switched off; and the cyclic collector (a __del__
+#   or weakref callback of the candidate's garbage runs at any allocation), switched off silently;
+# - what the draw reads and could run the candidate's code: the classes of the modules it goes
+#   through, torch.Tensor's and the device context's class dicts, random's and numpy's global
+#   generators, and what the problem's get_inputs() reads from its modules (note_window);
+# - descriptor 0 swapped (the seed's way in) and, for the judge to refuse where the policy allows no
+#   torch compute: Python threads and child processes (each races the judge's own draw: it reads
+#   the seed when the draw starts).
+# What note_hooks and note_window recorded: module globals holding tuples, so that a change is a
+# rebinding, which the watch on the judge's namespaces (function_identities) sees.
+_BASE_HANDLERS: tuple[Any, ...] = ()
+_BASE_TOOLS: tuple[Any, ...] = ()
+_BASE_SIGNAL: tuple[Any, ...] = (None, None)
+_BASE_WINDOW: tuple[Any, ...] = ((), (), ())
+_BASE_CHILDREN: tuple[str, ...] = ()  # child processes the judge's own code had when note_hooks ran
+_BASE_SESSION: tuple[str, ...] = ()  # other processes of this session then (none in a judge child: it starts one)
 _SIG_IGN: Any = None  # signal.SIG_IGN, bound by note_hooks
 _current_frames = sys._current_frames  # bound before any candidate code runs
 _get_ident = _thread.get_ident
+_ModuleType = types.ModuleType
+WINDOW: dict[str, Any] = {}  # the current batch's collector state before it ("gc")
 
 
-def _threading() -> Any:
-    import threading
-
-    return threading
-WINDOW: dict[str, Any] = {}  # the current batch's findings ("found") and the collector's state before it ("gc")
-
-
-def note_hooks() -> None:
-    """Record the signal handlers and sys.monitoring tools as the judge's own code left them; called
-    once per child, before any candidate code is imported."""
+def note_hooks(seed_fd: int = -1) -> None:
+    """Record the signal handlers and sys.monitoring tools as the judge's own code left them, and
+    the descriptor the seeds come on; called once per child, before any candidate code is imported."""
     import signal
 
+    global _SIG_IGN, _SEED_FD, _SEED_ID, _BASE_HANDLERS, _BASE_TOOLS, _BASE_SIGNAL, _BASE_CHILDREN, _BASE_SESSION
+    _BASE_CHILDREN = tuple(_children())
+    _BASE_SESSION = tuple(_session())
     if not _SIGNALS:
         _SIGNALS.extend(signal.valid_signals())
-    handlers = {}
+    handlers = []
     for sig in _SIGNALS:
         try:
-            handlers[sig] = signal.getsignal(sig)
+            handlers.append((sig, signal.getsignal(sig)))
         except (OSError, ValueError, RuntimeError):
             continue
     mon = getattr(sys, "monitoring", None)
-    tools = {t: mon.get_tool(t) for t in range(6)} if mon is not None else {}
-    HOOKS.update(handlers=handlers, tools=tools, signal=signal.signal, getsignal=signal.getsignal)
-    global _SIG_IGN
+    _BASE_HANDLERS = tuple(handlers)
+    _BASE_TOOLS = tuple((t, mon.get_tool(t)) for t in range(6)) if mon is not None else ()
+    _BASE_SIGNAL = (signal.signal, signal.getsignal)
     _SIG_IGN = signal.SIG_IGN
+    _SEED_FD = seed_fd
+    try:
+        st = _os_fstat(seed_fd)
+        _SEED_ID = (st.st_dev, st.st_ino)
+    except OSError:
+        _SEED_ID = None
+
+
+def note_window(problem: Any) -> None:
+    """Record what the draw of a timed call's inputs reads (judge.inputs._draw), before the
+    candidate's import: the modules it goes through and their classes, torch.Tensor's, its
+    metaclass's and the device context's class dicts, and for each module the problem's
+    get_inputs() names (its code's names looked up there: `torch.randn` reads `randn` from torch)."""
+    import torch
+
+    from kernelwright.judge import inputs
+
+    mods = [sys.modules.get(n) for n in ("torch", "torch.cuda", "torch.utils._device", "torch.random", "random", "numpy",
+                                         "numpy.random", "numpy.random.mtrand")]
+    mods.append(problem)
+    fn = getattr(problem, "get_inputs", None)
+    names = set(getattr(getattr(fn, "__code__", None), "co_names", ()))
+    for value in vars(problem).values():
+        if isinstance(value, _ModuleType):
+            mods.append(value)
+    modules = tuple((m, type(m)) for m in dict.fromkeys(m for m in mods if m is not None))
+    reads = tuple((m, name, vars(m)[name]) for m, _t in modules for name in sorted(names) if name in vars(m))
+    classes = tuple((c, tuple(vars(c).items())) for c in (torch.Tensor, type(torch.Tensor), inputs._DEVICE_CONTEXT))
+    global _BASE_WINDOW
+    _BASE_WINDOW = (modules, reads, classes)
+
+
+def _moved_in_window() -> list[str]:
+    """What note_window recorded that is no longer as it was (inputs' own bindings included)."""
+    from kernelwright.judge import inputs
+
+    out = []
+    modules, reads, classes = _BASE_WINDOW
+    for m, t in modules:
+        if type(m) is not t:
+            out.append(f"the class of module {getattr(m, '__name__', '?')}")
+    for m, name, value in reads:
+        if vars(m).get(name, _MISSING) is not value:
+            out.append(f"{getattr(m, '__name__', '?')}.{name}, which the problem's get_inputs() reads")
+    for c, items in classes:
+        now = vars(c)
+        if len(now) != len(items) or any(now.get(k, _MISSING) is not v for k, v in items):
+            out.append(f"the class dict of {c.__qualname__}")
+    if random_inst() is not inputs._RANDOM_INST or type(inputs._RANDOM_INST) is not inputs._RANDOM_CLASS:
+        out.append("random's global generator")
+    if inputs._numpy is not None and (inputs._numpy.random.mtrand._rand is not inputs._NUMPY_STATE
+                                      or type(inputs._NUMPY_STATE) is not inputs._numpy.random.RandomState):
+        out.append("numpy's global generator")
+    return out
+
+
+def random_inst() -> Any:
+    import random
+
+    return vars(random).get("_inst")
 
 
 def open_window() -> None:
@@ -534,48 +611,91 @@ def open_window() -> None:
     import gc
 
     WINDOW.clear()
-    WINDOW.update(found=[], gc=gc.isenabled())
+    WINDOW.update(gc=gc.isenabled(), first=True)
 
 
-def quiet_window() -> None:
-    """Switch off and note what could run the candidate's code on this thread until the timed call
-    starts (above). Costs about 30 us on the 2-core box, most of it reading 62 signal handlers."""
+def quiet_window() -> list[str]:
+    """Switch off and say what could run the candidate's code on this thread until the timed call
+    starts (above); the list goes to the judge with the ask. Costs about 40 us on the 2-core box,
+    most of it reading 62 signal handlers."""
     import gc
 
     gc.disable()  # every call: the candidate's call may have switched it back on
-    found = WINDOW.setdefault("found", [])
-    # Python threads: one reading this thread's frames (or torch's generator) sees the seed when the
-    # draw starts and races it on another core (zoo_next_by_thread: 2.03x eager on the CPU backend
-    # with nothing else in its way). Not switched off: reported, and refused where the policy allows
-    # no torch compute (as the op audit refuses threads alive during its forward).
+    found = []
+    if sys.gettrace() is not None:
+        found.append("hook: a trace function (sys.settrace)")
+        sys.settrace(None)
+    if sys.getprofile() is not None:
+        found.append("hook: a profile function (sys.setprofile)")
+        sys.setprofile(None)
+    mon = getattr(sys, "monitoring", None)
+    if mon is not None:
+        for tool, was in _BASE_TOOLS:
+            name = mon.get_tool(tool)
+            if name is not None and name != was:
+                found.append(f"hook: sys.monitoring tool {tool} ({name!r})")
+                _clear_tool(mon, tool)
+    setsignal, getsignal = _BASE_SIGNAL
+    for sig, was in _BASE_HANDLERS:
+        now = getsignal(sig)
+        if now is not was and callable(now):  # SIG_DFL and SIG_IGN run no Python code (a review found SIGPIPE's SIG_DFL refused)
+            found.append(f"hook: a handler for signal {int(sig)}")
+            setsignal(sig, _SIG_IGN)  # not the judge's own default: a timer the candidate armed must not kill the child
+    found += [f"hook: {what} changed" for what in _moved_in_window()]
+    if _SEED_ID is not None:
+        try:
+            st = _os_fstat(_SEED_FD)
+            moved = (st.st_dev, st.st_ino) != _SEED_ID
+        except OSError:
+            moved = True
+        if moved:
+            found.append("hook: the channel's descriptor (the seeds' way in) replaced")
     me = _get_ident()
     frames = _current_frames()
     if len(frames) > 1:
         named = {t.ident: t.name for t in _threading().enumerate()}
-        seen = WINDOW.setdefault("threads", {})
-        for ident in frames:
-            if ident != me:
-                seen[ident] = named.get(ident, f"thread {ident}")
-    if sys.gettrace() is not None:
-        found.append("a trace function (sys.settrace)")
-        sys.settrace(None)
-    if sys.getprofile() is not None:
-        found.append("a profile function (sys.setprofile)")
-        sys.setprofile(None)
-    mon = getattr(sys, "monitoring", None)
-    if mon is not None:
-        for tool, was in HOOKS.get("tools", {}).items():
-            name = mon.get_tool(tool)
-            if name is not None and name != was:
-                found.append(f"sys.monitoring tool {tool} ({name!r})")
-                _clear_tool(mon, tool)
-    if not QUIET:  # hushed (an output staged): the handlers are the recorders hush() put there
-        getsignal, setsignal = HOOKS.get("getsignal"), HOOKS.get("signal")
-        for sig, was in HOOKS.get("handlers", {}).items():
-            now = getsignal(sig)
-            if now is not was and now != was:
-                found.append(f"a handler for signal {int(sig)}")
-                setsignal(sig, _SIG_IGN)  # not the judge's own default: a timer the candidate armed must not kill the child
+        found += [f"thread: {named.get(ident, ident)}" for ident in frames if ident != me]
+    found += [f"process: {pid}" for pid in _children() if pid not in _BASE_CHILDREN]
+    if WINDOW.pop("first", False):  # once a batch (a few ms): a process that left this one's children still shares the session
+        found += [f"process: {pid} (in this session)" for pid in _session() if pid not in _BASE_SESSION]
+    return found
+
+
+def _session() -> list[str]:
+    """Processes of this process's session other than itself, from /proc (a double fork leaves the
+    children's list; the session stays: a relay that read each seed off an inherited descriptor)."""
+    out: list[str] = []
+    try:
+        me, sid = _os_getpid(), _os_getsid(0)
+        for name in _os_listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if len(fields) > 3 and int(fields[3]) == sid:
+                out.append(name)
+    except OSError:
+        pass
+    return out
+
+
+def _children() -> list[str]:
+    """This process's child processes, from /proc (every thread's list)."""
+    out: list[str] = []
+    try:
+        for tid in _os_listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                out += f.read().decode().split()
+    except OSError:
+        pass
+    return out
+
+
+def _threading() -> Any:
+    return threading
 
 
 def _clear_tool(mon: Any, tool: int) -> None:
@@ -590,51 +710,46 @@ def _clear_tool(mon: Any, tool: int) -> None:
     mon.free_tool_id(tool)
 
 
-def close_window() -> list[str]:
-    """End a timed batch's watch: the collector as it was, and the hooks quiet_window found
-    (deduplicated; window_threads() keeps the threads until the next open_window)."""
+def close_window() -> None:
+    """End a timed batch's watch: the collector as it was."""
     import gc
 
     if WINDOW.get("gc"):
         gc.enable()
-    found = list(dict.fromkeys(WINDOW.get("found", [])))
-    threads = WINDOW.get("threads", {})
     WINDOW.clear()
-    WINDOW["threads_seen"] = threads
-    return found
 
 
-def window_threads() -> list[str]:
-    """The Python threads other than this one that quiet_window saw in the last batch, by name."""
-    return sorted(set(WINDOW.get("threads_seen", {}).values()))
-
-
-def ask_seed(index: int) -> int:
-    """The seed of a timed batch's call `index`, from the judge, asked for now (inputs.asking_getter):
-    one message on the channel, one line on stdin in answer."""
-    writer = CHANNEL.get("writer")
-    if writer is None:
+def ask_seed(index: int, found: list[str]) -> int:
+    """The seed of a timed batch's ask `index` (counting asks, not calls), from the judge, asked for
+    now (inputs.asking_getter) with what quiet_window found: one message on the channel, sent
+    through the writer's class method, and one line read in answer from the channel's socket with
+    os.read bound at import (a line there cannot be put back by code that read it first, as one on
+    the stdin pipe could through /proc/self/fd/0)."""
+    if _WRITER is None:
         raise RuntimeError("no channel to ask the judge for a seed")
-    writer.send({"ask": index})
-    line = _readline(_STDIN)
-    if not line:
-        raise EOFError("the judge closed stdin while a seed was asked for")
+    _send(_WRITER, {"ask": index, "found": found})
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = _os_read(_SEED_FD, 64)
+        if not chunk:
+            raise EOFError("the judge closed the channel while a seed was asked for")
+        line += chunk
     return int(line)
 
 
-def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], device: Any) -> tuple[Callable[[int], list[Any]], Callable[[], list[str]]]:
+def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], device: Any) -> tuple[Callable[[int], list[Any]], Callable[[], None]]:
     """(get_args, finish) for a timed batch in either child: each call's seed asked for in its turn
     (inputs.asking_getter) inside the watch above; finish() lets go of what the refreshes replaced
-    and returns what quiet_window found: (hooks, Python threads) (the reply's "hooks" and "threads")."""
+    and puts the collector back."""
     from kernelwright.judge import inputs
 
     dropped: list[Any] = []
     open_window()
     get_args = inputs.asking_getter(problem, pool, calls, device, ask_seed, quiet_window, dropped)
 
-    def finish() -> tuple[list[str], list[str]]:
+    def finish() -> None:
         dropped.clear()
-        return close_window(), window_threads()
+        close_window()
 
     return get_args, finish
 
@@ -642,7 +757,8 @@ def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], de
 def serve(handlers: dict[str, Callable[[dict[str, Any]], Any]], writer: Writer) -> None:
     """Answer commands from stdin until 'exit' or end of input. A command that names descriptors
     ("fds": n) finds them in args["_fds"]; they are closed after its handler returns."""
-    CHANNEL["writer"] = writer
+    global _WRITER
+    _WRITER = writer
     while True:
         line = _readline(_STDIN)
         if not line:
@@ -741,7 +857,7 @@ def main(argv: list[str]) -> int:
         from kernelwright.judge.child_reference import handlers
     else:
         from kernelwright.judge.child_candidate import handlers
-    note_hooks()
+    note_hooks(fd)
     serve(handlers(), writer)
     return 0
 

@@ -16,7 +16,7 @@ import torch
 from kernelwright.judge import correctness, digest, handover, inputs, ops, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
-    OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
+    OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, note_window, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
     snapshot_identities,
 )
 from kernelwright.judge.inputs import Case
@@ -32,8 +32,6 @@ class _State:
     identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
     dispatch: dict[str, Any] = {}  # the dispatcher's state for child.JUDGE_OPS, as it was then
     check_identities: bool = True  # whether calls report replaced functions
-    check_between: bool = True  # whether timed batches report hooks and Python threads found between calls (step between_calls)
-    threads_allowed: bool = False  # Python threads are the policy's to allow (allow_torch_compute): not reported
     stager: handover.Stager = handover.Stager()  # the one staging area of this child's outputs
 
 
@@ -90,8 +88,6 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs
     lead_info["digest"] = digest.load(S.device.type) if args.get("check_inputs", True) else "off"  # the input check's kernel, likewise
     S.check_identities = args.get("check_identities", True)
-    S.check_between = args.get("check_between", True)
-    S.threads_allowed = args.get("threads_allowed", False)
     # The profiled call's profiler imports torch._dynamo (and a candidate's torch.compile does on
     # any device), and that import rebinds torch.manual_seed (seen on the H200, torch 2.11):
     # import it before the watch is taken, so that only the candidate's own replacements count
@@ -99,6 +95,8 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     importlib.import_module("torch._dynamo")
     if S.device.type == "cuda":
         handover._cuda()  # the driver library the hand-over binds once: bound before the watch, like every module global
+    inputs.bind_generators(S.device)
+    note_window(S.problem)  # what the draw of timed inputs reads, as it is before the candidate's import
     S.identities = snapshot_identities() if S.check_identities else {}
     S.dispatch = snapshot_dispatch() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])
@@ -244,6 +242,9 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
     if probe is not None:
         return {"times_ms": probe, "synced_ms": synced, "host_ms": host}
     calls, save = args["calls"], {int(k) for k in args["save"]}
+    if any(k != len(calls) - 1 for k in save):
+        # staging hushes this process until the next command (child.hush): no call, and no ask, may follow it
+        raise CommandError("infra", "only a batch's last call may be staged")
     fresh_args, finish = batch_getter(S.problem, S.pool, calls, S.device)
     poison_bytes = args.get("poison")
 
@@ -265,11 +266,9 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
             times = timing.time_calls(S.model, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, on_output=on_output,
                                       synced=synced, host=host)
     finally:
-        hooks, threads = finish()
+        finish()
     moved = flags_diff(S.pinned) if S.check_flags else {}
-    between = {**({"hooks": hooks} if hooks else {}), **({"threads": threads} if threads and not S.threads_allowed else {})} if S.check_between else {}
-    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **staged, **({"flags_changed": moved} if moved else {}),
-            **between}  # hooks found are switched off whether or not the step is on
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **staged, **({"flags_changed": moved} if moved else {})}
 
 
 def check(args: dict[str, Any]) -> dict[str, Any]:
@@ -287,13 +286,16 @@ def profile(args: dict[str, Any]) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
+    dropped: list[Any] = []  # what the refresh replaced: let go after the profiled call, not between the seed and it
     if S.pool:  # the timing pool's set takes the call's inputs, as a timed call's: no second set beside it (judge.memory)
-        inputs.refresh_inputs(S.problem, S.pool[0], args["input_seed"], S.device)
+        layouts = inputs.release_slot(S.pool[0])
+        inputs.fill_slot(S.problem, S.pool[0], layouts, args["input_seed"], S.device, dropped)
         values = S.pool[0]
     else:
         values = inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device)
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         _call(values)
+    dropped.clear()
     total_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
     kernels = sorted(((e.key, getattr(e, "self_device_time_total", 0.0)) for e in prof.key_averages()), key=lambda kv: -kv[1])
     return {"profiler_ms": total_us / 1e3, "kernels": [[k, us / 1e3] for k, us in kernels[:10]], "activities": _activities(prof),

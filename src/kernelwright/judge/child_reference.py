@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kernelwright.judge import correctness, handover, inputs, timing
-from kernelwright.judge.child import CommandError, batch_getter, describe, error_kind, lead_status, pin_flags
+from kernelwright.judge.child import CommandError, batch_getter, describe, error_kind, lead_status, note_window, pin_flags
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
 
@@ -105,6 +105,8 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.precision = args["precision"]
     pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
     source_hash = _load_problem(args["problem_path"])
+    inputs.bind_generators(S.device)
+    note_window(S.problem)  # the same draw as the candidate's child's (child.quiet_window)
     S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
     tol = getattr(S.problem, "TOLERANCE", None)
     if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"}):
@@ -465,8 +467,8 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
         with torch.no_grad():
             times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced, host=host)
     finally:
-        hooks, _threads = finish()  # torch.compile's own threads live here
-    return {"times_ms": times, "synced_ms": synced, "host_ms": host, **({"hooks": hooks} if hooks else {})}
+        finish()
+    return {"times_ms": times, "synced_ms": synced, "host_ms": host}
 
 
 def degeneracy(args: dict[str, Any]) -> dict[str, Any]:

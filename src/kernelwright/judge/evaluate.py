@@ -593,7 +593,6 @@ class _Flow:
             "problem_path": str(self.problem.path), "candidate_path": str(self.files.model_new),
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
             "check_identities": self.policy.enabled("function_identities"), "check_inputs": self.policy.enabled("inputs_unchanged"),
-            "check_between": self.policy.enabled("between_calls"), "threads_allowed": self.policy.allow_torch_compute,
         }
 
     def _candidate_setup(self, cand: Child) -> None:

@@ -5,6 +5,7 @@ Runs inside judge children only. Imports torch and the standard library.
 
 from __future__ import annotations
 
+import _random
 import importlib.util
 import random
 import sys
@@ -13,6 +14,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import torch
+from torch.utils._device import DeviceContext as _DeviceContext
 
 from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
 from kernelwright.judge.records import ASK_SEED, Case  # noqa: F401 - children use inputs.Case
@@ -48,52 +50,99 @@ def import_file(path: str | Path, module_name: str, source: bytes | None = None)
 
 def _to_device(value: Any, device: torch.device) -> Any:
     """Move tensors to the device (keeping their strides); leave other values alone."""
-    if isinstance(value, torch.Tensor) and value.device != device:
-        return value.to(device)
+    if isinstance(value, _T) and _DEVICE(value) != device:
+        return _T.to(value, device)
     return value
 
 
-_CPU_GENERATOR = torch.default_generator  # bound before any candidate code runs
+# What the draw of a timed call's inputs runs, bound when a child imports this module, before any
+# candidate code: between a timed call's seed and its start nothing may be looked up where the
+# candidate could have put code of its own (a module attribute, a class dict, a module's class).
+# A red-team review on 2026-12-05 won at 2.8-3.9x eager through each of: a wrapped
+# torch.cuda.is_initialized, random's instance given a class with __setattr__, numpy.random
+# behind a proxy module, numpy.__spec__ read by `import numpy`, torch.no_grad.__enter__ wrapped,
+# a dtype property added to torch.Tensor, records.Case.__init__ wrapped, and DeviceContext (the
+# `with device:` mode) subclassed. What is bound here cannot be swapped; what the problem's own
+# get_inputs() reads, and the classes above, child.quiet_window checks before every seed.
+_CPU_GENERATOR = torch.default_generator
+_GEN_SEED = torch._C.Generator.manual_seed
+_RANDOM_INST = random._inst  # type: ignore[attr-defined]
+_RANDOM_CLASS = random.Random
+_RANDOM_SEED = _random.Random.seed  # what random.Random.seed runs for an int, less its `self.gauss_next = None`
+_OBJECT_SETATTR = object.__setattr__
+try:
+    import numpy as _numpy
+
+    _NUMPY_SEED: Any = _numpy.random.seed
+    _NUMPY_STATE: Any = _numpy.random.mtrand._rand
+except ImportError:  # numpy is optional
+    _numpy = None
+    _NUMPY_SEED = _NUMPY_STATE = None
+_DEVICE_CONTEXT = _DeviceContext  # what `with device:` pushes (torch.utils._device)
+_TENSOR = torch.Tensor
+_DISABLE_TF = torch._C.DisableTorchFunction
+_DISABLE_TF_SUBCLASS = torch._C.DisableTorchFunctionSubclass
+_DISABLE_DISPATCH = torch._C._DisableTorchDispatch
+_TF_LEN, _TF_POP, _TF_PUSH = torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+_GRAD_ON, _SET_GRAD = torch._C.is_grad_enabled, torch._C._set_grad_enabled
+_DTYPE, _SHAPE, _DEVICE = _T.dtype.__get__, _T.shape.__get__, _T.device.__get__  # TensorBase's descriptors, not torch.Tensor's dict
+_CUDA_GENERATORS: list[Any] = []  # every CUDA device's default generator, bound by bind_generators
+
+
+def bind_generators(device: torch.device) -> None:
+    """Bind the CUDA generators (CUDA is up in a CUDA child before the candidate's import)."""
+    if device.type == "cuda" and not _CUDA_GENERATORS:
+        torch.cuda.init()
+        _CUDA_GENERATORS.extend(torch.cuda.default_generators)
 
 
 def _seed_all(seed: int, device: torch.device | None = None) -> None:
-    """Seed torch (the CPU generator, and every CUDA generator on a CUDA device or once CUDA is up),
-    Python's random and numpy's global generator. Not torch.manual_seed: with CUDA not yet up (every
-    draw on the CPU backend) it queues the CUDA seeding with a traceback.format_stack() of the
-    caller, which reads source files and raises audit events (sys._getframe, open) inside the draw
-    of a timed call's inputs, where an audit hook of the candidate's, which nothing can remove, would
-    see the seed (found 2026-12-05; tests/test_window.py). The values drawn are the same."""
-    _CPU_GENERATOR.manual_seed(seed)
-    if (device is not None and device.type == "cuda") or torch.cuda.is_initialized():
-        torch.cuda.manual_seed_all(seed)
-    random.seed(seed)
-    try:
-        import numpy
-
-        numpy.random.seed(seed % 2**32)
-    except ImportError:
-        pass
+    """Seed torch (the CPU generator, and on a CUDA device every CUDA generator), Python's random and
+    numpy's global generator, as torch.manual_seed, random.seed and numpy.random.seed do, through
+    what was bound at import. Not torch.manual_seed itself: with CUDA not yet up (every draw on the
+    CPU backend) it queued the CUDA seeding with a traceback.format_stack() of the caller, which
+    raised audit events (sys._getframe, open) inside the draw of a timed call's inputs, where an
+    audit hook of the candidate's, which nothing can remove, saw the seed (found 2026-12-05;
+    tests/test_window.py). The values drawn are the same."""
+    _GEN_SEED(_CPU_GENERATOR, seed)
+    if device is not None and device.type == "cuda":
+        if _CUDA_GENERATORS:
+            for gen in _CUDA_GENERATORS:
+                _GEN_SEED(gen, seed)
+        else:  # before bind_generators (the reference model's weights in setup)
+            torch.cuda.manual_seed_all(seed)
+    _RANDOM_SEED(_RANDOM_INST, seed)
+    _OBJECT_SETATTR(_RANDOM_INST, "gauss_next", None)
+    if _NUMPY_SEED is not None:
+        _NUMPY_SEED(seed % 2**32)
 
 
 def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[Any]:
-    """Call get_inputs() or get_test_inputs()[index] under the case's seed, on the device, with
-    torch function and dispatch modes and subclass handlers off: a mode the candidate left on after
-    its call saw the judge's draw of the next inputs, between timed calls (found by a red-team
-    review, 2026-12-04; the problem's own code needs none)."""
+    """Call get_inputs() or get_test_inputs()[index] under the case's seed, on the device (_draw)."""
+    return _draw(problem, case.kind == "extra", case.index, case.seed, device)
+
+
+def _draw(problem: ModuleType, extra: bool, index: int, seed: int, device: torch.device) -> list[Any]:
+    """get_inputs() (or get_test_inputs()[index]) under the seed, on the device, with torch function
+    and dispatch modes and subclass handlers off: a mode the candidate left on after its call saw
+    the judge's draw of the next inputs, between timed calls (found by a red-team review,
+    2026-12-04; the problem's own code needs none). On a CUDA device the draw runs under the
+    device's own context (a function mode, of the class bound at import); on the CPU under none."""
     left: list[Any] = []  # function modes left on: off the stack for the draw (the device's own context goes on top)
-    while torch._C._len_torch_function_stack() > 0:
-        left.append(torch._C._pop_torch_function_stack())
+    while _TF_LEN() > 0:
+        left.append(_TF_POP())
     try:
-        _seed_all(case.seed, device)
-        with device, torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch():
-            if case.kind == "extra":
-                values = list(problem.get_test_inputs()[case.index])
+        _seed_all(seed, device)
+        with _DISABLE_TF_SUBCLASS(), _DISABLE_DISPATCH():
+            if device.type == "cuda":
+                with _DEVICE_CONTEXT(device):
+                    values = list(problem.get_test_inputs()[index] if extra else problem.get_inputs())
             else:
-                values = list(problem.get_inputs())
+                values = list(problem.get_test_inputs()[index] if extra else problem.get_inputs())
             return [_to_device(v, device) for v in values]
     finally:
         for mode in reversed(left):
-            torch._C._push_on_torch_function_stack(mode)
+            _TF_PUSH(mode)
 
 
 SAMPLE_CHUNK = 1 << 24  # elements sampled at a time: a distribution costs no more than 64 MiB beyond its tensor
@@ -185,7 +234,7 @@ def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, d
     cannot rebind (a subclass, one that requires grad), keeps the old way: its new values copied
     in, or the value replaced. Other values are replaced."""
     dropped: list[Any] = []
-    layouts = release_slot(pool_entry, dropped)
+    layouts = release_slot(pool_entry)
     fill_slot(problem, pool_entry, layouts, call_seed, device, dropped)
     dropped.clear()
 
@@ -205,13 +254,13 @@ def _rebindable(t: Any) -> bool:
     return type(t) is torch.Tensor and not t.requires_grad and not _T.is_inference(t)
 
 
-def release_slot(pool_entry: list[Any], dropped: list[Any]) -> list[Any]:
+def release_slot(pool_entry: list[Any]) -> list[Any]:
     """The first half of a refresh, before the call's seed is known in this process: every plain
     tensor of the entry lets go of its storage (its layout is returned for fill_slot). It is bound
     to one empty storage the judge keeps for good, so that rebinding it later frees nothing: a weak
     reference callback on a storage or on an output runs when the judge lets go of it, and freed
     after the seed arrived it computed the next answer there, outside the timed region (found in
-    review, 2026-12-04; tests/test_window.py). `dropped` is for fill_slot's replaced values."""
+    review, 2026-12-04; tests/test_window.py)."""
     # The pool's tensors have been the candidate's arguments: methods through the base class
     # (judge.inputs._form), torch functions off, and only a plain torch.Tensor is written in place;
     # anything else, a tensor whose class the candidate swapped included, is replaced, so no code of
@@ -230,28 +279,39 @@ def fill_slot(problem: ModuleType, pool_entry: list[Any], layouts: list[Any], ca
               dropped: list[Any]) -> None:
     """The second half of a refresh: draw get_inputs() under call_seed and put it into the entry.
     Nothing the candidate could have held is freed here: a value replaced goes to `dropped`, which
-    the caller empties before the next seed is asked for (asking_getter)."""
-    fresh = raw_inputs(problem, Case("native", call_seed), device)
-    for i, src in enumerate(fresh):
-        dst = pool_entry[i] if i < len(pool_entry) else None
-        was = layouts[i] if i < len(layouts) else None
-        same = isinstance(src, torch.Tensor) and type(dst) is torch.Tensor and dst.dtype == src.dtype
-        with torch.no_grad(), torch._C.DisableTorchFunction():
-            if same and was is not None and was == (src.shape, src.dtype, src.stride()):
-                _T.set_(dst, src.untyped_storage(), src.storage_offset(), src.shape, src.stride())
-            elif same and was is None and dst.shape == src.shape and tuple(_T.stride(dst)) == src.stride():
-                _T.copy_(dst, src)
-            elif i < len(pool_entry):
-                dropped.append(pool_entry[i])
-                pool_entry[i] = src
-            else:
-                pool_entry.append(src)
+    the caller empties before the next seed is asked for (asking_getter). Only what was bound at
+    import is called (above): the draw's tensors are read through TensorBase, grad mode is set
+    through torch._C."""
+    fresh = _draw(problem, False, 0, call_seed, device)
+    grad = _GRAD_ON()
+    _SET_GRAD(False)
+    try:
+        with _DISABLE_TF():
+            for i, src in enumerate(fresh):
+                dst = pool_entry[i] if i < len(pool_entry) else None
+                was = layouts[i] if i < len(layouts) else None
+                tensor = isinstance(src, _T)
+                layout = (_SHAPE(src), _DTYPE(src), tuple(_T.stride(src))) if tensor else None
+                same = tensor and type(dst) is _TENSOR and _DTYPE(dst) == layout[1]
+                if same and was is not None and was == layout:
+                    _T.set_(dst, _T.untyped_storage(src), _T.storage_offset(src), layout[0], layout[2])
+                elif same and was is None and _SHAPE(dst) == layout[0] and tuple(_T.stride(dst)) == layout[2]:
+                    _T.copy_(dst, src)
+                elif i < len(pool_entry):
+                    dropped.append(pool_entry[i])
+                    pool_entry[i] = src
+                else:
+                    pool_entry.append(src)
+    finally:
+        _SET_GRAD(grad)
     dropped.extend(pool_entry[len(fresh):])  # fewer values this time: none of the emptied tensors stays behind
     del pool_entry[len(fresh):]
 
 
 def make_pool(problem: ModuleType, seeds: list[int], device: torch.device) -> list[list[Any]]:
-    """The timing pool: one get_inputs() set per seed."""
+    """The timing pool: one get_inputs() set per seed (and the empty storage release_slot binds
+    made now, not in the first timed call's refresh)."""
+    _keeper(device)
     return [raw_inputs(problem, Case("native", s), device) for s in seeds]
 
 
@@ -273,16 +333,19 @@ ASK = ASK_SEED  # a timed batch's call whose seed the child asks the judge for (
 
 
 def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], device: torch.device,
-                  ask: Callable[[int], int], quiet: Callable[[], None], dropped: list[Any]) -> Callable[[int], list[Any]]:
+                  ask: Callable[[int, list[str]], int], quiet: Callable[[], list[str]], dropped: list[Any]) -> Callable[[int], list[Any]]:
     """get_args for a timed batch: call i uses pool slot calls[i][0]; where calls[i][1] is ASK, the
-    slot is refreshed with a seed that comes from the judge only now (ask(i)), after the last
-    call's output and this slot's old storages are gone and `quiet` has switched off whatever could
-    run code of the candidate's on this thread (child.quiet_window). No later call's seed is in
+    slot is refreshed with a seed that comes from the judge only now (ask(n, found), n counting the
+    asks), after the last call's output and this slot's old storages are gone and `quiet` has
+    switched off whatever could run code of the candidate's on this thread and said what it found
+    (child.quiet_window), which goes to the judge with the ask. No later call's seed is in
     this process before that call's turn, so code of the candidate's that runs between calls (a
     callback on a freed object, a thread) has no next inputs to work on: with the batch's seeds in
     the command, such code computed the next answer outside the timed region (docs/judge.md,
     "Between timed calls"). `dropped` holds what the refresh replaced until the next call's turn
     (the caller empties it after the batch)."""
+    asked = [0]  # the judge numbers the asks, not the calls: a call on the pool as it is asks for nothing
+
     def get_args(i: int) -> list[Any]:
         slot, seed = calls[i]
         if seed is None:
@@ -290,9 +353,11 @@ def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[A
         if seed != ASK:
             raise ValueError(f"a timed call's seed must come from the judge, got {seed!r}")
         dropped.clear()  # frees what the last refresh replaced: before any seed is known
-        layouts = release_slot(pool[slot], dropped)
-        quiet()
-        fill_slot(problem, pool[slot], layouts, ask(i), device, dropped)
+        layouts = release_slot(pool[slot])
+        found = quiet()
+        seed = ask(asked[0], found)
+        asked[0] += 1
+        fill_slot(problem, pool[slot], layouts, seed, device, dropped)
         return pool[slot]
 
     return get_args

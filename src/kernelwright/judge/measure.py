@@ -325,13 +325,6 @@ def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected:
     reply without its device-wide times would otherwise switch step device_sync's charge off."""
     if reply.get("identities_moved"):
         raise IdentitiesMoved(f"during timing: {moved_names(reply['identities_moved'])}")
-    if reply.get("hooks") and role != "candidate":
-        raise ChildError("infra", f"the {role} child found {moved_names(reply['hooks'])} set between timed calls", role=role)
-    if role == "candidate" and (reply.get("hooks") or reply.get("threads")):
-        # found just before a timed call's seed was asked for (judge.child.quiet_window); the hooks are off by now
-        said = [f"{moved_names(reply['hooks'])} set" if reply.get("hooks") else "",
-                f"Python threads alive ({moved_names(reply['threads'])})" if reply.get("threads") else ""]
-        raise BetweenCalls("; ".join(s for s in said if s))
     if reply.get("flags_changed"):
         raise FlagsMoved(f"during timing: {reply['flags_changed']}")
     times, synced = reply.get("times_ms"), reply.get("synced_ms") or []
@@ -459,9 +452,12 @@ class _Rounds:
         calls = args["calls"]
         answers = [seed for _slot, seed in calls if seed is not None]
         args = {**args, "calls": [[slot, None if seed is None else ASK_SEED] for slot, seed in calls]}
+        found: list[str] = []
         t0 = time.perf_counter()
-        reply = child.call("time", args, timeout_s=self.policy.run_timeout_s, answers=answers)
+        reply = child.call("time", args, timeout_s=self.policy.run_timeout_s, answers=answers, found=found)
         wall = (time.perf_counter() - t0) * 1e3
+        if found:
+            self.between(child, found)
         role = "candidate" if child is self.cand else "reference"
         if not isinstance(reply, dict):
             raise ChildError("forged", f"the {role} child's 'time' reply is not a mapping", role=role)
@@ -474,6 +470,22 @@ class _Rounds:
             if checked.get("identities_moved"):
                 raise IdentitiesMoved(f"during timing: {moved_names(checked['identities_moved'])}")
         return reply, wall
+
+    def between(self, child: Child, found: list[str]) -> None:
+        """What a child's asks said it found before a seed (judge.child.quiet_window): in the
+        candidate's child a hook, or a thread or child process where the policy allows no torch
+        compute, is BetweenCalls (step between_calls); in the reference child a hook is the
+        judge's own fault (its threads and processes are torch.compile's)."""
+        hooks = sorted({f for f in found if not f.startswith(("thread: ", "process: "))})
+        if child is not self.cand:
+            if hooks:
+                raise ChildError("infra", f"the reference child found between timed calls: {moved_names(hooks)}", role="reference")
+            return
+        if not self.policy.enabled("between_calls"):
+            return  # what was found was switched off all the same; threads and processes stay
+        alive = [] if self.policy.allow_torch_compute else sorted({f for f in found if f.startswith(("thread: ", "process: "))})
+        if hooks or alive:
+            raise BetweenCalls("; ".join(x for x in (moved_names(hooks), moved_names(alive)) if x and x != "[]"))
 
     def batch(self, contender: str, n: int) -> None:
         child = self.cand if contender == "candidate" else self.ref

@@ -323,10 +323,13 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         outcome = _timed_window(flow, ref, cand, baselines)
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
-    if vb.off_or("between_calls"):
+    if not policy.enabled("fresh_inputs"):
+        vb.off_or("between_calls", "fresh_inputs is off: no seed was asked for, so there was no window to watch")
+    elif vb.off_or("between_calls"):
         vb.step("between_calls", True, BETWEEN_CALLS_STEP)
-        threads = "" if not policy.allow_torch_compute else "; Python threads not checked (the policy allows torch compute)"
-        vb.guard("between_calls", False, f"no trace, profile, monitoring or signal hook of the candidate's set, no Python thread alive{threads}")
+        threads = ("no Python thread or child process alive" if not policy.allow_torch_compute
+                   else "Python threads and child processes not refused (the policy allows torch compute)")
+        vb.guard("between_calls", False, f"no hook of the candidate's set and nothing the draw reads changed; {threads}")
     if vb.off_or("adaptive_stop"):
         vb.step("adaptive_stop", True, outcome.stop_reason)
     _fill_numbers(flow, outcome)
@@ -361,8 +364,9 @@ def _floor_from_first_window(flow: "_Flow", stream_ms: float) -> None:
 
 
 BETWEEN_CALLS_STEP = ("each timed call's seed asked for at its turn, after the last output and the slot's old storages were let go; "
-                      "before it, the collector off and hooks of the candidate's (trace, profile, sys.monitoring, signal handlers) "
-                      "switched off and Python threads looked for")
+                      "before it, the collector off, hooks of the candidate's (trace, profile, sys.monitoring, signal handlers) "
+                      "switched off, what the draw reads compared with its state before the import, and Python threads, "
+                      "child processes and descriptor 0 looked at")
 
 
 def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> Any:

@@ -46,7 +46,6 @@ FORMS: dict[str, Callable[[Any], bool]] = {
     "identities_moved": _list_of(_str),
     "inputs_changed": _list_of(_int),
     "flags_changed": lambda v: isinstance(v, dict),
-    "hooks": _list_of(_str),  # what child.quiet_window found set between timed calls (guard function_identities)
     "handover": lambda v: v is None or isinstance(v, dict),  # its contents: the reference child's business
     "profiler_ms": _num,
     "kernels": _list_of(_row(_str, _num)),  # [name, ms]

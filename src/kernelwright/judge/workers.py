@@ -143,6 +143,15 @@ class Child:
         finally:
             logfile.close()
 
+    def _answer(self, text: str) -> None:
+        """One line to the child on the result socket (a timed call's seed, judge.child.ask_seed):
+        not on its stdin, a pipe, which code in the child could open again for writing through
+        /proc/self/fd/0 and so put back a line it had read first."""
+        try:
+            self._sock.sendall(text.encode() + b"\n")
+        except OSError:
+            pass  # the child is gone; the next read says how
+
     def _send_line(self, text: str) -> None:
         assert self._proc.stdin is not None
         try:
@@ -152,14 +161,15 @@ class Child:
             pass  # the child is gone; the next read says how
 
     def call(self, command: str, args: dict[str, Any] | None = None, *, timeout_s: float, fds: list[int] | None = None,
-             answers: list[int] | None = None) -> Any:
+             answers: list[int] | None = None, found: list[str] | None = None) -> Any:
         """Send one command and wait for its result; raise ChildError on failure. With `answers`,
-        the child asks for them one at a time while it works ({"ask": i}, i counting from 0), each
-        answered with one line on its stdin when asked for and not before (a timed batch's seeds,
-        judge.inputs.asking_getter); a reply before every answer was taken, an ask out of turn, or
-        an ask of a command given none is forged."""
+        the child asks for them one at a time while it works ({"ask": n, "found": [...]}, n counting
+        the asks from 0), each answered with one line on its stdin when asked for and not before (a
+        timed batch's seeds, judge.inputs.asking_getter); what each ask says it found
+        (judge.child.quiet_window) is added to `found`. A reply before every answer was taken, an
+        ask out of turn, or an ask of a command given none is forged."""
         self.send(command, args, fds)
-        return self.wait(command, timeout_s=timeout_s, answers=answers)
+        return self.wait(command, timeout_s=timeout_s, answers=answers, found=found)
 
     def send(self, command: str, args: dict[str, Any] | None = None, fds: list[int] | None = None) -> None:
         """Send one command without waiting: the child works on it while the judge does other
@@ -175,7 +185,7 @@ class Child:
         self._send_line(json.dumps({"cmd": command, "args": args or {}, **({"fds": len(fds)} if fds else {})}))
         self.outstanding += 1
 
-    def wait(self, command: str, *, timeout_s: float, answers: list[int] | None = None) -> Any:
+    def wait(self, command: str, *, timeout_s: float, answers: list[int] | None = None, found: list[str] | None = None) -> Any:
         """The result of the command sent last; raise ChildError on failure. Descriptors that came
         with it wait for received_fds(); ones never taken are closed at the next wait. `answers`: call()."""
         self.outstanding = max(0, self.outstanding - 1)
@@ -188,9 +198,14 @@ class Child:
                 if "ask" not in reply or "ok" in reply:
                     break
                 close_fds(fds)
-                if answers is None or reply["ask"] != given or given >= len(answers) or type(reply["ask"]) is not int:
+                if answers is None or type(reply["ask"]) is not int or reply["ask"] != given or given >= len(answers):
                     raise ChannelForged(f"an ask {str(reply['ask'])[:40]!r} out of turn ({given} of {0 if answers is None else len(answers)} answered)")
-                self._send_line(str(int(answers[given])))
+                said = reply.get("found", [])
+                if not isinstance(said, list) or not all(isinstance(x, str) for x in said):
+                    raise ChannelForged("an ask whose findings are not a list of strings")
+                if found is not None:
+                    found.extend(x[:200] for x in said[:50])
+                self._answer(str(int(answers[given])))
                 given += 1
             if answers is not None and given != len(answers) and reply.get("ok"):
                 close_fds(fds)

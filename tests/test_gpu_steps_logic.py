@@ -294,7 +294,7 @@ class _HeldChild:
     def __init__(self):
         self.asked = []
 
-    def call(self, cmd, args, timeout_s, answers=None):
+    def call(self, cmd, args, timeout_s, answers=None, found=None):
         if cmd == "check":  # the watch the judge sends the candidate's child after each batch
             return {}
         self.asked.append(args["hold_us"])
@@ -613,7 +613,7 @@ class _ScriptedChild:
     def __init__(self, time_reply, check_reply):
         self.replies, self.asked = {"time": time_reply, "check": check_reply}, []
 
-    def call(self, cmd, args, timeout_s, answers=None):
+    def call(self, cmd, args, timeout_s, answers=None, found=None):
         self.asked.append(cmd)
         return self.replies[cmd]
 

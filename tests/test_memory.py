@@ -187,7 +187,7 @@ class _StubChild:
     def kill(self) -> None:
         self.killed = True
 
-    def call(self, command: str, args: dict, *, timeout_s: float, answers: list | None = None) -> dict:
+    def call(self, command: str, args: dict, *, timeout_s: float, answers: list | None = None, found: list | None = None) -> dict:
         assert command == "memory" and not self.outstanding  # a pipelined reply is collected first
         return {"free_bytes": self.free, "total_bytes": 141 * GIB, "reserved_bytes": GIB}
 
@@ -287,7 +287,7 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
     class FakeChild:
         closed = False
 
-        def call(self, command, args, timeout_s=None, answers=None):
+        def call(self, command, args, timeout_s=None, answers=None, found=None):
             assert command == "setup"
             return {"source_hash": prob.hash, "memory": {"input_bytes": input_bytes}, "lead_ok": False}
 

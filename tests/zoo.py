@@ -109,7 +109,7 @@ EXPLOITS: tuple[Exploit, ...] = (
     # The next three blind the torch digest, which the input check only falls back to since the judge's own digest kernel
     # (judge.digest, 2026-12-04): with function_identities off, inputs_unchanged still sees the change, so both are off.
     Exploit("zoo_blind_digest", "relu", "ReLU in place into its input; replaces torch.Tensor.random_ with a zero fill, so the torch digest is blind",
-            "function_identities", _f("function_identities", "inputs_unchanged")),
+            "function_identities", _f("function_identities", "inputs_unchanged", "between_calls")),  # torch.Tensor's dict: the window sees it too
     Exploit("zoo_blind_native_digest", "relu", "ReLU in place into its input; swaps the judge's loaded digest kernel for one that answers 0",
             "function_identities", _f("function_identities")),
     # Found by a red-team review on 2026-12-04: what a watched function reads (its module's names, the builtins, a ctypes

@@ -653,7 +653,7 @@ def quiet_window() -> list[str]:
     me = _get_ident()
     frames = _current_frames()
     if len(frames) > 1:
-        named = {t.ident: t.name for t in _threading().enumerate()}
+        named = {t.ident: t.name for t in threading.enumerate()}
         found += [f"thread: {named.get(ident, ident)}" for ident in frames if ident != me]
     found += [f"process: {pid}" for pid in _children() if pid not in _BASE_CHILDREN]
     if WINDOW.pop("first", False):  # once a batch (a few ms): a process that left this one's children still shares the session
@@ -692,10 +692,6 @@ def _children() -> list[str]:
     except OSError:
         pass
     return out
-
-
-def _threading() -> Any:
-    return threading
 
 
 def _clear_tool(mon: Any, tool: int) -> None:

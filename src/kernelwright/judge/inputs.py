@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 import torch
-from torch.utils._device import DeviceContext as _DeviceContext
+from torch.utils._device import DeviceContext as _DEVICE_CONTEXT  # what `with device:` pushes
 
 from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
 from kernelwright.judge.records import ASK_SEED, Case  # noqa: F401 - children use inputs.Case
@@ -78,7 +78,6 @@ try:
 except ImportError:  # numpy is optional
     _numpy = None
     _NUMPY_SEED = _NUMPY_STATE = None
-_DEVICE_CONTEXT = _DeviceContext  # what `with device:` pushes (torch.utils._device)
 _TENSOR = torch.Tensor
 _DISABLE_TF = torch._C.DisableTorchFunction
 _DISABLE_TF_SUBCLASS = torch._C.DisableTorchFunctionSubclass

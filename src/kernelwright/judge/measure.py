@@ -485,7 +485,7 @@ class _Rounds:
             return  # what was found was switched off all the same; threads and processes stay
         alive = [] if self.policy.allow_torch_compute else sorted({f for f in found if f.startswith(("thread: ", "process: "))})
         if hooks or alive:
-            raise BetweenCalls("; ".join(x for x in (moved_names(hooks), moved_names(alive)) if x and x != "[]"))
+            raise BetweenCalls("; ".join(x for x in (moved_names(hooks), moved_names(alive)) if x))
 
     def batch(self, contender: str, n: int) -> None:
         child = self.cand if contender == "candidate" else self.ref

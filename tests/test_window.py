@@ -81,7 +81,7 @@ def test_no_callback_of_the_candidate_runs_once_its_next_seed_is_in_the_process(
     dropped: list = []
 
     def asking(problem, pool, calls, cpu, probe):
-        return inputs.asking_getter(problem, pool, calls, cpu, probe.ask, lambda: [], dropped)
+        return inputs.asking_getter(problem, pool, calls, cpu, probe.ask, lambda first, keep: [], dropped)
 
     probe = _run(asking)
     assert probe.asked == 4 and probe.called == 5
@@ -125,7 +125,7 @@ def test_a_replaced_value_is_let_go_only_at_the_next_calls_turn():
     asked: list[int] = []
     fired: list[int] = []
     get_args = inputs.asking_getter(problem, pool, [[0, ASK_SEED], [0, ASK_SEED]], cpu,
-                                    lambda n, _f: asked.append(n) or 7 + n, lambda: [], dropped)
+                                    lambda n, _f: asked.append(n) or 7 + n, lambda first, keep: [], dropped)
     first = pool[0][0]
     weakref.finalize(first, lambda: fired.append(len(asked)))
     del first
@@ -150,17 +150,19 @@ def test_asking_getter_refuses_a_seed_given_in_the_command():
     problem = _problem()
     cpu = torch.device("cpu")
     pool = inputs.make_pool(problem, [1], cpu)
-    get_args = inputs.asking_getter(problem, pool, [[0, 12345]], cpu, lambda n, f: 1, lambda: [], [])
+    get_args = inputs.asking_getter(problem, pool, [[0, 12345]], cpu, lambda n, f: 1, lambda first, keep: [], [])
     with pytest.raises(ValueError, match="must come from the judge"):
         get_args(0)
 
 
 _ALREADY: list[str] = []
+_KEEP: list = []  # what quiet_window took away, held as a batch holds it
+_NOTED: list = []  # the problem module the window fixture's note_window recorded
 
 
-def _quiet() -> list[str]:
+def _quiet(first: bool = True) -> list[str]:
     """quiet_window's findings less the threads and processes the test runner had already."""
-    return [f for f in child.quiet_window() if f not in _ALREADY]
+    return [f for f in child.quiet_window(first, _KEEP) if f not in _ALREADY]
 
 
 @pytest.fixture
@@ -170,13 +172,14 @@ def window():
     was_gc = gc.isenabled()
     gc.enable()
     child.note_hooks()
-    child.note_window(_problem())
-    child.open_window()
-    _ALREADY[:] = [f for f in child.quiet_window() if f.startswith(("thread: ", "process: "))]  # the test runner's own
+    _NOTED[:] = [_problem()]
+    child.note_window(_NOTED[0], torch.device("cpu"))
+    _ALREADY[:] = [f for f in child.quiet_window(True, _KEEP) if f.startswith(("thread: ", "process: "))]  # the test runner's own
     gc.enable()
-    child.open_window()
+    collector = child.open_window()
     yield
-    child.close_window()
+    _KEEP.clear()
+    child.close_window(collector)
     sys.settrace(None)
     sys.setprofile(None)
     if not was_gc:
@@ -206,9 +209,10 @@ def test_quiet_window_reports_a_signal_handler_and_leaves_the_signal_ignored(win
 
 def test_quiet_window_turns_the_collector_off_and_close_window_puts_it_back(window):
     gc.enable()
+    collector = child.open_window()
     assert _quiet() == []
     assert not gc.isenabled()
-    child.close_window()
+    child.close_window(collector)
     assert gc.isenabled()  # as it was when the window opened
 
 
@@ -247,8 +251,8 @@ def test_quiet_window_reports_a_process_left_in_the_session_once_a_batch(window,
         time.sleep(0.05)
     pid = out.read_text()
     try:
-        assert pid and f"process: {pid} (in this session)" in _quiet()
-        assert f"process: {pid} (in this session)" not in _quiet()  # once a batch
+        assert pid and f"process: {pid} (in this session)" in _quiet(first=True)
+        assert f"process: {pid} (in this session)" not in _quiet(first=False)  # a batch's first ask only
     finally:
         os.kill(int(pid), 9)
 
@@ -327,7 +331,7 @@ def fn(x, w):
     state["on"] = False
     return x @ w
 calls = [[i % 2, ASK_SEED] for i in range(8)]
-get_args = inputs.asking_getter(m, pool, calls, device, ask, lambda: [], [])
+get_args = inputs.asking_getter(m, pool, calls, device, ask, lambda first, keep: [], [])
 sw = timing.switches_from({"flush": cuda, "events": cuda, "sync": cuda}, cuda=cuda)
 timing.time_calls(fn, get_args, len(calls), cuda=cuda, switches=sw)
 print(sorted(set(state["events"])))
@@ -357,3 +361,126 @@ def test_no_audit_event_between_a_seed_and_its_call_on_the_cpu():
 @needs_gpu()
 def test_no_audit_event_between_a_seed_and_its_call_on_the_gpu():
     assert _audit_events("cuda") == "[]"
+
+
+def test_quiet_window_reports_numpys_bit_generator_replaced(window):
+    """numpy.random.set_bit_generator keeps the global RandomState and its class; an MT19937
+    subclass's _legacy_seeding then ran inside the draw's numpy seeding (red team, 2026-12-05)."""
+    np = pytest.importorskip("numpy")
+    was = np.random.get_bit_generator()
+
+    class Spy(np.random.MT19937):
+        pass
+
+    np.random.set_bit_generator(Spy(0))
+    try:
+        assert "hook: numpy's global bit generator changed" in _quiet()
+        np.random.set_bit_generator(np.random.MT19937(0))  # the same class, not the same object
+        assert "hook: numpy's global bit generator changed" in _quiet()
+    finally:
+        np.random.set_bit_generator(was)
+    assert _quiet() == []
+
+
+def test_quiet_window_holds_randoms_cached_gauss_value_until_the_batch_lets_go(window):
+    """random._inst.gauss_next, which the draw's seeding sets to None: an object there with a
+    __del__ ran after the seed (red team, 2026-12-05). quiet_window takes it away before the ask and
+    the batch holds it, so its __del__ runs only when the next call's turn begins; one that puts
+    itself back in that __del__ is taken away again then."""
+    import random
+
+    freed: list[int] = []
+
+    class Trig:
+        def __del__(self):
+            freed.append(1)
+
+    random._inst.gauss_next = Trig()
+    assert _quiet() == []  # a value random.gauss() left there is no hook of itself
+    assert vars(random._inst)["gauss_next"] is None and freed == []
+    _KEEP.clear()
+    assert freed == [1]
+    random.gauss(0, 1)  # leaves a float cached
+    assert _quiet() == [] and vars(random._inst)["gauss_next"] is None
+
+
+def test_quiet_window_reports_and_pops_a_dispatch_mode_left_on(window):
+    """A dispatch mode pushed between calls saw the refresh's set_ take the fresh draw's storage (red
+    team, 2026-12-05)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    torch._C._push_on_torch_dispatch_stack(Spy())
+    try:
+        assert _quiet() == ["hook: a torch dispatch mode left on after the call"]
+        assert torch._C._len_torch_dispatch_stack() == 0
+    finally:
+        while torch._C._len_torch_dispatch_stack():
+            torch._C._pop_torch_dispatch_stack(None)
+
+
+def test_quiet_window_reports_the_problems_get_inputs_replaced_or_its_code_swapped(window):
+    problem = _NOTED[0]
+    fn = problem.get_inputs
+    problem.get_inputs = lambda: fn()
+    try:
+        assert "hook: window_problem.get_inputs, which the problem's get_inputs() reads changed" in _quiet()
+    finally:
+        problem.get_inputs = fn
+    code = fn.__code__
+    fn.__code__ = (lambda: [torch.zeros(4, 6), torch.zeros(6)]).__code__
+    try:
+        assert any("the code, defaults or closure of get_inputs" in f for f in _quiet())
+    finally:
+        fn.__code__ = code
+    assert _quiet() == []
+
+
+def test_batch_getter_draws_from_the_noted_problem_and_says_a_replaced_one(window):
+    """The child's state object is the candidate's to reach: a proxy put at S.problem ran inside the
+    draw (red team, 2026-12-05). batch_getter uses what note_window recorded and says the change."""
+    from unittest import mock
+
+    seen: list[str] = []
+
+    class Proxy:
+        def get_inputs(self):
+            seen.append("proxy")
+            return _NOTED[0].get_inputs()
+
+    cpu = torch.device("cpu")
+    pool = inputs.make_pool(_NOTED[0], [1], cpu)
+    asks: list[list[str]] = []
+    with mock.patch.object(child, "ask_seed", lambda n, found: asks.append(found) or 5):
+        get_args, finish = child.batch_getter(Proxy(), pool, [[0, ASK_SEED]], cpu)
+        get_args(0)
+        finish()
+    assert seen == [] and "hook: the problem module the draw reads replaced" in asks[0]
+
+
+def test_asking_getter_replaces_a_pool_entry_that_is_not_a_plain_list():
+    """A list subclass's __getitem__ read the fresh draw off fill_slot's frame (red team, 2026-12-05):
+    the entry is said and replaced before the seed is asked for; nothing of it runs after."""
+    problem, cpu = _problem(), torch.device("cpu")
+    pool = inputs.make_pool(problem, [1], cpu)
+    seen: list[int] = []
+    asks: list[list[str]] = []
+
+    class Entry(list):
+        def __getitem__(self, i):
+            seen.append(len(asks))
+            return list.__getitem__(self, i)
+
+        def __len__(self):
+            seen.append(len(asks))
+            return list.__len__(self)
+
+    pool[0] = Entry(pool[0])
+    get_args = inputs.asking_getter(problem, pool, [[0, ASK_SEED]], cpu, lambda n, f: asks.append(f) or 9,
+                                    lambda first, keep: [], [])
+    args = get_args(0)
+    assert asks == [["hook: a timing pool entry replaced"]] and type(args) is list and len(args) == 2
+    assert all(n == 0 for n in seen)  # nothing of the subclass ran once a seed was out

@@ -179,6 +179,19 @@ EXPLOITS: tuple[Exploit, ...] = (
             _f("between_calls")),
     Exploit("zoo_next_timer_rebind", "rowsum", "zoo_next_by_timer, with its handler written into the judge's record of the handlers as they were",
             "function_identities", _f("function_identities")),
+    # the third red-team round (2026-12-05): what the draw reads inside objects the window compared by identity
+    Exploit("zoo_next_numpy_bitgen", "rowsum", "gives numpy's global RandomState an MT19937 subclass whose _legacy_seeding sums the next "
+            "call's inputs inside the draw", "between_calls", _f("between_calls")),
+    Exploit("zoo_next_gauss_del", "rowsum", "keeps an object with a __del__ at random's gauss_next, freed by the draw's seeding, that sums "
+            "the next call's inputs", "quiet_window", None, hides_time=True, max_speedup=0.8),
+    Exploit("zoo_next_pool_entry", "rowsum", "a list subclass at the timing pool's entries whose __getitem__ reads the fresh draw off the "
+            "refresh's frame", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
+    Exploit("zoo_next_state_problem", "rowsum", "a proxy at the child's S.problem whose get_inputs sums the draw", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
+    Exploit("zoo_next_dispatch_mode", "rowsum", "a dispatch mode pushed when the judge lets an output go, which sees the refresh's set_ "
+            "of the fresh draw", "quiet_window", None,
+            hides_time=True, max_speedup=0.8),
     Exploit("zoo_forged_ask", "rowsum", "sends an ask of its own for a seed through the child's channel writer, found with gc", "channel", None,
             refused=("rejected",), evidence="out of turn"),
     # -- precision ------------------------------------------------------------------------------

@@ -513,14 +513,17 @@ def unhush() -> None:
 _BASE_HANDLERS: tuple[Any, ...] = ()
 _BASE_TOOLS: tuple[Any, ...] = ()
 _BASE_SIGNAL: tuple[Any, ...] = (None, None)
-_BASE_WINDOW: tuple[Any, ...] = ((), (), ())
+_BASE_WINDOW: tuple[Any, ...] = ((), (), (), (), None)
 _BASE_CHILDREN: tuple[str, ...] = ()  # child processes the judge's own code had when note_hooks ran
 _BASE_SESSION: tuple[str, ...] = ()  # other processes of this session then (none in a judge child: it starts one)
 _SIG_IGN: Any = None  # signal.SIG_IGN, bound by note_hooks
 _current_frames = sys._current_frames  # bound before any candidate code runs
 _get_ident = _thread.get_ident
 _ModuleType = types.ModuleType
-WINDOW: dict[str, Any] = {}  # the current batch's collector state before it ("gc")
+_BASE_DRAW: tuple[Any, ...] = (None, None)  # (problem module, device) as the judge's setup made them (note_window)
+_DISPATCH_LEN: Any = None  # torch._C's dispatch mode stack, bound by note_window
+_DISPATCH_POP: Any = None
+_DISPATCH_KEYS: Any = None  # () -> the thread's local dispatch key sets, bound by note_window
 
 
 def note_hooks(seed_fd: int = -1) -> None:
@@ -552,11 +555,14 @@ def note_hooks(seed_fd: int = -1) -> None:
         _SEED_ID = None
 
 
-def note_window(problem: Any) -> None:
+def note_window(problem: Any, device: Any) -> None:
     """Record what the draw of a timed call's inputs reads (judge.inputs._draw), before the
-    candidate's import: the modules it goes through and their classes, torch.Tensor's, its
-    metaclass's and the device context's class dicts, and for each module the problem's
-    get_inputs() names (its code's names looked up there: `torch.randn` reads `randn` from torch)."""
+    candidate's import: the problem module and device the draw uses (batch_getter uses these, not
+    the child's state object, which the candidate can reach); the modules it goes through and their
+    classes; torch.Tensor's, its metaclass's and the device context's class dicts; for each module
+    the problem's get_inputs() names (its code's names looked up there: `torch.randn` reads `randn`
+    from torch) and get_inputs itself, with the code, defaults and closure of each of those that is
+    a Python function; and the thread's dispatch keys."""
     import torch
 
     from kernelwright.judge import inputs
@@ -565,15 +571,40 @@ def note_window(problem: Any) -> None:
                                          "numpy.random", "numpy.random.mtrand")]
     mods.append(problem)
     fn = getattr(problem, "get_inputs", None)
-    names = set(getattr(getattr(fn, "__code__", None), "co_names", ()))
+    names = set(getattr(getattr(fn, "__code__", None), "co_names", ())) | {"get_inputs", "get_test_inputs"}
     for value in vars(problem).values():
         if isinstance(value, _ModuleType):
             mods.append(value)
     modules = tuple((m, type(m)) for m in dict.fromkeys(m for m in mods if m is not None))
     reads = tuple((m, name, vars(m)[name]) for m, _t in modules for name in sorted(names) if name in vars(m))
+    functions = tuple((f, _function_parts(f)) for f in dict.fromkeys(v for _m, _n, v in reads if type(v) is types.FunctionType))
     classes = tuple((c, tuple(vars(c).items())) for c in (torch.Tensor, type(torch.Tensor), inputs._DEVICE_CONTEXT))
-    global _BASE_WINDOW
-    _BASE_WINDOW = (modules, reads, classes)
+    global _BASE_WINDOW, _BASE_DRAW, _DISPATCH_LEN, _DISPATCH_POP, _DISPATCH_KEYS
+    _DISPATCH_LEN, _DISPATCH_POP = torch._C._len_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
+    include, exclude = torch._C._dispatch_tls_local_include_set, torch._C._dispatch_tls_local_exclude_set
+    _DISPATCH_KEYS = lambda: (repr(include()), repr(exclude()))  # noqa: E731 - bound here, before the import
+    _BASE_WINDOW = (modules, reads, classes, functions, _DISPATCH_KEYS())
+    _BASE_DRAW = (problem, device)
+
+
+def _function_parts(f: Any) -> tuple[Any, ...]:
+    """What a Python function runs, which the function object lets anyone replace or change in
+    place: its code, defaults, keyword defaults (each key and value) and closure cells' contents;
+    compared one by one by identity (an __eq__ could answer for itself)."""
+    kw = f.__kwdefaults__
+    parts = [f.__code__, f.__defaults__, kw, len(kw or ())]
+    for k, v in (kw or {}).items():
+        parts += (k, v)
+    parts.append(len(f.__closure__ or ()))
+    parts += [_cell(c) for c in (f.__closure__ or ())]
+    return tuple(parts)
+
+
+def _cell(c: Any) -> Any:
+    try:
+        return c.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
 
 
 def _moved_in_window() -> list[str]:
@@ -581,22 +612,31 @@ def _moved_in_window() -> list[str]:
     from kernelwright.judge import inputs
 
     out = []
-    modules, reads, classes = _BASE_WINDOW
+    modules, reads, classes, functions, keys = _BASE_WINDOW
     for m, t in modules:
         if type(m) is not t:
             out.append(f"the class of module {getattr(m, '__name__', '?')}")
     for m, name, value in reads:
         if vars(m).get(name, _MISSING) is not value:
             out.append(f"{getattr(m, '__name__', '?')}.{name}, which the problem's get_inputs() reads")
+    for f, parts in functions:
+        now = _function_parts(f)
+        if len(now) != len(parts) or any(a is not b and not (type(a) is int and type(b) is int and a == b) for a, b in zip(now, parts)):
+            out.append(f"the code, defaults or closure of {getattr(f, '__qualname__', '?')}, which the draw runs")
     for c, items in classes:
         now = vars(c)
         if len(now) != len(items) or any(now.get(k, _MISSING) is not v for k, v in items):
             out.append(f"the class dict of {c.__qualname__}")
+    if _DISPATCH_KEYS is not None and _DISPATCH_KEYS() != keys:
+        out.append("the thread's dispatch keys")
     if random_inst() is not inputs._RANDOM_INST or type(inputs._RANDOM_INST) is not inputs._RANDOM_CLASS:
         out.append("random's global generator")
     if inputs._numpy is not None and (inputs._numpy.random.mtrand._rand is not inputs._NUMPY_STATE
-                                      or type(inputs._NUMPY_STATE) is not inputs._numpy.random.RandomState):
+                                      or type(inputs._NUMPY_STATE) is not inputs._NUMPY_STATE_CLASS):
         out.append("numpy's global generator")
+    elif inputs._numpy is not None and (inputs._NUMPY_STATE._bit_generator is not inputs._NUMPY_BITGEN
+                                        or type(inputs._NUMPY_BITGEN) is not inputs._NUMPY_BITGEN_CLASS):
+        out.append("numpy's global bit generator")  # set_bit_generator: a subclass's _legacy_seeding saw the seed (red team, 2026-12-05)
     return out
 
 
@@ -606,27 +646,37 @@ def random_inst() -> Any:
     return vars(random).get("_inst")
 
 
-def open_window() -> None:
-    """Start a timed batch's watch (close_window ends it)."""
+def open_window() -> bool:
+    """Start a timed batch's watch: the collector's state now, for close_window."""
     import gc
 
-    WINDOW.clear()
-    WINDOW.update(gc=gc.isenabled(), first=True)
+    return gc.isenabled()
 
 
-def quiet_window() -> list[str]:
+def quiet_window(first: bool, keep: list[Any]) -> list[str]:
     """Switch off and say what could run the candidate's code on this thread until the timed call
-    starts (above); the list goes to the judge with the ask. Costs about 40 us on the 2-core box,
-    most of it reading 62 signal handlers."""
+    starts (above); the list goes to the judge with the ask. `first`: the batch's first ask, which
+    also reads the session's processes (a few ms). Whatever is taken away here (a hook function, a
+    handler, a mode, random's cached gauss value) goes to `keep`, which the caller holds until the
+    call has its inputs: freed here, a __del__ of the candidate's would run after the checks and
+    before the seed, and could put back what was just taken away. Costs about 40 us on the 2-core
+    box, most of it reading 62 signal handlers."""
     import gc
 
     gc.disable()  # every call: the candidate's call may have switched it back on
+    from kernelwright.judge import inputs
+
     found = []
+    inst = inputs._RANDOM_INST
+    keep.append(vars(inst).get("gauss_next"))  # random.gauss()'s cached value; the seed sets it to None (a __del__ there saw the seed: red team, 2026-12-05)
+    inputs._OBJECT_SETATTR(inst, "gauss_next", None)
     if sys.gettrace() is not None:
         found.append("hook: a trace function (sys.settrace)")
+        keep.append(sys.gettrace())
         sys.settrace(None)
     if sys.getprofile() is not None:
         found.append("hook: a profile function (sys.setprofile)")
+        keep.append(sys.getprofile())
         sys.setprofile(None)
     mon = getattr(sys, "monitoring", None)
     if mon is not None:
@@ -634,14 +684,20 @@ def quiet_window() -> list[str]:
             name = mon.get_tool(tool)
             if name is not None and name != was:
                 found.append(f"hook: sys.monitoring tool {tool} ({name!r})")
-                _clear_tool(mon, tool)
+                _clear_tool(mon, tool, keep)
     setsignal, getsignal = _BASE_SIGNAL
     for sig, was in _BASE_HANDLERS:
         now = getsignal(sig)
         if now is not was and callable(now):  # SIG_DFL and SIG_IGN run no Python code (a review found SIGPIPE's SIG_DFL refused)
             found.append(f"hook: a handler for signal {int(sig)}")
-            setsignal(sig, _SIG_IGN)  # not the judge's own default: a timer the candidate armed must not kill the child
+            keep.append(setsignal(sig, _SIG_IGN))  # not the judge's own default: a timer the candidate armed must not kill the child
+    if _DISPATCH_LEN is not None and _DISPATCH_LEN() > 0:  # a mode left on saw the refresh's set_ of the fresh draw (red team, 2026-12-05)
+        found.append("hook: a torch dispatch mode left on after the call")
+        while _DISPATCH_LEN() > 0:
+            keep.append(_DISPATCH_POP(None))
     found += [f"hook: {what} changed" for what in _moved_in_window()]
+    if vars(inst).get("gauss_next") is not None:
+        found.append("hook: random's cached gauss value set again while the window was made quiet")
     if _SEED_ID is not None:
         try:
             st = _os_fstat(_SEED_FD)
@@ -656,7 +712,7 @@ def quiet_window() -> list[str]:
         named = {t.ident: t.name for t in threading.enumerate()}
         found += [f"thread: {named.get(ident, ident)}" for ident in frames if ident != me]
     found += [f"process: {pid}" for pid in _children() if pid not in _BASE_CHILDREN]
-    if WINDOW.pop("first", False):  # once a batch (a few ms): a process that left this one's children still shares the session
+    if first:  # once a batch: a process that left this one's children still shares the session
         found += [f"process: {pid} (in this session)" for pid in _session() if pid not in _BASE_SESSION]
     return found
 
@@ -694,25 +750,24 @@ def _children() -> list[str]:
     return out
 
 
-def _clear_tool(mon: Any, tool: int) -> None:
+def _clear_tool(mon: Any, tool: int, keep: list[Any]) -> None:
     mon.set_events(tool, 0)
     for name in dir(mon.events):
         ev = getattr(mon.events, name)
         if isinstance(ev, int) and ev and not ev & (ev - 1):
             try:
-                mon.register_callback(tool, ev, None)
+                keep.append(mon.register_callback(tool, ev, None))
             except ValueError:
                 continue
     mon.free_tool_id(tool)
 
 
-def close_window() -> None:
-    """End a timed batch's watch: the collector as it was."""
+def close_window(collector: bool) -> None:
+    """End a timed batch's watch: the collector as it was (open_window)."""
     import gc
 
-    if WINDOW.get("gc"):
+    if collector:
         gc.enable()
-    WINDOW.clear()
 
 
 def ask_seed(index: int, found: list[str]) -> int:
@@ -736,16 +791,31 @@ def ask_seed(index: int, found: list[str]) -> int:
 def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], device: Any) -> tuple[Callable[[int], list[Any]], Callable[[], None]]:
     """(get_args, finish) for a timed batch in either child: each call's seed asked for in its turn
     (inputs.asking_getter) inside the watch above; finish() lets go of what the refreshes replaced
-    and puts the collector back."""
+    and puts the collector back. The draw uses the problem module and device note_window recorded,
+    not the ones passed from the child's state object, which the candidate can reach: a proxy put
+    there ran inside the draw (red team, 2026-12-05). One that differs is said with every ask, as
+    is a timing pool that is not a plain list."""
     from kernelwright.judge import inputs
 
+    said: list[str] = []
+    bound_problem, bound_device = _BASE_DRAW
+    if bound_problem is not None:
+        if problem is not bound_problem:
+            said.append("hook: the problem module the draw reads replaced")
+        if type(device) is not type(bound_device) or device != bound_device:
+            said.append("hook: the device the draw uses replaced")
+        problem, device = bound_problem, bound_device
+    if type(pool) is not list:
+        said.append("hook: the timing pool replaced")
+        pool = [[] for _ in range(1 + max((c[0] for c in calls), default=0))]
     dropped: list[Any] = []
-    open_window()
-    get_args = inputs.asking_getter(problem, pool, calls, device, ask_seed, quiet_window, dropped)
+    collector = open_window()
+    quiet = (lambda first, keep: said + quiet_window(first, keep)) if said else quiet_window
+    get_args = inputs.asking_getter(problem, pool, calls, device, ask_seed, quiet, dropped)
 
     def finish() -> None:
         dropped.clear()
-        close_window()
+        close_window(collector)
 
     return get_args, finish
 

@@ -96,7 +96,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     if S.device.type == "cuda":
         handover._cuda()  # the driver library the hand-over binds once: bound before the watch, like every module global
     inputs.bind_generators(S.device)
-    note_window(S.problem)  # what the draw of timed inputs reads, as it is before the candidate's import
+    note_window(S.problem, S.device)  # what the draw of timed inputs reads, as it is before the candidate's import
     S.identities = snapshot_identities() if S.check_identities else {}
     S.dispatch = snapshot_dispatch() if S.check_identities else {}
     module = _import_candidate(args["candidate_path"])

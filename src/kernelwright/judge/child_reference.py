@@ -106,7 +106,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
     source_hash = _load_problem(args["problem_path"])
     inputs.bind_generators(S.device)
-    note_window(S.problem)  # the same draw as the candidate's child's (child.quiet_window)
+    note_window(S.problem, S.device)  # the same draw as the candidate's child's (child.quiet_window)
     S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
     tol = getattr(S.problem, "TOLERANCE", None)
     if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"}):

@@ -75,9 +75,12 @@ try:
 
     _NUMPY_SEED: Any = _numpy.random.seed
     _NUMPY_STATE: Any = _numpy.random.mtrand._rand
+    _NUMPY_STATE_CLASS: Any = _numpy.random.RandomState
+    _NUMPY_BITGEN: Any = _NUMPY_STATE._bit_generator  # what RandomState.seed seeds (child.quiet_window checks it is still this one)
+    _NUMPY_BITGEN_CLASS: Any = _numpy.random.MT19937
 except ImportError:  # numpy is optional
     _numpy = None
-    _NUMPY_SEED = _NUMPY_STATE = None
+    _NUMPY_SEED = _NUMPY_STATE = _NUMPY_STATE_CLASS = _NUMPY_BITGEN = _NUMPY_BITGEN_CLASS = None
 _TENSOR = torch.Tensor
 _DISABLE_TF = torch._C.DisableTorchFunction
 _DISABLE_TF_SUBCLASS = torch._C.DisableTorchFunctionSubclass
@@ -265,7 +268,7 @@ def release_slot(pool_entry: list[Any]) -> list[Any]:
     # anything else, a tensor whose class the candidate swapped included, is replaced, so no code of
     # its runs here, between timed calls (a swapped class's __torch_function__ computed the next
     # answer inside copy_, outside the timed region: found in review, 2026-12-04).
-    with torch._C.DisableTorchFunction():
+    with _DISABLE_TF(), _DISABLE_DISPATCH():
         layouts = [(v.shape, v.dtype, tuple(_T.stride(v))) if _rebindable(v) else None for v in pool_entry]
         with torch.no_grad():
             for v in pool_entry:
@@ -285,7 +288,7 @@ def fill_slot(problem: ModuleType, pool_entry: list[Any], layouts: list[Any], ca
     grad = _GRAD_ON()
     _SET_GRAD(False)
     try:
-        with _DISABLE_TF():
+        with _DISABLE_TF(), _DISABLE_DISPATCH():  # a dispatch mode saw set_ take the fresh draw's storage (red team, 2026-12-05)
             for i, src in enumerate(fresh):
                 dst = pool_entry[i] if i < len(pool_entry) else None
                 was = layouts[i] if i < len(layouts) else None
@@ -332,7 +335,8 @@ ASK = ASK_SEED  # a timed batch's call whose seed the child asks the judge for (
 
 
 def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], device: torch.device,
-                  ask: Callable[[int, list[str]], int], quiet: Callable[[], list[str]], dropped: list[Any]) -> Callable[[int], list[Any]]:
+                  ask: Callable[[int, list[str]], int], quiet: Callable[[bool, list[Any]], list[str]],
+                  dropped: list[Any]) -> Callable[[int], list[Any]]:
     """get_args for a timed batch: call i uses pool slot calls[i][0]; where calls[i][1] is ASK, the
     slot is refreshed with a seed that comes from the judge only now (ask(n, found), n counting the
     asks), after the last call's output and this slot's old storages are gone and `quiet` has
@@ -352,12 +356,17 @@ def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[A
         if seed != ASK:
             raise ValueError(f"a timed call's seed must come from the judge, got {seed!r}")
         dropped.clear()  # frees what the last refresh replaced: before any seed is known
-        layouts = release_slot(pool[slot])
-        found = quiet()
-        seed = ask(asked[0], found)
-        asked[0] += 1
-        fill_slot(problem, pool[slot], layouts, seed, device, dropped)
-        return pool[slot]
+        entry, said = pool[slot], []
+        if type(entry) is not list:  # a subclass's __getitem__ read the fresh draw off fill_slot's frame (red team, 2026-12-05)
+            said.append("hook: a timing pool entry replaced")
+            entry = pool[slot] = []  # the old one is freed now, before the seed
+        layouts = release_slot(entry)
+        n = asked[0]  # the number the judge checks (an ask out of turn is forged), and the batch's first ask reads the session
+        found = said + quiet(n == 0, dropped)
+        seed = ask(n, found)
+        asked[0] = n + 1
+        fill_slot(problem, entry, layouts, seed, device, dropped)
+        return entry
 
     return get_args
 

@@ -407,7 +407,7 @@ class _Rounds:
         self.pool_size = pool_size
         self.poison_bytes = poison_bytes  # output sizes to poison before a re-checked call; None: poison off
         self.contenders = contenders
-        self.rng = random.Random()
+        self.rng = random.SystemRandom()  # the slots and seeds from the system's source: nothing in the child can learn the next from the last
         self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(pool_size)]
         self.samples = {c: Samples() for c in contenders}
         self.rechecked = 0

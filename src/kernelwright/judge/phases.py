@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
+import secrets
 import statistics
 import time
 from pathlib import Path
@@ -127,7 +127,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child, retimed: bool = False) -> 
     if not vb.off_or("op_audit"):
         return
     flow.say("auditing one forward on fresh inputs")
-    case = Case("native", random.randrange(1, 2**31))
+    case = Case("native", secrets.randbelow(2**31 - 1) + 1)
     try:
         res = cand.call("audit", {"case": case.to_dict()}, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
@@ -570,7 +570,7 @@ def _profile(flow: "_Flow", cand: Child) -> None:
     if not (check or origins):
         return
     try:
-        res = cand.call("profile", {"input_seed": random.randrange(1, 2**31)}, timeout_s=flow.policy.run_timeout_s)
+        res = cand.call("profile", {"input_seed": secrets.randbelow(2**31 - 1) + 1}, timeout_s=flow.policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, "profiling") from None
     if res.get("identities_moved"):

@@ -61,7 +61,8 @@ def test_wrong_kernel_is_incorrect_with_counts_and_indices():
     m = re.search(r"(\d+) of (\d+) elements differ", v.log)
     assert m, v.log
     assert 0 < int(m.group(1)) <= int(m.group(2))
-    assert "first: [0]: got" in v.log  # the first mismatching index, with got/expected values
+    assert re.search(r"first: \[\d+\]: got", v.log), v.log  # the first mismatching index, with got/expected values (row 0 can
+    # match by chance under some seeds: 63 of 64 differed once, first [1])
     assert "expected" in v.log
 
 

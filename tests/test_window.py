@@ -484,3 +484,78 @@ def test_asking_getter_replaces_a_pool_entry_that_is_not_a_plain_list():
     args = get_args(0)
     assert asks == [["hook: a timing pool entry replaced"]] and type(args) is list and len(args) == 2
     assert all(n == 0 for n in seen)  # nothing of the subclass ran once a seed was out
+
+
+class _Collides:
+    """A dict key with the hash of a name and an __eq__ of its own, which a lookup of that name runs
+    (red team, 2026-12-05)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.ran = name, 0
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other) -> bool:
+        self.ran += 1
+        return False
+
+
+def _put_ahead(d: dict, name: str, key) -> None:
+    value = d.pop(name)
+    d[key] = 0
+    d[name] = value
+
+
+def test_quiet_window_reports_a_key_that_is_not_a_string_on_the_way_to_the_call(window):
+    import builtins
+    import operator
+
+    for d, name, what in [(vars(_NOTED[0]), "get_inputs", "module window_problem"), (vars(builtins), "len", "module builtins"),
+                          (vars(operator), "index", "module operator")]:
+        key = _Collides(name)
+        _put_ahead(d, name, key)
+        try:
+            assert f"hook: a key that is not a string in {what}" in _quiet()
+        finally:
+            del d[key]
+    key = type("Name", (str,), {"__eq__": lambda s, o: False, "__hash__": lambda s: hash("randn")})("randn")
+    _put_ahead(vars(torch), "randn", key)  # a str subclass is no exact str
+    try:
+        assert "hook: a key that is not a string in module torch" in _quiet()
+    finally:
+        del vars(torch)[key]
+
+
+def test_quiet_window_lets_a_namespace_grow_by_plain_names(window):
+    for i in range(200):  # enough to resize torch's dict: its size moves, its keys are all names
+        setattr(torch, f"_kw_window_test_{i}", i)
+    try:
+        assert _quiet() == []
+    finally:
+        for i in range(200):
+            delattr(torch, f"_kw_window_test_{i}")
+
+
+def test_quiet_window_reports_randoms_instance_given_another_dict(window):
+    import random
+
+    inst, was = random._inst, vars(random._inst)
+    inst.__dict__ = dict(was)
+    try:
+        assert "hook: random's instance given another dict" in _quiet()
+    finally:
+        inst.__dict__ = was
+
+
+def test_the_module_watch_refuses_a_key_that_is_not_a_string_builtins_included():
+    import builtins
+
+    recorded = child.module_state()
+    key = _Collides("len")
+    _put_ahead(vars(builtins), "len", key)
+    try:
+        assert "builtins (a key that is not a string)" in child.modules_moved(recorded)
+    finally:
+        del vars(builtins)[key]
+    assert "builtins (a key that is not a string)" not in child.modules_moved(recorded)

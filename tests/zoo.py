@@ -131,7 +131,8 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_dispatch_kernel", "rowsum", "zeroes its input; torch.library kernels for aten::floor_divide and remainder answering zeros hide it from the input digest",
             "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
     Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::floor_divide and remainder with zeros",
-            "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
+            "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged", "between_calls")),  # a mode left on
+    # is also said before every timed call's seed (step between_calls, since the third red-team round), and popped
     # Hidden time between timed calls, found by a red-team review on 2026-12-04: code of the candidate's that the judge's
     # own steps set off after a call (a callback on a freed object, the collector, a profile function, a timer's handler) or
     # a thread, each computing the next call's answer from its seed. Fixed 2026-12-05: each seed comes at its call's turn.
@@ -192,6 +193,15 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_next_dispatch_mode", "rowsum", "a dispatch mode pushed when the judge lets an output go, which sees the refresh's set_ "
             "of the fresh draw", "quiet_window", None,
             hides_time=True, max_speedup=0.8),
+    # the fourth round (2026-12-05): a dict key whose __eq__ runs when a name with its hash is looked up after the seed
+    Exploit("zoo_next_key_gauss", "rowsum", "gives random's instance a dict whose first key collides with gauss_next and sums the next "
+            "call's inputs in its __eq__", "between_calls", _f("between_calls")),
+    Exploit("zoo_next_key_problem", "rowsum", "a key colliding with get_inputs in the problem module's dict, whose __eq__ sums the draw",
+            "function_identities", _f("function_identities", "between_calls")),
+    Exploit("zoo_next_key_builtins", "rowsum", "a key colliding with list in the builtins, whose __eq__ sums the draw",
+            "function_identities", _f("function_identities", "between_calls")),
+    Exploit("zoo_next_key_operator", "rowsum", "a key colliding with index in operator's dict, looked up by numpy's seeding in the draw",
+            "between_calls", _f("between_calls")),
     Exploit("zoo_forged_ask", "rowsum", "sends an ask of its own for a seed through the child's channel writer, found with gc", "channel", None,
             refused=("rejected",), evidence="out of turn"),
     # -- precision ------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import _thread
 import builtins
+import itertools
+import operator
 import json
 import os
 import sys
@@ -357,6 +359,9 @@ def modules_moved(recorded: tuple[dict[str, tuple[Any, type, dict[str, Any]]], f
             moved.append(f"{name} (its class)")
             continue
         now = dict.copy(object.__getattribute__(mod, "__dict__"))
+        if not _str_keys(now):  # a key whose __eq__ answers for a name the judge looks up (its own checks included)
+            moved.append(f"{name} (a key that is not a string)")
+            continue
         for key, value in was.items():
             if now.get(key, _MISSING) is not value:
                 moved.append(f"{name}.{key}")
@@ -521,6 +526,9 @@ _current_frames = sys._current_frames  # bound before any candidate code runs
 _get_ident = _thread.get_ident
 _ModuleType = types.ModuleType
 _BASE_DRAW: tuple[Any, ...] = (None, None)  # (problem module, device) as the judge's setup made them (note_window)
+_BASE_DICTS: tuple[Any, ...] = ()  # (dict, its size, what it is) for each namespace the path from a seed to its call looks names up in
+_DICT_SIZE = dict.__sizeof__  # bound: sys.getsizeof looks __sizeof__ up on the type
+_IS, _REPEAT, _MAP, _ALL, _TYPE = operator.is_, itertools.repeat, map, all, type
 _DISPATCH_LEN: Any = None  # torch._C's dispatch mode stack, bound by note_window
 _DISPATCH_POP: Any = None
 _DISPATCH_KEYS: Any = None  # () -> the thread's local dispatch key sets, bound by note_window
@@ -585,6 +593,65 @@ def note_window(problem: Any, device: Any) -> None:
     _DISPATCH_KEYS = lambda: (repr(include()), repr(exclude()))  # noqa: E731 - bound here, before the import
     _BASE_WINDOW = (modules, reads, classes, functions, _DISPATCH_KEYS())
     _BASE_DRAW = (problem, device)
+    global _BASE_DICTS
+    _BASE_DICTS = tuple((d, _DICT_SIZE(d), what) for d, what in _path_dicts([m for m, _t in modules], device))
+
+
+# The namespaces the path from a timed call's seed to its start looks names up in (the draw, the
+# problem's get_inputs(), numpy's seeding, the timing loop up to the start event). A key that is
+# not an exact str in one of them, given the hash of a name looked up there, had its __eq__ run by
+# that lookup, after the seed (a red-team review, 2026-12-05: keys colliding with "gauss_next" in
+# random's instance dict, "get_inputs" in the problem's, "list" in builtins and "index" in operator's
+# computed the answer there, at about 3x eager). A dict holding only exact str keys keeps CPython's
+# compact string-keyed layout, whose size a key of any other type changes (the table is rebuilt
+# with wider entries): quiet_window compares each dict's size and reads its keys' types only where
+# the size moved (the dict grew, or such a key came).
+_PATH_MODULES = ("builtins", "torch", "torch._C", "torch._utils", "torch.cuda", "torch.cuda.streams", "torch.cuda._utils",
+                 "torch.utils._device", "torch.overrides", "torch.random", "random", "_random", "operator", "numpy", "numpy.random",
+                 "numpy.random.mtrand", "numpy.random._mt19937", "numpy.random.bit_generator", "numpy.random._common")
+_PATH_PREFIXES = ("kernelwright.judge.", "kernelwright.runtime")
+
+
+def _path_dicts(extra: list[Any], device: Any) -> list[tuple[dict[str, Any], str]]:
+    import gc
+    import random
+
+    import torch
+
+    from kernelwright.judge import inputs, timing
+
+    mods = [sys.modules.get(n) for n in _PATH_MODULES]
+    mods += [m for n, m in list(sys.modules.items()) if n.startswith(_PATH_PREFIXES)]
+    out: dict[int, tuple[dict[str, Any], str]] = {}
+    for m in mods + list(extra):
+        d = getattr(m, "__dict__", None)
+        if type(d) is dict:
+            out.setdefault(id(d), (d, f"module {getattr(m, '__name__', '?')}"))
+    inst = inputs._RANDOM_INST
+    out.setdefault(id(vars(inst)), (vars(inst), "random's instance"))
+    classes: list[Any] = [torch.Tensor, torch._C.TensorBase, type(torch.Tensor), torch.device, torch.Generator, inputs._DEVICE_CONTEXT,
+                          torch.overrides.TorchFunctionMode, random.Random, inputs._random.Random, types.ModuleType, types.FunctionType,
+                          type, object, list, tuple, dict, int, bytes, str, bool, float, type(None), timing.TimingSwitches]
+    if getattr(device, "type", None) == "cuda":
+        classes += [torch.cuda.Event, torch.cuda.Stream, torch._C._CudaEventBase, torch._C._CudaStreamBase]
+    if inputs._numpy is not None:
+        classes += [inputs._NUMPY_STATE_CLASS, inputs._NUMPY_BITGEN_CLASS, type(inputs._NUMPY_BITGEN).__mro__[1]]
+    for c in classes:
+        for d in gc.get_referents(vars(c)):  # the class's own dict behind its mappingproxy
+            if type(d) is dict:
+                out.setdefault(id(d), (d, f"the class dict of {c.__qualname__}"))
+    return list(out.values())
+
+
+def _str_keys(d: dict[Any, Any]) -> bool:
+    """Whether every key of d is an exact str: identity on the keys' types, nothing of theirs called
+    (a metaclass's __eq__ or __hash__ could answer for a key's type)."""
+    return _ALL(_MAP(_IS, _MAP(_TYPE, d), _REPEAT(str)))
+
+
+def _foreign_keys() -> list[str]:
+    """The path's namespaces (above) holding a key that is not an exact str."""
+    return [what for d, size, what in _BASE_DICTS if _DICT_SIZE(d) != size and not _str_keys(d)]
 
 
 def _function_parts(f: Any) -> tuple[Any, ...]:
@@ -696,6 +763,9 @@ def quiet_window(first: bool, keep: list[Any]) -> list[str]:
         while _DISPATCH_LEN() > 0:
             keep.append(_DISPATCH_POP(None))
     found += [f"hook: {what} changed" for what in _moved_in_window()]
+    found += [f"hook: a key that is not a string in {what}" for what in _foreign_keys()]
+    if vars(inst) is not inputs._RANDOM_DICT:
+        found.append("hook: random's instance given another dict")
     if vars(inst).get("gauss_next") is not None:
         found.append("hook: random's cached gauss value set again while the window was made quiet")
     if _SEED_ID is not None:

@@ -67,6 +67,7 @@ def _to_device(value: Any, device: torch.device) -> Any:
 _CPU_GENERATOR = torch.default_generator
 _GEN_SEED = torch._C.Generator.manual_seed
 _RANDOM_INST = random._inst  # type: ignore[attr-defined]
+_RANDOM_DICT = vars(_RANDOM_INST)  # its namespace: child.quiet_window checks it is still this one, holding only str keys
 _RANDOM_CLASS = random.Random
 _RANDOM_SEED = _random.Random.seed  # what random.Random.seed runs for an int, less its `self.gauss_next = None`
 _OBJECT_SETATTR = object.__setattr__

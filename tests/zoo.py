@@ -202,6 +202,13 @@ EXPLOITS: tuple[Exploit, ...] = (
             "function_identities", _f("function_identities", "between_calls")),
     Exploit("zoo_next_key_operator", "rowsum", "a key colliding with index in operator's dict, looked up by numpy's seeding in the draw",
             "between_calls", _f("between_calls")),
+    # the fifth round (2026-12-05): the getters' state reached through time_calls' frame and their closures
+    Exploit("zoo_next_ask_counter", "rowsum", "an int subclass in the asking getter's counter, whose __add__ ran after the seed",
+            "quiet_window", None, hides_time=True, max_speedup=0.8),
+    Exploit("zoo_next_stage_set", "rowsum", "keys with their own __eq__ in the batch's set of staged calls, tested after the draw",
+            "quiet_window", None, hides_time=True, max_speedup=0.8),
+    Exploit("zoo_next_ask_cell", "rowsum", "the asking getter's ask cell swapped for a wrapper that sees each seed",
+            "quiet_window", None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_forged_ask", "rowsum", "sends an ask of its own for a seed through the child's channel writer, found with gc", "channel", None,
             refused=("rejected",), evidence="out of turn"),
     # -- precision ------------------------------------------------------------------------------

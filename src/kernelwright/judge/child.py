@@ -880,7 +880,8 @@ def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], de
         pool = [[] for _ in range(1 + max((c[0] for c in calls), default=0))]
     dropped: list[Any] = []
     collector = open_window()
-    quiet = (lambda first, keep: said + quiet_window(first, keep)) if said else quiet_window
+    told = tuple(said)  # a tuple: what the lambda says cannot be emptied in place
+    quiet = (lambda first, keep: [*told, *quiet_window(first, keep)]) if told else quiet_window
     get_args = inputs.asking_getter(problem, pool, calls, device, ask_seed, quiet, dropped)
 
     def finish() -> None:

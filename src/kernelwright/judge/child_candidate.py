@@ -246,18 +246,14 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
         # staging hushes this process until the next command (child.hush): no call, and no ask, may follow it
         raise CommandError("infra", "only a batch's last call may be staged")
     fresh_args, finish = batch_getter(S.problem, S.pool, calls, S.device)
-    poison_bytes = args.get("poison")
-
-    def get_args(i: int) -> list[Any]:
-        values = fresh_args(i)
-        if i in save and poison_bytes is not None:
-            _poison(poison_bytes)  # after the inputs are written, before the call: outside the timed region
-        return values
-
+    stage_at = len(calls) - 1 if save else -1  # the one call that may be staged (above)
+    steps = _batch_steps(fresh_args, stage_at, args.get("poison"))
+    next(steps)
+    get_args = steps.send  # its state in a generator's frame, not in closure cells the candidate could swap (inputs.asking_getter)
     staged: dict[str, Any] = {}
 
     def on_output(i: int, out: Any) -> None:
-        if i in save:
+        if i == stage_at:
             staged["handover"] = _save(out)
 
     switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
@@ -269,6 +265,19 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
         finish()
     moved = flags_diff(S.pinned) if S.check_flags else {}
     return {"times_ms": times, "synced_ms": synced, "host_ms": host, **staged, **({"flags_changed": moved} if moved else {})}
+
+
+def _batch_steps(fresh_args: Any, stage_at: int, poison_bytes: Any) -> Any:
+    """time_batch's get_args as a generator: whether the call is staged is read before its inputs
+    are drawn (a key of the candidate's in a set of staged calls had its __eq__ run by `i in save`
+    after the draw: red team, 2026-12-05), and the poison runs after the draw, before the call."""
+    values: list[Any] = []
+    while True:
+        i = yield values
+        stage = i == stage_at
+        values = fresh_args(i)
+        if stage and poison_bytes is not None:
+            _poison(poison_bytes)  # after the inputs are written, before the call: outside the timed region
 
 
 def check(args: dict[str, Any]) -> dict[str, Any]:

@@ -348,28 +348,41 @@ def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[A
     the command, such code computed the next answer outside the timed region (docs/judge.md,
     "Between timed calls"). `dropped` holds what the refresh replaced until the next call's turn
     (the caller empties it after the batch)."""
-    asked = [0]  # the judge numbers the asks, not the calls: a call on the pool as it is asks for nothing
+    # The getter's state lives in a generator's frame, not in closure cells or a list: code of the
+    # candidate's that walked the frames to time_calls' get_args could swap a cell's contents (the
+    # ask function, for a wrapper that saw each seed) or put an int subclass in a counter list,
+    # whose __add__ ran after the seed (red team, 2026-12-05). A generator's locals cannot be
+    # rebound from Python; get_args is its bound send.
+    steps = _asking(problem, pool, calls, device, ask, quiet, dropped)
+    next(steps)
+    return steps.send
 
-    def get_args(i: int) -> list[Any]:
+
+def _asking(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], device: torch.device,
+            ask: Callable[[int, list[str]], int], quiet: Callable[[bool, list[Any]], list[str]], dropped: list[Any]) -> Any:
+    asked = 0  # the judge numbers the asks, not the calls: a call on the pool as it is asks for nothing
+    values: list[Any] = []
+    while True:
+        i = yield values
         slot, seed = calls[i]
         if seed is None:
-            return pool[slot]
+            values = pool[slot]
+            continue
         if seed != ASK:
             raise ValueError(f"a timed call's seed must come from the judge, got {seed!r}")
+        values = []
         dropped.clear()  # frees what the last refresh replaced: before any seed is known
         entry, said = pool[slot], []
         if type(entry) is not list:  # a subclass's __getitem__ read the fresh draw off fill_slot's frame (red team, 2026-12-05)
             said.append("hook: a timing pool entry replaced")
             entry = pool[slot] = []  # the old one is freed now, before the seed
         layouts = release_slot(entry)
-        n = asked[0]  # the number the judge checks (an ask out of turn is forged), and the batch's first ask reads the session
+        n = asked  # the number the judge checks (an ask out of turn is forged), and the batch's first ask reads the session
+        asked = n + 1
         found = said + quiet(n == 0, dropped)
         seed = ask(n, found)
-        asked[0] = n + 1
         fill_slot(problem, entry, layouts, seed, device, dropped)
-        return entry
-
-    return get_args
+        values = entry
 
 
 def cycle(pool: list[list[Any]]) -> Callable[[int], list[Any]]:

@@ -20,6 +20,7 @@ Writes DIR/window_<device>_<commit>.json.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import platform
 import random
@@ -45,14 +46,20 @@ def _pieces(problem_path: str, device: str, n: int) -> dict[str, float]:
     out: dict[str, float] = {}
     if hasattr(child, "quiet_window"):
         child.note_hooks()
-        child.open_window()
-        t = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            child.quiet_window()
-            t.append((time.perf_counter() - t0) * 1e6)
-        child.close_window()
-        out["quiet_window_us"] = statistics.median(t)
+        new = "keep" in inspect.signature(child.quiet_window).parameters  # since f0c2865: (first, keep), note_window(problem, device)
+        if new:
+            child.note_window(problem, dev)
+        collector = child.open_window()
+        keep: list = []
+        for first in ((False, True) if new else (None,)):
+            t = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                child.quiet_window(first, keep) if new else child.quiet_window()
+                t.append((time.perf_counter() - t0) * 1e6)
+                keep.clear()
+            out["quiet_window_first_us" if first else "quiet_window_us"] = statistics.median(t)
+        child.close_window(collector) if new else child.close_window()
     t = []
     for i in range(n):
         t0 = time.perf_counter()

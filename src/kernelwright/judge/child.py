@@ -726,8 +726,9 @@ def quiet_window(first: bool, keep: list[Any]) -> list[str]:
     also reads the session's processes (a few ms). Whatever is taken away here (a hook function, a
     handler, a mode, random's cached gauss value) goes to `keep`, which the caller holds until the
     call has its inputs: freed here, a __del__ of the candidate's would run after the checks and
-    before the seed, and could put back what was just taken away. Costs about 40 us on the 2-core
-    box, most of it reading 62 signal handlers."""
+    before the seed, and could put back what was just taken away. Costs about 86 us on the 2-core
+    box (69 us before the namespaces, dispatch and gauss checks, measured the same hour), most of
+    it reading this process's children and 62 signal handlers (benchmarks/results/window_cpu.md)."""
     import gc
 
     gc.disable()  # every call: the candidate's call may have switched it back on

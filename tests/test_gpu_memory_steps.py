@@ -191,3 +191,27 @@ def test_the_l2_flush_reads_its_buffer_and_writes_no_copy_of_it():
     timing.flush_l2()
     torch.cuda.synchronize()
     assert torch.cuda.max_memory_allocated() - base < MIB
+
+
+def test_the_free_memory_at_setup_is_read_before_the_problems_data_is_drawn(monkeypatch, tmp_path):
+    """The verdict's memory.device_free_bytes_at_setup (and the too-large refusal's "free") is the
+    device's free memory before the reference child draws the inputs: read after its forward, it
+    was short by the problem's own inputs and outputs (an H100 at 34d7d68 named 62.02 GiB free of
+    79.2 for KernelBench 45, whose 16 GiB input was the child's own)."""
+    src = tmp_path / "big_relu.py"
+    src.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.relu(x)\n\n\n"
+                   "def get_inputs():\n    return [torch.randn(256, 1 << 20)]\n\n\n"  # 1 GiB of fp32 in, 1 GiB out
+                   "def get_init_inputs():\n    return []\n")
+    problem = inputs.import_file(str(src), "kw_test_big_relu_free")
+    S = child_reference.S
+    for name, value in (("device", torch.device("cuda")), ("problem", problem), ("model", problem.Model().cuda())):
+        monkeypatch.setattr(S, name, value)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # no cached block the draw could take without the device seeing it
+    free_before, _ = torch.cuda.mem_get_info()
+    meta = child_reference._metadata(Case("native", 3))
+    mem = meta["memory"]
+    assert mem["input_bytes"] == 1 << 30 and mem["output_bytes"] == 1 << 30
+    assert mem["device_free_bytes"] >= free_before - 64 * MIB  # not short by the 2 GiB this process drew
+    torch.cuda.empty_cache()

@@ -251,6 +251,10 @@ def _metadata(case: Case) -> dict[str, Any]:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+        # the device's free memory before this child holds the problem's data: read after the
+        # forward it was short by the inputs and outputs (an H100 at 34d7d68 named "62.02 GiB
+        # free" for KernelBench 45 of 79.2 GiB, 16 GiB of it this child's own input)
+        free_before, _ = torch.cuda.mem_get_info()
     values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, case, S.device))
     _dense_only("get_inputs() returned", values)
     from torch.utils.flop_counter import FlopCounterMode
@@ -264,8 +268,8 @@ def _metadata(case: Case) -> dict[str, Any]:
     memory = {"input_bytes": inputs.tensor_bytes(values), "output_bytes": inputs.tensor_bytes(outs), "param_bytes": params}
     if cuda:
         torch.cuda.synchronize()
-        free, total = torch.cuda.mem_get_info()
-        memory.update(forward_peak_bytes=torch.cuda.max_memory_allocated() - base, device_total_bytes=total, device_free_bytes=free)
+        _, total = torch.cuda.mem_get_info()
+        memory.update(forward_peak_bytes=torch.cuda.max_memory_allocated() - base, device_total_bytes=total, device_free_bytes=free_before)
     return {
         "flops": int(counter.get_total_flops()),
         "bytes": int(n_bytes),

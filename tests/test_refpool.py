@@ -277,3 +277,21 @@ def test_a_child_whose_reservation_overlaps_the_start_of_a_wait_is_closed(tmp_pa
         assert not _idle_pids() and entries() == []
     finally:
         refpool.POOL._waiting = 0
+
+
+def test_past_the_capacity_a_problems_second_idle_child_goes_before_another_problems_only_one():
+    class W:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        def __repr__(self) -> str:
+            return self.key
+
+    a1, b, c, a2, d = W("a"), W("b"), W("c"), W("a"), W("d")  # oldest first; two of "a" from verdicts that ran at once
+    assert refpool.past_capacity([a1, b, c, a2], 4) == []
+    assert refpool.past_capacity([a1, b, c, a2, d], 4) == [a1]  # by age alone b, the only child of its problem, went
+    assert refpool.past_capacity([b, a1, c, a2, d], 3) == [a1, b]  # then the oldest
+    a3 = W("a")
+    assert refpool.past_capacity([a1, a2, a3, b], 2) == [a1, a2]  # the newest of "a" stays
+    assert refpool.past_capacity([b, c, d], 1) == [b, c]
+    assert refpool.past_capacity([], 0) == []

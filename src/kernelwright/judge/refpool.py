@@ -14,7 +14,8 @@ until they expire), so the pool is small and they go after an idle timeout:
 more; 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S` (default 300). A service with four workers
 judging four problems kept two: whichever two verdicts ended last, so about half of its verdicts
 set up a new reference child (17 of 40 on the H200 at 4024951, each about 3 s slower:
-benchmarks/results/warm_h200.md).
+benchmarks/results/warm_h200.md). Past the capacity, a second idle child of one key goes before
+another key's only one (past_capacity), then the oldest.
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ class ReferencePool:
             late = self._waiting > 0  # a verdict of this process waits for memory (maybe since this child reserved): the context is its
             if not late:
                 self._idle.append(warm)
-            over = self._idle[:-capacity()] if len(self._idle) > capacity() else []
-            self._idle = self._idle[len(over):]
+            over = past_capacity(self._idle, capacity())
+            gone = {id(w) for w in over}
+            self._idle = [w for w in self._idle if id(w) not in gone]
             over += self._expired()
             self._arm()
         _close_all(over + ([warm] if late else []))
@@ -190,6 +192,27 @@ class ReferencePool:
         with self._lock:
             idle, self._idle = self._idle, []
         _close_all(idle)
+
+
+def past_capacity(idle: list[Any], cap: int) -> list[Any]:
+    """Which of the idle children (oldest first, each with a `key`) go when more than `cap` are
+    idle: first the older ones of a key that has a newer idle child too, then the oldest. A second
+    child of one problem serves only when two of its verdicts run at once; closing it by age alone
+    closed another problem's only child instead (three of 40 concurrent verdicts set up a new
+    reference child on an H100 at 34d7d68, most likely so: benchmarks/results/warm_h100.md)."""
+    over = len(idle) - cap
+    if over <= 0:
+        return []
+    seen: set[Any] = set()
+    spare: list[Any] = []
+    for w in reversed(idle):  # newest first: the newest of each key stays longest
+        if w.key in seen:
+            spare.append(w)
+        else:
+            seen.add(w.key)
+    gone = spare[::-1][:over]  # oldest first
+    taken = {id(w) for w in gone}
+    return gone + [w for w in idle if id(w) not in taken][:over - len(gone)]
 
 
 def _close_all(items: list[Warm]) -> None:

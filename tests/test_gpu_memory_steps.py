@@ -213,5 +213,5 @@ def test_the_free_memory_at_setup_is_read_before_the_problems_data_is_drawn(monk
     meta = child_reference._metadata(Case("native", 3))
     mem = meta["memory"]
     assert mem["input_bytes"] == 1 << 30 and mem["output_bytes"] == 1 << 30
-    assert mem["device_free_bytes"] >= free_before - 64 * MIB  # not short by the 2 GiB this process drew
+    assert mem["device_free_bytes"] >= free_before - 512 * MIB  # not short by the 2 GiB this process drew (slack for another test process on the GPU)
     torch.cuda.empty_cache()

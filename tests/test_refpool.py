@@ -289,7 +289,8 @@ def test_past_the_capacity_a_problems_second_idle_child_goes_before_another_prob
 
     a1, b, c, a2, d = W("a"), W("b"), W("c"), W("a"), W("d")  # oldest first; two of "a" from verdicts that ran at once
     assert refpool.past_capacity([a1, b, c, a2], 4) == []
-    assert refpool.past_capacity([a1, b, c, a2, d], 4) == [a1]  # by age alone b, the only child of its problem, went
+    assert refpool.past_capacity([b, a1, a2], 2) == [a1]  # by age alone b, the only child of its problem, went
+    assert refpool.past_capacity([b, a1, c, a2, d], 4) == [a1]
     assert refpool.past_capacity([b, a1, c, a2, d], 3) == [a1, b]  # then the oldest
     a3 = W("a")
     assert refpool.past_capacity([a1, a2, a3, b], 2) == [a1, a2]  # the newest of "a" stays

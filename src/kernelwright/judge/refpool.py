@@ -121,7 +121,7 @@ class ReferencePool:
         return found
 
     def give_back(self, warm: Warm, ledger: tuple[str, int] | None = None) -> None:
-        """Keep an idle, alive child for the next evaluation (the oldest goes past the capacity).
+        """Keep an idle, alive child for the next evaluation (past the capacity, past_capacity says which go).
         With `ledger` (the device's key and size), the idle child reserves its context on the
         device's memory ledger as a spare does, without waiting: no room, not kept."""
         if capacity() == 0 or not warm.child.alive():
@@ -141,10 +141,11 @@ class ReferencePool:
             late = self._waiting > 0  # a verdict of this process waits for memory (maybe since this child reserved): the context is its
             if not late:
                 self._idle.append(warm)
-            over = past_capacity(self._idle, capacity())
-            gone = {id(w) for w in over}
+            over = self._expired()  # the dead and the stale first: they count against no one's capacity
+            past = past_capacity(self._idle, capacity())
+            gone = {id(w) for w in past}
             self._idle = [w for w in self._idle if id(w) not in gone]
-            over += self._expired()
+            over += past
             self._arm()
         _close_all(over + ([warm] if late else []))
 

@@ -138,8 +138,9 @@ def test_cpu_amortized_time_notices_time_in_every_fourth_call_but_only_advises()
 @needs_gpu()
 def test_gpu_wall_clock_refuses_a_patched_event_timer():
     v = judge("relu", "relu_patched_event", timing_policy(disabled_steps=NO_IDS), device="cuda")
-    assert v.status is Status.REJECTED, v.log
-    assert any(g.name == "wall_clock" and g.fired for g in v.guards)
+    said = [(g.name, g.fired, g.detail) for g in v.guards]
+    assert v.status is Status.REJECTED, (said, v.log)
+    assert any(g.name == "wall_clock" and g.fired for g in v.guards), said
 
 
 @pytest.mark.gpu

@@ -53,7 +53,7 @@ class Exploit:
     off_status: str = "correct"  # the status with `off` switched off
     allow_torch: bool = False  # torch compute allowed (the trick computes with torch; the op audit would refuse it first)
     off_policy: dict[str, Any] = field(default_factory=dict)  # policy fields changed for the ablation
-    evidence: str = ""  # a phrase the refusing verdict's log must hold (structural guards: shows the refusal came from where it should)
+    evidence: str | tuple[str, ...] = ""  # a phrase the refusing verdict's log must hold, or one of several (structural guards: shows the refusal came from where it should)
     hides_time: bool = False  # the trick hides time: correct with every step on, but no faster than eager; faster with `off` off
     context: dict[str, Any] = field(default_factory=dict)  # policy fields set in both runs (the setting the trick needs)
     context_off: frozenset[str] = frozenset()  # steps off in both runs (they would catch the trick before `guard` is reached)
@@ -209,8 +209,11 @@ EXPLOITS: tuple[Exploit, ...] = (
             "quiet_window", None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_next_ask_cell", "rowsum", "the asking getter's ask cell swapped for a wrapper that sees each seed",
             "quiet_window", None, hides_time=True, max_speedup=0.8),
+    # Either of the channel's two refusals: the forged ask does not wait for an answer, so when it is the
+    # batch's last call the reply and its descriptors follow at once, and one read of the stream may
+    # take the forged line together with the reply's descriptors (seen once in a fresh clone's CI).
     Exploit("zoo_forged_ask", "rowsum", "sends an ask of its own for a seed through the child's channel writer, found with gc", "channel", None,
-            refused=("rejected",), evidence="out of turn"),
+            refused=("rejected",), evidence=("out of turn", "descriptors arrived that no reply claims")),
     # -- precision ------------------------------------------------------------------------------
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
@@ -360,7 +363,7 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
         bad.append(f"with every step on: {on['status']}, expected one of {e.refused}")
     elif e.guard not in STRUCTURAL + UNRECORDED and e.guard not in on["fired"]:
         bad.append(f"guard {e.guard} did not fire (fired: {on['fired']})")
-    elif e.evidence and e.evidence not in on["log"]:
+    elif e.evidence and not any(p in on["log"] for p in ((e.evidence,) if isinstance(e.evidence, str) else e.evidence)):
         bad.append(f"the refusal does not say {e.evidence!r}: {on['log'][:200]}")
     if off is not None:
         if off["status"] != e.off_status:

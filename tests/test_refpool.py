@@ -89,7 +89,12 @@ def test_a_crashing_candidate_leaves_the_reference_child_usable():
     assert verdict.status.value == "correct" and warm
 
 
-def test_reuse_off_and_idle_timeout(monkeypatch):
+def _closed(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "kernelwright.judge.refpool" and r.getMessage().startswith("closed")]
+
+
+def test_reuse_off_and_idle_timeout(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="kernelwright.judge.refpool")
     monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "0")
     _judge("rowsum_correct")
     assert _idle_pids() == []
@@ -98,13 +103,17 @@ def test_reuse_off_and_idle_timeout(monkeypatch):
     _judge("rowsum_correct")
     _, warm = _judge("rowsum_correct")
     assert not warm  # expired before it was asked for
+    assert any(m.startswith("closed the idle reference child of rowsum.py") and m.endswith("idle past 0 s") for m in _closed(caplog)), caplog.text
 
 
-def test_the_pool_keeps_at_most_its_capacity(monkeypatch):
+def test_the_pool_keeps_at_most_its_capacity(monkeypatch, caplog):
+    caplog.set_level("INFO", logger="kernelwright.judge.refpool")
     monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "1")
     _judge("rowsum_correct")
+    assert _closed(caplog) == []
     _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
     assert len(_idle_pids()) == 1
+    assert _closed(caplog) == ["closed the idle reference child of rowsum.py (used 0 times): past the pool's capacity of 1"]
     _, warm = _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
     assert warm  # the newest stayed
 
@@ -230,17 +239,20 @@ def test_a_verdict_short_of_memory_closes_the_idle_children_before_it_waits(tmp_
     assert entries() == ([memory.CTX] if _idle_pids() else [])
 
 
-def test_a_child_handed_back_while_a_verdict_waits_for_memory_is_closed(tmp_path, monkeypatch):
+def test_a_child_handed_back_while_a_verdict_waits_for_memory_is_closed(tmp_path, monkeypatch, caplog):
     from kernelwright.judge import memory
 
     entries = _ledger(tmp_path, monkeypatch, 100 * GIB)
     _judge("rowsum_correct")
     assert len(_idle_pids()) == 1
+    caplog.set_level("INFO", logger="kernelwright.judge.refpool")
     with refpool.POOL.waiting_for_memory() as closed:
         assert closed == 1 and not _idle_pids() and entries() == []
         verdict, _ = _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
         assert verdict.status.value == "correct", verdict.log
         assert not _idle_pids() and entries() == []  # its context went to the waiting verdict, not to the pool
+    why = [m.split(": ", 1)[1] for m in _closed(caplog)]
+    assert why == ["a verdict of this process waits for memory", "given back while a verdict of this process waits for memory"], caplog.text
     _judge("rowsum_correct")
     assert len(_idle_pids()) == 1 and entries() == [memory.CTX]  # nobody waits: kept again
 

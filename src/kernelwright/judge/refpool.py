@@ -115,7 +115,7 @@ class ReferencePool:
             found = next((w for w in reversed(self._idle) if w.key == k and w.child.alive()), None)
             if found is not None:
                 self._idle.remove(found)
-        _close_all(expired)
+        _close_all(expired, f"idle past {idle_s():g} s")
         if found is not None:
             found.reservation.close()  # the taking verdict's own reservation counts its context
         return found
@@ -141,13 +141,13 @@ class ReferencePool:
             late = self._waiting > 0  # a verdict of this process waits for memory (maybe since this child reserved): the context is its
             if not late:
                 self._idle.append(warm)
-            over = self._expired()  # the dead and the stale first: they count against no one's capacity
+            expired = self._expired()  # the dead and the stale first: they count against no one's capacity
             past = past_capacity(self._idle, capacity())
             gone = {id(w) for w in past}
             self._idle = [w for w in self._idle if id(w) not in gone]
-            over += past
             self._arm()
-        _close_all(over + ([warm] if late else []))
+        _close_all(expired, f"idle past {idle_s():g} s", past, f"past the pool's capacity of {capacity()}",
+                   [warm] if late else [], "given back while a verdict of this process waits for memory")
 
     def _expired(self) -> list[Warm]:
         now, limit = time.monotonic(), idle_s()
@@ -168,7 +168,7 @@ class ReferencePool:
             self._timer = None
             if self._idle:
                 self._arm()
-        _close_all(expired)
+        _close_all(expired, f"idle past {idle_s():g} s")
 
     @contextlib.contextmanager
     def waiting_for_memory(self) -> Iterator[int]:
@@ -179,7 +179,7 @@ class ReferencePool:
             self._waiting += 1
             idle, self._idle = self._idle, []
         try:
-            _close_all(idle)
+            _close_all(idle, "a verdict of this process waits for memory")
             yield len(idle)
         finally:
             with self._lock:
@@ -192,7 +192,7 @@ class ReferencePool:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        _close_all(idle)
+        _close_all(idle, "the pool closes")
 
 
 def past_capacity(idle: list[Any], cap: int) -> list[Any]:
@@ -216,11 +216,21 @@ def past_capacity(idle: list[Any], cap: int) -> list[Any]:
     return gone + [w for w in idle if id(w) not in taken][:over - len(gone)]
 
 
-def _close_all(items: list[Warm]) -> None:
-    for w in items:
-        w.child.request_exit()
-    for w in items:
-        w.close()
+def _close_all(items: list[Warm], why: str, *more: Any) -> None:
+    """Close idle children, each logged with why (a dead one: its process had ended). `more`:
+    further (items, why) pairs, closed together with the first."""
+    groups = [(items, why)] + [(more[i], more[i + 1]) for i in range(0, len(more), 2)]
+    if not any(ws for ws, _ in groups):
+        return
+    for ws, reason in groups:
+        for w in ws:
+            alive = w.child.alive()
+            log.info("closed the idle reference child of %s (used %d times): %s", Path(str(w.key[1])).name, w.uses,
+                     reason if alive else "its process had ended")
+            w.child.request_exit()
+    for ws, _ in groups:
+        for w in ws:
+            w.close()
 
 
 POOL = ReferencePool()

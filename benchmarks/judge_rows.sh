@@ -23,12 +23,17 @@ dir=$out/call$call
   python3 -c "import torch, sys; print(torch.__version__, torch.version.cuda, sys.version.split()[0])"
   echo "commit $commit, call $call"; date -u; } > "$out/smi.txt" 2>&1
 cp "$out/smi.txt" "$dir/smi.txt"
+worst=0
 step() {  # step NAME TIMEOUT_S COMMAND...: run it, its console in NAME.log, say how it ended
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$dir/$name.log" 2>&1
+  # SIGINT at the limit: pytest and Python unwind (summaries, atexit: the judge's pools and fork
+  # server close); the judge's children live in their own sessions, out of timeout's reach
+  timeout -s INT -k 20 "$limit" "$@" > "$dir/$name.log" 2>&1
   local rc=$?
+  worst=$((rc > worst ? rc : worst))
   echo "$name: rc $rc in $((SECONDS - t0)) s (limit $limit s)" | tee -a "$dir/steps.txt"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$dir/steps.txt" 2>&1  # anything left on the GPU
 }
 case "$call" in
   1)
@@ -49,5 +54,6 @@ case "$call" in
     step soak 530 python3 benchmarks/soak_bench.py --out "$dir/soak" --commit "$commit" --deadline-s 440 --clients 5
     ;;
 esac
-tail -n 3 "$dir"/gputests.log 2>/dev/null
+tail -n 3 "$dir"/*.log 2>/dev/null
 tar czf "$out/call$call.tgz" -C "$out" "call$call" && rm -rf "$dir"
+exit "$worst"

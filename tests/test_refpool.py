@@ -113,7 +113,7 @@ def test_the_pool_keeps_at_most_its_capacity(monkeypatch, caplog):
     assert _closed(caplog) == []
     _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
     assert len(_idle_pids()) == 1
-    assert _closed(caplog) == ["closed the idle reference child of rowsum.py (used 0 times): past the pool's capacity of 1"]
+    assert _closed(caplog) == ["closed the idle reference child of rowsum.py (1 evaluations served): past the pool's capacity of 1"]
     _, warm = _judge("rowsum_correct", correctness_policy(atol=1e-3, rtol=1e-3))
     assert warm  # the newest stayed
 

@@ -111,11 +111,11 @@ class ReferencePool:
     def take(self, k: tuple[Any, ...]) -> Warm | None:
         """An idle child set up for `k`, now the caller's alone; None when there is none."""
         with self._lock:
-            expired = self._expired()
+            expired, why = self._expired(), f"idle past {idle_s():g} s"
             found = next((w for w in reversed(self._idle) if w.key == k and w.child.alive()), None)
             if found is not None:
                 self._idle.remove(found)
-        _close_all(expired, f"idle past {idle_s():g} s")
+        _close_all(expired, why)
         if found is not None:
             found.reservation.close()  # the taking verdict's own reservation counts its context
         return found
@@ -146,8 +146,8 @@ class ReferencePool:
             gone = {id(w) for w in past}
             self._idle = [w for w in self._idle if id(w) not in gone]
             self._arm()
-        _close_all(expired, f"idle past {idle_s():g} s", past, f"past the pool's capacity of {capacity()}",
-                   [warm] if late else [], "given back while a verdict of this process waits for memory")
+            whys = f"idle past {idle_s():g} s", f"past the pool's capacity of {capacity()}"  # read here: the children are out of the list
+        _close_all(expired, whys[0], past, whys[1], [warm] if late else [], "given back while a verdict of this process waits for memory")
 
     def _expired(self) -> list[Warm]:
         now, limit = time.monotonic(), idle_s()
@@ -164,11 +164,11 @@ class ReferencePool:
 
     def _sweep(self) -> None:
         with self._lock:
-            expired = self._expired()
+            expired, why = self._expired(), f"idle past {idle_s():g} s"
             self._timer = None
             if self._idle:
                 self._arm()
-        _close_all(expired, f"idle past {idle_s():g} s")
+        _close_all(expired, why)
 
     @contextlib.contextmanager
     def waiting_for_memory(self) -> Iterator[int]:
@@ -225,7 +225,7 @@ def _close_all(items: list[Warm], why: str, *more: Any) -> None:
     for ws, reason in groups:
         for w in ws:
             alive = w.child.alive()
-            log.info("closed the idle reference child of %s (used %d times): %s", Path(str(w.key[1])).name, w.uses,
+            log.info("closed the idle reference child of %s (%d evaluations served): %s", Path(str(w.key[1])).name, w.uses + 1,
                      reason if alive else "its process had ended")
             w.child.request_exit()
     for ws, _ in groups:

@@ -115,7 +115,7 @@ class ReferencePool:
             found = next((w for w in reversed(self._idle) if w.key == k and w.child.alive()), None)
             if found is not None:
                 self._idle.remove(found)
-        _close_all(expired, why)
+        _close_all((expired, why))
         if found is not None:
             found.reservation.close()  # the taking verdict's own reservation counts its context
         return found
@@ -146,8 +146,8 @@ class ReferencePool:
             gone = {id(w) for w in past}
             self._idle = [w for w in self._idle if id(w) not in gone]
             self._arm()
-            whys = f"idle past {idle_s():g} s", f"past the pool's capacity of {capacity()}"  # read here: the children are out of the list
-        _close_all(expired, whys[0], past, whys[1], [warm] if late else [], "given back while a verdict of this process waits for memory")
+            stale, over = f"idle past {idle_s():g} s", f"past the pool's capacity of {capacity()}"  # read here: the children are out of the list
+        _close_all((expired, stale), (past, over), ([warm] if late else [], "given back while a verdict of this process waits for memory"))
 
     def _expired(self) -> list[Warm]:
         now, limit = time.monotonic(), idle_s()
@@ -168,7 +168,7 @@ class ReferencePool:
             self._timer = None
             if self._idle:
                 self._arm()
-        _close_all(expired, why)
+        _close_all((expired, why))
 
     @contextlib.contextmanager
     def waiting_for_memory(self) -> Iterator[int]:
@@ -179,7 +179,7 @@ class ReferencePool:
             self._waiting += 1
             idle, self._idle = self._idle, []
         try:
-            _close_all(idle, "a verdict of this process waits for memory")
+            _close_all((idle, "a verdict of this process waits for memory"))
             yield len(idle)
         finally:
             with self._lock:
@@ -192,7 +192,7 @@ class ReferencePool:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        _close_all(idle, "the pool closes")
+        _close_all((idle, "the pool closes"))
 
 
 def past_capacity(idle: list[Any], cap: int) -> list[Any]:
@@ -216,12 +216,9 @@ def past_capacity(idle: list[Any], cap: int) -> list[Any]:
     return gone + [w for w in idle if id(w) not in taken][:over - len(gone)]
 
 
-def _close_all(items: list[Warm], why: str, *more: Any) -> None:
-    """Close idle children, each logged with why (a dead one: its process had ended). `more`:
-    further (items, why) pairs, closed together with the first."""
-    groups = [(items, why)] + [(more[i], more[i + 1]) for i in range(0, len(more), 2)]
-    if not any(ws for ws, _ in groups):
-        return
+def _close_all(*groups: tuple[list[Warm], str]) -> None:
+    """Close idle children, given as (children, why) groups, each logged with its why (a dead
+    one: its process had ended); every one is asked to exit before any is waited for."""
     for ws, reason in groups:
         for w in ws:
             alive = w.child.alive()

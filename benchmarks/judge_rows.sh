@@ -45,13 +45,13 @@ case "$call" in
     fi
     ;;
   2)
-    step serve 255 python3 benchmarks/warm_bench.py --out "$dir/wa" --commit "$commit" --device cuda \
+    step serve 240 python3 benchmarks/warm_bench.py --out "$dir/wa" --commit "$commit" --device cuda \
       --sections baseline,serve,kbprotocol --n-serve 20 --n-serve-co 8 --n-serve-co-torch 4
-    step concurrent 250 python3 benchmarks/warm_bench.py --out "$dir/wb" --commit "$commit" --device cuda \
+    step concurrent 340 python3 benchmarks/warm_bench.py --out "$dir/wb" --commit "$commit" --device cuda \
       --sections concurrent --n-concurrent 10 --clients 4
     ;;
   3)
-    step soak 530 python3 benchmarks/soak_bench.py --out "$dir/soak" --commit "$commit" --deadline-s 440 --clients 5
+    step soak 575 python3 benchmarks/soak_bench.py --out "$dir/soak" --commit "$commit" --deadline-s 510 --clients 5
     ;;
 esac
 tail -n 3 "$dir"/*.log 2>/dev/null

@@ -295,8 +295,10 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--run-timeout", type=float, default=5.0, help="the policy's run_timeout_s (a hang costs this)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--deadline-s", type=float, default=1e9, help="submit no more soak verdicts after this many seconds of the soak")
+    p.add_argument("--deadline-s", type=float, default=1e9, help="submit no more soak verdicts this many seconds after the script started "
+                   "(its setup included: below the caller's time limit, the summary is always written)")
     a = p.parse_args()
+    started = time.monotonic()
     a.out.mkdir(parents=True, exist_ok=True)
     log = Log(a.out / "soak_bench.log")
     from kernelwright.judge.policy import Policy
@@ -329,12 +331,13 @@ def main() -> int:
         t1 = time.perf_counter()
         sink: list[dict[str, Any]] = []
         doc.update(soak=sink, kills=kills)
-        rows = run_batch(url, cands, names, a.clients, policy, log, "soak", done, time.monotonic() + a.deadline_s, sink)
+        rows = run_batch(url, cands, names, a.clients, policy, log, "soak", done, started + a.deadline_s, sink)
         wall = time.perf_counter() - t1
         stop.set()
         rows = [r for r in rows if r["status"] != "not submitted"]
         summary = judge_rows(rows, quiet, kills, sum(1 for _ in rows))
-        summary.update(wall_s=wall, per_minute=60 * len(rows) / wall, planned=len(names))
+        summary.update(wall_s=wall, per_minute=60 * len(rows) / wall, planned=len(names), all_planned=len(rows) == len(names))
+        summary["ok"] = summary["ok"] and summary["all_planned"]  # the row asks for every planned verdict
         doc.update(soak=rows, summary=summary)
         log(f"soak: {json.dumps(summary, default=str)[:3000]}")
     finally:

@@ -193,6 +193,140 @@ def test_threads_of_one_process_contend():
     assert disjoint(a, b), (a, b)
 
 
+class _Holders:
+    """Threads of this process holding the cpu lock; each records when it entered and left, and
+    holds until its own event is set (or `hold` seconds)."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[float]] = {}
+        self.threads: list[threading.Thread] = []
+        self.go: dict[str, threading.Event] = {}
+        self.errors: list[BaseException] = []
+
+    def start(self, name: str, mode: str, hold: float | None = None, **kw) -> None:
+        self.go[name] = go = threading.Event()
+
+        def run() -> None:
+            try:
+                with device_lock("cpu", 0, mode, **kw):
+                    self.spans[name] = [time.monotonic()]
+                    go.wait(hold if hold is not None else 30)
+                    self.spans[name].append(time.monotonic())
+            except BaseException as exc:  # noqa: BLE001 - the test reads it
+                self.errors.append(exc)
+
+        t = threading.Thread(target=run, name=name)
+        self.threads.append(t)
+        t.start()
+
+    def inside(self, name: str) -> None:
+        wait_for(lambda: name in self.spans, f"{name} inside")
+
+    def queued(self, n: int) -> None:
+        phases = gpulock._phases_of("cpu")
+        wait_for(lambda: len(phases.queue) == n, f"{n} threads queued")
+
+    def join(self) -> dict[str, tuple[float, float]]:
+        for t in self.threads:
+            t.join(timeout=30)
+        assert not self.errors, self.errors
+        return {k: (v[0], v[1]) for k, v in self.spans.items()}
+
+
+def test_waiting_writers_go_back_to_back_before_later_readers():
+    """Verdicts of one service: the readers' phase closes once a writer waits; then every writer
+    queued goes, one after another, before the reader that came after them."""
+    h = _Holders()
+    h.start("r1", "shared")
+    h.inside("r1")
+    h.start("w1", "exclusive", 0.2)
+    h.queued(1)
+    h.start("w2", "exclusive", 0.2)
+    h.queued(2)
+    h.start("r2", "shared", 0.1)  # would join r1's phase but for the waiting writers
+    h.queued(3)
+    time.sleep(0.1)
+    assert "r2" not in h.spans
+    h.go["r1"].set()
+    s = h.join()
+    assert s["w1"][0] >= s["r1"][1] and s["w2"][0] >= s["r1"][1]
+    assert disjoint(s["w1"], s["w2"])
+    assert s["r2"][0] >= max(s["w1"][1], s["w2"][1]), s
+
+
+def test_waiting_readers_go_together_and_before_a_later_batch_of_writers():
+    """A reader waits for one batch of writers at most: those queued when the batch began."""
+    h = _Holders()
+    h.start("w1", "exclusive")
+    h.inside("w1")
+    h.start("r1", "shared", 0.3)
+    h.start("r2", "shared", 0.3)
+    h.queued(2)
+    h.start("w2", "exclusive", 0.1)
+    h.queued(3)
+    h.go["w1"].set()
+    s = h.join()
+    assert s["r1"][0] >= s["w1"][1] and s["r2"][0] >= s["w1"][1]
+    assert not disjoint(s["r1"], s["r2"]), s  # side by side
+    assert s["w2"][0] >= max(s["r1"][1], s["r2"][1]), s
+
+
+def test_a_reader_joins_an_open_readers_phase():
+    h = _Holders()
+    h.start("r1", "shared")
+    h.inside("r1")
+    h.start("r2", "shared", 0.05)
+    h.inside("r2")  # while r1 is still inside: no writer waits
+    assert "r1" in h.spans and len(h.spans["r1"]) == 1
+    h.go["r1"].set()
+    h.join()
+
+
+def test_a_check_ends_a_wait_among_this_processes_threads(monkeypatch):
+    """A thread waiting behind its own process's holder is asked its check too (a verdict whose
+    candidate holds the file may be queued behind a peer that waits on that file), and a wait that
+    ends so gives up its place."""
+    monkeypatch.setattr(gpulock, "NOTICE_S", 0.05)
+    monkeypatch.setattr(gpulock, "CHECK_S", 0.05)
+    asked: list[tuple[Path, Path]] = []
+
+    def check(files: tuple[Path, Path]) -> None:
+        asked.append(files)
+        raise LookupError("ours holds it")
+
+    said: list[str] = []
+    h = _Holders()
+    h.start("w1", "exclusive")
+    h.inside("w1")
+    with pytest.raises(LookupError, match="ours holds it"):
+        with device_lock("cpu", 0, "shared", check=check, progress=said.append):
+            pass
+    assert asked and said == ["waiting for the CPU (cpu): another evaluation is timing"]
+    assert gpulock._phases_of("cpu").queue == []
+    h.start("w2", "exclusive", 0.0)
+    h.go["w1"].set()
+    s = h.join()
+    assert s["w2"][0] >= s["w1"][1]
+    with device_lock("cpu", 0, "exclusive") as held:  # nobody left inside or queued
+        assert held.waited_s < 0.5
+
+
+def test_a_forked_child_starts_with_no_queue():
+    h = _Holders()
+    h.start("w1", "exclusive")
+    h.inside("w1")
+    h.start("r1", "shared")
+    h.queued(1)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's waiting thread did not come along
+        os._exit(0 if not gpulock._phases else 1)
+    _, status = os.waitpid(pid, 0)
+    h.go["w1"].set()
+    h.go["r1"].set()
+    h.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_off_is_a_no_op(monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_GPU_LOCK", "off")
     both_inside = threading.Barrier(2, timeout=5)  # broken (an error) unless both exclusives are held at once

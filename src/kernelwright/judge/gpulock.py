@@ -17,10 +17,7 @@ files per key, `<key>.gate` and `<key>.lock`. Every acquirer takes the gate excl
 lock file (shared or exclusive), then lets the gate go. A writer waiting for the lock file holds
 the gate, so readers arriving later queue behind it: no writer starves (Linux flock alone lets a
 stream of readers starve a writer). Each acquisition opens its own descriptors (a flock belongs to
-the open file description), so threads of one process contend like processes do; before that, the
-threads of one process are let in by phases (`_Phases`: every waiting reader together, then every
-waiting writer one after another), so that a service's concurrent verdicts check correctness side by
-side and time back to back instead of taking turns one by one. The kernel drops
+the open file description), so threads of one process contend like processes do. The kernel drops
 a flock when its descriptor closes, the owner's death by SIGKILL included: no stale locks. (A
 process forked without exec while a lock is held shares the descriptor and holds the lock too
 until it exits.)
@@ -118,140 +115,20 @@ def device_lock(device: str, gpu_index: int, mode: str, *, what: str = "",
     if holding is not None:
         raise RuntimeError(f"device lock {key} ({mode}) asked for while this thread holds {holding}: device locks are "
                            "not reentrant; release the first before taking another")
-    folder = lock_dir()
-    wait = _Wait(key, mode, what, progress, check, (folder / f"{key}.gate", folder / f"{key}.lock"))
-    phases = _phases_of(key)
-    phases.enter(mode, wait)  # this process's threads first (_Phases), then the lock file
-    try:
-        fd, waited = _acquire(key, mode, wait)
-    except BaseException:
-        phases.leave()
-        raise
+    fd, waited = _acquire(key, mode, what, progress, check)
     _held.key = f"{key} ({mode})"
     try:
         yield Held(key, mode, waited)
     finally:
         _held.key = None
         os.close(fd)  # the kernel drops the flock with the descriptor
-        phases.leave()  # after the file: the next of this process's threads finds it free
 
 
-class _Ticket:
-    """One thread's place in its process's queue for a key."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.admitted = False
-
-
-class _Phases:
-    """This process's threads on one key, let in by phases before each takes the lock file itself.
-
-    The turnstile alone makes a service's concurrent verdicts alternate: one verdict's timing, one
-    verdict's correctness, the next timing, so k clients got hardly more than one client's
-    throughput. Here every waiting reader enters together; a waiting writer closes the readers'
-    phase to newcomers; once the readers are out, every writer that was waiting then goes, one
-    after another, before the next readers' phase. Neither side starves: a writer waits at most for
-    one readers' phase, a reader for one batch of writers (those queued when the batch began). The
-    file lock still decides between processes; this orders only the threads of one."""
-
-    def __init__(self) -> None:
-        self.cv = threading.Condition()
-        self.queue: list[_Ticket] = []  # waiting, in arrival order
-        self.inside = 0  # admitted and not yet left
-        self.mode: str | None = None  # the mode of those inside
-        self.last: str | None = None  # the mode of the last phase begun
-        self.batch = 0  # writers still to let in in the current writers' phase
-
-    def enter(self, mode: str, wait: "_Wait") -> None:
-        """Wait for this thread's turn (asking `wait` for the notice and the check as the file
-        lock's wait does); on an exception (the check's, an interrupt) the place is given up."""
-        ticket = _Ticket(mode)
-        checked = time.monotonic()
-        with self.cv:
-            self.queue.append(ticket)
-            self._admit()
-        try:
-            while True:
-                with self.cv:
-                    if ticket.admitted:
-                        return
-                    timeout = None if wait.noticed and wait.check is None else (CHECK_S if wait.noticed else POLL_S)
-                    self.cv.wait(timeout)
-                    if ticket.admitted:
-                        return
-                checked = wait.tick(checked)  # may raise
-        except BaseException:
-            with self.cv:
-                if ticket.admitted:  # let in meanwhile: leave as an admitted thread would
-                    self._out()
-                else:
-                    self.queue.remove(ticket)
-                    self._admit()
-            raise
-
-    def leave(self) -> None:
-        with self.cv:
-            self._out()
-
-    def _out(self) -> None:
-        self.inside -= 1
-        if self.inside == 0:
-            self.mode = None
-        self._admit()
-
-    def _admit(self) -> None:
-        """Let in whoever the phases allow now (the condition held)."""
-        writers = [t for t in self.queue if t.mode == "exclusive"]
-        readers = [t for t in self.queue if t.mode == "shared"]
-        if self.inside:
-            if self.mode == "shared" and not writers:
-                self._let_in(readers)  # a readers' phase open to newcomers while no writer waits
-            return
-        if self.batch and writers:
-            self.batch -= 1
-            self._let_in(writers[:1])
-            return
-        self.batch = 0
-        if readers and (self.last != "shared" or not writers):
-            self.last = "shared"
-            self._let_in(readers)
-        elif writers:
-            self.last, self.batch = "exclusive", len(writers) - 1
-            self._let_in(writers[:1])
-
-    def _let_in(self, tickets: list[_Ticket]) -> None:
-        for t in tickets:
-            t.admitted = True
-            self.queue.remove(t)
-            self.inside += 1
-            self.mode = t.mode
-        if tickets:
-            self.cv.notify_all()
-
-
-_phases: dict[str, _Phases] = {}
-_phases_lock = threading.Lock()
-
-
-def _phases_of(key: str) -> _Phases:
-    with _phases_lock:
-        return _phases.setdefault(key, _Phases())
-
-
-def _forget_phases() -> None:
-    """In a forked child: none of the parent's threads came along, nor may their queue."""
-    global _phases_lock
-    _phases.clear()
-    _phases_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_phases)
-
-
-def _acquire(key: str, mode: str, wait: "_Wait") -> tuple[int, float]:
+def _acquire(key: str, mode: str, what: str, progress: Callable[[str], None] | None,
+             check: Callable[[tuple[Path, Path]], None] | None = None) -> tuple[int, float]:
     """Through the gate to the lock file; (the lock file's descriptor, seconds waited)."""
     folder = lock_dir()
+    wait = _Wait(key, mode, what, progress, check, (folder / f"{key}.gate", folder / f"{key}.lock"))
     gate = _open(folder / f"{key}.gate")
     try:
         wait.take(gate, fcntl.LOCK_EX)
@@ -333,20 +210,14 @@ class _Wait:
                 return
             except BlockingIOError:
                 pass
-            checked = self.tick(checked)
+            now = time.monotonic()
+            if not self.noticed and now - self.t0 >= NOTICE_S:
+                self._notice()
+            if self.noticed and self.check is not None and now - checked >= CHECK_S:
+                checked = now
+                self.check(self.files)  # may raise: the wait ends, the caller's descriptors close
             time.sleep(CHECKED_POLL_S if self.noticed else POLL_S)
         fcntl.flock(fd, op)
-
-    def tick(self, checked: float) -> float:
-        """The notice once past NOTICE_S; past it, the check every CHECK_S (`checked`: when it was
-        last asked; the new value returned). The check may raise: the wait ends."""
-        now = time.monotonic()
-        if not self.noticed and now - self.t0 >= NOTICE_S:
-            self._notice()
-        if self.noticed and self.check is not None and now - checked >= CHECK_S:
-            checked = now
-            self.check(self.files)  # may raise: the wait ends, the caller's descriptors close
-        return checked
 
     def _notice(self) -> None:
         self.noticed = True

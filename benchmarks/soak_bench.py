@@ -148,16 +148,56 @@ def start_service(a: argparse.Namespace, env: dict[str, str]) -> tuple[subproces
     return proc, url
 
 
+# where a verdict's time goes under concurrency: the first progress message starting with each, in
+# seconds since a service worker took the job (client.service: progress_log)
+MILESTONES = {"children": "starting the children", "correctness": "checking correctness", "correctness_done": "correctness cases done",
+              "lock_wait": "waiting for", "timing": "timing the candidate", "timed": "timed ", "verdict": "verdict "}
+
+
+def milestones(job: dict[str, Any]) -> dict[str, Any]:
+    """The service's account of one job: seconds queued and judged, and when each milestone came."""
+    at: dict[str, float] = {}
+    for t, msg in job.get("progress_log") or []:
+        for key, prefix in MILESTONES.items():
+            if key not in at and str(msg).startswith(prefix):
+                at[key] = round(float(t), 3)
+    return {"queued_s": job.get("queued_s"), "judged_s": job.get("judged_s"), "at": at}
+
+
+def phase_medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the honest `correct` verdicts: seconds queued, to the children, the correctness
+    cases, from their end to the timing phase (the device lock's wait, mostly), the timing phase,
+    and the rest; and how many verdicts waited for the lock past its notice."""
+    spans: dict[str, list[float]] = {k: [] for k in ("queued", "setup", "correctness", "to_timing", "timing", "after")}
+    waited = 0
+    for r in rows:
+        svc = r.get("service") or {}
+        at = svc.get("at") or {}
+        if r.get("status") != "correct" or not all(k in at for k in ("correctness", "correctness_done", "timing", "verdict")):
+            continue
+        waited += "lock_wait" in at
+        spans["queued"].append(svc.get("queued_s") or 0.0)
+        spans["setup"].append(at["correctness"])
+        spans["correctness"].append(at["correctness_done"] - at["correctness"])
+        spans["to_timing"].append(at["timing"] - at["correctness_done"])
+        spans["timing"].append(at["verdict"] - at["timing"])
+        spans["after"].append(max(0.0, (svc.get("judged_s") or at["verdict"]) - at["verdict"]))
+    return {"n": len(spans["queued"]), "waited_for_the_lock": waited,
+            "median_s": {k: round(statistics.median(v), 3) for k, v in spans.items() if v}}
+
+
 def judge_one(url: str, name: str, cand: Path, policy: Any) -> dict[str, Any]:
     from kernelwright.client import Judge
 
     t0 = time.perf_counter()
+    judge = Judge(url)
     try:
-        v = Judge(url).evaluate(PROBLEM, cand, policy).to_dict()
+        v = judge.evaluate(PROBLEM, cand, policy).to_dict()
     except Exception as exc:  # noqa: BLE001 - a request without a verdict is what the soak looks for
         return {"candidate": name, "status": f"no verdict: {type(exc).__name__}: {exc}"[:300], "wall_s": time.perf_counter() - t0}
     return {"candidate": name, "status": v["status"], "wall_s": time.perf_counter() - t0, "runtime_ms": v.get("runtime_ms"),
-            "log_tail": (v.get("log") or "")[-600:] if v["status"] != "correct" else ""}
+            "log_tail": (v.get("log") or "")[-600:] if v["status"] != "correct" else "",
+            "service": milestones(getattr(judge, "last_job", None) or {})}
 
 
 def descendants(pid: int) -> list[int]:
@@ -336,7 +376,8 @@ def main() -> int:
         stop.set()
         rows = [r for r in rows if r["status"] != "not submitted"]
         summary = judge_rows(rows, quiet, kills, sum(1 for _ in rows))
-        summary.update(wall_s=wall, per_minute=60 * len(rows) / wall, planned=len(names), all_planned=len(rows) == len(names))
+        summary.update(wall_s=wall, per_minute=60 * len(rows) / wall, planned=len(names), all_planned=len(rows) == len(names),
+                       phases=phase_medians(rows), quiet_phases=phase_medians(quiet_rows))
         summary["ok"] = summary["ok"] and summary["all_planned"]  # the row asks for every planned verdict
         doc.update(soak=rows, summary=summary)
         log(f"soak: {json.dumps(summary, default=str)[:3000]}")

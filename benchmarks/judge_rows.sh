@@ -5,6 +5,7 @@
 #   bash benchmarks/judge_rows.sh 1  COMMIT "$OUT"   # pytest -m gpu; memory_bench (KernelBench level 1 under out/kb)
 #   bash benchmarks/judge_rows.sh 2  COMMIT "$OUT"   # served softmax, the KernelBench protocol, throughput
 #   bash benchmarks/judge_rows.sh 2t COMMIT "$OUT"   # throughput alone, with more time (a slow host)
+#   bash benchmarks/judge_rows.sh 1t COMMIT "$OUT"   # memory_bench, then throughput (the rows left when only those two are)
 #   bash benchmarks/judge_rows.sh 3  COMMIT "$OUT"   # the fault soak: started in a session of its own, waited for
 #   bash benchmarks/judge_rows.sh 3w COMMIT "$OUT"   # the soak again: wait for it, collect it
 #
@@ -20,10 +21,10 @@
 # 30 s) waits up to 560 s more and collects it. The soak's own deadline stops it submitting at
 # 1000 s.
 set -u
-call=${1:?call 1, 2, 2t, 3 or 3w}
+call=${1:?call 1, 1t, 2, 2t, 3 or 3w}
 commit=${2:?the commit under test}
 out=${3:?an output folder}
-case "$call" in 1|2|2t|3|3w) ;; *) echo "judge_rows.sh: call must be 1, 2, 2t, 3 or 3w, not '$call'" >&2; exit 2 ;; esac
+case "$call" in 1|1t|2|2t|3|3w) ;; *) echo "judge_rows.sh: call must be 1, 1t, 2, 2t, 3 or 3w, not '$call'" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src
 soakdir=/tmp/kw-judge-rows-soak  # outside OUT, which is emptied before each command
@@ -62,12 +63,18 @@ soak_wait() {  # wait up to $1 s for the detached soak; copy what there is; rc 3
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$dir/steps.txt" 2>&1
 }
 case "$call" in
-  1)
-    step gputests 360 python3 -m pytest -m gpu -o addopts="" -p no:xdist -v -rfs --durations=15 tests
+  1|1t)
+    if [ "$call" = 1 ]; then
+      step gputests 360 python3 -m pytest -m gpu -o addopts="" -p no:xdist -v -rfs --durations=15 tests
+    fi
     if [ -d out/kb/KernelBench/level1 ]; then
       step memory 150 python3 benchmarks/memory_bench.py --out "$dir/mem" --commit "$commit" --kernelbench out/kb/KernelBench/level1
     else
       echo "memory: not run, out/kb/KernelBench/level1 is missing (carry out/kb)" | tee -a "$dir/steps.txt"
+    fi
+    if [ "$call" = 1t ]; then
+      step concurrent 410 python3 benchmarks/warm_bench.py --out "$dir/wb" --commit "$commit" \
+        --device cuda --sections concurrent --n-concurrent 10 --clients 4
     fi
     ;;
   2|2t)

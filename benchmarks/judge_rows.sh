@@ -19,7 +19,9 @@
 # device lets run on between calls until the machine goes back, and waits up to 560 s; if it has
 # not finished, the call ends with rc 3 and call 3w (made at once: an idle machine goes back after
 # 30 s) waits up to 560 s more and collects it. The soak's own deadline stops it submitting at
-# 1000 s.
+# 1000 s. Calls 3 and 3w need the same machine, and a machine goes back after 30 minutes held (and
+# a session has 30 minutes of device time): 1, 2, 3 and 3w together do not fit one machine on a
+# slow host; when only throughput and the soak are left, run 1t, 3 and 3w.
 set -u
 call=${1:?call 1, 1t, 2, 2t, 3 or 3w}
 commit=${2:?the commit under test}
@@ -48,13 +50,25 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run it, its console in NAME.log, say
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >> "$dir/steps.txt" 2>&1  # anything left on the GPU
 }
 soak_wait() {  # wait up to $1 s for the detached soak; copy what there is; rc 3 while it still runs
-  local t0=$SECONDS
-  while [ ! -e "$soakdir/rc" ] && [ $((SECONDS - t0)) -lt "$1" ]; do sleep 2; done
+  local t0=$SECONDS pid finished=0 dead=0
+  while [ $((SECONDS - t0)) -lt "$1" ]; do
+    [ -e "$soakdir/rc" ] && break
+    pid=$(cat "$soakdir/pid" 2>/dev/null)
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then  # gone: its rc is written, or it died without one
+      sleep 1; [ -e "$soakdir/rc" ] || dead=1; break
+    fi
+    sleep 2
+  done
+  [ -e "$soakdir/rc" ] && finished=1  # decided before the copy: a soak ending during it is collected by 3w
   cp -r "$soakdir/." "$dir/" 2>/dev/null
-  if [ -e "$soakdir/rc" ]; then
+  if [ $finished = 1 ]; then
     local rc; rc=$(cat "$soakdir/rc")
     echo "soak: rc $rc, finished $(date -u)" | tee -a "$dir/steps.txt"
+    [ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "soak: cut at its limit; its service may still run (its own session): check nvidia-smi below" | tee -a "$dir/steps.txt"
     worst=$((rc > worst ? rc : worst))
+  elif [ $dead = 1 ]; then
+    echo "soak: its process ($pid) is gone without an rc (killed from outside?) $(date -u)" | tee -a "$dir/steps.txt"
+    worst=$((2 > worst ? 2 : worst))
   else
     echo "soak: still running after this call's $1 s of waiting ($(date -u)); run call 3w at once" | tee -a "$dir/steps.txt"
     tail -n 2 "$soakdir/soak/soak_bench.log" 2>/dev/null | tee -a "$dir/steps.txt"

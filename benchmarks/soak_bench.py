@@ -151,7 +151,7 @@ def start_service(a: argparse.Namespace, env: dict[str, str]) -> tuple[subproces
 # where a verdict's time goes under concurrency: the first progress message starting with each, in
 # seconds since a service worker took the job (client.service: progress_log)
 MILESTONES = {"children": "starting the children", "correctness": "checking correctness", "correctness_done": "correctness cases done",
-              "lock_wait": "waiting for", "timing": "timing the candidate", "timed": "timed ", "verdict": "verdict "}
+              "lock_wait": ("waiting for the GPU", "waiting for the CPU"), "timing": "timing ", "timed": "timed ", "verdict": "verdict "}
 
 
 def milestones(job: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +159,7 @@ def milestones(job: dict[str, Any]) -> dict[str, Any]:
     at: dict[str, float] = {}
     for t, msg in job.get("progress_log") or []:
         for key, prefix in MILESTONES.items():
-            if key not in at and str(msg).startswith(prefix):
+            if key not in at and str(msg).startswith(prefix):  # a str or a tuple of them
                 at[key] = round(float(t), 3)
     return {"queued_s": job.get("queued_s"), "judged_s": job.get("judged_s"), "at": at}
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import hostinfo  # beside this file: on sys.path when run as a script, and where memory_bench and the tests load it
+from verdict_phases import milestones, phase_medians
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("sanity", "baseline", "oneshot", "sequential", "protocol", "serve", "concurrent", "memory", "kbprotocol")
@@ -552,13 +553,16 @@ def _concurrent(a: argparse.Namespace, doc: dict[str, Any], url: str) -> None:
     # a new reference child costs its verdict about 3 s (the pool's size decides how many: judge.refpool)
     new_refs = sum((r["diag"] or {}).get("reference") == "new" for r in rows)
     retimed = sum(bool((r["diag"] or {}).get("retimed")) for r in rows), sum(bool((r["alone_diag"] or {}).get("retimed")) for r in rows)
+    phases = {side: phase_medians([{"status": r.get("status"), "service": milestones(r.get("service") or {})} for r in side_rows])
+              for side, side_rows in (("concurrent", rows), ("alone", [alone[r["candidate_path"]] for r in rows]))}
+    log_line(a, f"concurrent: where a verdict's time went (medians, s; the service's progress log): {json.dumps(phases)}")
     log_line(a, f"concurrent: {len(rows)} verdicts by {a.clients} clients in {wall:.1f} s = {60 * len(rows) / wall:.1f} per minute; "
                 f"statuses {sorted({r['status'] for r in rows})}; {within} of {len(ratios)} medians within 2 % of the same candidate alone "
                 f"(ratios {min(ratios, default=0):.4f}-{max(ratios, default=0):.4f}); new reference children {new_refs} of {len(rows)}; "
                 f"windows timed again {retimed[0]} concurrent, {retimed[1]} alone")
     doc["concurrent"] = {"verdicts": len(rows), "clients": a.clients, "wall_s": wall, "per_minute": 60 * len(rows) / wall,
                          "sequential_wall_s": seq_wall, "within_2pct": within, "compared": len(ratios), "cpu_shares": cpu_shares,
-                         "new_references": new_refs, "retimed": {"concurrent": retimed[0], "alone": retimed[1]},
+                         "new_references": new_refs, "retimed": {"concurrent": retimed[0], "alone": retimed[1]}, "phases": phases,
                          "rows": [{**{k: r.get(k) for k in ("example", "candidate", "status", "wall_s", "runtime_ms", "alone_runtime_ms", "ratio_to_alone",
                                                             "alone_wall_s", "gpu_peak_mib", "diag", "alone_diag", "service")},
                                    "alone_service": alone[r["candidate_path"]].get("service")} for r in rows]}

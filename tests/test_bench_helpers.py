@@ -345,3 +345,21 @@ def test_retime_replay_redraws_only_the_windows_its_trigger_picks(tmp_path):
     assert retime.simulate(pairs, retime.TRIGGERS["none"], 10, 1) == {"pairs_outside_2pct": 1.0, "windows_timed_again": 0.0}
     got = retime.simulate(pairs, retime.TRIGGERS["charge>1"], 400, 1)
     assert got["windows_timed_again"] == 0.25 and 0.1 < got["pairs_outside_2pct"] < 0.45
+
+
+def test_verdict_phases_split_a_served_verdict_and_skip_what_they_cannot_read():
+    """benchmarks/verdict_phases: the soak's and the throughput run's account of where a verdict's
+    time went, from the service's progress log (the messages as judge.evaluate says them)."""
+    phases = _load("verdict_phases")
+    job = {"queued_s": 0.5, "judged_s": 2.0, "progress_log": [
+        [0.01, "starting the children"], [0.1, "waiting for GPU memory: 2 GiB"], [0.2, "checking correctness on 15 input sets"],
+        [0.9, "correctness cases done in 0.70 s"], [1.0, "waiting for the GPU (cuda-0): another evaluation is timing; then timing"],
+        [1.3, "timing the candidate"], [1.8, "timed 24 candidate calls"], [1.9, "verdict correct"], [1.9, "verdict serialized"]]}
+    got = phases.milestones(job)
+    assert got["at"] == {"children": 0.01, "correctness": 0.2, "correctness_done": 0.9, "lock_wait": 1.0, "timing": 1.3, "timed": 1.8, "verdict": 1.9}
+    rows = [{"status": "correct", "service": got}, {"status": "runtime_error", "service": got},
+            {"status": "correct", "service": phases.milestones({"progress_log": [[0.1, None]]})}]
+    summary = phases.phase_medians(rows)
+    assert summary["n"] == 1 and summary["waited_for_the_lock"] == 1
+    assert summary["median_s"] == pytest.approx({"queued": 0.5, "setup": 0.2, "correctness": 0.7, "to_timing": 0.4, "timing": 0.6, "after": 0.1})
+    assert phases.phase_medians([]) == {"n": 0, "waited_for_the_lock": 0, "median_s": {}}

@@ -15,7 +15,7 @@
 # carried to the machine, never committed); without them its memory_bench is skipped, and says so.
 #
 # The soak (300 verdicts) took 373-423 s on fast hosts up to f8dca61, 757 s of script on a fast
-# host at b5d1f88 (its timing phases grew: soak_h200.md), more than one call may run. So call 3 starts it with setsid, which the
+# host at b5d1f88 (where its time went: soak_h200.md), more than one call may run. So call 3 starts it with setsid, which the
 # device lets run on between calls until the machine goes back, and waits up to 560 s; if it has
 # not finished, the call ends with rc 3 and call 3w (made at once: an idle machine goes back after
 # 30 s) waits up to 560 s more and collects it. The soak's own deadline stops it submitting at

@@ -2,8 +2,12 @@
 
 A build is keyed by the sha256 of everything that decides the binary (source text, headers, language,
 resolved arch, flags, compiler version and, for g++ -march=native, the CPU). The name never enters
-the key. Builds happen in a temporary folder inside the cache and are renamed into
-`<cache>/builds/<key>/` whole, so a build folder is either absent or complete; a file lock keeps
+the key. The compiler runs sandboxed (judge.sandbox) in a folder of its own; the judge then copies
+the library into a temporary folder inside the cache, with the library's sha256 in its meta.json,
+and renames it into `<cache>/builds/<key>/` whole, so a build folder is either absent or complete.
+Only the judge writes the cache: a read checks the library against that digest, and an entry that
+fails the check (or predates it) counts as absent. A process inside the sandbox cannot write the
+cache; a build it asks for goes to a folder of its own (`private_root`). A file lock keeps
 concurrent builders of one key (threads or processes) from compiling twice. Failed builds are not
 cached.
 """
@@ -23,6 +27,7 @@ import platform
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -30,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelwright.judge import sandbox
 from kernelwright.judge.records import Resources, truncate
 
 log = logging.getLogger(__name__)
@@ -240,8 +246,17 @@ def spec_from_file(
 # ---- building -----------------------------------------------------------------------------------
 
 
-def build(spec: BuildSpec, *, timeout_s: float = 300.0) -> BuildResult:
-    """Build a spec, or return the cached library. Never raises for compiler failures."""
+def private_root() -> Path | None:
+    """Where a process inside the sandbox keeps the builds it makes itself (its own temporary
+    folder); None outside the sandbox, where builds go to the shared cache."""
+    if not sandbox.confined():
+        return None
+    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "builds"
+
+
+def build(spec: BuildSpec, *, timeout_s: float = 300.0, sandbox_mode: str = "auto") -> BuildResult:
+    """Build a spec, or return the cached library. Never raises for compiler failures. The
+    compiler runs confined by `sandbox_mode` (judge.sandbox; already so inside the sandbox)."""
     start = time.perf_counter()
     compiler = find_compiler(spec.lang)
     key = cache_key(spec, compiler_version(compiler))
@@ -249,26 +264,28 @@ def build(spec: BuildSpec, *, timeout_s: float = 300.0) -> BuildResult:
         tool = "nvcc" if spec.lang == "cuda" else "g++"
         msg = f"cannot build {spec.name}: {spec.lang} compiler {tool} not found on PATH"
         return _failed(key, start, msg)
-    final = cache_dir() / "builds" / key
-    hit = _cached_result(final, key, start)
+    shared = cache_dir() / "builds" / key
+    hit = _cached_result(shared, key, start)
     if hit is not None:
         return hit
+    own = private_root()
+    final = shared if own is None else own / key
     with _key_lock(final.parent, key):
         hit = _cached_result(final, key, start)
         if hit is not None:
             return hit
-        return _compile_and_publish(spec, compiler, key, final, start, timeout_s)
+        return _compile_and_publish(spec, compiler, key, final, start, timeout_s, sandbox_mode)
 
 
 def build_many(
-    specs: Sequence[BuildSpec], *, timeout_s: float = 300.0, workers: int | None = None
+    specs: Sequence[BuildSpec], *, timeout_s: float = 300.0, workers: int | None = None, sandbox_mode: str = "auto"
 ) -> list[BuildResult]:
     """Build several specs in parallel threads; results in input order."""
     if not specs:
         return []
     n = max(1, min(len(specs), workers or os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="kw-build") as pool:
-        return list(pool.map(lambda s: build(s, timeout_s=timeout_s), specs))
+        return list(pool.map(lambda s: build(s, timeout_s=timeout_s, sandbox_mode=sandbox_mode), specs))
 
 
 def compile_command(spec: BuildSpec, compiler: str, source_name: str) -> list[str]:
@@ -285,8 +302,20 @@ def _failed(key: str, start: float, log_text: str, *, timed_out: bool = False) -
     return BuildResult(False, None, False, time.perf_counter() - start, truncate(log_text), None, key, timed_out)
 
 
+def file_digest(path: Path) -> str:
+    """sha256 of a regular file's bytes, never through a symbolic link ('' when unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
-    """The cached build for a key, or None when there is none."""
+    """The cached build for a key, or None when there is none or its library fails its digest."""
     lib = final / LIB_NAME
     if not lib.is_file():
         return None
@@ -294,6 +323,10 @@ def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
         meta = json.loads((final / META_NAME).read_text())
     except (OSError, ValueError):
         meta = {}
+    want = meta.get("sha256")
+    if not isinstance(want, str) or file_digest(lib) != want:
+        log.warning("build cache entry %s fails its digest (or has none): built again", final.name[:16])
+        return None
     res = meta.get("resources")
     resources = Resources(**res) if isinstance(res, dict) else None
     seconds = time.perf_counter() - start
@@ -314,27 +347,46 @@ def _key_lock(builds: Path, key: str) -> Iterator[None]:
 
 
 def _compile_and_publish(
-    spec: BuildSpec, compiler: str, key: str, final: Path, start: float, timeout_s: float
+    spec: BuildSpec, compiler: str, key: str, final: Path, start: float, timeout_s: float, sandbox_mode: str
 ) -> BuildResult:
-    """Compile in a temporary folder inside the cache and rename it into place on success."""
+    """Compile confined in a folder of the compiler's own; copy the library into a temporary
+    folder beside `final`, with its digest, and rename that into place."""
+    work = Path(tempfile.mkdtemp(prefix=f"kw-build-{key[:12]}-"))
     tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{key[:12]}-", dir=final.parent))
     try:
-        source_name = _write_sources(spec, tmp)
+        source_name = _write_sources(spec, work)
         cmd = compile_command(spec, compiler, source_name)
         log.debug("building %s: %s", spec.name, " ".join(cmd))
-        code, output, timed_out = _run_group(cmd, tmp, timeout_s)
+        code, output, timed_out = _run_group(cmd, work, timeout_s, sandbox_mode)
         if timed_out:
             msg = f"build of {spec.name} timed out after {timeout_s:g} s; compiler process group killed\n"
             return _failed(key, start, msg + output, timed_out=True)
-        if code != 0 or not (tmp / LIB_NAME).is_file():
+        digest = _copy_regular(work / LIB_NAME, tmp / LIB_NAME) if code == 0 else ""
+        if not digest:
             return _failed(key, start, _error_log(output, cmd, code))
         resources = parse_resources(output) if spec.lang == "cuda" else None
         text = truncate(output)
-        _write_meta(tmp, spec, cmd, text, resources, time.perf_counter() - start)
+        _write_meta(tmp, spec, cmd, text, resources, time.perf_counter() - start, digest)
         _publish(tmp, final)
         return BuildResult(True, final / LIB_NAME, False, time.perf_counter() - start, text, resources, key, False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _copy_regular(src: Path, dst: Path) -> str:
+    """Copy the compiler's output (a regular file, never through a link it left) and return its
+    sha256; '' when there is no such file."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f, open(dst, "xb") as out:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        shutil.copyfileobj(f, out)
+    os.chmod(dst, 0o755)
+    return file_digest(dst)
 
 
 def _write_sources(spec: BuildSpec, folder: Path) -> str:
@@ -349,12 +401,15 @@ def _write_sources(spec: BuildSpec, folder: Path) -> str:
     return source_name
 
 
-def _run_group(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str, bool]:
-    """Run a command in its own process group: (exit code, combined output, timed out)."""
+def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = "auto") -> tuple[int | None, str, bool]:
+    """Run a command confined (judge.sandbox, unless this process is already) in its own process
+    group: (exit code, combined output, timed out). What it leaves running is killed after it."""
+    if not sandbox.confined():
+        cmd = sandbox.command(sandbox.spec_for(sandbox_mode), cmd, cwd)
     try:
         proc = subprocess.Popen(
             cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True,
+            text=True, errors="replace", start_new_session=True, env=sandbox.clean_env(os.environ),
         )
     except OSError as exc:
         return None, f"could not start {cmd[0]}: {exc}", False
@@ -369,6 +424,7 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None,
         if proc.poll() is None:
             _kill_group(proc)
             proc.wait()
+        sandbox.reap(proc.pid)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -386,11 +442,11 @@ def _error_log(output: str, cmd: list[str], code: int | None) -> str:
 
 
 def _write_meta(
-    folder: Path, spec: BuildSpec, cmd: list[str], text: str, resources: Resources | None, seconds: float
+    folder: Path, spec: BuildSpec, cmd: list[str], text: str, resources: Resources | None, seconds: float, digest: str
 ) -> None:
-    """Save what a cached result needs beside the library."""
+    """Save what a cached result needs beside the library, its digest among it."""
     res = None if resources is None else dataclasses.asdict(resources)
-    meta = {"name": spec.name, "command": cmd, "log": text, "resources": res, "build_seconds": seconds}
+    meta = {"name": spec.name, "command": cmd, "log": text, "resources": res, "build_seconds": seconds, "sha256": digest}
     (folder / META_NAME).write_text(json.dumps(meta, indent=1))
 
 
@@ -399,8 +455,8 @@ def _publish(tmp: Path, final: Path) -> None:
     try:
         os.rename(tmp, final)
     except OSError:
-        if (final / LIB_NAME).is_file():
-            return
+        if _cached_result(final, final.name, 0.0) is not None:
+            return  # another builder's, and sound
         trash = final.with_name(f"{final.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
         os.rename(final, trash)  # incomplete folder left by hand: move it aside and retry once
         shutil.rmtree(trash, ignore_errors=True)

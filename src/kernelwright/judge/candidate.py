@@ -79,11 +79,12 @@ def discover(path: str | Path) -> CandidateFiles:
     return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path))
 
 
-def prebuild(files: CandidateFiles, *, timeout_s: float = 300.0) -> list[_build.BuildResult]:
-    """Build the raw sources into the cache (in parallel) so that runtime.load at import hits it."""
+def prebuild(files: CandidateFiles, *, timeout_s: float = 300.0, sandbox_mode: str = "auto") -> list[_build.BuildResult]:
+    """Build the raw sources into the cache (in parallel, each compiler confined by `sandbox_mode`)
+    so that runtime.load at import hits it."""
     if files.build_path != BuildPath.RAW:
         return []
-    return _build.build_many([spec_of(s) for s in files.sources], timeout_s=timeout_s)
+    return _build.build_many([spec_of(s) for s in files.sources], timeout_s=timeout_s, sandbox_mode=sandbox_mode)
 
 
 def spec_of(source: KernelSource) -> _build.BuildSpec:

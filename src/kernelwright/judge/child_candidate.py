@@ -7,13 +7,15 @@ descriptor (judge.handover), and it compares them.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from kernelwright.judge import correctness, digest, handover, inputs, ops, timing
+from kernelwright.judge import correctness, digest, handover, inputs, ops, sandbox, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
     OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, note_window, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
@@ -33,6 +35,7 @@ class _State:
     dispatch: dict[str, Any] = {}  # the dispatcher's state for child.JUDGE_OPS, as it was then
     check_identities: bool = True  # whether calls report replaced functions
     stager: handover.Stager = handover.Stager()  # the one staging area of this child's outputs
+    sandbox: dict[str, Any] | None = None  # what judge.sandbox.enter applied at setup (None: none was asked for)
 
 
 S = _State()
@@ -79,7 +82,8 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def setup(args: dict[str, Any]) -> dict[str, Any]:
-    """Import the problem (for inputs and weights) and the candidate; construct ModelNew."""
+    """Enter the sandbox; import the problem (for inputs and weights) and the candidate; construct ModelNew."""
+    S.sandbox = sandbox.enter_from_env(os.getcwd(), (args["problem_path"], str(Path(args["candidate_path"]).parent)))
     S.device = torch.device(args["device"])
     pin_flags(args["precision"])
     S.problem = inputs.import_file(args["problem_path"], "kw_problem")

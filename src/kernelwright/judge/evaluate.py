@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, refpool, roofline, spares
+from kernelwright.judge import forkpool, refpool, roofline, sandbox, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -93,6 +93,9 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     if dev == "cuda":
         physical_gpu(policy.gpu_index)  # ValueError for an index outside CUDA_VISIBLE_DEVICES
     gpu_lock_enabled()  # ValueError for a KERNELWRIGHT_GPU_LOCK other than on or off
+    refused = sandbox.refusal(policy.sandbox)
+    if refused:
+        return vb.finish(Status.INFRA_ERROR, refused)
     spares.check_settings()  # ValueError for malformed KERNELWRIGHT_SPARE_* settings
     forkpool.warm_up()  # its torch import overlaps the snapshot and the build
     workdir = _workdir()
@@ -328,6 +331,11 @@ class _Flow:
             raise Stop(Status.INFRA_ERROR, "cancelled")
         env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
         env.update(extra_env or {})
+        if role == "candidate":  # confined from its setup on (judge.sandbox); its own extension folder is writable
+            ext = [env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else []
+            spec = sandbox.spec_for(self.policy.sandbox, read=[str(cache_dir())], write=ext)
+            env[sandbox.SPEC_ENV] = spec.to_env()
+            self.vb.sandbox = sandbox.record(spec)
         config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)
         spare = spares.POOL.take(config) if role == "candidate" and not extra_env else None
         if spare is not None:  # forked before this evaluation, its device context made, nothing else (judge.spares)
@@ -484,7 +492,7 @@ class _Flow:
     def _build_raw(self, files: CandidateFiles) -> bool:
         self.say(f"building {len(files.sources)} raw kernel source(s)")
         t0 = time.perf_counter()
-        results = prebuild(files, timeout_s=self.policy.build_timeout_s)
+        results = prebuild(files, timeout_s=self.policy.build_timeout_s, sandbox_mode=self.policy.sandbox)
         self.vb.build_s = time.perf_counter() - t0
         self.vb.resources = _worst_resources([r.resources for r in results if r.resources])
         failed = [r for r in results if not r.ok]
@@ -607,6 +615,9 @@ class _Flow:
                 self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
+        unconfined = sandbox.unconfined(cand.env.get(sandbox.SPEC_ENV, ""), cand._proc.pid)
+        if unconfined:
+            raise Stop(Status.INFRA_ERROR, f"the candidate child is not confined as its sandbox says: {unconfined}")
         if self.cand_meta.get("identities_moved"):
             from kernelwright.judge.measure import moved_names
 

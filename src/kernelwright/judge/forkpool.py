@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelwright.judge import sandbox
 from kernelwright.judge.forkserver import OPTIONAL_ENV
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def import_env_key(env: dict[str, str] | None = None) -> tuple[Any, ...]:
     """What a server's children inherit from its start: the interpreter, the import-time
     variables and the judge's code as it is on disk (a shared server started before an edit
     would fork children with the old code)."""
-    env = dict(os.environ) if env is None else env
+    env = sandbox.clean_env(os.environ if env is None else env)
     picked = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in CALL_TIME))
     return (sys.executable, picked, _CODE)
 
@@ -137,7 +138,8 @@ class ForkServer:
                 raise
         else:
             self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            env = absolute_pythonpath(dict(os.environ, PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"})))
+            # the allow-listed environment (judge.sandbox): every child inherits the server's memory
+            env = absolute_pythonpath(dict(sandbox.clean_env(os.environ), PYTHONUNBUFFERED="1", **({} if optional_imports else {OPTIONAL_ENV: "0"})))
             self._proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.forkserver", str(theirs.fileno())],
                                           pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
             theirs.close()

@@ -72,6 +72,7 @@ def preload(optional: bool) -> None:
     build.warm_host_facts("cuda" if build.find_compiler("cuda") else "cpu")
     if _cuda_touched():
         raise ForkRefused("", "finding the GPU's arch initialised the CUDA driver; children cannot be forked")
+    _judge_kernels(build)
     for name in PRELOAD_OPTIONAL if optional else ():
         try:
             importlib.import_module(name)
@@ -79,6 +80,18 @@ def preload(optional: bool) -> None:
             continue
         if _cuda_touched():
             raise ForkRefused(name, f"importing {name} initialised the CUDA driver; children cannot be forked")
+
+
+def _judge_kernels(build: Any) -> None:
+    """Build the judge's own kernels (the input digest, the lead spin) into the shared cache now:
+    a child inside the sandbox cannot write the cache and would build them into its own folder,
+    every time. The CUDA ones only where a GPU's device files are."""
+    from kernelwright.judge import digest, lead
+
+    specs = [build.spec_from_text(digest.CPU_SOURCE, lang="cpp", name="kw_digest")]
+    if os.path.exists("/dev/nvidiactl") and build.find_compiler("cuda"):
+        specs += [build.spec_from_text(digest.CUDA_SOURCE, lang="cuda", name="kw_digest"), build.spec_from_text(lead.SOURCE, name="kw_lead")]
+    build.build_many(specs)
 
 
 class ForkRefused(RuntimeError):
@@ -277,6 +290,10 @@ def main(argv: list[str]) -> int:
     """`forkserver FD` serves the judge at the other end of socket FD; `forkserver --listen PATH`
     serves every judge of this user that connects to PATH (KERNELWRIGHT_FORKSERVER_SOCKET), until
     the process that started it is gone."""
+    from kernelwright.judge.sandbox import clean_env
+
+    if clean_env(os.environ) != dict(os.environ):  # a server started by hand: its children inherit its memory, never a key
+        os.execve(sys.executable, [sys.executable, "-m", "kernelwright.judge.forkserver", *argv[1:]], clean_env(os.environ))
     cwd = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]  # as a child does (judge.child)
     shared = argv[1] == "--listen"

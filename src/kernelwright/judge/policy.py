@@ -107,6 +107,7 @@ class Policy:
     preset: str | None = None  # the named settings this policy follows (kernelbench_preset), or None
     sanitize: bool = False  # run the candidate once under compute-sanitizer after the verdict (GPU; judge.sanitize)
     sanitize_timeout_s: float = 600.0  # per sanitizer tool
+    sandbox: str = "auto"  # auto: what the machine allows; strict: refuse without the full sandbox; off (judge.sandbox)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -136,6 +137,8 @@ class Policy:
         odd = [name for name in self.libraries if name not in LIBRARIES]
         if odd:
             raise ValueError(f"unknown libraries {odd}; known: {LIBRARIES}")
+        if self.sandbox not in ("auto", "strict", "off"):
+            raise ValueError(f"sandbox must be auto, strict or off, got {self.sandbox!r}")
         if self.gpu_index < 0:
             raise ValueError(f"gpu_index must be >= 0, got {self.gpu_index}")
 

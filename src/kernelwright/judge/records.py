@@ -125,6 +125,7 @@ class Verdict:
     sanitizer: dict[str, Any] | None = None  # compute-sanitizer findings when asked for (--sanitize); never decides the status
     workers: dict[str, Any] | None = None  # how the children came: forked or spawned, the reference child new or warm (judge.refpool)
     memory: dict[str, Any] | None = None  # the verdict's GPU memory: estimate, device size, admission wait (judge.memory)
+    sandbox: dict[str, Any] | None = None  # the sandbox generated code ran in: mode, layers, full, missing (judge.sandbox)
     schema_version: int = SCHEMA_VERSION  # contract version
 
     def to_dict(self) -> dict[str, Any]:

@@ -68,6 +68,7 @@ class VerdictBuilder:
         self.candidate: dict[str, Any] = {"hash": None, "build_path": None}
         self.workers: dict[str, Any] | None = None  # the verdict's `workers` field
         self.memory: dict[str, Any] | None = None  # the verdict's `memory` field
+        self.sandbox: dict[str, Any] | None = None  # the verdict's `sandbox` field (judge.sandbox.record)
         self.build_s: float | None = None
         self.resources: Resources | None = None
         self.log = ""
@@ -120,7 +121,7 @@ class VerdictBuilder:
             guards=tuple(self.guards), static_findings=tuple(self.static_findings), steps=tuple(self.steps[s] for s in ALL_STEPS),
             timing=self.timing, resources=self.resources, log=self.log,
             system=system_info(self.device, self.policy.gpu_index, self.meta),
-            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory, sandbox=self.sandbox,
         )
 
 

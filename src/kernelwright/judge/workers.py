@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import forkpool, replies
+from kernelwright.judge import forkpool, replies, sandbox
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
@@ -70,13 +70,10 @@ def physical_gpu(index: int) -> str:
     return visible[index]
 
 
-# The judge's own doors, none of a child's business: the shared fork server, the service and its token.
-CHILD_DROPS = frozenset({"KERNELWRIGHT_FORKSERVER_SOCKET", "KERNELWRIGHT_SERVICE", "KERNELWRIGHT_SERVICE_TOKEN"})
-
-
 def child_env(config: ChildConfig) -> dict[str, str]:
-    """The whole environment of a child: the judge's, the config's extras, and the pinning."""
-    env = absolute_pythonpath({k: v for k, v in os.environ.items() if k not in CHILD_DROPS})
+    """The whole environment of a child: the allow-listed part of the judge's (judge.sandbox: no
+    key, token or secret, no store, none of the judge's own doors), the config's extras, and the pinning."""
+    env = absolute_pythonpath(sandbox.clean_env(os.environ))
     env.update(config.env)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
@@ -117,6 +114,7 @@ class Child:
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
         self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
+        self.reaped = 0  # processes of its sandbox's uid killed after it (judge.sandbox.reap)
         self._send_line(self._key.hex())
 
     @staticmethod
@@ -323,7 +321,8 @@ class Child:
         return truncate(text, limit)
 
     def kill(self) -> None:
-        """Kill the child's whole process group and reap it."""
+        """Kill the child's whole process group and reap it; then every process its sandbox's uid
+        still has (a daemon it started in a session of its own)."""
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)  # also whatever the child left running
         except (ProcessLookupError, PermissionError):
@@ -332,6 +331,8 @@ class Child:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
+        if sandbox.SPEC_ENV in self.env:
+            self.reaped += sandbox.reap(self._proc.pid)
 
     def request_exit(self) -> None:
         """Ask the child to exit without waiting (close() waits); lets several children exit at once."""

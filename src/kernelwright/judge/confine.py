@@ -1,0 +1,340 @@
+"""Linux confinement primitives for the judge's sandbox (judge.sandbox): resource limits, an
+unprivileged uid, Landlock and a seccomp filter, each through the kernel's own interface (ctypes and
+the standard library only, so that children stay on torch, numpy and the standard library).
+
+Every function here acts on the calling process and what it starts afterwards, and none can be
+undone by it: call them in the child, after fork and before generated code runs. Each raises
+OSError when the kernel refuses, so the caller can fall back and say what is in force.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import resource
+import struct
+from collections.abc import Iterable
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.restype = ctypes.c_int
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+PR_SET_KEEPCAPS = 8
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
+SECCOMP_MODE_FILTER = 2
+CAP_DAC_READ_SEARCH = 2
+_CAP_VERSION_3 = 0x20080522
+LAST_CAP = 63  # PR_CAPBSET_DROP answers EINVAL beyond the kernel's own last capability
+
+# The syscalls a candidate never needs and an attacker wants, by machine (each one's number there).
+# socket: any new socket (the network, loopback and unix sockets included); socketpair stays allowed.
+_ARCH = {
+    "x86_64": {"audit": 0xC000003E, "x32": True, "nr": {
+        "socket": 41, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "bpf": 321, "keyctl": 250, "add_key": 248, "request_key": 249,
+        "open_by_handle_at": 304, "name_to_handle_at": 303, "mount": 165, "umount2": 166, "unshare": 272, "setns": 308,
+        "pidfd_getfd": 438, "userfaultfd": 323, "kexec_load": 246, "init_module": 175, "finit_module": 313,
+        "perf_event_open": 298, "chroot": 161, "pivot_root": 155, "move_mount": 429, "fsopen": 430, "open_tree": 428}},
+    "aarch64": {"audit": 0xC00000B7, "x32": False, "nr": {
+        "socket": 198, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "bpf": 280, "keyctl": 219, "add_key": 217, "request_key": 218,
+        "open_by_handle_at": 265, "name_to_handle_at": 264, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
+        "pidfd_getfd": 438, "userfaultfd": 282, "kexec_load": 104, "init_module": 105, "finit_module": 273,
+        "perf_event_open": 241, "chroot": 51, "pivot_root": 41, "move_mount": 429, "fsopen": 430, "open_tree": 428}},
+}
+DENIED = tuple(_ARCH["x86_64"]["nr"])  # the names; socket is refused with EACCES, the rest with EPERM
+PROFILER_NEEDS = ("perf_event_open",)  # left allowed for an ncu run (the profiler reads counters through it)
+_SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self: one number on every machine
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+
+# Landlock access rights (linux/landlock.h), by the ABI version that introduced them.
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK, FS_MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
+READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV  # what a rule on a file may grant
+
+
+def machine() -> str:
+    return platform.machine()
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+# ---- limits and identity ------------------------------------------------------------------------
+
+
+def set_limits(limits: dict[str, int]) -> None:
+    """setrlimit for each RLIMIT_<NAME> given (soft and hard alike, so the child cannot raise them)."""
+    for name, value in limits.items():
+        resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
+
+
+def no_new_privs() -> None:
+    """From now on no exec gains privileges (set-uid programs, file capabilities); Landlock and an
+    unprivileged seccomp filter require it."""
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _capset(caps: int) -> None:
+    """Effective, permitted and inheritable capability sets all set to `caps` (a bit mask)."""
+    header = struct.pack("Ii", _CAP_VERSION_3, 0)
+    lo, hi = caps & 0xFFFFFFFF, caps >> 32
+    data = struct.pack("6I", lo, lo, lo, hi, hi, hi)
+    nr = _SYS_CAPSET.get(machine())
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"capset: no syscall number known for {machine()}")
+    _check(_libc.syscall(nr, ctypes.c_char_p(header), ctypes.c_char_p(data)), "capset")
+
+
+def become(uid: int, *, keep_read_search: bool) -> None:
+    """Switch a root process to an unprivileged uid and gid of its own, no supplementary groups, and
+    every capability dropped from the bounding set; with `keep_read_search`, CAP_DAC_READ_SEARCH
+    alone survives (also across exec), for an interpreter installed under a private home. Then
+    permission bits and RLIMIT_NPROC bind, and the judge's processes cannot be signalled or traced."""
+    keep = 1 << CAP_DAC_READ_SEARCH if keep_read_search else 0
+    for cap in range(LAST_CAP + 1):
+        if not keep >> cap & 1 and _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 and ctypes.get_errno() != errno.EINVAL:
+            _check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
+    _check(_libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "prctl(PR_SET_KEEPCAPS)")
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    _capset(keep)
+    if keep:
+        _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_DAC_READ_SEARCH, 0, 0), "prctl(PR_CAP_AMBIENT_RAISE)")
+
+
+# ---- Landlock -----------------------------------------------------------------------------------
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when it has none or it is switched off."""
+    ret = _libc.syscall(_SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+    return max(0, int(ret))
+
+
+def fs_rights(abi: int) -> int:
+    """Every filesystem right this ABI knows: all of them handled, so none is allowed by default."""
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    if abi >= 5:
+        rights |= FS_IOCTL_DEV
+    return rights
+
+
+def landlock(rules: Iterable[tuple[str, int]], *, abi: int, deny_tcp: bool = True, scope: bool = True) -> None:
+    """Restrict this process (and its future children) to `rules`, (path, rights) pairs, for the
+    filesystem; with `deny_tcp`, no TCP bind or connect (ABI 4 on); with `scope`, no signals to and
+    no abstract unix sockets of processes outside the sandbox (ABI 6 on). A path that does not exist
+    is skipped. Needs no_new_privs (or CAP_SYS_ADMIN) first."""
+    handled = fs_rights(abi)
+    net = NET_BIND_TCP | NET_CONNECT_TCP if deny_tcp and abi >= 4 else 0
+    scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL if scope and abi >= 6 else 0
+    attr = struct.pack("QQQ", handled, net, scoped)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    fd = _check(_libc.syscall(_SYS_LANDLOCK[0], ctypes.c_char_p(attr[:size]), ctypes.c_size_t(size), ctypes.c_uint32(0)),
+                "landlock_create_ruleset")
+    try:
+        for path, rights in rules:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not os.path.isdir(f"/proc/self/fd/{pfd}"):
+                    rights &= FILE_RIGHTS
+                beneath = struct.pack("=Qi", rights & handled, pfd)
+                _check(_libc.syscall(_SYS_LANDLOCK[1], fd, 1, ctypes.c_char_p(beneath), 0), f"landlock_add_rule({path})")
+            finally:
+                os.close(pfd)
+        _check(_libc.syscall(_SYS_LANDLOCK[2], fd, 0), "landlock_restrict_self")
+    finally:
+        os.close(fd)
+
+
+# ---- seccomp ------------------------------------------------------------------------------------
+
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_KILL, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+_AF_UNIX = 1
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def seccomp_program(arch: str, allow: tuple[str, ...] = ()) -> bytes:
+    """A classic BPF filter: another ABI (32-bit calls on x86_64 among them) kills the process;
+    socket() fails with EACCES; each other DENIED call not in `allow` fails with EPERM; the rest run."""
+    spec = _ARCH.get(arch)
+    if spec is None:
+        raise OSError(errno.ENOSYS, f"seccomp: no syscall table known for {arch}")
+    denied = [spec["nr"][n] for n in DENIED if n not in allow and n != "socket"]
+    prog = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, spec["audit"]), _insn(_RET_K, 0, 0, _RET_KILL), _insn(_LD_W_ABS, 0, 0, 0)]
+    if spec["x32"]:
+        prog += [_insn(_JGE_K, 0, 1, 0x40000000), _insn(_RET_K, 0, 0, _RET_KILL)]
+    prog += [_insn(_JEQ_K, 0, 1, spec["nr"]["socket"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EACCES)]
+    for nr in denied:
+        prog += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    prog.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
+    return b"".join(prog)
+
+
+def seccomp(allow: tuple[str, ...] = ()) -> None:
+    """Install seccomp_program for this machine on this process and its future children."""
+    prog = seccomp_program(machine(), allow)
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = struct.pack("HxxxxxxQ", len(prog) // 8, ctypes.addressof(buf))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.cast(ctypes.c_char_p(fprog), ctypes.c_void_p).value or 0, 0, 0),
+           "prctl(PR_SET_SECCOMP)")
+
+
+# ---- processes of a uid -------------------------------------------------------------------------
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Processes whose real uid is `uid` (from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                line = next(x for x in f if x.startswith(b"Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[1]) == uid:
+            found.append(int(name))
+    return found
+
+
+def kill_uid(uid: int, rounds: int = 50) -> int:
+    """SIGKILL every process of `uid` (never 0) until none is left (a fork bomb forks as it is
+    killed; RLIMIT_NPROC bounds it); how many were signalled."""
+    assert uid > 0, "never every process of root"
+    killed = 0
+    for _ in range(rounds):
+        pids = pids_of_uid(uid)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
+# ---- as a program: `python -I -S confine.py probe | exec PLAN -- CMD...` ------------------------
+
+
+def _forked(fn) -> str:  # type: ignore[no-untyped-def]
+    """Run fn() in a forked child; '' when it returned, else its error in words."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fn()
+            msg = b""
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            msg = f"{type(exc).__name__}: {exc}".encode()[:300]
+        os.write(w, msg or b"ok")
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return "" if got == "ok" else got or "the child died"
+
+
+def _try_seccomp() -> None:
+    import socket
+
+    no_new_privs()
+    seccomp()
+    try:
+        socket.socket()
+    except OSError:
+        return
+    raise OSError(errno.EPERM, "socket() still worked under the filter")
+
+
+def probe() -> dict[str, object]:
+    """Which layers hold on this machine, each tried in a child of its own."""
+    why: list[str] = []
+    uid_err = _forked(lambda: become(0x6B000000 + os.getpid(), keep_read_search=False)) if os.geteuid() == 0 else "the judge is not root"
+    abi = landlock_abi()
+    ll_err = _forked(lambda: (no_new_privs(), landlock([("/", READ)], abi=abi))) if abi else "the kernel has no Landlock"
+    sc_err = _forked(_try_seccomp)
+    for name, err in (("uid", uid_err), ("landlock", ll_err), ("seccomp", sc_err)):
+        if err:
+            why.append(f"{name}: {err}")
+    return {"uid": not uid_err, "landlock": 0 if ll_err else abi, "seccomp": not sc_err, "why": why}
+
+
+def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
+    """Confine this process by `plan` (judge.sandbox._exec_plan), then become `cmd`."""
+    layers, workdir = plan["layers"], plan["workdir"]
+    tmp = os.path.join(workdir, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, TMPDIR=tmp, TMP=tmp, TEMP=tmp, HOME=workdir)
+    if "limits" in layers:
+        set_limits(plan["limits"])
+    if "uid" in layers:
+        uid = plan["uid_base"] + os.getpid()
+        for path in [*plan["chown"], tmp]:
+            os.chown(path, uid, uid)
+        set_limits({"NPROC": plan["nproc"]})
+        become(uid, keep_read_search="landlock" in layers)
+    if set(layers) & {"uid", "landlock", "seccomp"}:
+        no_new_privs()
+    if "landlock" in layers:
+        landlock([(p, r) for p, r in plan["rules"]], abi=plan["abi"])
+    if "seccomp" in layers:
+        seccomp(PROFILER_NEEDS if plan.get("profiler") else ())
+    os.chdir(workdir)
+    os.execvpe(cmd[0], cmd, env)
+
+
+def _main(argv: list[str]) -> int:
+    import json
+    import sys
+
+    if argv[1:2] == ["probe"]:
+        print(json.dumps(probe()))
+        return 0
+    if argv[1:2] == ["exec"] and argv[3:4] == ["--"] and len(argv) > 4:
+        try:
+            exec_confined(json.loads(argv[2]), argv[4:])
+        except OSError as exc:
+            print(f"kernelwright sandbox: could not start {argv[4]} confined: {exc}", file=sys.stderr)
+            return 126
+    print("usage: confine.py probe | exec PLAN -- CMD...", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv))

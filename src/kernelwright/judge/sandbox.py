@@ -1,0 +1,303 @@
+"""The sandbox that every process running or compiling generated code starts in.
+
+Layers, each applied where the machine allows it (judge.confine makes the kernel calls), in this
+order, and the verdict records which were in force (`Verdict.sandbox`):
+
+1. `env`: the environment comes from an allow-list (`clean_env`): nothing named like a key, token,
+   secret or password, no store path, no service token or fork-server socket. The fork server starts
+   with it too, so no forked child inherits a key in its memory.
+2. `limits`: open files, file size, core dumps and CPU time (setrlimit), soft and hard alike.
+3. `uid` (a root judge): the child becomes uid UID_BASE + its pid, a gid of the same number and no
+   groups, every capability dropped but CAP_DAC_READ_SEARCH (kept only under Landlock, which then
+   decides what it reads). Permission bits and RLIMIT_NPROC bind it, it cannot signal or trace the
+   judge, the reference child or another candidate (each has its own uid), and after its verdict
+   every process of its uid is killed (`reap`), a daemon in a new session included.
+4. `landlock`: reads only of the system's, Python's and the judge's own files, the build cache,
+   the problem file and the candidate's folder; writes only in its working folder and a private
+   temporary folder inside it; no TCP (ABI 4 on); no signals to processes outside (ABI 6 on).
+5. `seccomp`: socket() fails (no network, loopback and unix sockets included), and so do ptrace,
+   process_vm_*, io_uring, bpf, keyctl, open_by_handle_at, mount, unshare and setns.
+
+The full sandbox is all five, or, for a judge that is not root, the first two, Landlock with
+ABI 6 (signals) and seccomp, with RLIMIT_NPROC bounding its processes. `--sandbox` (Policy.sandbox):
+`auto` applies what the machine allows and says what is missing, `strict` refuses to judge without
+the full sandbox, `off` applies only the environment's allow-list (and says so in every verdict).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelwright.judge import confine
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "strict", "off")
+LAYERS = ("env", "limits", "uid", "landlock", "seccomp")
+SPEC_ENV = "KERNELWRIGHT_SANDBOX"  # the child's sandbox (JSON, `Spec.to_env`), set by the judge
+CONFINED_ENV = "KERNELWRIGHT_CONFINED"  # "1" in a process that entered the sandbox (its builds stay its own)
+UID_BASE = 0x6B000000  # 1795162112 and up: no account's; a child's uid is this plus its pid
+# Names that say a secret, anywhere in a variable's name (upper-cased), and the judge's own doors.
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE", "SIGNATURE")
+DENIED_NAMES = frozenset({"KERNELWRIGHT_STORE", "KERNELWRIGHT_SERVICE", "KERNELWRIGHT_SERVICE_TOKEN", "KERNELWRIGHT_FORKSERVER_SOCKET"})
+ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED",
+                           "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "LD_LIBRARY_PATH", "CC", "CXX", "CPATH", "LIBRARY_PATH"})
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TRITON_", "KINETO_",
+                    "CUBLAS_", "CUDNN_", "NVCC_", "KERNELWRIGHT_")
+LIMITS = {"NOFILE": 4096, "CORE": 0, "FSIZE": 16 << 30, "CPU": 3600}  # KERNELWRIGHT_SANDBOX_<NAME> overrides (tests)
+NPROC = 512  # tasks (threads count) of a child's own uid: torch's thread pools fit many times over
+SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/proc", "/sys", "/run/nvidia-persistenced")
+ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf", "alternatives",
+            "nvidia", "OpenCL", "vulkan", "gai.conf", "mime.types", "os-release", "debian_version")
+DEVICE_FILES = ("null", "zero", "full", "random", "urandom")
+
+
+def confined() -> bool:
+    """Whether this process entered the sandbox (judge.build then builds into its own folder)."""
+    return os.environ.get(CONFINED_ENV) == "1"
+
+
+def secret_name(name: str) -> bool:
+    up = name.upper()
+    return up in DENIED_NAMES or any(w in up for w in SECRET_WORDS)
+
+
+def clean_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed part of `env`: what a judge child (and the fork server) may see."""
+    return {k: v for k, v in env.items() if (k in ALLOWED_NAMES or k.startswith(ALLOWED_PREFIXES)) and not secret_name(k)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Support:
+    """What this machine lets a judge child be confined by (probed once per process)."""
+
+    uid: bool  # the judge is root and a child can become another uid
+    landlock: int  # Landlock's ABI version that a confined child got (0: none)
+    seccomp: bool  # a seccomp filter can be installed
+    why: tuple[str, ...]  # what failed, in words
+
+    def layers(self, mode: str) -> tuple[str, ...]:
+        if mode == "off":
+            return ("env",)
+        got = ["env", "limits"]
+        got += ["uid"] if self.uid else []
+        got += ["landlock"] if self.landlock else []
+        got += ["seccomp"] if self.seccomp else []
+        return tuple(got)
+
+    def missing(self) -> tuple[str, ...]:
+        """What the full sandbox needs that this machine does not give, in words; empty when full."""
+        out = []
+        if not self.landlock:
+            out.append("landlock (filesystem)")
+        if not self.seccomp:
+            out.append("seccomp (network)")
+        if not self.uid and self.landlock < 6:
+            out.append("an uid of its own or Landlock ABI 6 (signals)")
+        return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def support() -> Support:
+    """Confine a short-lived process with every layer, one at a time, and see what holds."""
+    try:
+        out = subprocess.run([sys.executable, "-I", "-S", confine.__file__, "probe"], capture_output=True, text=True, timeout=60)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError) as exc:
+        return Support(uid=False, landlock=0, seccomp=False, why=(f"the probe failed: {exc}",))
+    return Support(uid=bool(got.get("uid")), landlock=int(got.get("landlock") or 0), seccomp=bool(got.get("seccomp")),
+                   why=tuple(str(x) for x in got.get("why", [])))
+
+
+def limits() -> dict[str, int]:
+    out = dict(LIMITS)
+    for name in out:
+        raw = os.environ.get(f"KERNELWRIGHT_SANDBOX_{name}")
+        if raw:
+            out[name] = int(raw)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    """One confined process: what it may read and write, and how."""
+
+    mode: str  # auto, strict or off
+    layers: tuple[str, ...]  # the layers to apply (Support.layers)
+    landlock_abi: int  # 0 without Landlock
+    read: tuple[str, ...] = ()  # extra paths readable (the problem file, the candidate's folder, the cache)
+    write: tuple[str, ...] = ()  # paths writable besides the working folder (a build's own output folder)
+    profiler: bool = False  # leave perf_event_open allowed (an ncu run)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"sandbox must be one of {MODES}, got {self.mode!r}")
+        bad = [x for x in self.layers if x not in LAYERS]
+        if bad:
+            raise ValueError(f"unknown sandbox layers {bad}; known: {LAYERS}")
+
+    def to_env(self) -> str:
+        return json.dumps({"mode": self.mode, "layers": list(self.layers), "landlock_abi": self.landlock_abi, "read": list(self.read),
+                           "write": list(self.write), "profiler": self.profiler}, sort_keys=True)
+
+    @staticmethod
+    def from_env(text: str) -> "Spec":
+        d = json.loads(text)
+        return Spec(mode=d["mode"], layers=tuple(d["layers"]), landlock_abi=int(d["landlock_abi"]), read=tuple(d.get("read", ())),
+                    write=tuple(d.get("write", ())), profiler=bool(d.get("profiler")))
+
+
+def spec_for(mode: str, *, read: Sequence[str | Path] = (), write: Sequence[str | Path] = (), profiler: bool = False) -> Spec:
+    """The spec a child of this judge gets under `mode` on this machine."""
+    if mode not in MODES:
+        raise ValueError(f"sandbox must be one of {MODES}, got {mode!r}")
+    sup = support() if mode != "off" else Support(uid=False, landlock=0, seccomp=False, why=())
+    return Spec(mode=mode, layers=sup.layers(mode), landlock_abi=sup.landlock, read=tuple(str(p) for p in read),
+                write=tuple(str(p) for p in write), profiler=profiler)
+
+
+def refusal(mode: str) -> str:
+    """Why `mode` cannot judge here ('' when it can): strict needs the full sandbox."""
+    if mode != "strict":
+        return ""
+    missing = support().missing()
+    return f"--sandbox strict: this machine does not give the full sandbox (missing: {', '.join(missing)})" if missing else ""
+
+
+def record(spec: Spec | None) -> dict[str, Any]:
+    """The verdict's `sandbox` field."""
+    if spec is None:
+        return {"mode": "off", "layers": ["env"], "full": False, "missing": ["every layer but env: judged without the sandbox"]}
+    sup = support() if spec.mode != "off" else None
+    missing = list(sup.missing()) if sup is not None else ["every layer but env: judged without the sandbox"]
+    return {"mode": spec.mode, "layers": list(spec.layers), "full": not missing, "missing": missing}
+
+
+def observed(pid: int) -> dict[str, int]:
+    """What the kernel says of a process's confinement (/proc/PID/status): its real uid, whether
+    no_new_privs is set, its seccomp mode (2: a filter). Nothing the process itself can forge."""
+    got: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("Uid", "NoNewPrivs", "Seccomp"):
+                    got[name] = int(value.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return got
+
+
+def unconfined(spec_text: str, pid: int) -> str:
+    """'' when the child `pid` is confined as the spec (SPEC_ENV's text) says, as far as the kernel
+    tells; else what is missing. The judge checks this after the candidate's setup."""
+    if not spec_text:
+        return ""
+    layers = Spec.from_env(spec_text).layers
+    got = observed(pid)
+    if not got:
+        return "its /proc status is unreadable"
+    wrong = []
+    if "uid" in layers and got.get("Uid") != UID_BASE + pid:
+        wrong.append(f"uid {got.get('Uid')}, not {UID_BASE + pid}")
+    if set(layers) & {"uid", "landlock", "seccomp"} and got.get("NoNewPrivs") != 1:
+        wrong.append("no_new_privs unset")
+    if "seccomp" in layers and got.get("Seccomp") != 2:
+        wrong.append(f"seccomp mode {got.get('Seccomp')}")
+    return "; ".join(wrong)
+
+
+# ---- in the confined process -------------------------------------------------------------------
+
+
+def read_rules(spec: Spec) -> list[str]:
+    """Paths a confined process reads: the system's, Python's, the judge's, and the spec's own."""
+    home = str(Path.home())
+    py = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parent),
+          str(Path(__file__).resolve().parents[2])]
+    py += [p for p in sys.path if p and os.path.isabs(p) and p not in ("/", home)]
+    cuda = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH")]
+    return [*SYSTEM_READ, *(f"/etc/{x}" for x in ETC_READ), *py, *(c for c in cuda if c), *spec.read]
+
+
+def rules(spec: Spec, workdir: str) -> list[tuple[str, int]]:
+    """Landlock's rules: (path, rights)."""
+    abi = spec.landlock_abi
+    out = [(p, confine.READ) for p in read_rules(spec)]
+    out.append(("/dev", confine.FS_READ_DIR | confine.FS_READ_FILE))
+    out += [(f"/dev/{d}", confine.FILE_RIGHTS) for d in DEVICE_FILES]
+    out += [(str(p), confine.FILE_RIGHTS) for p in Path("/dev").glob("nvidia*") if not p.is_dir()]
+    out += [(p, confine.fs_rights(abi)) for p in (workdir, *spec.write)]
+    return out
+
+
+def enter(spec: Spec, workdir: str) -> dict[str, Any]:
+    """Confine this process (a judge child, before generated code runs) by `spec`, with `workdir`
+    its writable folder and workdir/tmp its temporary one; what was applied. Raises OSError when a
+    layer the spec names fails: the child must not go on half-confined."""
+    tmp = os.path.join(workdir, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    for var in ("TMPDIR", "TMP", "TEMP"):
+        os.environ[var] = tmp
+    os.environ["HOME"] = workdir
+    os.environ[CONFINED_ENV] = "1"
+    layers = spec.layers
+    if "limits" in layers:
+        confine.set_limits(limits())
+    if "uid" in layers:
+        uid = UID_BASE + os.getpid()
+        for path in (workdir, tmp, *spec.write):
+            os.chown(path, uid, uid)
+        confine.set_limits({"NPROC": NPROC})
+        confine.become(uid, keep_read_search="landlock" in layers)
+    elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
+        confine.set_limits({"NPROC": len(confine.pids_of_uid(os.getuid())) + NPROC})
+    if set(layers) & {"uid", "landlock", "seccomp"}:
+        confine.no_new_privs()
+    if "landlock" in layers:
+        confine.landlock(rules(spec, workdir), abi=spec.landlock_abi)
+    if "seccomp" in layers:
+        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else ())
+    return {"layers": list(layers), "uid": os.getuid()}
+
+
+def enter_from_env(workdir: str, extra_read: Sequence[str] = ()) -> dict[str, Any] | None:
+    """Enter the sandbox SPEC_ENV describes (None when the judge set none)."""
+    text = os.environ.pop(SPEC_ENV, "")
+    if not text:
+        return None
+    spec = Spec.from_env(text)
+    if extra_read:
+        spec = Spec(mode=spec.mode, layers=spec.layers, landlock_abi=spec.landlock_abi, read=(*spec.read, *extra_read),
+                    write=spec.write, profiler=spec.profiler)
+    return enter(spec, workdir)
+
+
+def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
+    """`cmd` wrapped so that it runs confined by `spec` in `workdir` (a compiler, compute-sanitizer,
+    ncu): a small launcher (judge.confine, the standard library only) confines itself, then execs."""
+    if spec.layers == ("env",):
+        return list(cmd)
+    return [sys.executable, "-I", "-S", confine.__file__, "exec", json.dumps(_exec_plan(spec, str(workdir))), "--", *cmd]
+
+
+def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
+    return {"layers": list(spec.layers), "abi": spec.landlock_abi, "rules": rules(spec, workdir), "workdir": workdir,
+            "chown": [workdir, *spec.write], "limits": limits(), "nproc": NPROC, "uid_base": UID_BASE, "profiler": spec.profiler}
+
+
+def reap(pid: int) -> int:
+    """Kill every process left of the confined child `pid` had (its own uid's, when the judge is
+    root); how many were signalled."""
+    if os.getuid() != 0 or pid <= 0:
+        return 0
+    return confine.kill_uid(UID_BASE + pid)

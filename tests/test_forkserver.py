@@ -132,13 +132,26 @@ def test_a_candidate_cannot_taint_the_next_candidates_children():
     assert forkpool.server() is srv and not srv.lost  # both were forked from one server
 
 
-def test_the_fork_server_killed_mid_verdict_loses_nothing(monkeypatch):
-    """A candidate that kills the fork server at import: its children live on (sessions of their
-    own), its verdict is reached, and the next evaluation starts a new server."""
-    monkeypatch.setenv("PYTHONKWTESTKILL", "1")  # a server of this test's own, not the session's shared one
+def test_the_sandbox_keeps_a_candidate_from_killing_the_fork_server(monkeypatch):
+    """Inside the sandbox the candidate's SIGKILL to its parent (the fork server) is refused: the
+    server lives on and serves the next evaluation."""
+    monkeypatch.setenv("PYTHONKWTESTKEEP", "1")  # a server of this test's own, not the session's shared one
     srv = forkpool.server()
     srv.wait_ready()
     verdict = judge("rowsum", "rowsum_kills_forkserver", correctness_policy())
+    assert verdict.status.value == "correct", verdict.log
+    if verdict.sandbox["full"]:
+        time.sleep(0.5)
+        assert not srv.lost and forkpool.server() is srv
+
+
+def test_the_fork_server_killed_mid_verdict_loses_nothing(monkeypatch):
+    """Without the sandbox, a candidate that kills the fork server at import: its children live on
+    (sessions of their own), its verdict is reached, and the next evaluation starts a new server."""
+    monkeypatch.setenv("PYTHONKWTESTKILL", "1")  # a server of this test's own, not the session's shared one
+    srv = forkpool.server()
+    srv.wait_ready()
+    verdict = judge("rowsum", "rowsum_kills_forkserver", correctness_policy(sandbox="off"))
     assert verdict.status.value == "correct", verdict.log
     deadline = time.monotonic() + 10
     while not srv.lost and time.monotonic() < deadline:

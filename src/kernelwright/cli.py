@@ -34,7 +34,8 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         common = dict(precision=args.precision, baselines=args.baselines, compile_baseline=args.compile_baseline and args.baselines != "skip",
                       compile_mode=args.compile_mode,
                       time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute,
-                      libraries=tuple(args.allow_library or ()), sanitize=args.sanitize)
+                      libraries=tuple(args.allow_library or ()), sanitize=args.sanitize,
+                      sandbox=getattr(args, "sandbox", "auto"))
         if args.preset == "kernelbench":
             return kernelbench_preset(**common, **({"n_seeds": args.seeds} if args.seeds is not None else {}))
         return Policy(**common, n_seeds=args.seeds if args.seeds is not None else 3, timing=TimingConfig(budget_s=args.budget_s))
@@ -340,6 +341,9 @@ def policy_flags(e: argparse.ArgumentParser) -> None:
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
     e.add_argument("--sanitize", action="store_true",
                    help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) and record the findings (GPU)")
+    e.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
+                   help="the sandbox generated code runs in: auto (what this machine allows; the verdict says what is missing), "
+                        "strict (refuse to judge without the full sandbox), off (only the environment's allow-list)")
 
 
 def build_parser() -> argparse.ArgumentParser:

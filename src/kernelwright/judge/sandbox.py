@@ -49,12 +49,11 @@ UID_BASE = 0x6B000000  # 1795162112 and up: no account's; a child's uid is this 
 # Names that say a secret, anywhere in a variable's name (upper-cased), and the judge's own doors.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE", "SIGNATURE")
 DENIED_NAMES = frozenset({"KERNELWRIGHT_STORE", "KERNELWRIGHT_SERVICE", "KERNELWRIGHT_SERVICE_TOKEN", "KERNELWRIGHT_FORKSERVER_SOCKET"})
-ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED",
-                           "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "LD_LIBRARY_PATH", "CC", "CXX", "CPATH", "LIBRARY_PATH"})
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TRITON_", "KINETO_",
+ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CC", "CXX", "CPATH", "LIBRARY_PATH"})
+ALLOWED_PREFIXES = ("PYTHON", "LD_", "LC_", "CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TRITON_", "KINETO_",
                     "CUBLAS_", "CUDNN_", "NVCC_", "KERNELWRIGHT_")
 LIMITS = {"NOFILE": 4096, "CORE": 0, "FSIZE": 16 << 30, "CPU": 3600}  # KERNELWRIGHT_SANDBOX_<NAME> overrides (tests)
-NPROC = 512  # tasks (threads count) of a child's own uid: torch's thread pools fit many times over
+NPROC = 512  # tasks (threads count) of a child's own uid: torch's thread pools fit many times over (KERNELWRIGHT_SANDBOX_NPROC)
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/proc", "/sys", "/run/nvidia-persistenced")
 ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf", "alternatives",
             "nvidia", "OpenCL", "vulkan", "gai.conf", "mime.types", "os-release", "debian_version")
@@ -125,6 +124,11 @@ def limits() -> dict[str, int]:
         if raw:
             out[name] = int(raw)
     return out
+
+
+def nproc() -> int:
+    raw = os.environ.get("KERNELWRIGHT_SANDBOX_NPROC")
+    return int(raw) if raw else NPROC
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,10 +261,10 @@ def enter(spec: Spec, workdir: str) -> dict[str, Any]:
         uid = UID_BASE + os.getpid()
         for path in (workdir, tmp, *spec.write):
             os.chown(path, uid, uid)
-        confine.set_limits({"NPROC": NPROC})
+        confine.set_limits({"NPROC": nproc()})
         confine.become(uid, keep_read_search="landlock" in layers)
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
-        confine.set_limits({"NPROC": len(confine.pids_of_uid(os.getuid())) + NPROC})
+        confine.set_limits({"NPROC": len(confine.pids_of_uid(os.getuid())) + nproc()})
     if set(layers) & {"uid", "landlock", "seccomp"}:
         confine.no_new_privs()
     if "landlock" in layers:
@@ -292,7 +296,7 @@ def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
 
 def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
     return {"layers": list(spec.layers), "abi": spec.landlock_abi, "rules": rules(spec, workdir), "workdir": workdir,
-            "chown": [workdir, *spec.write], "limits": limits(), "nproc": NPROC, "uid_base": UID_BASE, "profiler": spec.profiler}
+            "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler}
 
 
 def reap(pid: int) -> int:

@@ -1,0 +1,313 @@
+"""The sandbox zoo: candidates that compute an honest ReLU (tests/fixtures/problems/relu.py) and,
+at import, try one thing more. An attempt that succeeds raises `BREACH: ...` (the verdict is then
+not correct and its log says what got through); one the sandbox contains leaves an honest
+candidate, judged `correct`. Tests/test_sandbox.py judges each with the static layer advisory and
+the judge's in-process guards (function identities, between-call checks, op audit) off, so the
+sandbox holds by itself, and then checks that nothing outside it changed.
+
+Each template is Python text with @placeholders@ the test fills (paths, the judge's pid, ports).
+Attacks that could harm the machine if the sandbox failed are bounded (a fork bomb of at most
+BOMB processes, a fill of at most FILL_MIB), so that a failure fails the test, not the machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+BOMB = 400  # at most this many processes forked by the fork bomb, whatever the sandbox does
+FILL_MIB = 192  # at most this many MiB written by the disk fill
+SECRET = "sk-kwzoo-3f9a7c1e"  # the key the judge's environment holds during the zoo
+PREFIX = SECRET[:9]  # what an attack looks for; the key itself is never in an attack's text (its memory would hold it)
+DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()  # how an attack knows the key when it finds it
+
+HONEST = r'''
+import torch
+import torch.nn as nn
+
+from kernelwright import runtime
+
+lib = runtime.load(r"""
+extern "C" int relu(const float* x, float* y, long n) {
+    for (long i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+    return 0;
+}
+""")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        lib.relu(x, y, x.numel())
+        return y
+'''
+
+PRELUDE = r'''
+import os
+
+GOT = []
+
+
+def attempt(name, fn):
+    try:
+        result = fn()
+    except Exception as exc:  # refused: what the sandbox is for
+        return f"refused: {type(exc).__name__}: {exc}"
+    if result:
+        GOT.append(f"{name}: {str(result)[:200]}")
+    return result
+
+
+def is_key(data):
+    import hashlib
+    at = data.find(@prefix!r@.encode())
+    while at >= 0:
+        if hashlib.sha256(data[at:at + @length@]).hexdigest() == @digest!r@:
+            return True
+        at = data.find(@prefix!r@.encode(), at + 1)
+    return False
+
+
+def done():
+    if GOT:
+        raise RuntimeError("BREACH: " + " | ".join(GOT))
+'''
+
+ATTACKS: dict[str, str] = {
+    "store_write": r'''
+attempt("opened the store for writing", lambda: open(@store!r@, "r+b") and "yes")
+attempt("the store's path in the environment", lambda: os.environ.get("KERNELWRIGHT_STORE"))
+done()
+''',
+    "key_from_env": r'''
+attempt("a key in os.environ", lambda: [k for k, v in os.environ.items() if is_key(v.encode())])
+attempt("a key in /proc/self/environ", lambda: is_key(open("/proc/self/environ", "rb").read()) and "yes")
+attempt("a key in the parent's environ", lambda: is_key(open(f"/proc/{os.getppid()}/environ", "rb").read()) and "yes")
+attempt("a key in the judge's environ", lambda: is_key(open("/proc/@judge_pid@/environ", "rb").read()) and "yes")
+done()
+''',
+    "key_from_memory": r'''
+def scan():
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+        for line in maps:
+            addr, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            lo, hi = (int(x, 16) for x in addr.split("-"))
+            if hi - lo > 1 << 28:
+                continue
+            try:
+                mem.seek(lo)
+                if is_key(mem.read(hi - lo)):
+                    return line.strip()
+            except (OSError, ValueError, OverflowError):
+                continue
+    return ""
+attempt("the key in this process's memory", scan)
+done()
+''',
+    "write_outside": r'''
+attempt("wrote outside its folder", lambda: open(@outside!r@, "w").write("x") and "yes")
+attempt("wrote in /tmp", lambda: open("/tmp/kw-zoo-outside-@tag@", "w").write("x") and "yes")
+attempt("wrote in /dev/shm", lambda: open("/dev/shm/kw-zoo-outside-@tag@", "w").write("x") and "yes")
+done()
+''',
+    "loopback": r'''
+import socket
+attempt("connected to the TCP listener", lambda: socket.create_connection(("127.0.0.1", @port@), timeout=2) and "yes")
+attempt("sent UDP to loopback", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", @port@)) and "yes")
+def unix():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(@unix_path!r@)
+    return "yes"
+attempt("connected to the unix socket", unix)
+done()
+''',
+    "signal_judge": r'''
+import ctypes, signal
+attempt("signal 0 to the judge", lambda: os.kill(@judge_pid@, 0) or "yes")
+attempt("SIGCONT to the judge", lambda: os.kill(@judge_pid@, signal.SIGCONT) or "yes")
+def others():
+    hit = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (os.getpid(),) and os.getpgid(0) != _pgid(int(name)):
+            try:
+                os.kill(int(name), 0)
+                hit.append(name)
+            except OSError:
+                pass
+    return hit
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
+attempt("signal 0 to processes outside its group (the reference child among them)", others)
+libc = ctypes.CDLL(None, use_errno=True)
+attempt("ptrace-seized the judge", lambda: libc.ptrace(0x4206, @judge_pid@, 0, 0) == 0 and "yes")
+attempt("read the judge's memory", lambda: open("/proc/@judge_pid@/mem", "rb").read(1) is not None and "yes")
+done()
+''',
+    "other_evaluation": r'''
+attempt("listed another evaluation's folder", lambda: os.listdir(@other_dir!r@))
+attempt("read another evaluation's file", lambda: open(@other_file!r@).read())
+attempt("wrote into another evaluation's folder", lambda: open(@other_dir!r@ + "/planted", "w").write("x") and "yes")
+done()
+''',
+    "overwrite_build": r'''
+import glob
+cache = os.environ.get("KERNELWRIGHT_CACHE", "")
+def overwrite():
+    hit = []
+    for lib_path in glob.glob(os.path.join(cache, "builds", "*", "lib.so")):
+        try:
+            with open(lib_path, "r+b") as f:
+                f.write(b"\x7fELF-poisoned")
+            hit.append(lib_path)
+        except OSError:
+            pass
+    return hit
+def plant():
+    d = os.path.join(cache, "builds", "0" * 64)
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, "lib.so"), "wb").write(b"x")
+    return "yes"
+attempt("overwrote another candidate's build", overwrite)
+attempt("planted a build in the cache", plant)
+done()
+''',
+    "raw_host_code": r'''
+import ctypes
+from kernelwright import runtime
+raw = runtime.load(r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+static char report_buf[2048];
+static void note(const char* what) { strncat(report_buf, what, sizeof(report_buf) - strlen(report_buf) - 2); strcat(report_buf, ";"); }
+__attribute__((constructor)) static void attack() {
+    const char* key = getenv("OPENAI_API_KEY");
+    if (key) note("getenv found the key");
+    int fd = open("/proc/self/environ", O_RDONLY);
+    if (fd >= 0) { char buf[65536]; long n = read(fd, buf, sizeof buf - 1); if (n > 0) { buf[n] = 0; for (long i = 0; i < n; ++i) if (!strncmp(buf + i, "@prefix@", 9)) note("environ held a key"); } close(fd); }
+    fd = (int)syscall(SYS_openat, AT_FDCWD, "@outside@.raw", O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) { note("raw openat wrote outside"); close(fd); }
+    int s = (int)syscall(SYS_socket, AF_INET, SOCK_STREAM, 0);
+    if (s >= 0) {
+        sockaddr_in a{}; a.sin_family = AF_INET; a.sin_port = htons(@port@); a.sin_addr.s_addr = inet_addr("127.0.0.1");
+        if (connect(s, (sockaddr*)&a, sizeof a) == 0) note("raw socket connected");
+        close(s);
+    }
+    if (syscall(SYS_kill, @judge_pid@, 0) == 0) note("raw kill reached the judge");
+    fd = (int)syscall(SYS_openat, AT_FDCWD, "@store@", O_RDWR);
+    if (fd >= 0) { note("raw openat opened the store"); close(fd); }
+}
+extern "C" const char* kw_report() { return report_buf; }
+""", lang="cpp", name="kw_zoo_raw")
+report = ctypes.CDLL(str(raw.path)).kw_report
+report.restype = ctypes.c_char_p
+attempt("the library's host code got through", lambda: (report() or b"").decode())
+done()
+''',
+    "fork_bomb": r'''
+import time
+def bomb():
+    made = 0
+    for _ in range(@bomb@):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            try:
+                os.execvp("sleep", ["sleep", "60.@tag@"])
+            finally:
+                os._exit(0)
+        made += 1
+    return made >= @bomb@ and f"forked all {made}"
+attempt("forked without a bound", bomb)
+done()
+''',
+    "disk_fill": r'''
+import signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+def fill():
+    block = b"\0" * (1 << 20)
+    written = 0
+    try:
+        with open("fill.bin", "wb") as f:
+            for _ in range(@fill_mib@):
+                f.write(block)
+                f.flush()
+                written += 1
+    except OSError:
+        pass
+    return written >= @fill_mib@ and f"wrote {written} MiB"
+attempt("filled the disk without a bound", fill)
+done()
+''',
+    "daemon": r'''
+import time
+def daemon():
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            try:
+                os.execvp("sleep", ["sleep", "120.@tag@"])
+            finally:
+                os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return ""
+attempt("started a daemon", daemon)
+done()
+''',
+}
+
+# A build that reads a secret through #include and would show it in the build log.
+SECRET_INCLUDE = r'''
+import torch
+import torch.nn as nn
+
+from kernelwright import runtime
+
+lib = runtime.load(r"""
+#include "@secret_header@"
+extern "C" int relu(const float* x, float* y, long n) {
+    for (long i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+    return 0;
+}
+""")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        lib.relu(x, y, x.numel())
+        return y
+'''
+
+
+def fill(text: str, values: dict[str, object]) -> str:
+    """`text` with each @name@ replaced by str(value) and each @name!r@ by repr(value)."""
+    for name, value in values.items():
+        text = text.replace(f"@{name}!r@", repr(value)).replace(f"@{name}@", str(value))
+    left = re.findall(r"@[a-z_]+(?:!r)?@", text)
+    assert not left, f"placeholders left unfilled: {left}"
+    return text
+
+
+def candidate(name: str, **values: object) -> str:
+    """The text of attack `name` (a model_new.py) with its placeholders filled."""
+    values = {"prefix": PREFIX, "digest": DIGEST, "length": len(SECRET), **values}
+    return fill(PRELUDE, values) + fill(ATTACKS[name], values) + HONEST

@@ -1,0 +1,279 @@
+"""The sandbox zoo (tests/sandbox_zoo.py): every attack contained, every control correct, and a
+check after each verdict that nothing outside the sandbox changed. Judged with the judge's own
+in-process guards off, so the sandbox holds by itself (the static layer only ever advises)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+import sandbox_zoo as zoo
+from conftest import CANDIDATES, JUDGE_TIMEOUT_S, PROBLEMS
+from kernelwright.judge import build, confine, sandbox
+from kernelwright.judge.evaluate import evaluate
+from kernelwright.judge.policy import Policy
+
+pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S * 2)
+
+GUARDS_OFF = frozenset({"function_identities", "between_calls", "op_audit"})
+FULL = sandbox.support().missing() == ()
+needs_full = pytest.mark.skipif(not FULL, reason=f"this machine does not give the full sandbox: {sandbox.support().missing()}")
+
+
+def zoo_policy(**kw) -> Policy:
+    return Policy(time_candidate=False, compile_baseline=False, baselines="skip", disabled_steps=GUARDS_OFF, **kw)
+
+
+class Listeners:
+    """A TCP and a UDP listener on loopback and a unix socket, counting what reaches them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        self.unix_path = str(folder / "listen.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.unix_path)
+        os.chmod(self.unix_path, 0o777)  # permission bits alone would let anyone in: the sandbox must refuse
+        self.unix.listen(4)
+        self.reached: list[str] = []
+        for sock, name in ((self.tcp, "tcp"), (self.unix, "unix")):
+            threading.Thread(target=self._accept, args=(sock, name), daemon=True).start()
+        threading.Thread(target=self._udp, daemon=True).start()
+
+    def _accept(self, sock: socket.socket, name: str) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            self.reached.append(name)
+            conn.close()
+
+    def _udp(self) -> None:
+        while True:
+            try:
+                self.udp.recvfrom(64)
+            except OSError:
+                return
+            self.reached.append("udp")
+
+    def close(self) -> None:
+        for s in (self.tcp, self.udp, self.unix):
+            s.close()
+
+
+@pytest.fixture()
+def world(tmp_path, monkeypatch):
+    """What the attacks aim at: a key in the judge's environment, a store, another evaluation's
+    folder, a secret header, listeners; and the state to compare after the verdict."""
+    monkeypatch.setenv("OPENAI_API_KEY", zoo.SECRET)
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_NPROC", "96")
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_FSIZE", str(64 << 20))
+    store = tmp_path / "store.sqlite"
+    store.write_bytes(b"SQLite format 3\0" + bytes(4080))
+    os.chmod(store, 0o666)  # writable by anyone as far as permission bits go: the sandbox must refuse
+    monkeypatch.setenv("KERNELWRIGHT_STORE", str(store))
+    other = tmp_path / "kw-eval-other"
+    other.mkdir()
+    (other / "model_new.py").write_text("# another evaluation's candidate\n")
+    os.chmod(other, 0o777)
+    os.chmod(other / "model_new.py", 0o644)
+    header = tmp_path / "secret.h"
+    header.write_text(f"{zoo.SECRET.replace('-', '_')} leaked\n")
+    os.chmod(header, 0o644)
+    outside = tmp_path / "outside.txt"
+    os.chmod(tmp_path, 0o777)
+    listeners = Listeners(tmp_path)
+    tag = str(random.randrange(10**6, 10**7))
+    values = {"store": str(store), "judge_pid": os.getpid(), "outside": str(outside), "tag": tag, "port": listeners.port,
+              "unix_path": listeners.unix_path, "other_dir": str(other), "other_file": str(other / "model_new.py"),
+              "bomb": zoo.BOMB, "fill_mib": zoo.FILL_MIB, "secret_header": str(header)}
+    yield {"values": values, "store": store, "other": other, "outside": outside, "listeners": listeners, "tag": tag, "root": tmp_path}
+    listeners.close()
+
+
+def _cache_sound() -> list[str]:
+    """Entries of the build cache whose library fails its digest."""
+    bad = []
+    for meta in (build.cache_dir() / "builds").glob("*/meta.json"):
+        want = json.loads(meta.read_text()).get("sha256")
+        if want and build.file_digest(meta.parent / build.LIB_NAME) != want:
+            bad.append(meta.parent.name)
+    if (build.cache_dir() / "builds" / ("0" * 64)).exists():
+        bad.append("a planted entry")
+    return bad
+
+
+def _tagged(tag: str) -> list[int]:
+    """Processes whose command line carries the tag (what the bomb and the daemon exec)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if tag.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def _judge_attack(world, name: str, mode: str = "auto"):
+    folder = world["root"] / name
+    folder.mkdir()
+    (folder / "model_new.py").write_text(zoo.candidate(name, **world["values"]))
+    store_before = hashlib.sha256(world["store"].read_bytes()).hexdigest()
+    other_before = sorted(os.listdir(world["other"]))
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox=mode), device="cpu")
+    text = verdict.to_json()
+    changed = []
+    if hashlib.sha256(world["store"].read_bytes()).hexdigest() != store_before:
+        changed.append("the store")
+    if sorted(os.listdir(world["other"])) != other_before:
+        changed.append("another evaluation's folder")
+    for path in (world["outside"], Path(f"{world['outside']}.raw"), Path(f"/tmp/kw-zoo-outside-{world['tag']}"),
+                 Path(f"/dev/shm/kw-zoo-outside-{world['tag']}")):
+        if path.exists():
+            changed.append(str(path))
+            path.unlink()
+    if world["listeners"].reached:
+        changed.append(f"listeners reached: {world['listeners'].reached}")
+    changed += [f"cache entry {k}" for k in _cache_sound()]
+    left = _tagged(world["tag"])
+    for pid in left:
+        os.kill(pid, 9)
+    if left:
+        changed.append(f"{len(left)} process(es) outlived the verdict")
+    return verdict, text, changed
+
+
+@needs_full
+@pytest.mark.parametrize("name", sorted(zoo.ATTACKS))
+def test_each_attack_is_contained(world, name):
+    verdict, text, changed = _judge_attack(world, name)
+    assert verdict.sandbox["full"] and verdict.sandbox["layers"] == list(sandbox.LAYERS), verdict.sandbox
+    assert verdict.status.value == "correct", verdict.log
+    assert "BREACH" not in text and zoo.SECRET not in text
+    assert not changed, changed
+
+
+@needs_full
+def test_a_build_that_includes_a_secret_cannot_read_it(world):
+    folder = world["root"] / "secret_include"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(zoo.fill(zoo.SECRET_INCLUDE, world["values"]))
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(), device="cpu")
+    assert verdict.status.value == "compile_error", verdict.log
+    assert "Permission denied" in verdict.log
+    assert zoo.SECRET.replace("-", "_") not in verdict.to_json()
+
+
+# The environment's allow-list holds with --sandbox off too, so the key attacks find nothing there either.
+REAL_WITHOUT = sorted(set(zoo.ATTACKS) - {"key_from_env", "key_from_memory"})
+
+
+@pytest.mark.parametrize("name", REAL_WITHOUT)
+def test_each_attack_gets_through_without_the_sandbox(world, name, tmp_path, monkeypatch):
+    """The zoo's attacks are real: with --sandbox off each one gets through (a private build cache,
+    since one of them poisons it)."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "private-cache"))
+    verdict, text, changed = _judge_attack(world, name, mode="off")
+    assert "BREACH" in text or changed, (verdict.status, verdict.log)
+
+
+@pytest.mark.parametrize("name", ["key_from_env", "key_from_memory"])
+def test_the_key_attacks_find_a_key_that_is_there(world, name, monkeypatch):
+    """Positive control for the key attacks: with the allow-list bypassed and no sandbox, the
+    child's environment holds the key, and each attack finds it."""
+    monkeypatch.setattr(sandbox, "clean_env", lambda env: {k: v for k, v in env.items() if k not in sandbox.DENIED_NAMES})
+    verdict, text, _ = _judge_attack(world, name, mode="off")
+    assert verdict.status.value == "runtime_error" and "BREACH" in verdict.log, verdict.log
+
+
+def test_without_the_sandbox_the_verdict_says_so(world):
+    """The zoo's attacks are real: with --sandbox off (the environment's allow-list only) writing
+    outside the folder and the store succeed, and the verdict says it was judged without one."""
+    folder = world["root"] / "unconfined"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(zoo.candidate("write_outside", **world["values"]))
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox="off"), device="cpu")
+    assert verdict.status.value == "runtime_error" and "BREACH" in verdict.log, verdict.log
+    assert verdict.sandbox == {"mode": "off", "layers": ["env"], "full": False, "missing": ["every layer but env: judged without the sandbox"]}
+    for path in (world["outside"], Path(f"/tmp/kw-zoo-outside-{world['tag']}"), Path(f"/dev/shm/kw-zoo-outside-{world['tag']}")):
+        path.unlink(missing_ok=True)
+    key = world["root"] / "key_env"
+    key.mkdir()
+    (key / "model_new.py").write_text(zoo.candidate("key_from_env", **world["values"]))
+    verdict = evaluate(PROBLEMS / "relu.py", key, zoo_policy(sandbox="off"), device="cpu")
+    assert verdict.status.value == "correct", verdict.log  # the environment's allow-list holds even then
+
+
+@pytest.mark.parametrize("mode", ["auto", "strict", "off"])
+def test_the_honest_control_is_correct_in_every_mode(mode):
+    verdict = evaluate(PROBLEMS / "relu.py", CANDIDATES / "relu_correct", zoo_policy(sandbox=mode), device="cpu")
+    if mode == "strict" and not FULL:
+        assert verdict.status.value == "infra_error" and "--sandbox strict" in verdict.log
+        return
+    assert verdict.status.value == "correct", verdict.log
+    assert verdict.sandbox["mode"] == mode
+
+
+def test_strict_refuses_where_the_full_sandbox_is_missing(monkeypatch):
+    monkeypatch.setattr(sandbox, "support", lambda: sandbox.Support(uid=False, landlock=0, seccomp=True, why=("no landlock",)))
+    verdict = evaluate(PROBLEMS / "relu.py", CANDIDATES / "relu_correct", zoo_policy(sandbox="strict"), device="cpu")
+    assert verdict.status.value == "infra_error"
+    assert "landlock (filesystem)" in verdict.log
+
+
+def test_the_environment_allow_list():
+    env = {"PATH": "/bin", "OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "HF_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s",
+           "KERNELWRIGHT_STORE": "/s", "KERNELWRIGHT_SERVICE_TOKEN": "t", "KERNELWRIGHT_CACHE": "/c", "CUDA_VISIBLE_DEVICES": "0",
+           "GITHUB_TOKEN": "t", "MY_PASSWORD": "p", "HOME": "/root", "SSH_AUTH_SOCK": "/s", "PYTHONPATH": "src", "TORCH_LOGS": "x",
+           "CUDA_API_KEY": "k", "LD_LIBRARY_PATH": "/l"}
+    assert sandbox.clean_env(env) == {"PATH": "/bin", "KERNELWRIGHT_CACHE": "/c", "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": "src",
+                                      "TORCH_LOGS": "x", "LD_LIBRARY_PATH": "/l"}
+
+
+def test_the_seccomp_program_covers_every_machine():
+    for arch in ("x86_64", "aarch64"):
+        prog = confine.seccomp_program(arch)
+        assert len(prog) % 8 == 0 and len(prog) // 8 == 4 + (2 if arch == "x86_64" else 0) + 2 * len(confine.DENIED) + 1
+    with pytest.raises(OSError):
+        confine.seccomp_program("riscv64")
+
+
+@needs_full
+def test_the_build_cache_refuses_an_entry_that_fails_its_digest(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    spec = build.spec_from_text('extern "C" int one() { return 1; }', lang="cpp", name="one")
+    first = build.build(spec)
+    assert first.ok and not first.cached
+    assert build.build(spec).cached
+    first.lib_path.write_bytes(b"poisoned")  # as a candidate that could write the cache would
+    again = build.build(spec)
+    assert again.ok and not again.cached and build.file_digest(again.lib_path) == json.loads((again.lib_path.parent / "meta.json").read_text())["sha256"]
+
+
+@needs_full
+def test_a_confined_command_writes_only_its_folder(tmp_path):
+    """The launcher that compilers, compute-sanitizer and ncu start through: its own folder is
+    writable, the rest is not, and the network is refused."""
+    import subprocess
+
+    own = tmp_path / "own"
+    own.mkdir()
+    os.chmod(tmp_path, 0o777)
+    spec = sandbox.spec_for("auto")
+    script = f"echo ok > {own}/in.txt; echo x > {tmp_path}/out.txt; id -u"
+    done = subprocess.run(sandbox.command(spec, ["sh", "-c", script], own), cwd=own, capture_output=True, text=True, timeout=60)
+    assert (own / "in.txt").read_text() == "ok\n"
+    assert not (tmp_path / "out.txt").exists() and "Permission denied" in done.stderr
+    assert int(done.stdout.split()[-1]) >= sandbox.UID_BASE

@@ -12,11 +12,21 @@ BOMB processes, a fill of at most FILL_MIB), so that a failure fails the test, n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
+import random
 import re
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Callable
 
 BOMB = 400  # at most this many processes forked by the fork bomb, whatever the sandbox does
 FILL_MIB = 192  # at most this many MiB written by the disk fill
+RELU = Path(__file__).resolve().parent / "fixtures" / "problems" / "relu.py"
+GUARDS_OFF = frozenset({"function_identities", "between_calls", "op_audit"})  # the judge's in-process guards: the sandbox holds alone
 SECRET = "sk-kwzoo-3f9a7c1e"  # the key the judge's environment holds during the zoo
 PREFIX = SECRET[:9]  # what an attack looks for; the key itself is never in an attack's text (its memory would hold it)
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()  # how an attack knows the key when it finds it
@@ -307,7 +317,156 @@ def fill(text: str, values: dict[str, object]) -> str:
     return text
 
 
-def candidate(name: str, **values: object) -> str:
-    """The text of attack `name` (a model_new.py) with its placeholders filled."""
+def candidate(name: str, honest: str = HONEST, **values: object) -> str:
+    """The text of attack `name` (a model_new.py) with its placeholders filled, `honest` after it."""
     values = {"prefix": PREFIX, "digest": DIGEST, "length": len(SECRET), **values}
-    return fill(PRELUDE, values) + fill(ATTACKS[name], values) + HONEST
+    return fill(PRELUDE, values) + fill(ATTACKS[name], values) + honest
+
+
+class Listeners:
+    """A TCP and a UDP listener on loopback and a unix socket, counting what reaches them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        self.unix_path = str(folder / "listen.sock")
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind(self.unix_path)
+        os.chmod(self.unix_path, 0o777)  # permission bits alone would let anyone in: the sandbox must refuse
+        self.unix.listen(4)
+        self.reached: list[str] = []
+        for sock, name in ((self.tcp, "tcp"), (self.unix, "unix")):
+            threading.Thread(target=self._accept, args=(sock, name), daemon=True).start()
+        threading.Thread(target=self._udp, daemon=True).start()
+
+    def _accept(self, sock: socket.socket, name: str) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            self.reached.append(name)
+            conn.close()
+
+    def _udp(self) -> None:
+        while True:
+            try:
+                self.udp.recvfrom(64)
+            except OSError:
+                return
+            self.reached.append("udp")
+
+    def close(self) -> None:
+        for s in (self.tcp, self.udp, self.unix):
+            s.close()
+
+
+
+
+
+class World:
+    """What the attacks aim at: a key in the judge's environment, a store, another evaluation's
+    folder, a secret header, listeners; and the state compared after each verdict. `setenv` sets
+    a variable in the judge's environment (pytest's monkeypatch.setenv, or a plain setter)."""
+
+    def __init__(self, root: Path, setenv: Callable[[str, str], None]) -> None:
+        self.root = root
+        setenv("OPENAI_API_KEY", SECRET)
+        setenv("KERNELWRIGHT_SANDBOX_NPROC", "96")
+        setenv("KERNELWRIGHT_SANDBOX_FSIZE", str(64 << 20))
+        self.store = root / "store.sqlite"
+        self.store.write_bytes(b"SQLite format 3\0" + bytes(4080))
+        os.chmod(self.store, 0o666)  # writable by anyone as far as permission bits go: the sandbox must refuse
+        setenv("KERNELWRIGHT_STORE", str(self.store))
+        self.other = root / "kw-eval-other"
+        self.other.mkdir()
+        (self.other / "model_new.py").write_text("# another evaluation's candidate\n")
+        os.chmod(self.other, 0o777)
+        os.chmod(self.other / "model_new.py", 0o644)
+        header = root / "secret.h"
+        header.write_text(f"{SECRET.replace('-', '_')} leaked\n")
+        os.chmod(header, 0o644)
+        self.outside = root / "outside.txt"
+        os.chmod(root, 0o777)
+        self.listeners = Listeners(root)
+        self.tag = str(random.randrange(10**6, 10**7))
+        self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
+                       "port": self.listeners.port, "unix_path": self.listeners.unix_path, "other_dir": str(self.other),
+                       "other_file": str(self.other / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "secret_header": str(header)}
+
+    def close(self) -> None:
+        self.listeners.close()
+
+    def state(self) -> tuple[str, list[str]]:
+        return hashlib.sha256(self.store.read_bytes()).hexdigest(), sorted(os.listdir(self.other))
+
+    def changed_since(self, before: tuple[str, list[str]]) -> list[str]:
+        """What changed outside the sandbox since `before` (self.state()); cleans up what it finds."""
+        from kernelwright.judge import build
+
+        store, other = before
+        changed = []
+        if hashlib.sha256(self.store.read_bytes()).hexdigest() != store:
+            changed.append("the store")
+        if sorted(os.listdir(self.other)) != other:
+            changed.append("another evaluation's folder")
+        for path in (self.outside, Path(f"{self.outside}.raw"), Path(f"/tmp/kw-zoo-outside-{self.tag}"), Path(f"/dev/shm/kw-zoo-outside-{self.tag}")):
+            if path.exists():
+                changed.append(str(path))
+                path.unlink()
+        if self.listeners.reached:
+            changed.append(f"listeners reached: {self.listeners.reached}")
+            self.listeners.reached.clear()
+        changed += [f"cache entry {k}" for k in unsound_cache(build.cache_dir())]
+        left = tagged(self.tag)
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        if left:
+            changed.append(f"{len(left)} process(es) outlived the verdict")
+        return changed
+
+
+def unsound_cache(cache: Path) -> list[str]:
+    """Entries of the build cache whose library fails its digest, and a planted one."""
+    from kernelwright.judge import build
+
+    bad = []
+    for meta in (cache / "builds").glob("*/meta.json"):
+        want = json.loads(meta.read_text()).get("sha256")
+        if want and build.file_digest(meta.parent / build.LIB_NAME) != want:
+            bad.append(meta.parent.name)
+    if (cache / "builds" / ("0" * 64)).exists():
+        bad.append("a planted entry")
+    return bad
+
+
+def tagged(tag: str) -> list[int]:
+    """Processes whose command line carries the tag (what the bomb and the daemon exec)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if tag.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def judge_attack(world: World, name: str, *, mode: str = "auto", device: str = "cpu", honest: str = HONEST,
+                 problem: Path | None = None) -> tuple[Any, str, list[str]]:
+    """Judge attack `name` (its honest part `honest`); (verdict, its JSON, what changed outside)."""
+    from kernelwright.judge.evaluate import evaluate
+    from kernelwright.judge.policy import Policy
+
+    folder = world.root / f"{name}-{mode}-{device}"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(candidate(name, honest=honest, **world.values))
+    before = world.state()
+    policy = Policy(time_candidate=False, compile_baseline=False, baselines="skip", disabled_steps=GUARDS_OFF, sandbox=mode)
+    verdict = evaluate(problem or RELU, folder, policy, device=device)
+    return verdict, verdict.to_json(), world.changed_since(before)
+

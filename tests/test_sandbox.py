@@ -4,12 +4,8 @@ in-process guards off, so the sandbox holds by itself (the static layer only eve
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
-import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -22,7 +18,7 @@ from kernelwright.judge.policy import Policy
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S * 2)
 
-GUARDS_OFF = frozenset({"function_identities", "between_calls", "op_audit"})
+GUARDS_OFF = zoo.GUARDS_OFF
 FULL = sandbox.support().missing() == ()
 needs_full = pytest.mark.skipif(not FULL, reason=f"this machine does not give the full sandbox: {sandbox.support().missing()}")
 
@@ -31,134 +27,18 @@ def zoo_policy(**kw) -> Policy:
     return Policy(time_candidate=False, compile_baseline=False, baselines="skip", disabled_steps=GUARDS_OFF, **kw)
 
 
-class Listeners:
-    """A TCP and a UDP listener on loopback and a unix socket, counting what reaches them."""
-
-    def __init__(self, folder: Path) -> None:
-        self.tcp = socket.create_server(("127.0.0.1", 0))
-        self.port = self.tcp.getsockname()[1]
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind(("127.0.0.1", self.port))
-        self.unix_path = str(folder / "listen.sock")
-        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.unix.bind(self.unix_path)
-        os.chmod(self.unix_path, 0o777)  # permission bits alone would let anyone in: the sandbox must refuse
-        self.unix.listen(4)
-        self.reached: list[str] = []
-        for sock, name in ((self.tcp, "tcp"), (self.unix, "unix")):
-            threading.Thread(target=self._accept, args=(sock, name), daemon=True).start()
-        threading.Thread(target=self._udp, daemon=True).start()
-
-    def _accept(self, sock: socket.socket, name: str) -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            self.reached.append(name)
-            conn.close()
-
-    def _udp(self) -> None:
-        while True:
-            try:
-                self.udp.recvfrom(64)
-            except OSError:
-                return
-            self.reached.append("udp")
-
-    def close(self) -> None:
-        for s in (self.tcp, self.udp, self.unix):
-            s.close()
-
-
 @pytest.fixture()
 def world(tmp_path, monkeypatch):
-    """What the attacks aim at: a key in the judge's environment, a store, another evaluation's
-    folder, a secret header, listeners; and the state to compare after the verdict."""
-    monkeypatch.setenv("OPENAI_API_KEY", zoo.SECRET)
-    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_NPROC", "96")
-    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_FSIZE", str(64 << 20))
-    store = tmp_path / "store.sqlite"
-    store.write_bytes(b"SQLite format 3\0" + bytes(4080))
-    os.chmod(store, 0o666)  # writable by anyone as far as permission bits go: the sandbox must refuse
-    monkeypatch.setenv("KERNELWRIGHT_STORE", str(store))
-    other = tmp_path / "kw-eval-other"
-    other.mkdir()
-    (other / "model_new.py").write_text("# another evaluation's candidate\n")
-    os.chmod(other, 0o777)
-    os.chmod(other / "model_new.py", 0o644)
-    header = tmp_path / "secret.h"
-    header.write_text(f"{zoo.SECRET.replace('-', '_')} leaked\n")
-    os.chmod(header, 0o644)
-    outside = tmp_path / "outside.txt"
-    os.chmod(tmp_path, 0o777)
-    listeners = Listeners(tmp_path)
-    tag = str(random.randrange(10**6, 10**7))
-    values = {"store": str(store), "judge_pid": os.getpid(), "outside": str(outside), "tag": tag, "port": listeners.port,
-              "unix_path": listeners.unix_path, "other_dir": str(other), "other_file": str(other / "model_new.py"),
-              "bomb": zoo.BOMB, "fill_mib": zoo.FILL_MIB, "secret_header": str(header)}
-    yield {"values": values, "store": store, "other": other, "outside": outside, "listeners": listeners, "tag": tag, "root": tmp_path}
-    listeners.close()
-
-
-def _cache_sound() -> list[str]:
-    """Entries of the build cache whose library fails its digest."""
-    bad = []
-    for meta in (build.cache_dir() / "builds").glob("*/meta.json"):
-        want = json.loads(meta.read_text()).get("sha256")
-        if want and build.file_digest(meta.parent / build.LIB_NAME) != want:
-            bad.append(meta.parent.name)
-    if (build.cache_dir() / "builds" / ("0" * 64)).exists():
-        bad.append("a planted entry")
-    return bad
-
-
-def _tagged(tag: str) -> list[int]:
-    """Processes whose command line carries the tag (what the bomb and the daemon exec)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if tag.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
-def _judge_attack(world, name: str, mode: str = "auto"):
-    folder = world["root"] / name
-    folder.mkdir()
-    (folder / "model_new.py").write_text(zoo.candidate(name, **world["values"]))
-    store_before = hashlib.sha256(world["store"].read_bytes()).hexdigest()
-    other_before = sorted(os.listdir(world["other"]))
-    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox=mode), device="cpu")
-    text = verdict.to_json()
-    changed = []
-    if hashlib.sha256(world["store"].read_bytes()).hexdigest() != store_before:
-        changed.append("the store")
-    if sorted(os.listdir(world["other"])) != other_before:
-        changed.append("another evaluation's folder")
-    for path in (world["outside"], Path(f"{world['outside']}.raw"), Path(f"/tmp/kw-zoo-outside-{world['tag']}"),
-                 Path(f"/dev/shm/kw-zoo-outside-{world['tag']}")):
-        if path.exists():
-            changed.append(str(path))
-            path.unlink()
-    if world["listeners"].reached:
-        changed.append(f"listeners reached: {world['listeners'].reached}")
-    changed += [f"cache entry {k}" for k in _cache_sound()]
-    left = _tagged(world["tag"])
-    for pid in left:
-        os.kill(pid, 9)
-    if left:
-        changed.append(f"{len(left)} process(es) outlived the verdict")
-    return verdict, text, changed
+    """What the attacks aim at (sandbox_zoo.World), the key in the judge's environment."""
+    w = zoo.World(tmp_path, monkeypatch.setenv)
+    yield w
+    w.close()
 
 
 @needs_full
 @pytest.mark.parametrize("name", sorted(zoo.ATTACKS))
 def test_each_attack_is_contained(world, name):
-    verdict, text, changed = _judge_attack(world, name)
+    verdict, text, changed = zoo.judge_attack(world, name)
     assert verdict.sandbox["full"] and verdict.sandbox["layers"] == list(sandbox.LAYERS), verdict.sandbox
     assert verdict.status.value == "correct", verdict.log
     assert "BREACH" not in text and zoo.SECRET not in text
@@ -167,9 +47,9 @@ def test_each_attack_is_contained(world, name):
 
 @needs_full
 def test_a_build_that_includes_a_secret_cannot_read_it(world):
-    folder = world["root"] / "secret_include"
+    folder = world.root / "secret_include"
     folder.mkdir()
-    (folder / "model_new.py").write_text(zoo.fill(zoo.SECRET_INCLUDE, world["values"]))
+    (folder / "model_new.py").write_text(zoo.fill(zoo.SECRET_INCLUDE, world.values))
     verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(), device="cpu")
     assert verdict.status.value == "compile_error", verdict.log
     assert "Permission denied" in verdict.log
@@ -185,7 +65,7 @@ def test_each_attack_gets_through_without_the_sandbox(world, name, tmp_path, mon
     """The zoo's attacks are real: with --sandbox off each one gets through (a private build cache,
     since one of them poisons it)."""
     monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "private-cache"))
-    verdict, text, changed = _judge_attack(world, name, mode="off")
+    verdict, text, changed = zoo.judge_attack(world, name, mode="off")
     assert "BREACH" in text or changed, (verdict.status, verdict.log)
 
 
@@ -194,24 +74,24 @@ def test_the_key_attacks_find_a_key_that_is_there(world, name, monkeypatch):
     """Positive control for the key attacks: with the allow-list bypassed and no sandbox, the
     child's environment holds the key, and each attack finds it."""
     monkeypatch.setattr(sandbox, "clean_env", lambda env: {k: v for k, v in env.items() if k not in sandbox.DENIED_NAMES})
-    verdict, text, _ = _judge_attack(world, name, mode="off")
+    verdict, text, _ = zoo.judge_attack(world, name, mode="off")
     assert verdict.status.value == "runtime_error" and "BREACH" in verdict.log, verdict.log
 
 
 def test_without_the_sandbox_the_verdict_says_so(world):
     """The zoo's attacks are real: with --sandbox off (the environment's allow-list only) writing
     outside the folder and the store succeed, and the verdict says it was judged without one."""
-    folder = world["root"] / "unconfined"
+    folder = world.root / "unconfined"
     folder.mkdir()
-    (folder / "model_new.py").write_text(zoo.candidate("write_outside", **world["values"]))
+    (folder / "model_new.py").write_text(zoo.candidate("write_outside", **world.values))
     verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox="off"), device="cpu")
     assert verdict.status.value == "runtime_error" and "BREACH" in verdict.log, verdict.log
     assert verdict.sandbox == {"mode": "off", "layers": ["env"], "full": False, "missing": ["every layer but env: judged without the sandbox"]}
-    for path in (world["outside"], Path(f"/tmp/kw-zoo-outside-{world['tag']}"), Path(f"/dev/shm/kw-zoo-outside-{world['tag']}")):
+    for path in (world.outside, Path(f"/tmp/kw-zoo-outside-{world.tag}"), Path(f"/dev/shm/kw-zoo-outside-{world.tag}")):
         path.unlink(missing_ok=True)
-    key = world["root"] / "key_env"
+    key = world.root / "key_env"
     key.mkdir()
-    (key / "model_new.py").write_text(zoo.candidate("key_from_env", **world["values"]))
+    (key / "model_new.py").write_text(zoo.candidate("key_from_env", **world.values))
     verdict = evaluate(PROBLEMS / "relu.py", key, zoo_policy(sandbox="off"), device="cpu")
     assert verdict.status.value == "correct", verdict.log  # the environment's allow-list holds even then
 

@@ -16,19 +16,17 @@ This module imports no torch at import time; only `main` (in its own process) do
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from kernelwright.judge import sandbox
 from kernelwright.problems.loader import Problem
 
 NCU_METRICS = {
@@ -113,7 +111,7 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
     from kernelwright.judge.gpulock import device_lock
     from kernelwright.judge.workers import absolute_pythonpath, physical_gpu
 
-    env = {**absolute_pythonpath(dict(os.environ)), "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
+    env = {**absolute_pythonpath(sandbox.clean_env(os.environ)), "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
            "PYTHONUNBUFFERED": "1", **_extension_env(Path(cand_dir))}
     with device_lock(device, gpu_index, "exclusive", what="running ncu"):  # ncu measures durations
         return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s)
@@ -143,7 +141,10 @@ def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeo
                sys.executable, "-m", "kernelwright.agent.profile", str(problem), str(cand_dir)]
         t0 = time.perf_counter()
         try:
-            timed_out = _wait_group(cmd, env, Path(tmp), output, timeout_s)
+            read = [str(problem), str(cand_dir), env["KERNELWRIGHT_CACHE"]]
+            ext = [env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else []
+            timed_out = sandbox.run_tool(cmd, mode="auto", cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env, read=read,
+                                         write=ext, profiler=True)
         except OSError as exc:
             return {"ran": False, "reason": f"could not start ncu: {exc}"}
         printed = output.read_text(errors="replace") if output.exists() else ""
@@ -158,22 +159,6 @@ def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeo
         elif not kernels:
             result["note"] = "ncu reported no kernels (" + " | ".join(text.strip().splitlines()[-2:])[-300:] + ")"
         return result
-
-
-def _wait_group(cmd: list[str], env: dict[str, str], cwd: Path, output: Path, timeout_s: float) -> bool:
-    """Run a command in its own process group with its output in a file; True when it timed out."""
-    with open(output, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=timeout_s)
-            return False
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-            return True
 
 
 def parse_ncu_csv(text: str) -> list[dict[str, Any]]:

@@ -126,6 +126,7 @@ class BaselineRecord:
     error: str = ""  # why a time is missing
     created_at: str = ""
     timing_key: str = ""  # timing_key(policy) of the run that made it
+    sandbox: dict[str, Any] = field(default_factory=dict)  # how it was written (written_under); without it, measured again
 
     @property
     def machine_key(self) -> str:
@@ -135,6 +136,29 @@ class BaselineRecord:
         d = dict(self.__dict__)
         d["machine_key"] = self.machine_key
         return d
+
+
+SANDBOX_VERSION = 1  # records written since generated code runs sandboxed (judge.sandbox)
+
+
+def written_under() -> dict[str, Any]:
+    """What a record made now says of how it was written: the sandbox version and the layers a
+    candidate child gets on this machine (no candidate runs in a baseline run; others on the
+    machine may)."""
+    from kernelwright.judge import sandbox
+
+    return {"version": SANDBOX_VERSION, "layers": list(sandbox.support().layers("auto"))}
+
+
+def trusted(record: dict[str, Any]) -> bool:
+    """Whether a cached record may be used: written since the sandbox, on a machine where a
+    candidate could not write the store (its own uid, or Landlock). A record from before (a
+    candidate then could multiply the cached times, issue 25) is measured again."""
+    how = record.get("sandbox")
+    if not isinstance(how, dict) or how.get("version") != SANDBOX_VERSION:
+        return False
+    layers = how.get("layers") or []
+    return "uid" in layers or "landlock" in layers
 
 
 def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, policy: Policy) -> tuple[dict[str, float], dict[str, Any]]:
@@ -261,7 +285,7 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
     for p in problems:
         hit = None if refresh or store is None else store.get_baseline(p.hash, key, policy.precision, policy.compile_mode)
         if hit is not None and hit.get("eager_ms") is not None and (hit.get("compile_ms") is not None or not policy.compile_baseline) \
-                and hit.get("timing_key") == timing_key(policy):
+                and hit.get("timing_key") == timing_key(policy) and trusted(hit):
             rec = BaselineRecord(**{k: hit.get(k) for k in BaselineRecord.__dataclass_fields__ if k in hit})
             records[p.hash] = rec
             say("cached", p, rec)
@@ -287,7 +311,7 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
             child = nxt or children.new()
             nxt = children.new() if ahead and i + 1 < len(todo) else None
             rec = BaselineRecord(problem=p.name, problem_hash=p.hash, machine=machine, precision=policy.precision,
-                                 compile_mode=policy.compile_mode, timing_key=timing_key(policy))
+                                 compile_mode=policy.compile_mode, timing_key=timing_key(policy), sandbox=written_under())
             cold, cerr = compiled.get(p.hash, (None, ""))
             rec.compile_s = cold
             if cerr == LATE or (deadline is not None and time.monotonic() > deadline):
@@ -346,6 +370,8 @@ def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any
         return None
     if rec is not None and rec.get("timing_key") != timing_key(policy):
         return None  # timed under another protocol: not comparable with this candidate's time
+    if rec is not None and not trusted(rec):
+        return None  # written before the sandbox, or where a candidate could write the store: measured again
     return rec
 
 

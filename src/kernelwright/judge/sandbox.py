@@ -220,6 +220,18 @@ def unconfined(spec_text: str, pid: int) -> str:
     return "; ".join(wrong)
 
 
+def plainly(record: Mapping[str, Any] | None) -> str:
+    """One sentence for reports when a verdict was judged without the full sandbox ('' when it was
+    judged with it). A verdict from before the sandbox has no record at all."""
+    if record is None:
+        return "judged WITHOUT the sandbox (a verdict from before it existed): the candidate's code could read keys, use the network and write outside its folder"
+    if record.get("full"):
+        return ""
+    missing = ", ".join(record.get("missing") or []) or "unknown"
+    return (f"judged WITHOUT the full sandbox (--sandbox {record.get('mode')}; layers {', '.join(record.get('layers') or [])}; "
+            f"missing: {missing}): the candidate's code was less confined than the judge can confine it")
+
+
 # ---- in the confined process -------------------------------------------------------------------
 
 
@@ -297,6 +309,32 @@ def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
 def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
     return {"layers": list(spec.layers), "abi": spec.landlock_abi, "rules": rules(spec, workdir), "workdir": workdir,
             "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler}
+
+
+def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_s: float, env: Mapping[str, str],
+             read: Sequence[str | Path] = (), write: Sequence[str | Path] = (), profiler: bool = False) -> bool:
+    """Run a tool over candidate code (compute-sanitizer, ncu) confined by `mode` in `cwd`, in a
+    process group of its own, its output in `output`, the environment allow-listed; afterwards
+    whatever it left running is killed. True when it ran past `timeout_s`."""
+    spec = spec_for(mode, read=read, write=write, profiler=profiler)
+    with open(output, "wb") as out:
+        proc = subprocess.Popen(command(spec, cmd, cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=clean_env(env), cwd=cwd, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+            return False
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            return True
+        finally:
+            reap(proc.pid)
 
 
 def reap(pid: int) -> int:

@@ -10,19 +10,17 @@ Torch-free: this module runs in the judge's own process.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from kernelwright.judge import sandbox
 from kernelwright.judge.forkpool import absolute_pythonpath
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
@@ -74,8 +72,8 @@ def _tail(path: Path, limit: int = 1 << 20) -> str:
         return ""
 
 
-def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    """One tool on one forward, in a process group of its own, with its report in a file of its
+def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str, str], timeout_s: float, sandbox_mode: str) -> dict[str, Any]:
+    """One tool on one forward, confined (judge.sandbox.run_tool), with its report in a file of its
     own (--log-file) and the program's output in another, so that the program's prints cannot
     pass for the tool's report and no pipe can be held open to hang the judge."""
     with tempfile.TemporaryDirectory(prefix="kw-sanitize-") as tmp, tempfile.TemporaryDirectory(prefix="kw-report-") as rdir:
@@ -84,19 +82,10 @@ def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str
                sys.executable, "-m", "kernelwright.judge.sanitize_target", str(problem), str(candidate)]
         t0 = time.perf_counter()
         row: dict[str, Any] = {"tool": tool, "errors": None, "findings": [], "seconds": 0.0, "forward_completed": False}
-        timed_out = False
+        read = [str(problem), str(candidate if candidate.is_dir() else candidate.parent), env.get("KERNELWRIGHT_CACHE", "")]
         try:
-            with open(output, "wb") as out:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
-                                        start_new_session=True)
-                try:
-                    proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    with contextlib.suppress(OSError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=10)
+            timed_out = sandbox.run_tool(cmd, mode=sandbox_mode, cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env,
+                                         read=[r for r in read if r], write=[rdir, *([env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else [])])
         except OSError as exc:
             row.update(seconds=round(time.perf_counter() - t0, 1), note=f"could not start: {exc}")
             return row
@@ -112,7 +101,7 @@ def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str
 
 
 def run(problem: Path, candidate: Path, *, gpu_index: int, env: dict[str, str], timeout_s: float,
-        tools: tuple[str, ...] = TOOLS) -> dict[str, Any]:
+        tools: tuple[str, ...] = TOOLS, sandbox_mode: str = "auto") -> dict[str, Any]:
     """Run each tool on one forward; the verdict's `sanitizer` value. Advisory: the forward runs
     candidate code, which could print or write anything, including a report of its own."""
     exe = find_tool()
@@ -120,9 +109,9 @@ def run(problem: Path, candidate: Path, *, gpu_index: int, env: dict[str, str], 
         return {"ran": False, "reason": "compute-sanitizer was not found (PATH, CUDA_HOME, /usr/local/cuda, beside nvcc)", "tools": []}
     # one cudaMalloc per tensor, so that memcheck sees an access past a tensor's end even where
     # torch's caching allocator would have put another tensor there
-    full_env = {**absolute_pythonpath(dict(os.environ)), **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
+    full_env = {**absolute_pythonpath(sandbox.clean_env(os.environ)), **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
                 "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    results = [_run_tool(exe, tool, problem, candidate, full_env, timeout_s) for tool in tools]
+    results = [_run_tool(exe, tool, problem, candidate, full_env, timeout_s, sandbox_mode) for tool in tools]
     counts = [r["errors"] for r in results]
     return {"ran": True, "reason": "", "tools": results, "errors": None if None in counts else sum(counts)}
 

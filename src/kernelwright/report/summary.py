@@ -7,6 +7,7 @@ from typing import Optional
 from rich.console import Console
 from rich.table import Table
 
+from kernelwright.judge import sandbox
 from kernelwright.judge.records import Status, Verdict
 
 STATUS_STYLE = {
@@ -51,6 +52,9 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
     for key, value in rows:
         t.add_row(f"[dim]{key}[/]", value)
     console.print(t)
+    unconfined = sandbox.plainly(v.sandbox)
+    if unconfined:
+        console.print(f"[bold yellow]{unconfined}[/]", highlight=False)
     fired = [g for g in v.guards if g.fired]
     for g in fired:
         console.print(f"[magenta]guard {g.name} fired:[/] {g.detail}", highlight=False)

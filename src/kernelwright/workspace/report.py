@@ -10,6 +10,7 @@ from kernelwright.agent import feedback
 from kernelwright.agent.judging import BuildReport, Judged
 from kernelwright.agent.optimize import sanitizer_gap
 from kernelwright.agent.profile import breakdown_table, ncu_table
+from kernelwright.judge import sandbox
 from kernelwright.workspace.exits import EXIT_CODES, Exit, for_status
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ def compose(session: "Session", *, kind: str, digest: str | None, build: BuildRe
     if judged is not None:
         lines += ["", feedback.describe(judged, target_speedup=session.objective.target_speedup, limit=LIMIT)]
         lines += _sanitizer(judged)
+        unconfined = sandbox.plainly(judged.verdict.sandbox)
+        lines += ["", unconfined] if unconfined else []
     if "ncu" in extra:
         lines += ["", ncu_table(extra["ncu"])]
     if "breakdown" in extra:

@@ -347,17 +347,25 @@ def test_a_check_sees_the_lock_file_while_the_wait_is_at_the_gate(tmp_path, lock
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
-@pytest.mark.parametrize("name, status", [("rowsum_holds_the_device_lock", "rejected"), ("rowsum_correct", "correct")])
-def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, status):
-    """The candidate takes the device lock file shared at import; timing needs it exclusive. The
-    verdict finds its own candidate's process holding the file open and rejects it (before: it waited
-    forever, and every verdict on the device behind it). The honest control is timed as usual."""
+@pytest.mark.parametrize("name, status, sandbox", [("rowsum_holds_the_device_lock", "rejected", "off"), ("rowsum_correct", "correct", "auto"),
+                                                   ("rowsum_holds_the_device_lock", "refused", "auto")])
+def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, status, sandbox):
+    """The candidate takes the device lock file shared at import; timing needs it exclusive.
+    Without the sandbox the verdict finds its own candidate's process holding the file open and
+    rejects it (before: it waited forever, and every verdict on the device behind it); inside the
+    full sandbox it cannot open the file at all. The honest control is timed as usual."""
+    import dataclasses
+
     from kernelwright.judge import refpool
     from kernelwright.judge.evaluate import evaluate
 
     refpool.POOL.close()
     t0 = time.monotonic()
-    verdict = evaluate(problem("rowsum"), candidate(name), timing_policy(), device="cpu")
+    verdict = evaluate(problem("rowsum"), candidate(name), dataclasses.replace(timing_policy(), sandbox=sandbox), device="cpu")
+    if status == "refused":
+        if verdict.sandbox["full"]:
+            assert verdict.status.value == "runtime_error" and "Permission denied" in verdict.log and "cpu.lock" in verdict.log, verdict.log
+        return
     assert verdict.status.value == status, verdict.log
     if status == "rejected":
         assert "holds the judge's device lock file cpu.lock open" in verdict.log

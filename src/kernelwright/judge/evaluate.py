@@ -332,8 +332,7 @@ class _Flow:
         env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
         env.update(extra_env or {})
         if role == "candidate":  # confined from its setup on (judge.sandbox); its own extension folder is writable
-            ext = [env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else []
-            spec = sandbox.spec_for(self.policy.sandbox, read=[str(cache_dir())], write=ext)
+            spec = sandbox.for_candidate(self.policy.sandbox, str(cache_dir()), env.get("TORCH_EXTENSIONS_DIR"))
             env[sandbox.SPEC_ENV] = spec.to_env()
             self.vb.sandbox = sandbox.record(spec)
         config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)

@@ -169,6 +169,11 @@ def spec_for(mode: str, *, read: Sequence[str | Path] = (), write: Sequence[str 
                 write=tuple(str(p) for p in write), profiler=profiler)
 
 
+def for_candidate(mode: str, cache: str, extension: str | None = None) -> Spec:
+    """A candidate child's spec: the build cache readable, its torch-extension folder (if any) writable."""
+    return spec_for(mode, read=[cache], write=[extension] if extension else [])
+
+
 def refusal(mode: str) -> str:
     """Why `mode` cannot judge here ('' when it can): strict needs the full sandbox."""
     if mode != "strict":
@@ -271,8 +276,10 @@ def enter(spec: Spec, workdir: str) -> dict[str, Any]:
         confine.set_limits(limits())
     if "uid" in layers:
         uid = UID_BASE + os.getpid()
-        for path in (workdir, tmp, *spec.write):
+        for path in (workdir, tmp):
             os.chown(path, uid, uid)
+        for path in spec.write:
+            _chown_tree(path, uid)
         confine.set_limits({"NPROC": nproc()})
         confine.become(uid, keep_read_search="landlock" in layers)
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
@@ -284,6 +291,15 @@ def enter(spec: Spec, workdir: str) -> dict[str, Any]:
     if "seccomp" in layers:
         confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else ())
     return {"layers": list(layers), "uid": os.getuid()}
+
+
+def _chown_tree(root: str, uid: int) -> None:
+    """Give a folder the child writes in (a torch-extension build folder another child of the same
+    candidate used before) to `uid`, never following a link it holds."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
 def enter_from_env(workdir: str, extra_read: Sequence[str] = ()) -> dict[str, Any] | None:

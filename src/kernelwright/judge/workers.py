@@ -331,7 +331,7 @@ class Child:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
-        if sandbox.SPEC_ENV in self.env:
+        if sandbox.SPEC_ENV in getattr(self, "env", {}):
             self.reaped += sandbox.reap(self._proc.pid)
 
     def request_exit(self) -> None:

@@ -1,0 +1,136 @@
+"""The sandbox on the GPU: the zoo contained, the controls correct, the GPU reachable from inside,
+and what the sandbox costs a warm verdict.
+
+    PYTHONPATH=src python3 benchmarks/sandbox_bench.py --out DIR [--rounds 10]
+
+1. Sanity: GPU, driver, torch; what `judge.sandbox.support()` finds on this machine.
+2. The sandbox zoo (tests/sandbox_zoo.py) on the CUDA backend: each attack's honest part is the
+   CUDA ReLU of tests/fixtures/candidates/relu_cuda, judged with `--sandbox auto` and the judge's
+   in-process guards off; status, whether a BREACH got out, and what changed outside. The controls:
+   relu_cuda and examples/cuda/softmax under auto, strict and off.
+3. Latency: one process, warm workers, `--rounds` verdicts of examples/cuda/softmax (timed, no
+   torch.compile baseline) in each mode, alternating auto and off so that drift hits both alike;
+   wall seconds per verdict, medians and their ratio (auto over off, the issue's bound: 1.05).
+Writes DIR/sandbox_bench.json and prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+import sandbox_zoo as zoo  # noqa: E402
+from kernelwright.judge import sandbox  # noqa: E402
+from kernelwright.judge.evaluate import evaluate  # noqa: E402
+from kernelwright.judge.policy import Policy, TimingConfig  # noqa: E402
+
+HONEST_CUDA = (ROOT / "tests" / "fixtures" / "candidates" / "relu_cuda" / "model_new.py").read_text()
+SOFTMAX = ROOT / "examples" / "cuda" / "softmax"
+
+
+def provenance() -> dict[str, Any]:
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        driver = ""
+    return {"gpu": gpu, "driver": driver or None, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "python": sys.version.split()[0], "commit": os.environ.get("KERNELWRIGHT_COMMIT") or commit or None,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv)}
+
+
+def run_zoo(device: str) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kw-sandbox-bench-") as tmp:
+        world = zoo.World(Path(tmp), lambda k, v: os.environ.__setitem__(k, v))
+        try:
+            for name in sorted(zoo.ATTACKS):
+                t0 = time.perf_counter()
+                verdict, text, changed = zoo.judge_attack(world, name, device=device, honest=HONEST_CUDA if device == "cuda" else zoo.HONEST)
+                rows.append({"attack": name, "status": verdict.status.value, "breach": "BREACH" in text or zoo.SECRET in text,
+                             "changed": changed, "sandbox": verdict.sandbox, "seconds": round(time.perf_counter() - t0, 2),
+                             "log": verdict.log[-400:] if verdict.status.value != "correct" else ""})
+                print(f"zoo {name}: {rows[-1]['status']} breach={rows[-1]['breach']} changed={changed}", flush=True)
+        finally:
+            world.close()
+    return rows
+
+
+def run_controls(device: str) -> list[dict[str, Any]]:
+    rows = []
+    controls = [("relu_cuda" if device == "cuda" else "relu_correct", zoo.RELU,
+                 ROOT / "tests" / "fixtures" / "candidates" / ("relu_cuda" if device == "cuda" else "relu_correct"))]
+    if device == "cuda":
+        controls.append(("softmax", SOFTMAX / "problem.py", SOFTMAX))
+    for name, problem, cand in controls:
+        for mode in ("auto", "strict", "off"):
+            pol = Policy(time_candidate=False, compile_baseline=False, baselines="skip", sandbox=mode)
+            v = evaluate(problem, cand, pol, device=device)
+            rows.append({"control": name, "mode": mode, "status": v.status.value, "sandbox": v.sandbox, "log": v.log[-300:]})
+            print(f"control {name} {mode}: {v.status.value} {v.sandbox}", flush=True)
+    return rows
+
+
+def run_latency(device: str, rounds: int) -> dict[str, Any]:
+    timing = TimingConfig(budget_s=3.0)
+    walls: dict[str, list[float]] = {"auto": [], "off": []}
+    statuses: dict[str, list[str]] = {"auto": [], "off": []}
+    problem, cand = (SOFTMAX / "problem.py", SOFTMAX) if device == "cuda" else (zoo.RELU, ROOT / "tests" / "fixtures" / "candidates" / "relu_correct")
+    for mode in ("auto", "off"):  # warm both modes' workers once, not counted
+        evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
+    for i in range(rounds):
+        for mode in (("auto", "off") if i % 2 == 0 else ("off", "auto")):
+            t0 = time.perf_counter()
+            v = evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
+            walls[mode].append(time.perf_counter() - t0)
+            statuses[mode].append(v.status.value)
+    med = {m: statistics.median(w) for m, w in walls.items()}
+    return {"problem": str(problem.relative_to(ROOT)), "rounds": rounds, "walls_s": walls, "statuses": statuses,
+            "median_s": med, "ratio_auto_over_off": med["auto"] / med["off"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    sup = sandbox.support()
+    result: dict[str, Any] = {"provenance": provenance(), "device": device, "support": {**sup.__dict__, "missing": list(sup.missing())}}
+    print(json.dumps(result, default=str), flush=True)
+    result["zoo"] = run_zoo(device)
+    result["controls"] = run_controls(device)
+    result["latency"] = run_latency(device, args.rounds)
+    (args.out / "sandbox_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    # contained: nothing got out and nothing outside changed (the fork bomb may starve its own
+    # process of threads and end runtime_error: its status is reported beside it)
+    contained = sum(1 for r in result["zoo"] if not r["breach"] and not r["changed"])
+    lat = result["latency"]
+    print(f"\n{result['provenance']['gpu'] or 'cpu'} · commit {result['provenance']['commit']} · sandbox layers {sup.layers('auto')}")
+    print(f"zoo: {contained} of {len(result['zoo'])} attacks contained; statuses: " + ", ".join(f"{r['attack']} {r['status']}" for r in result["zoo"]))
+    print("controls: " + ", ".join(f"{r['control']}/{r['mode']} {r['status']}" for r in result["controls"]))
+    print(f"latency ({lat['rounds']} rounds): auto {lat['median_s']['auto']:.3f} s, off {lat['median_s']['off']:.3f} s, ratio {lat['ratio_auto_over_off']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

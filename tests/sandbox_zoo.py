@@ -283,6 +283,18 @@ done()
 ''',
 }
 
+# A candidate that swaps its own log for a link to a secret and crashes, so that the judge would
+# quote the secret as the log's tail in the verdict.
+LOG_LINK = r'''
+import os
+
+for name in os.listdir("."):
+    if name.endswith(".log"):
+        os.unlink(name)
+        os.symlink(@secret_header!r@, name)
+raise RuntimeError("crashed on purpose: read my log")
+'''
+
 # A build that reads a secret through #include and would show it in the build log.
 SECRET_INCLUDE = r'''
 import torch

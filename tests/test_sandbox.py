@@ -69,6 +69,18 @@ def test_each_attack_gets_through_without_the_sandbox(world, name, tmp_path, mon
     assert "BREACH" in text or changed, (verdict.status, verdict.log)
 
 
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_a_log_swapped_for_a_link_is_not_followed(world, mode):
+    """The judge reads a child's log through the descriptor it opened, never the path the child
+    can replace: the secret behind the link stays out of the verdict."""
+    folder = world.root / f"log_link_{mode}"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(zoo.fill(zoo.LOG_LINK, world.values))
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox=mode), device="cpu")
+    assert verdict.status.value == "runtime_error" and "crashed on purpose" in verdict.log, verdict.log
+    assert zoo.SECRET.replace("-", "_") not in verdict.to_json()
+
+
 @pytest.mark.parametrize("name", ["key_from_env", "key_from_memory"])
 def test_the_key_attacks_find_a_key_that_is_there(world, name, monkeypatch):
     """Positive control for the key attacks: with the allow-list bypassed and no sandbox, the

@@ -192,10 +192,11 @@ class ForkServer:
             raise ForkServerError(f"the fork server did not start: {why}")
         return ready
 
-    def spawn(self, *, role: str, env: dict[str, str], cwd: Path, log_path: Path, result_fd: int) -> Forked:
-        """Fork a judge child; its result pipe's write end is `result_fd` (the caller closes its copy)."""
+    def spawn(self, *, role: str, env: dict[str, str], cwd: Path, log_fd: int, result_fd: int) -> Forked:
+        """Fork a judge child; its output goes to `log_fd` and its result pipe's write end is
+        `result_fd` (the caller keeps and closes its copies of both)."""
         stdin_r, stdin_w = os.pipe()
-        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log_fd = os.dup(log_fd)
         try:
             with self._lock:
                 self._next_id += 1

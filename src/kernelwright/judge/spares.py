@@ -159,7 +159,7 @@ class SparePool:
             spare.close()  # stopped, killed, out of memory: the evaluation forks its own
             return None
         with contextlib.suppress(OSError):
-            os.truncate(spare.child.log_path, 0)  # whatever reached its log while it waited is not this candidate's
+            spare.child.empty_log()  # whatever reached its log while it waited is not this candidate's
         return spare
 
     @staticmethod

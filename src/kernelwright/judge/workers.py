@@ -102,6 +102,9 @@ class Child:
         self.config = config
         self.env = self.env_for(config)  # the whole environment it starts with (judge.spares keys on it)
         self.log_path = config.workdir / f"{config.role}.log"
+        # the judge reads the log through this descriptor only: the child may replace the file at
+        # that path (its folder is its own inside the sandbox) with a link to a file it cannot read
+        self._log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._key = new_key()
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -128,18 +131,14 @@ class Child:
             if srv is None:
                 break
             try:
-                return srv.spawn(role=self.config.role, env=env, cwd=self.config.workdir, log_path=self.log_path, result_fd=write_fd)
+                return srv.spawn(role=self.config.role, env=env, cwd=self.config.workdir, log_fd=self._log_fd, result_fd=write_fd)
             except (ForkServerError, OSError) as exc:
                 forkpool.mark_failed(srv, str(exc))
         cmd = [sys.executable, "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
-        logfile = open(self.log_path, "ab")
-        try:
-            return subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=logfile, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,), start_new_session=True, env=env, cwd=str(self.config.workdir),
-            )
-        finally:
-            logfile.close()
+        return subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=self._log_fd, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), start_new_session=True, env=env, cwd=str(self.config.workdir),
+        )
 
     def _answer(self, text: str) -> None:
         """One line to the child on the result socket (a timed call's seed, judge.child.ask_seed):
@@ -309,13 +308,16 @@ class Child:
             self.kill()
             return self._proc.returncode
 
+    def empty_log(self) -> None:
+        """Drop what the log holds (a spare's, before its candidate: judge.spares)."""
+        os.ftruncate(self._log_fd, 0)
+
     def log_tail(self, limit: int = 3000) -> str:
         """The end of the child's output (read from the end: the log may be huge)."""
         try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 4 * limit))
-                text = f.read().decode(errors="replace")
+            size = os.fstat(self._log_fd).st_size
+            start = max(0, size - 4 * limit)
+            text = os.pread(self._log_fd, size - start, start).decode(errors="replace")
         except OSError:
             return ""
         return truncate(text, limit)
@@ -362,6 +364,7 @@ class Child:
         self._drop_received()
         self._reader.close_fds()
         self._sock.close()
+        os.close(self._log_fd)
 
     def __enter__(self) -> "Child":
         return self

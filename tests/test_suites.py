@@ -269,6 +269,12 @@ def test_a_cached_record_counts_only_for_the_same_machine_precision_mode_and_tim
     assert baseline.lookup(path, "h", meta, "cpu", pol) is None and not path.exists()  # no store: a miss, nothing created
     with Store.open(path) as db:
         db.put_baseline(rec.to_dict())
+    assert baseline.lookup(path, "h", meta, "cpu", pol) is None  # written before the sandbox (no record of how): measured again
+    for layers, trusted in ((["env", "limits", "seccomp"], False), (["env", "limits", "landlock"], True), (["env", "limits", "uid"], True)):
+        rec.sandbox = {"version": baseline.SANDBOX_VERSION, "layers": layers}
+        with Store.open(path) as db:
+            db.put_baseline(rec.to_dict())
+        assert (baseline.lookup(path, "h", meta, "cpu", pol) is not None) is trusted, layers
     assert baseline.lookup(path, "h", meta, "cpu", pol)["eager_ms"] == 1.0
     assert baseline.lookup(path, "other", meta, "cpu", pol) is None
     assert baseline.lookup(path, "h", {**meta, "torch": "2.12.0"}, "cpu", pol) is None

@@ -32,6 +32,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,6 +270,7 @@ def enter(spec: Spec, workdir: str) -> dict[str, Any]:
     os.makedirs(tmp, exist_ok=True)
     for var in ("TMPDIR", "TMP", "TEMP"):
         os.environ[var] = tmp
+    tempfile.tempdir = tmp  # tempfile read /tmp once, in the fork server: its answer is inherited
     os.environ["HOME"] = workdir
     os.environ[CONFINED_ENV] = "1"
     layers = spec.layers

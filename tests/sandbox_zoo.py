@@ -18,7 +18,9 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -163,6 +165,7 @@ done()
 attempt("listed another evaluation's folder", lambda: os.listdir(@other_dir!r@))
 attempt("read another evaluation's file", lambda: open(@other_file!r@).read())
 attempt("wrote into another evaluation's folder", lambda: open(@other_dir!r@ + "/planted", "w").write("x") and "yes")
+attempt("read a private evaluation folder in /dev/shm", lambda: open(@shm_file!r@).read())
 done()
 ''',
     "overwrite_build": r'''
@@ -185,6 +188,20 @@ def plant():
     return "yes"
 attempt("overwrote another candidate's build", overwrite)
 attempt("planted a build in the cache", plant)
+done()
+''',
+    "devices": r'''
+attempt("listed /dev/shm", lambda: os.listdir("/dev/shm"))
+def devices():
+    opened = []
+    for name in ("vcs", "vcs1", "ttyS0", "tty1", "console", "vda", "sda", "nvme0n1", "mem", "kmsg", "port"):
+        try:
+            os.close(os.open("/dev/" + name, os.O_RDONLY | os.O_NONBLOCK))
+            opened.append(name)
+        except OSError:
+            pass
+    return opened
+attempt("opened a terminal, a disk or memory", devices)
 done()
 ''',
     "raw_host_code": r'''
@@ -225,6 +242,21 @@ extern "C" const char* kw_report() { return report_buf; }
 report = ctypes.CDLL(str(raw.path)).kw_report
 report.restype = ctypes.c_char_p
 attempt("the library's host code got through", lambda: (report() or b"").decode())
+done()
+''',
+    "namespace": r'''
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+def clone_userns():
+    pid = libc.syscall({"x86_64": 56, "aarch64": 220}[platform.machine()], 0x10000000 | 17, 0, 0, 0, 0)
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+        return "yes"
+    return ""
+attempt("a user namespace of its own through clone", clone_userns)
+attempt("a user namespace of its own through unshare", lambda: libc.unshare(0x10000000) == 0 and "yes")
 done()
 ''',
     "fork_bomb": r'''
@@ -400,16 +432,20 @@ class World:
         header = root / "secret.h"
         header.write_text(f"{SECRET.replace('-', '_')} leaked\n")
         os.chmod(header, 0o644)
+        self.shm = Path(tempfile.mkdtemp(prefix="kw-eval-zoo-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+        (self.shm / "model_new.py").write_text("# a private evaluation's candidate\n")
+        os.chmod(self.shm / "model_new.py", 0o600)
         self.outside = root / "outside.txt"
         os.chmod(root, 0o777)
         self.listeners = Listeners(root)
         self.tag = str(random.randrange(10**6, 10**7))
         self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
                        "port": self.listeners.port, "unix_path": self.listeners.unix_path, "other_dir": str(self.other),
-                       "other_file": str(self.other / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "secret_header": str(header)}
+                       "other_file": str(self.other / "model_new.py"), "shm_file": str(self.shm / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "secret_header": str(header)}
 
     def close(self) -> None:
         self.listeners.close()
+        shutil.rmtree(self.shm, ignore_errors=True)
 
     def state(self) -> tuple[str, list[str]]:
         return hashlib.sha256(self.store.read_bytes()).hexdigest(), sorted(os.listdir(self.other))

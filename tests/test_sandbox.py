@@ -137,7 +137,7 @@ def test_the_environment_allow_list():
 def test_the_seccomp_program_covers_every_machine():
     for arch in ("x86_64", "aarch64"):
         prog = confine.seccomp_program(arch)
-        assert len(prog) % 8 == 0 and len(prog) // 8 == 4 + (2 if arch == "x86_64" else 0) + 2 * len(confine.DENIED) + 1
+        assert len(prog) % 8 == 0 and len(prog) // 8 == 4 + (2 if arch == "x86_64" else 0) + 2 * len(confine.DENIED) + 2 + 5 + 1
     with pytest.raises(OSError):
         confine.seccomp_program("riscv64")
 
@@ -169,3 +169,17 @@ def test_a_confined_command_writes_only_its_folder(tmp_path):
     assert (own / "in.txt").read_text() == "ok\n"
     assert not (tmp_path / "out.txt").exists() and "Permission denied" in done.stderr
     assert int(done.stdout.split()[-1]) >= sandbox.UID_BASE
+
+
+def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_path):
+    """compute-sanitizer's and ncu's output is read through the judge's own descriptor, and the
+    reports they write never through a link or from a FIFO (the confined side may leave either)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the judge's secret\n")
+    box = tmp_path / "box"
+    box.mkdir()
+    script = f"echo printed; rm -f output.txt; ln -s {secret} output.txt; ln -s {secret} report.txt; mkfifo fifo.txt"
+    timed_out, printed = sandbox.run_tool(["sh", "-c", script], mode="auto", cwd=box, output=box / "output.txt", timeout_s=60, env=os.environ)
+    assert not timed_out and printed == "printed\n"
+    assert sandbox.read_regular(box / "report.txt") == "" and sandbox.read_regular(box / "fifo.txt") == ""
+    assert sandbox.read_regular(secret) == "the judge's secret\n"

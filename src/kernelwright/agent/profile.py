@@ -143,12 +143,11 @@ def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeo
         try:
             read = [str(problem), str(cand_dir), env["KERNELWRIGHT_CACHE"]]
             ext = [env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else []
-            timed_out = sandbox.run_tool(cmd, mode="auto", cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env, read=read,
-                                         write=ext, profiler=True)
+            timed_out, printed = sandbox.run_tool(cmd, mode="auto", cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env, read=read,
+                                                  write=ext, profiler=True)
         except OSError as exc:
             return {"ran": False, "reason": f"could not start ncu: {exc}"}
-        printed = output.read_text(errors="replace") if output.exists() else ""
-        text = report.read_text(errors="replace") if report.exists() else ""
+        text = sandbox.read_regular(report)  # written inside the sandbox: never through a link left there
         kernels = parse_ncu_csv(text)
         result: dict[str, Any] = {"ran": True, "kernels": kernels, "seconds": round(time.perf_counter() - t0, 1)}
         if timed_out:

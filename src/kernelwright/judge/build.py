@@ -305,7 +305,7 @@ def _failed(key: str, start: float, log_text: str, *, timed_out: bool = False) -
 def file_digest(path: Path) -> str:
     """sha256 of a regular file's bytes, never through a symbolic link ('' when unreadable)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the judge
     except OSError:
         return ""
     with os.fdopen(fd, "rb") as f:
@@ -378,7 +378,7 @@ def _copy_regular(src: Path, dst: Path) -> str:
     """Copy the compiler's output (a regular file, never through a link it left) and return its
     sha256; '' when there is no such file."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO left there must not block the judge
     except OSError:
         return ""
     with os.fdopen(fd, "rb") as f, open(dst, "xb") as out:
@@ -404,12 +404,14 @@ def _write_sources(spec: BuildSpec, folder: Path) -> str:
 def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = "auto") -> tuple[int | None, str, bool]:
     """Run a command confined (judge.sandbox, unless this process is already) in its own process
     group: (exit code, combined output, timed out). What it leaves running is killed after it."""
-    if not sandbox.confined():
+    confined = sandbox.confined()
+    if not confined:
         cmd = sandbox.command(sandbox.spec_for(sandbox_mode), cmd, cwd)
+    env = dict(os.environ) if confined else sandbox.clean_env(os.environ)  # inside: its own TMPDIR and HOME
     try:
         proc = subprocess.Popen(
             cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True, env=sandbox.clean_env(os.environ),
+            text=True, errors="replace", start_new_session=True, env=env,
         )
     except OSError as exc:
         return None, f"could not start {cmd[0]}: {exc}", False

@@ -72,7 +72,12 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
     """A spare child's one command before its candidate is known (judge.spares): make the device's
     context, nothing else. No candidate code has run here, and `setup` then runs as in a fresh child."""
     t0 = _clock()
-    if args["device"] != "cuda":  # "none": the round trip judge.spares asks before a spare is used
+    if args["device"] == "none":  # the round trip judge.spares asks before a spare is used
+        return {"seconds": round(_clock() - t0, 3)}
+    if S.sandbox is None:  # before the device's context starts threads the sandbox would not bind; its
+        # problem and candidate come later, copied into its folder's in/ by the judge (evaluate._spare_paths)
+        S.sandbox = sandbox.enter_from_env(os.getcwd(), (os.path.join(os.getcwd(), sandbox.SPARE_INPUTS),))
+    if args["device"] != "cuda":
         return {"seconds": round(_clock() - t0, 3)}
     device = torch.device("cuda")
     torch.empty(1, device=device)
@@ -83,7 +88,8 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
 
 def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Enter the sandbox; import the problem (for inputs and weights) and the candidate; construct ModelNew."""
-    S.sandbox = sandbox.enter_from_env(os.getcwd(), (args["problem_path"], str(Path(args["candidate_path"]).parent)))
+    if S.sandbox is None:  # a spare entered it before its warm-up
+        S.sandbox = sandbox.enter_from_env(os.getcwd(), (args["problem_path"], str(Path(args["candidate_path"]).parent)))
     S.device = torch.device(args["device"])
     pin_flags(args["precision"])
     S.problem = inputs.import_file(args["problem_path"], "kw_problem")

@@ -511,7 +511,7 @@ class _Flow:
         t0 = time.perf_counter()
         try:
             with self._device("shared", "building the torch extension"):  # the build child constructs ModelNew on the device
-                child.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s)
+                child.call("setup", self._candidate_args(child), timeout_s=self.policy.build_timeout_s)
         except ChildError as exc:
             self.vb.build_s = time.perf_counter() - t0
             if exc.kind in ("timeout", "died"):
@@ -595,17 +595,30 @@ class _Flow:
             raise Stop(Status.INFRA_ERROR, f"the problem file changed on disk since it was loaded: {self.problem.path}")
         self.vb.set_problem_meta(self.meta)
 
-    def _candidate_args(self) -> dict[str, Any]:
+    def _candidate_args(self, child: Child) -> dict[str, Any]:
+        problem, cand = self._spare_paths(child)
         return {
-            "problem_path": str(self.problem.path), "candidate_path": str(self.files.model_new),
+            "problem_path": problem, "candidate_path": cand,
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
             "check_identities": self.policy.enabled("function_identities"), "check_inputs": self.policy.enabled("inputs_unchanged"),
         }
 
+    def _spare_paths(self, child: Child) -> tuple[str, str]:
+        """The problem file and the candidate's model_new.py as `child` reads them: a spare entered
+        the sandbox before this evaluation was known, so both are copied into its folder's in/,
+        the one place outside the build cache it may read (judge.child_candidate.warm)."""
+        spare = next((s for s in self.spares_taken if s.child is child), None)
+        if spare is None:
+            return str(self.problem.path), str(self.files.model_new)
+        inputs = spare.workdir / sandbox.SPARE_INPUTS
+        shutil.copyfile(self.problem.path, inputs / "problem.py")
+        shutil.copytree(self.files.model_new.parent, inputs / "candidate", symlinks=True, dirs_exist_ok=True)
+        return str(inputs / "problem.py"), str(inputs / "candidate" / self.files.model_new.name)
+
     def _candidate_setup(self, cand: Child) -> None:
         self.say("importing the candidate")
         try:
-            self.cand_meta = cand.call("setup", self._candidate_args(), timeout_s=self.policy.build_timeout_s) or {}
+            self.cand_meta = cand.call("setup", self._candidate_args(cand), timeout_s=self.policy.build_timeout_s) or {}
             if self.candidate_child == "spare":  # its start-up was the time it waited: not this verdict's
                 seconds = self.cand_meta.get("child_seconds")
                 setup_s = seconds.get("command", float("nan")) if isinstance(seconds, dict) else float("nan")

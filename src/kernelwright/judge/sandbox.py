@@ -30,6 +30,7 @@ import functools
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 MODES = ("auto", "strict", "off")
 LAYERS = ("env", "limits", "uid", "landlock", "seccomp")
 SPEC_ENV = "KERNELWRIGHT_SANDBOX"  # the child's sandbox (JSON, `Spec.to_env`), set by the judge
+SPARE_INPUTS = "in"  # a spare's folder for the problem and candidate of the evaluation that takes it (judge.spares)
 CONFINED_ENV = "KERNELWRIGHT_CONFINED"  # "1" in a process that entered the sandbox (its builds stay its own)
 UID_BASE = 0x6B000000  # 1795162112 and up: no account's; a child's uid is this plus its pid
 # Names that say a secret, anywhere in a variable's name (upper-cased), and the judge's own doors.
@@ -192,12 +194,13 @@ def record(spec: Spec | None) -> dict[str, Any]:
     return {"mode": spec.mode, "layers": list(spec.layers), "full": not missing, "missing": missing}
 
 
-def observed(pid: int) -> dict[str, int]:
-    """What the kernel says of a process's confinement (/proc/PID/status): its real uid, whether
-    no_new_privs is set, its seccomp mode (2: a filter). Nothing the process itself can forge."""
+def observed(pid: int, tid: int | None = None) -> dict[str, int]:
+    """What the kernel says of a process's (or one of its threads') confinement
+    (/proc/PID/task/TID/status): its real uid, whether no_new_privs is set, its seccomp mode (2: a
+    filter). Nothing the process itself can forge."""
     got: dict[str, int] = {}
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/task/{tid or pid}/status") as f:
             for line in f:
                 name, _, value = line.partition(":")
                 if name in ("Uid", "NoNewPrivs", "Seccomp"):
@@ -213,17 +216,22 @@ def unconfined(spec_text: str, pid: int) -> str:
     if not spec_text:
         return ""
     layers = Spec.from_env(spec_text).layers
-    got = observed(pid)
-    if not got:
-        return "its /proc status is unreadable"
+    try:
+        tasks = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return "its /proc entry is unreadable"
     wrong = []
-    if "uid" in layers and got.get("Uid") != UID_BASE + pid:
-        wrong.append(f"uid {got.get('Uid')}, not {UID_BASE + pid}")
-    if set(layers) & {"uid", "landlock", "seccomp"} and got.get("NoNewPrivs") != 1:
-        wrong.append("no_new_privs unset")
-    if "seccomp" in layers and got.get("Seccomp") != 2:
-        wrong.append(f"seccomp mode {got.get('Seccomp')}")
-    return "; ".join(wrong)
+    for tid in tasks:  # every thread: the layers bind the thread that applied them
+        got = observed(pid, int(tid))
+        if not got:
+            continue  # a thread that ended meanwhile
+        if "uid" in layers and got.get("Uid") != UID_BASE + pid:
+            wrong.append(f"thread {tid}: uid {got.get('Uid')}, not {UID_BASE + pid}")
+        if set(layers) & {"uid", "landlock", "seccomp"} and got.get("NoNewPrivs") != 1:
+            wrong.append(f"thread {tid}: no_new_privs unset")
+        if "seccomp" in layers and got.get("Seccomp") != 2:
+            wrong.append(f"thread {tid}: seccomp mode {got.get('Seccomp')}")
+    return "; ".join(wrong[:4])
 
 
 def plainly(record: Mapping[str, Any] | None) -> str:
@@ -255,31 +263,41 @@ def rules(spec: Spec, workdir: str) -> list[tuple[str, int]]:
     """Landlock's rules: (path, rights)."""
     abi = spec.landlock_abi
     out = [(p, confine.READ) for p in read_rules(spec)]
-    out.append(("/dev", confine.FS_READ_DIR | confine.FS_READ_FILE))
-    out += [(f"/dev/{d}", confine.FILE_RIGHTS) for d in DEVICE_FILES]
+    out += [(f"/dev/{d}", confine.FILE_RIGHTS) for d in DEVICE_FILES]  # named device files only: not /dev/shm, not a disk
     out += [(str(p), confine.FILE_RIGHTS) for p in Path("/dev").glob("nvidia*") if not p.is_dir()]
     out += [(p, confine.fs_rights(abi)) for p in (workdir, *spec.write)]
     return out
 
 
-def enter(spec: Spec, workdir: str) -> dict[str, Any]:
-    """Confine this process (a judge child, before generated code runs) by `spec`, with `workdir`
-    its writable folder and workdir/tmp its temporary one; what was applied. Raises OSError when a
-    layer the spec names fails: the child must not go on half-confined."""
-    tmp = os.path.join(workdir, "tmp")
-    os.makedirs(tmp, exist_ok=True)
+def enter(spec: Spec, parent: str) -> dict[str, Any]:
+    """Confine this process (a judge child, before generated code runs) by `spec`: a new folder
+    inside `parent` becomes its working folder, the only one it writes besides spec.write, with
+    `tmp/` inside for TMPDIR (the judge's own files in `parent`, its log among them, stay out of
+    its reach); what was applied. Raises OSError when a layer the spec names fails, or when the
+    process has a second thread (seccomp, Landlock and capabilities bind the calling thread): the
+    child must not go on half-confined."""
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1 and spec.layers != ("env",):
+        raise OSError(f"the sandbox binds one thread, and this process has {threads}: it must be entered before any other starts")
+    box = tempfile.mkdtemp(prefix="box-", dir=parent)
+    tmp = os.path.join(box, "tmp")
+    os.mkdir(tmp, 0o700)
     for var in ("TMPDIR", "TMP", "TEMP"):
         os.environ[var] = tmp
     tempfile.tempdir = tmp  # tempfile read /tmp once, in the fork server: its answer is inherited
-    os.environ["HOME"] = workdir
+    os.environ["HOME"] = box
     os.environ[CONFINED_ENV] = "1"
+    os.chdir(box)
     layers = spec.layers
     if "limits" in layers:
         confine.set_limits(limits())
     if "uid" in layers:
         uid = UID_BASE + os.getpid()
-        for path in (workdir, tmp):
-            os.chown(path, uid, uid)
+        # access(2), which compilers ask of TMPDIR, checks without capabilities: the folder holding
+        # the box must be traversable by the uid (not listable; what the judge keeps there is 0600)
+        os.chmod(parent, 0o711)
+        for path in (box, tmp):
+            os.chown(path, uid, uid, follow_symlinks=False)
         for path in spec.write:
             _chown_tree(path, uid)
         confine.set_limits({"NPROC": nproc()})
@@ -289,10 +307,10 @@ def enter(spec: Spec, workdir: str) -> dict[str, Any]:
     if set(layers) & {"uid", "landlock", "seccomp"}:
         confine.no_new_privs()
     if "landlock" in layers:
-        confine.landlock(rules(spec, workdir), abi=spec.landlock_abi)
+        confine.landlock(rules(spec, box), abi=spec.landlock_abi)
     if "seccomp" in layers:
         confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else ())
-    return {"layers": list(layers), "uid": os.getuid()}
+    return {"layers": list(layers), "uid": os.getuid(), "folder": box}
 
 
 def _chown_tree(root: str, uid: int) -> None:
@@ -304,16 +322,20 @@ def _chown_tree(root: str, uid: int) -> None:
             os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
-def enter_from_env(workdir: str, extra_read: Sequence[str] = ()) -> dict[str, Any] | None:
-    """Enter the sandbox SPEC_ENV describes (None when the judge set none)."""
+def enter_from_env(parent: str, extra_read: Sequence[str] = ()) -> dict[str, Any]:
+    """Enter the sandbox SPEC_ENV describes; where the judge set none (a caller that started a
+    candidate child without one), the candidate's spec under `auto`: never unconfined by omission."""
     text = os.environ.pop(SPEC_ENV, "")
-    if not text:
-        return None
-    spec = Spec.from_env(text)
+    if text:
+        spec = Spec.from_env(text)
+    else:
+        from kernelwright.judge.build import cache_dir
+
+        spec = for_candidate("auto", str(cache_dir()), os.environ.get("TORCH_EXTENSIONS_DIR"))
     if extra_read:
         spec = Spec(mode=spec.mode, layers=spec.layers, landlock_abi=spec.landlock_abi, read=(*spec.read, *extra_read),
                     write=spec.write, profiler=spec.profiler)
-    return enter(spec, workdir)
+    return enter(spec, parent)
 
 
 def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
@@ -329,19 +351,38 @@ def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
             "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler}
 
 
+def read_regular(path: str | Path, limit: int = 1 << 20) -> str:
+    """The last `limit` bytes of a file the confined side wrote, as text, never through a link it
+    left there nor from a FIFO ('' when it is not a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        start = max(0, st.st_size - limit)
+        return os.pread(fd, st.st_size - start, start).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_s: float, env: Mapping[str, str],
-             read: Sequence[str | Path] = (), write: Sequence[str | Path] = (), profiler: bool = False) -> bool:
+             read: Sequence[str | Path] = (), write: Sequence[str | Path] = (), profiler: bool = False) -> tuple[bool, str]:
     """Run a tool over candidate code (compute-sanitizer, ncu) confined by `mode` in `cwd`, in a
     process group of its own, its output in `output`, the environment allow-listed; afterwards
-    whatever it left running is killed. True when it ran past `timeout_s`."""
+    whatever it left running is killed. (Whether it ran past `timeout_s`, the output's last MiB,
+    read through the judge's own descriptor: the confined side may replace the file at that path.)"""
     spec = spec_for(mode, read=read, write=write, profiler=profiler)
-    with open(output, "wb") as out:
+    with open(output, "w+b") as out:
         proc = subprocess.Popen(command(spec, cmd, cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=clean_env(env), cwd=cwd, start_new_session=True)
+        timed_out = False
         try:
             proc.wait(timeout=timeout_s)
-            return False
         except subprocess.TimeoutExpired:
+            timed_out = True
             try:
                 os.killpg(proc.pid, 9)
             except OSError:
@@ -350,14 +391,16 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            return True
         finally:
             reap(proc.pid)
+        size = os.fstat(out.fileno()).st_size
+        start = max(0, size - (1 << 20))
+        return timed_out, os.pread(out.fileno(), size - start, start).decode(errors="replace")
 
 
 def reap(pid: int) -> int:
-    """Kill every process left of the confined child `pid` had (its own uid's, when the judge is
-    root); how many were signalled."""
+    """Kill every process left of the confined child `pid` (its own uid's, when the judge is
+    root); 1 when any was left, else 0."""
     if os.getuid() != 0 or pid <= 0:
         return 0
-    return confine.kill_uid(UID_BASE + pid)
+    return int(confine.kill_uid(UID_BASE + pid))

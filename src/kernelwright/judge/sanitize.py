@@ -61,17 +61,6 @@ def parse_report(text: str) -> tuple[int | None, list[str]]:
     return errors, [f for f in findings if f][:FINDING_LINES]
 
 
-def _tail(path: Path, limit: int = 1 << 20) -> str:
-    """The last `limit` bytes of a file as text (empty when it is missing)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str, str], timeout_s: float, sandbox_mode: str) -> dict[str, Any]:
     """One tool on one forward, confined (judge.sandbox.run_tool), with its report in a file of its
     own (--log-file) and the program's output in another, so that the program's prints cannot
@@ -84,12 +73,12 @@ def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str
         row: dict[str, Any] = {"tool": tool, "errors": None, "findings": [], "seconds": 0.0, "forward_completed": False}
         read = [str(problem), str(candidate if candidate.is_dir() else candidate.parent), env.get("KERNELWRIGHT_CACHE", "")]
         try:
-            timed_out = sandbox.run_tool(cmd, mode=sandbox_mode, cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env,
+            timed_out, printed = sandbox.run_tool(cmd, mode=sandbox_mode, cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env,
                                          read=[r for r in read if r], write=[rdir, *([env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else [])])
         except OSError as exc:
             row.update(seconds=round(time.perf_counter() - t0, 1), note=f"could not start: {exc}")
             return row
-        text, printed = _tail(report), _tail(output)
+        text = sandbox.read_regular(report)  # a file the tool wrote inside the sandbox: never through a link
         errors, findings = parse_report(text)  # the tool's own report only: the program could print a summary of its own
         row.update(errors=errors, findings=findings, seconds=round(time.perf_counter() - t0, 1), forward_completed="KW_SANITIZE_DONE" in printed)
         if timed_out:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge import memory
+from kernelwright.judge import memory, sandbox
 from kernelwright.judge.gpulock import device_key, device_lock
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
@@ -182,6 +182,7 @@ class SparePool:
             if self._closed or k in self._ready or k in self._making:
                 return
             self._making[k] = Path(tempfile.mkdtemp(prefix="kw-spare-"))
+            (self._making[k] / sandbox.SPARE_INPUTS).mkdir()  # what the evaluation that takes it copies in (judge.evaluate)
         threading.Thread(target=self._make, args=(k, config), name="kw-spare", daemon=True).start()
 
     def _make(self, k: tuple[Any, ...], config: ChildConfig) -> None:

@@ -134,7 +134,8 @@ class Child:
                 return srv.spawn(role=self.config.role, env=env, cwd=self.config.workdir, log_fd=self._log_fd, result_fd=write_fd)
             except (ForkServerError, OSError) as exc:
                 forkpool.mark_failed(srv, str(exc))
-        cmd = [sys.executable, "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
+        # -P: the working folder is not put on sys.path (a module planted there never shadows the judge's)
+        cmd = [sys.executable, "-P", "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
         return subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self._log_fd, stderr=subprocess.STDOUT,
             pass_fds=(write_fd,), start_new_session=True, env=env, cwd=str(self.config.workdir),

@@ -18,8 +18,8 @@ order, and the verdict records which were in force (`Verdict.sandbox`):
 5. `seccomp`: socket() fails (no network, loopback and unix sockets included), and so do ptrace,
    process_vm_*, io_uring, bpf, keyctl, open_by_handle_at, mount, unshare and setns.
 
-The full sandbox is all five, or, for a judge that is not root, the first two, Landlock with
-ABI 6 (signals) and seccomp, with RLIMIT_NPROC bounding its processes. `--sandbox` (Policy.sandbox):
+The full sandbox is all five: a judge that is not root gets the others (Landlock with ABI 6 keeps
+signals in, RLIMIT_NPROC counts the user's processes) and a verdict that says what is missing. `--sandbox` (Policy.sandbox):
 `auto` applies what the machine allows and says what is missing, `strict` refuses to judge without
 the full sandbox, `off` applies only the environment's allow-list (and says so in every verdict).
 """
@@ -103,8 +103,9 @@ class Support:
             out.append("landlock (filesystem)")
         if not self.seccomp:
             out.append("seccomp (network)")
-        if not self.uid and self.landlock < 6:
-            out.append("an uid of its own or Landlock ABI 6 (signals)")
+        if not self.uid:
+            out.append("an uid of its own (a root judge): without it a process the candidate starts in a session of its own "
+                       "outlives the verdict" + ("" if self.landlock >= 6 else ", and nothing keeps it from signalling the judge"))
         return tuple(out)
 
 

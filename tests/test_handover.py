@@ -233,7 +233,7 @@ def _child(role: str = "candidate"):
     child = Child.__new__(Child)
     child.config = ChildConfig(role=role, device="cpu", gpu_index=0, workdir=Path("/nonexistent"), env={})
     child.log_path = Path("/nonexistent/log")
-    child._log_fd, child.env, child.reaped = os.open(os.devnull, os.O_RDONLY), {}, 0
+    child._log_fd, child.env = os.open(os.devnull, os.O_RDONLY), {}
     child._proc, child._sock, child._closed = _Proc(), ours, False
     child._reader = channel.Reader(ours.fileno(), key, sock=ours)
     child.outstanding, child._received = 1, []

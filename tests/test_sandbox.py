@@ -183,3 +183,21 @@ def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_pat
     assert not timed_out and printed == "printed\n"
     assert sandbox.read_regular(box / "report.txt") == "" and sandbox.read_regular(box / "fifo.txt") == ""
     assert sandbox.read_regular(secret) == "the judge's secret\n"
+
+
+def test_chown_tree_never_changes_what_a_link_points_at(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file").write_text("x")
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "own").write_text("y")
+    (tree / "link_dir").symlink_to(outside)
+    (tree / "sub" / "link_file").symlink_to(outside / "file")
+    before = {p: p.stat().st_uid for p in (outside, outside / "file")}
+    uid = sandbox.UID_BASE + 4242
+    confine.chown_tree(str(tree), uid)
+    assert (tree / "sub" / "own").stat().st_uid == uid and tree.stat().st_uid == uid
+    assert {p: p.stat().st_uid for p in before} == before
+    with pytest.raises(OSError):
+        confine.chown_tree(str(tree / "link_dir"), uid)  # the top itself a link: refused

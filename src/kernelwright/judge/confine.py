@@ -236,22 +236,39 @@ def pids_of_uid(uid: int) -> list[int]:
     return found
 
 
-def kill_uid(uid: int, rounds: int = 3) -> bool:
+def kill_uid(uid: int, rounds: int = 3) -> None:
     """SIGKILL every process of `uid` (never root's) the way the kernel does it for that uid alone:
     a helper that becomes `uid` calls kill(-1, SIGKILL), which reaches every process of that uid at
     once (a fork bomb cannot fork past it) and none of anyone else's; never a pid read from /proc,
     which may belong to another process by the time it is signalled. A few rounds, for what was
-    being forked as the first one ran. True when something was there to kill."""
+    being forked as the first one ran. The helper gets an empty environment (once it is that uid,
+    what is left of that uid could read it) and no limit on processes below the judge's own."""
     import subprocess
 
     assert uid > 0, "never every process of root"
-    script = "kill -9 -1 2>/dev/null || exit 3; " + "kill -9 -1 2>/dev/null || exit 0; " * (rounds - 1) + "exit 0"
+    script = "kill -9 -1 2>/dev/null || exit 0; " * rounds + "exit 0"
     try:
-        done = subprocess.run(["sh", "-c", script], user=uid, group=uid, extra_groups=[], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        subprocess.run(["/bin/sh", "-c", script], user=uid, group=uid, extra_groups=[], env={}, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0  # 3: nothing of that uid was left
+        pass
+
+
+def chown_tree(root: str, uid: int) -> None:
+    """Give a folder and everything in it to `uid`, never through a link: each entry is changed
+    relative to a descriptor of the folder that holds it (os.fwalk), so a folder swapped for a link
+    while the walk runs changes nothing outside."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(fd, uid, uid)
+    finally:
+        os.close(fd)
+    for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        for name in dirs + files:
+            try:
+                os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
 
 
 # ---- as a program: `python -I -S confine.py probe | exec PLAN -- CMD...` ------------------------
@@ -313,7 +330,7 @@ def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     if "uid" in layers:
         uid = plan["uid_base"] + os.getpid()
         for path in [*plan["chown"], tmp]:
-            os.chown(path, uid, uid)
+            chown_tree(path, uid)
         set_limits({"NPROC": plan["nproc"]})
         become(uid, keep_read_search="landlock" in layers)
     if set(layers) & {"uid", "landlock", "seccomp"}:

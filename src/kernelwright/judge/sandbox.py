@@ -265,9 +265,24 @@ def rules(spec: Spec, workdir: str) -> list[tuple[str, int]]:
     abi = spec.landlock_abi
     out = [(p, confine.READ) for p in read_rules(spec)]
     out += [(f"/dev/{d}", confine.FILE_RIGHTS) for d in DEVICE_FILES]  # named device files only: not /dev/shm, not a disk
-    out += [(str(p), confine.FILE_RIGHTS) for p in Path("/dev").glob("nvidia*") if not p.is_dir()]
+    out += [(str(p), confine.FILE_RIGHTS) for p in gpu_files()]
     out += [(p, confine.fs_rights(abi)) for p in (workdir, *spec.write)]
     return out
+
+
+def gpu_files() -> list[Path]:
+    """The NVIDIA device files a child may open: the driver's shared ones (nvidiactl, nvidia-uvm,
+    ...) and the GPUs CUDA_VISIBLE_DEVICES pins it to (all GPUs when it names them otherwise)."""
+    pinned = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    found = []
+    for p in sorted(Path("/dev").glob("nvidia*")):
+        if p.is_dir():
+            continue
+        index = p.name[len("nvidia"):]
+        if index.isdigit() and pinned and all(v.isdigit() for v in pinned) and index not in pinned:
+            continue  # another GPU: its timings are other verdicts'
+        found.append(p)
+    return found
 
 
 def enter(spec: Spec, parent: str) -> dict[str, Any]:
@@ -279,7 +294,9 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
     child must not go on half-confined."""
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1 and spec.layers != ("env",):
-        raise OSError(f"the sandbox binds one thread, and this process has {threads}: it must be entered before any other starts")
+        raise OSError(f"the sandbox binds one thread, and this process has {threads}: it must be entered before any other starts "
+                      "(a child spawned afresh, without the fork server, has torch's threads by then: judge with the fork server, "
+                      "or with --sandbox off)")
     box = tempfile.mkdtemp(prefix="box-", dir=parent)
     tmp = os.path.join(box, "tmp")
     os.mkdir(tmp, 0o700)
@@ -300,7 +317,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
         for path in (box, tmp):
             os.chown(path, uid, uid, follow_symlinks=False)
         for path in spec.write:
-            _chown_tree(path, uid)
+            confine.chown_tree(path, uid)
         confine.set_limits({"NPROC": nproc()})
         confine.become(uid, keep_read_search="landlock" in layers)
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
@@ -312,15 +329,6 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
     if "seccomp" in layers:
         confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else ())
     return {"layers": list(layers), "uid": os.getuid(), "folder": box}
-
-
-def _chown_tree(root: str, uid: int) -> None:
-    """Give a folder the child writes in (a torch-extension build folder another child of the same
-    candidate used before) to `uid`, never following a link it holds."""
-    os.chown(root, uid, uid, follow_symlinks=False)
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
 def enter_from_env(parent: str, extra_read: Sequence[str] = ()) -> dict[str, Any]:
@@ -399,9 +407,7 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
         return timed_out, os.pread(out.fileno(), size - start, start).decode(errors="replace")
 
 
-def reap(pid: int) -> int:
-    """Kill every process left of the confined child `pid` (its own uid's, when the judge is
-    root); 1 when any was left, else 0."""
-    if os.getuid() != 0 or pid <= 0:
-        return 0
-    return int(confine.kill_uid(UID_BASE + pid))
+def reap(pid: int) -> None:
+    """Kill every process left of the confined child `pid` (its own uid's, when the judge is root)."""
+    if os.getuid() == 0 and pid > 0:
+        confine.kill_uid(UID_BASE + pid)

@@ -117,7 +117,6 @@ class Child:
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
         self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
-        self.reaped = 0  # processes of its sandbox's uid killed after it (judge.sandbox.reap)
         self._send_line(self._key.hex())
 
     @staticmethod
@@ -334,8 +333,8 @@ class Child:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
-        if sandbox.SPEC_ENV in getattr(self, "env", {}):
-            self.reaped += sandbox.reap(self._proc.pid)
+        if self.config.role == "candidate":  # confined with or without a spec (judge.sandbox.enter_from_env)
+            sandbox.reap(self._proc.pid)
 
     def request_exit(self) -> None:
         """Ask the child to exit without waiting (close() waits); lets several children exit at once."""

@@ -201,3 +201,15 @@ def test_chown_tree_never_changes_what_a_link_points_at(tmp_path):
     assert {p: p.stat().st_uid for p in before} == before
     with pytest.raises(OSError):
         confine.chown_tree(str(tree / "link_dir"), uid)  # the top itself a link: refused
+
+
+@needs_full
+@pytest.mark.parametrize("name", ["write_outside", "signal_judge"])
+def test_a_child_spawned_afresh_is_confined_before_torch_starts_threads(world, name, monkeypatch):
+    """Without the fork server a candidate child enters the sandbox before importing torch (its
+    threads would escape layers that bind one thread): the attack is contained there too."""
+    monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
+    verdict, text, changed = zoo.judge_attack(world, name)
+    assert verdict.workers["children"] == "spawned" and verdict.sandbox["full"], (verdict.workers, verdict.sandbox)
+    assert verdict.status.value == "correct", verdict.log
+    assert "BREACH" not in text and not changed, changed

@@ -994,6 +994,10 @@ def main(argv: list[str]) -> int:
     if role == "reference":
         from kernelwright.judge.child_reference import handlers
     else:
+        if not FORK_STEPS:  # spawned afresh: confined before torch's import starts threads (judge.sandbox)
+            from kernelwright.judge import sandbox
+
+            sandbox.enter_spawned()
         from kernelwright.judge.child_candidate import handlers
     note_hooks(fd)
     serve(handlers(), writer)

@@ -74,6 +74,7 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
     t0 = _clock()
     if args["device"] == "none":  # the round trip judge.spares asks before a spare is used
         return {"seconds": round(_clock() - t0, 3)}
+    S.sandbox = S.sandbox or sandbox.ENTERED  # a spawned child entered it before torch's import
     if S.sandbox is None:  # before the device's context starts threads the sandbox would not bind; its
         # problem and candidate come later, copied into its folder's in/ by the judge (evaluate._spare_paths)
         S.sandbox = sandbox.enter_from_env(os.getcwd(), (os.path.join(os.getcwd(), sandbox.SPARE_INPUTS),))
@@ -88,6 +89,7 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
 
 def setup(args: dict[str, Any]) -> dict[str, Any]:
     """Enter the sandbox; import the problem (for inputs and weights) and the candidate; construct ModelNew."""
+    S.sandbox = S.sandbox or sandbox.ENTERED  # a spawned child entered it before torch's import
     if S.sandbox is None:  # a spare entered it before its warm-up
         S.sandbox = sandbox.enter_from_env(os.getcwd(), (args["problem_path"], str(Path(args["candidate_path"]).parent)))
     S.device = torch.device(args["device"])

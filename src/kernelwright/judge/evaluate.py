@@ -335,7 +335,8 @@ class _Flow:
             spec = sandbox.for_candidate(self.policy.sandbox, str(cache_dir()), env.get("TORCH_EXTENSIONS_DIR"))
             env[sandbox.SPEC_ENV] = spec.to_env()
             self.vb.sandbox = sandbox.record(spec)
-        config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)
+        read = (str(self.problem.path), str(self.files.model_new.parent)) if role == "candidate" else ()
+        config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env, sandbox_read=read)
         spare = spares.POOL.take(config) if role == "candidate" and not extra_env else None
         if spare is not None:  # forked before this evaluation, its device context made, nothing else (judge.spares)
             child = spare.child
@@ -358,18 +359,25 @@ class _Flow:
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
         self.say("starting the children")
         builder = self._child("candidate", self._extension_env()) if ext else None
-        t_cand = time.perf_counter()
         self.cand_env = self._extension_env() if ext else {}
-        cand = self._child("candidate", self.cand_env)
+        # a torch extension's run child starts once its build is done: a child spawned afresh enters
+        # the sandbox at its start, and must find the build's folder as the build left it
+        t_cand = time.perf_counter()
+        cand = None if ext else self._child("candidate", self.cand_env)
         cand_s = time.perf_counter() - t_cand  # its start (a fork or a spawn), or a spare's taking
         ref, how = self._reference()  # before the build child runs candidate code
+        if builder is not None:
+            if not self._build_extension(builder):
+                raise Stop(Status.COMPILE_ERROR, self.vb.log)
+            t_cand = time.perf_counter()
+            cand = self._child("candidate", self.cand_env)
+            cand_s = time.perf_counter() - t_cand
+        assert cand is not None
         how = f"{how}; the candidate child {'taken' if self.candidate_child == 'spare' else 'started'} in {cand_s:.2f} s"
         warm = self.warm_ref
         self.vb.workers = {"children": "forked" if isinstance(cand._proc, forkpool.Forked) else "spawned",
                            "reference": "warm" if warm and warm.uses else "new", "reference_evaluations": (warm.uses + 1) if warm else 1,
                            "candidate": self.candidate_child, "retimed": 0}
-        if builder is not None and not self._build_extension(builder):
-            raise Stop(Status.COMPILE_ERROR, self.vb.log)
         cases = self.cases()
         self.ref = ref
         with self._admission():

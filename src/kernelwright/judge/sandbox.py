@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 MODES = ("auto", "strict", "off")
 LAYERS = ("env", "limits", "uid", "landlock", "seccomp")
 SPEC_ENV = "KERNELWRIGHT_SANDBOX"  # the child's sandbox (JSON, `Spec.to_env`), set by the judge
+READ_ENV = "KERNELWRIGHT_SANDBOX_READ"  # a spawned candidate child's problem and candidate folder (os.pathsep-separated)
 SPARE_INPUTS = "in"  # a spare's folder for the problem and candidate of the evaluation that takes it (judge.spares)
 CONFINED_ENV = "KERNELWRIGHT_CONFINED"  # "1" in a process that entered the sandbox (its builds stay its own)
 UID_BASE = 0x6B000000  # 1795162112 and up: no account's; a child's uid is this plus its pid
@@ -329,6 +330,19 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
     if "seccomp" in layers:
         confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else ())
     return {"layers": list(layers), "uid": os.getuid(), "folder": box}
+
+
+ENTERED: dict[str, Any] | None = None  # what enter_spawned applied, for the candidate's setup to report
+
+
+def enter_spawned() -> None:
+    """A candidate child spawned afresh (no fork server) enters the sandbox here, before torch's
+    import starts threads the layers would not bind: its problem and candidate (READ_ENV) and a
+    spare's in/ readable."""
+    global ENTERED
+    parent = os.getcwd()
+    read = [p for p in os.environ.pop(READ_ENV, "").split(os.pathsep) if p] + [os.path.join(parent, SPARE_INPUTS)]
+    ENTERED = enter_from_env(parent, read)
 
 
 def enter_from_env(parent: str, extra_read: Sequence[str] = ()) -> dict[str, Any]:

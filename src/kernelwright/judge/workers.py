@@ -52,6 +52,7 @@ class ChildConfig:
     gpu_index: int  # GPU the child is pinned to
     workdir: Path  # private folder for this evaluation
     env: dict[str, str]  # extra environment variables
+    sandbox_read: tuple[str, ...] = ()  # what a candidate child spawned afresh may read (its problem, its candidate's folder)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -135,6 +136,8 @@ class Child:
                 forkpool.mark_failed(srv, str(exc))
         # -P: the working folder is not put on sys.path (a module planted there never shadows the judge's)
         cmd = [sys.executable, "-P", "-m", "kernelwright.judge.child", self.config.role, str(write_fd)]
+        if self.config.sandbox_read:  # it enters the sandbox before torch's import (judge.child.main)
+            env = {**env, sandbox.READ_ENV: os.pathsep.join(self.config.sandbox_read)}
         return subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self._log_fd, stderr=subprocess.STDOUT,
             pass_fds=(write_fd,), start_new_session=True, env=env, cwd=str(self.config.workdir),

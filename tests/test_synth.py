@@ -4,6 +4,7 @@ honest one it keeps), selection, resume, the CLI and the LLM composer (a scripte
 from __future__ import annotations
 
 import json
+import os
 import math
 import subprocess
 import sys
@@ -424,7 +425,8 @@ def test_a_machine_error_while_timed_is_timed_again(tmp_path):
     marker = tmp_path / "timed-once"
     flaky = f"MARKER = {str(marker)!r}\n" + OOM_WHEN_TIMED
     src = _given(tmp_path, [HONEST, flaky.replace("F.gelu", "F.silu"), HONEST.replace("F.gelu", "F.mish")])
-    report = _run(tmp_path, "timed-oom", n=3, source=src, window_ms=tuple(WIDE), timed=True, dedup_threshold=0.999999)
+    # the task leaves a marker outside its folder: only without the workers' sandbox (its own test below)
+    report = _run(tmp_path, "timed-oom", n=3, source=src, window_ms=tuple(WIDE), timed=True, dedup_threshold=0.999999, sandbox="off")
     rows = [json.loads(line) for line in (tmp_path / "timed-oom" / "candidates.jsonl").read_text().splitlines()]
     of_1 = [(r["phase"], r["stage"], r["retry"]) for r in rows if r["index"] == 1]
     assert of_1 == [("check", None, False), ("time", "error", False), ("time", None, True)], of_1
@@ -501,3 +503,23 @@ def test_a_lost_worker_keeps_its_phase(tmp_path):
     finally:
         pool.close()
     assert (result["stage"], result["phase"], result["retry"]) == ("timeout", "time", True)
+
+
+@pytest.mark.slow
+def test_the_workers_run_task_code_sandboxed(tmp_path):
+    """A composed task that writes outside its folder at import is refused there (the worker is
+    confined like a candidate child) and leaves nothing behind; without the sandbox it would."""
+    from kernelwright.judge import sandbox
+
+    if sandbox.support().missing():
+        pytest.skip(f"this machine does not give the full sandbox: {sandbox.support().missing()}")
+    os.chmod(tmp_path, 0o777)
+    outside = tmp_path / "written-by-a-task"
+    writer = f"open({str(outside)!r}, 'w').write('x')\n" + HONEST
+    src = _given(tmp_path, [writer, HONEST.replace("F.gelu", "F.silu")])
+    report = _run(tmp_path, "boxed", n=1, source=src, window_ms=tuple(WIDE), dedup_threshold=0.999999)
+    rows = [json.loads(line) for line in (tmp_path / "boxed" / "candidates.jsonl").read_text().splitlines()]
+    assert not outside.exists() and report["n_accepted"] == 1
+    assert [r["status"] for r in rows if r["index"] == 0] == ["rejected"], rows
+    _run(tmp_path, "unboxed", n=1, source=src, window_ms=tuple(WIDE), dedup_threshold=0.999999, sandbox="off")
+    assert outside.exists()  # the same task without the sandbox: the write is real

@@ -383,7 +383,7 @@ def read_regular(path: str | Path, limit: int = 1 << 20) -> str:
         return ""
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link to a file elsewhere is not the tool's report
             return ""
         start = max(0, st.st_size - limit)
         return os.pread(fd, st.st_size - start, start).decode(errors="replace")

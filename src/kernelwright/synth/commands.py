@@ -48,7 +48,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
                              against=tuple(args.against or ['builtin']), threshold=args.threshold, dedup_threshold=args.dedup_threshold,
                              weights=_weights(args.op_weights), backend=args.compile_backend, timeout_s=args.timeout_s,
                              max_candidates=args.max_candidates, source=Path(args.source) if args.source else None,
-                             composer=args.composer_model or "rules", resume=args.resume)
+                             composer=args.composer_model or "rules", resume=args.resume, sandbox=args.sandbox)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
     composer = None
@@ -111,5 +111,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--composer-model", default=None, help="PROVIDER:MODEL: an LLM writes each candidate's program from the drawn operators (default: the rule composer)")
     s.add_argument("--base-url", default=None, help="the composer model's server (OpenAI-compatible)")
     s.add_argument("--resume", action="store_true", help="continue the run in --out")
+    s.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
+                   help="the workers that run composed task code: auto (what this machine allows), strict (refuse without the full sandbox), off")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=synth_cmd)

@@ -45,6 +45,7 @@ class SynthConfig:
     composer: str = "rules"  # "rules", or the backend spec (PROVIDER:MODEL) of the LLM composer
     resume: bool = False
     timed: bool | None = None  # measure the eager time in a phase of its own (default: on cuda); else the proxy decides
+    sandbox: str = "auto"  # the workers that run the composed task code: auto, strict or off (judge.sandbox)
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -58,6 +59,8 @@ class SynthConfig:
             raise ValueError(f"thresholds must be in (0, 1], got {self.threshold}, {self.dedup_threshold}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.sandbox not in ("auto", "strict", "off"):
+            raise ValueError(f"sandbox must be auto, strict or off, got {self.sandbox!r}")
         if self.weights is not None and (not self.weights or any(k not in range(1, 6) or v < 0 for k, v in self.weights.items())):
             raise ValueError(f"weights must map operator counts 1-5 to non-negative numbers, got {self.weights}")
 
@@ -170,7 +173,7 @@ def _drain(workers: int, context: dict[str, Any], config: SynthConfig, jobs: Ite
     first = next(jobs, None)
     if first is None:
         return
-    pool = Pool(workers, context, timeout_s=config.timeout_s)
+    pool = Pool(workers, context, timeout_s=config.timeout_s, sandbox_mode=config.sandbox)
     try:
         for result in pool.run(_chain(first, jobs)):
             if sink(result):

@@ -8,16 +8,25 @@ a pool of its own with one worker, after the checking pool has finished (pipelin
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Iterator
 
 
-def _worker_main(conn: Connection, context: dict[str, Any]) -> None:
+def _worker_main(conn: Connection, context: dict[str, Any], spec_text: str, parent: str) -> None:
     import os
 
+    from kernelwright.judge import sandbox
+
+    # the task code it runs is generated: confined first, as a candidate child is (one thread yet)
+    os.environ[sandbox.SPEC_ENV] = spec_text
+    sandbox.enter_from_env(parent)
     # each worker compiles on its own: a pool of inductor compile processes per worker would crowd the cores
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
@@ -39,13 +48,34 @@ def _context() -> Any:
     """Workers forked from multiprocessing's fork server, which imports torch once for the whole
     process (a spawned worker paid Python's and torch's start-up, seconds on a 2-core box, every
     time a pool started or a worker was replaced); torch's compiler is imported in each worker,
-    after its settings. Where fork servers are unavailable, spawned workers."""
+    after its settings. Where fork servers are unavailable, spawned workers. Either starts with
+    the sandbox's allow-listed environment (judge.sandbox): workers inherit its memory."""
     try:
         ctx = mp.get_context("forkserver")
     except ValueError:
         return mp.get_context("spawn")
     ctx.set_forkserver_preload(["torch", "numpy", "kernelwright.synth.filters"])
+    with _allow_listed_environment():
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
     return ctx
+
+
+@contextlib.contextmanager
+def _allow_listed_environment() -> Iterator[None]:
+    """The process's environment cut to the sandbox's allow-list for the block (what a process
+    started in it inherits), then put back."""
+    from kernelwright.judge import sandbox
+
+    saved = dict(os.environ)
+    kept = sandbox.clean_env(saved)
+    for name in set(saved) - set(kept):
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 @dataclass
@@ -60,17 +90,25 @@ class _Worker:
 class Pool:
     """n worker processes; `run(jobs)` yields results as they finish (any order)."""
 
-    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float) -> None:
+    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float, sandbox_mode: str = "auto") -> None:
         if n < 1:
             raise ValueError(f"workers must be at least 1, got {n}")
+        from kernelwright.judge import sandbox
+        from kernelwright.judge.build import cache_dir
+
         self._mp = _context()
         self._context = context
         self.timeout_s = timeout_s
+        refused = sandbox.refusal(sandbox_mode)
+        if refused:
+            raise RuntimeError(refused)
+        self._folder = tempfile.mkdtemp(prefix="kw-synth-")  # each worker's own folder is made inside (judge.sandbox.enter)
+        self._spec = sandbox.for_candidate(sandbox_mode, str(cache_dir())).to_env()
         self._workers = [self._spawn() for _ in range(n)]
 
     def _spawn(self) -> _Worker:
         parent, child = self._mp.Pipe()
-        process = self._mp.Process(target=_worker_main, args=(child, self._context), daemon=True)
+        process = self._mp.Process(target=_worker_main, args=(child, self._context, self._spec, self._folder), daemon=True)
         process.start()
         child.close()
         return _Worker(process, parent)
@@ -113,6 +151,7 @@ class Pool:
         job = w.job or {}
         w.process.kill()
         w.process.join(5)
+        _reap(w.process.pid)
         self._workers[i] = self._spawn()
         return {"index": job.get("index"), "phase": job.get("phase", "all"), "status": "rejected", "stage": stage, "reason": reason,
                 "task": job.get("task"), "retry": bool(job.get("retry")), "seconds": {}}
@@ -127,3 +166,14 @@ class Pool:
             w.process.join(5)
             if w.process.is_alive():
                 w.process.kill()
+                w.process.join(5)
+            _reap(w.process.pid)
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _reap(pid: int | None) -> None:
+    """What a worker left running (a daemon of the task code's) goes with it (judge.sandbox.reap)."""
+    from kernelwright.judge import sandbox
+
+    if pid:
+        sandbox.reap(pid)

@@ -328,28 +328,8 @@ raise RuntimeError("crashed on purpose: read my log")
 '''
 
 # A build that reads a secret through #include and would show it in the build log.
-SECRET_INCLUDE = r'''
-import torch
-import torch.nn as nn
-
-from kernelwright import runtime
-
-lib = runtime.load(r"""
-#include "@secret_header@"
-extern "C" int relu(const float* x, float* y, long n) {
-    for (long i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
-    return 0;
-}
-""")
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        lib.relu(x, y, x.numel())
-        return y
-'''
+SECRET_INCLUDE = HONEST.replace('lib = runtime.load(r"""\n', 'lib = runtime.load(r"""\n#include "@secret_header@"\n')
+assert SECRET_INCLUDE != HONEST
 
 
 def fill(text: str, values: dict[str, object]) -> str:

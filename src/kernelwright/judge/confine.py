@@ -197,11 +197,13 @@ def seccomp_program(arch: str, allow: tuple[str, ...] = ()) -> bytes:
     prog = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, spec["audit"]), _insn(_RET_K, 0, 0, _RET_KILL), _insn(_LD_W_ABS, 0, 0, 0)]
     if spec["x32"]:
         prog += [_insn(_JGE_K, 0, 1, 0x40000000), _insn(_RET_K, 0, 0, _RET_KILL)]
-    prog += [_insn(_JEQ_K, 0, 1, spec["nr"]["socket"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EACCES)]
-    prog += [_insn(_JEQ_K, 0, 1, spec["clone3"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
-    # clone: its flags (the first argument's low word) against CLONE_NEW, answered there and then
-    prog += [_insn(_JEQ_K, 0, 4, spec["clone"]), _insn(_LD_W_ABS, 0, 0, 16), _insn(_JSET_K, 0, 1, CLONE_NEW),
-             _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM), _insn(_RET_K, 0, 0, _RET_ALLOW)]
+    if "socket" not in allow:
+        prog += [_insn(_JEQ_K, 0, 1, spec["nr"]["socket"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EACCES)]
+    if "clone3" not in allow:
+        prog += [_insn(_JEQ_K, 0, 1, spec["clone3"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
+    if "clone" not in allow:  # its flags (the first argument's low word) against CLONE_NEW, answered there and then
+        prog += [_insn(_JEQ_K, 0, 4, spec["clone"]), _insn(_LD_W_ABS, 0, 0, 16), _insn(_JSET_K, 0, 1, CLONE_NEW),
+                 _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM), _insn(_RET_K, 0, 0, _RET_ALLOW)]
     for nr in denied:
         prog += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
     prog.append(_insn(_RET_K, 0, 0, _RET_ALLOW))

@@ -115,7 +115,8 @@ def main() -> int:
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     sup = sandbox.support()
-    result: dict[str, Any] = {"provenance": provenance(), "device": device, "support": {**sup.__dict__, "missing": list(sup.missing())}}
+    result: dict[str, Any] = {"provenance": provenance(), "device": device, "support": {**sup.__dict__, "missing": list(sup.missing())},
+                              "socket_families": list(sandbox.socket_families())}
     print(json.dumps(result, default=str), flush=True)
     result["zoo"] = run_zoo(device)
     result["controls"] = run_controls(device)

@@ -42,7 +42,7 @@ try:
         rules = sandbox.rules(spec, wd) + [(p, r if r >= 0 else confine.fs_rights(abi)) for p, r in variant["landlock"]]
         confine.landlock(rules, abi=abi)
     if variant.get("seccomp") is not None:
-        confine.seccomp(tuple(variant["seccomp"]))
+        confine.seccomp(tuple(variant["seccomp"]), tuple(variant.get("families", sandbox.socket_families())))
     import torch
     x = torch.randn(256, 256, device="cuda")
     print(json.dumps({"ok": float((x @ x).sum()) == float((x @ x).sum())}))
@@ -51,8 +51,12 @@ except BaseException as exc:
 """
 
 
-def variants() -> list[tuple[str, dict[str, Any]]]:
-    out: list[tuple[str, dict[str, Any]]] = [("nothing", {}), ("seccomp as is", {"seccomp": []}), ("landlock as is", {"landlock": []})]
+def variants(quick: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = [("nothing", {}), ("seccomp as is", {"seccomp": []}), ("landlock as is", {"landlock": []}),
+                                             ("both as is", {"seccomp": [], "landlock": []})]
+    out += [(f"seccomp, sockets of families {fams} only", {"seccomp": [], "families": fams}) for fams in ([], [1], [16], [1, 16])]
+    if quick:
+        return out
     out += [(f"seccomp allowing {name}", {"seccomp": [name]}) for name in (*confine.DENIED, "clone", "clone3")]
     out += [("landlock + /dev/shm rw", {"landlock": [("/dev/shm", -1)]}), ("landlock + /tmp rw", {"landlock": [("/tmp", -1)]}),
             ("landlock + /dev read", {"landlock": [("/dev", confine.READ)]}), ("landlock + /dev rw", {"landlock": [("/dev", -1)]}),
@@ -81,10 +85,11 @@ def run(variant: dict[str, Any], strace: str | None = None) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--quick", action="store_true", help="only the sandbox as it is and the socket families")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"rows": []}
-    for name, variant in variants():
+    for name, variant in variants(args.quick):
         row = {"variant": name, **run(variant)}
         result["rows"].append(row)
         print(json.dumps(row), flush=True)

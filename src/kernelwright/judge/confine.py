@@ -185,9 +185,9 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def seccomp_program(arch: str, allow: tuple[str, ...] = ()) -> bytes:
+def seccomp_program(arch: str, allow: tuple[str, ...] = (), families: tuple[int, ...] = ()) -> bytes:
     """A classic BPF filter: another ABI (32-bit calls on x86_64 among them) kills the process;
-    socket() fails with EACCES; clone() with a namespace flag fails with EPERM and clone3() with
+    socket() fails with EACCES but for the address families in `families`; clone() with a namespace flag fails with EPERM and clone3() with
     ENOSYS (the C library falls back to clone for threads); each other DENIED call not in `allow`
     fails with EPERM; the rest run."""
     spec = _ARCH.get(arch)
@@ -197,8 +197,11 @@ def seccomp_program(arch: str, allow: tuple[str, ...] = ()) -> bytes:
     prog = [_insn(_LD_W_ABS, 0, 0, 4), _insn(_JEQ_K, 1, 0, spec["audit"]), _insn(_RET_K, 0, 0, _RET_KILL), _insn(_LD_W_ABS, 0, 0, 0)]
     if spec["x32"]:
         prog += [_insn(_JGE_K, 0, 1, 0x40000000), _insn(_RET_K, 0, 0, _RET_KILL)]
-    if "socket" not in allow:
-        prog += [_insn(_JEQ_K, 0, 1, spec["nr"]["socket"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.EACCES)]
+    if "socket" not in allow:  # a socket of the families given (the CUDA driver opens one) and no other
+        fams = list(families)[:8]
+        prog += [_insn(_JEQ_K, 0, len(fams) + 3, spec["nr"]["socket"]), _insn(_LD_W_ABS, 0, 0, 16)]
+        prog += [_insn(_JEQ_K, len(fams) - i, 0, fam) for i, fam in enumerate(fams)]
+        prog += [_insn(_RET_K, 0, 0, _RET_ERRNO | errno.EACCES), _insn(_RET_K, 0, 0, _RET_ALLOW)]
     if "clone3" not in allow:
         prog += [_insn(_JEQ_K, 0, 1, spec["clone3"]), _insn(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
     if "clone" not in allow:  # its flags (the first argument's low word) against CLONE_NEW, answered there and then
@@ -210,9 +213,9 @@ def seccomp_program(arch: str, allow: tuple[str, ...] = ()) -> bytes:
     return b"".join(prog)
 
 
-def seccomp(allow: tuple[str, ...] = ()) -> None:
+def seccomp(allow: tuple[str, ...] = (), families: tuple[int, ...] = ()) -> None:
     """Install seccomp_program for this machine on this process and its future children."""
-    prog = seccomp_program(machine(), allow)
+    prog = seccomp_program(machine(), allow, families)
     buf = ctypes.create_string_buffer(prog, len(prog))
     fprog = struct.pack("HxxxxxxQ", len(prog) // 8, ctypes.addressof(buf))
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.cast(ctypes.c_char_p(fprog), ctypes.c_void_p).value or 0, 0, 0),
@@ -340,7 +343,7 @@ def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     if "landlock" in layers:
         landlock([(p, r) for p, r in plan["rules"]], abi=plan["abi"])
     if "seccomp" in layers:
-        seccomp(PROFILER_NEEDS if plan.get("profiler") else ())
+        seccomp(PROFILER_NEEDS if plan.get("profiler") else (), tuple(plan.get("families", ())))
     os.chdir(workdir)
     os.execvpe(cmd[0], cmd, env)
 

@@ -131,6 +131,21 @@ def limits() -> dict[str, int]:
     return out
 
 
+# Socket address families a confined process may still open (16: AF_NETLINK, the kernel's own
+# messages): none reaches another host, a loopback port or a unix socket. The CUDA driver fails to
+# start (error 304) without any socket (H100, 0c45d8b, the seccomp filter alone); which family it
+# wants was not seen there (no strace). KERNELWRIGHT_SANDBOX_SOCKETS ("16", "1,16" with AF_UNIX,
+# "" for none) overrides.
+SOCKET_FAMILIES = (16,)
+
+
+def socket_families() -> tuple[int, ...]:
+    raw = os.environ.get("KERNELWRIGHT_SANDBOX_SOCKETS")
+    if raw is None:
+        return SOCKET_FAMILIES
+    return tuple(int(x) for x in raw.split(",") if x.strip())
+
+
 def nproc() -> int:
     raw = os.environ.get("KERNELWRIGHT_SANDBOX_NPROC")
     return int(raw) if raw else NPROC
@@ -265,6 +280,9 @@ def rules(spec: Spec, workdir: str) -> list[tuple[str, int]]:
     """Landlock's rules: (path, rights)."""
     abi = spec.landlock_abi
     out = [(p, confine.READ) for p in read_rules(spec)]
+    # the CUDA driver writes under /proc (error 304 without it, H100, 0c45d8b); what is there to
+    # write is the process's own, or root's (permission bits), or behind ptrace's checks
+    out.append(("/proc", confine.READ | confine.FS_WRITE_FILE | confine.FS_TRUNCATE))
     out += [(f"/dev/{d}", confine.FILE_RIGHTS) for d in DEVICE_FILES]  # named device files only: not /dev/shm, not a disk
     out += [(str(p), confine.FILE_RIGHTS) for p in gpu_files()]
     out += [(p, confine.fs_rights(abi)) for p in (workdir, *spec.write)]
@@ -328,7 +346,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
     if "landlock" in layers:
         confine.landlock(rules(spec, box), abi=spec.landlock_abi)
     if "seccomp" in layers:
-        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else ())
+        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else (), socket_families())
     return {"layers": list(layers), "uid": os.getuid(), "folder": box}
 
 
@@ -371,7 +389,8 @@ def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
 
 def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
     return {"layers": list(spec.layers), "abi": spec.landlock_abi, "rules": rules(spec, workdir), "workdir": workdir,
-            "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler}
+            "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler,
+            "families": list(socket_families())}
 
 
 def read_regular(path: str | Path, limit: int = 1 << 20) -> str:

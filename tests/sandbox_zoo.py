@@ -133,7 +133,7 @@ def unix():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(@unix_path!r@)
     return "yes"
-attempt("connected to the unix socket", unix)
+attempt("connected to the judge's unix socket (0600, as the fork server's)", unix)
 done()
 ''',
     "signal_judge": r'''
@@ -358,7 +358,7 @@ class Listeners:
         self.unix_path = str(folder / "listen.sock")
         self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.unix.bind(self.unix_path)
-        os.chmod(self.unix_path, 0o777)  # permission bits alone would let anyone in: the sandbox must refuse
+        os.chmod(self.unix_path, 0o600)  # the judge's own (the shared fork server's socket is 0600): its uid keeps the child out
         self.unix.listen(4)
         self.reached: list[str] = []
         for sock, name in ((self.tcp, "tcp"), (self.unix, "unix")):

@@ -131,12 +131,13 @@ def limits() -> dict[str, int]:
     return out
 
 
-# Socket address families a confined process may still open (16: AF_NETLINK, the kernel's own
-# messages): none reaches another host, a loopback port or a unix socket. The CUDA driver fails to
-# start (error 304) without any socket (H100, 0c45d8b, the seccomp filter alone); which family it
-# wants was not seen there (no strace). KERNELWRIGHT_SANDBOX_SOCKETS ("16", "1,16" with AF_UNIX,
-# "" for none) overrides.
-SOCKET_FAMILIES = (16,)
+# Socket address families a confined process may still open. The CUDA driver does not start
+# (error 304) without an AF_UNIX socket, and does with AF_UNIX alone (H100, a6f0912,
+# benchmarks/results/sandbox_gpu.md). No host and no loopback port is reachable through one; a
+# named unix socket is, where permission bits let the child's uid write it (the judge's own are
+# 0600; Landlock ABI 7 does not cover connecting to one). KERNELWRIGHT_SANDBOX_SOCKETS ("" for
+# none, "1,16" with netlink) overrides.
+SOCKET_FAMILIES = (1,)
 
 
 def socket_families() -> tuple[int, ...]:

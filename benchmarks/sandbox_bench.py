@@ -54,8 +54,7 @@ def provenance() -> dict[str, Any]:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv)}
 
 
-def run_zoo(device: str) -> list[dict[str, Any]]:
-    rows = []
+def run_zoo(device: str, rows: list[dict[str, Any]], save) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="kw-sandbox-bench-") as tmp:
         world = zoo.World(Path(tmp), lambda k, v: os.environ.__setitem__(k, v))
         try:
@@ -66,31 +65,33 @@ def run_zoo(device: str) -> list[dict[str, Any]]:
                              "changed": changed, "sandbox": verdict.sandbox, "seconds": round(time.perf_counter() - t0, 2),
                              "log": verdict.log[-400:] if verdict.status.value != "correct" else ""})
                 print(f"zoo {name}: {rows[-1]['status']} breach={rows[-1]['breach']} changed={changed}", flush=True)
+                save()
         finally:
             world.close()
     return rows
 
 
-def run_controls(device: str) -> list[dict[str, Any]]:
-    rows = []
+def run_controls(device: str, rows: list[dict[str, Any]], save) -> list[dict[str, Any]]:
     controls = [("relu_cuda" if device == "cuda" else "relu_correct", zoo.RELU,
                  ROOT / "tests" / "fixtures" / "candidates" / ("relu_cuda" if device == "cuda" else "relu_correct"))]
     if device == "cuda":
         controls.append(("softmax", SOFTMAX / "problem.py", SOFTMAX))
-    for name, problem, cand in controls:
-        for mode in ("auto", "strict", "off"):
+    for mode in ("auto", "off", "strict"):  # auto first: if time runs out, what matters most is in
+        for name, problem, cand in controls:
             pol = Policy(time_candidate=False, compile_baseline=False, baselines="skip", sandbox=mode)
             v = evaluate(problem, cand, pol, device=device)
             rows.append({"control": name, "mode": mode, "status": v.status.value, "sandbox": v.sandbox, "log": v.log[-300:]})
             print(f"control {name} {mode}: {v.status.value} {v.sandbox}", flush=True)
+            save()
     return rows
 
 
-def run_latency(device: str, rounds: int) -> dict[str, Any]:
+def run_latency(device: str, rounds: int, out: dict[str, Any], save) -> dict[str, Any]:
     timing = TimingConfig(budget_s=3.0)
     walls: dict[str, list[float]] = {"auto": [], "off": []}
     statuses: dict[str, list[str]] = {"auto": [], "off": []}
     problem, cand = (SOFTMAX / "problem.py", SOFTMAX) if device == "cuda" else (zoo.RELU, ROOT / "tests" / "fixtures" / "candidates" / "relu_correct")
+    out.update({"problem": str(problem.relative_to(ROOT)), "rounds": rounds, "walls_s": walls, "statuses": statuses})
     for mode in ("auto", "off"):  # warm both modes' workers once, not counted
         evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
     for i in range(rounds):
@@ -99,9 +100,10 @@ def run_latency(device: str, rounds: int) -> dict[str, Any]:
             v = evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
             walls[mode].append(time.perf_counter() - t0)
             statuses[mode].append(v.status.value)
+        save()
     med = {m: statistics.median(w) for m, w in walls.items()}
-    return {"problem": str(problem.relative_to(ROOT)), "rounds": rounds, "walls_s": walls, "statuses": statuses,
-            "median_s": med, "ratio_auto_over_off": med["auto"] / med["off"]}
+    out.update({"median_s": med, "ratio_auto_over_off": med["auto"] / med["off"]})
+    return out
 
 
 def main() -> int:
@@ -109,6 +111,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    ap.add_argument("--parts", default="zoo,controls,latency",
+                    help="which parts, in this order (comma-separated: zoo, controls, latency); the JSON is rewritten after every row")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -118,10 +122,24 @@ def main() -> int:
     result: dict[str, Any] = {"provenance": provenance(), "device": device, "support": {**sup.__dict__, "missing": list(sup.missing())},
                               "socket_families": list(sandbox.socket_families())}
     print(json.dumps(result, default=str), flush=True)
-    result["zoo"] = run_zoo(device)
-    result["controls"] = run_controls(device)
-    result["latency"] = run_latency(device, args.rounds)
-    (args.out / "sandbox_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = sorted(set(parts) - {"zoo", "controls", "latency"})
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}: choose from zoo, controls, latency")
+
+    def save() -> None:  # after every row: a run cut off by its time limit still leaves what it measured
+        (args.out / "sandbox_bench.json").write_text(json.dumps(result, indent=1, default=str))
+
+    for part in parts:
+        if part == "latency":
+            result["latency"] = {}
+            run_latency(device, args.rounds, result["latency"], save)
+        else:
+            result[part] = []
+            (run_zoo if part == "zoo" else run_controls)(device, result[part], save)
+    save()
+    if not {"zoo", "controls", "latency"} <= set(result):
+        return 0
     # contained: nothing got out and nothing outside changed (the fork bomb may starve its own
     # process of threads and end runtime_error: its status is reported beside it)
     contained = sum(1 for r in result["zoo"] if not r["breach"] and not r["changed"])

@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 BOMB = 400  # at most this many processes forked by the fork bomb, whatever the sandbox does
 FILL_MIB = 192  # at most this many MiB written by the disk fill
+DATA_GIB = 8  # the zoo's bound on a candidate's private memory (KERNELWRIGHT_SANDBOX_DATA)
+MAP_GIB = 12  # what the memory attack maps: private, writable, never touched (no memory is used either way)
 RELU = Path(__file__).resolve().parent / "fixtures" / "problems" / "relu.py"
 GUARDS_OFF = frozenset({"function_identities", "between_calls", "op_audit"})  # the judge's in-process guards: the sandbox holds alone
 SECRET = "sk-kwzoo-3f9a7c1e"  # the key the judge's environment holds during the zoo
@@ -296,6 +298,15 @@ def fill():
 attempt("filled the disk without a bound", fill)
 done()
 ''',
+    "private_memory": r'''
+import mmap
+def grab():
+    m = mmap.mmap(-1, @map_gib@ << 30, flags=mmap.MAP_PRIVATE)
+    m.close()
+    return f"mapped @map_gib@ GiB of private memory"
+attempt("took private memory without a bound", grab)
+done()
+''',
     "daemon": r'''
 import time
 def daemon():
@@ -400,6 +411,7 @@ class World:
         setenv("OPENAI_API_KEY", SECRET)
         setenv("KERNELWRIGHT_SANDBOX_NPROC", "96")
         setenv("KERNELWRIGHT_SANDBOX_FSIZE", str(64 << 20))
+        setenv("KERNELWRIGHT_SANDBOX_DATA", str(DATA_GIB << 30))
         self.store = root / "store.sqlite"
         self.store.write_bytes(b"SQLite format 3\0" + bytes(4080))
         os.chmod(self.store, 0o666)  # writable by anyone as far as permission bits go: the sandbox must refuse
@@ -421,7 +433,8 @@ class World:
         self.tag = str(random.randrange(10**6, 10**7))
         self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
                        "port": self.listeners.port, "unix_path": self.listeners.unix_path, "other_dir": str(self.other),
-                       "other_file": str(self.other / "model_new.py"), "shm_file": str(self.shm / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "secret_header": str(header)}
+                       "other_file": str(self.other / "model_new.py"), "shm_file": str(self.shm / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "map_gib": MAP_GIB,
+                       "secret_header": str(header)}
 
     def close(self) -> None:
         self.listeners.close()

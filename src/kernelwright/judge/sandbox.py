@@ -56,7 +56,7 @@ DENIED_NAMES = frozenset({"KERNELWRIGHT_STORE", "KERNELWRIGHT_SERVICE", "KERNELW
 ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CC", "CXX", "CPATH", "LIBRARY_PATH"})
 ALLOWED_PREFIXES = ("PYTHON", "LD_", "LC_", "CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TRITON_", "KINETO_",
                     "CUBLAS_", "CUDNN_", "NVCC_", "KERNELWRIGHT_")
-LIMITS = {"NOFILE": 4096, "CORE": 0, "FSIZE": 16 << 30, "CPU": 3600}  # KERNELWRIGHT_SANDBOX_<NAME> overrides (tests)
+LIMITS = {"NOFILE": 4096, "CORE": 0, "FSIZE": 16 << 30, "CPU": 3600}  # and DATA (limits()); KERNELWRIGHT_SANDBOX_<NAME> overrides
 NPROC = 512  # tasks (threads count) of a child's own uid: torch's thread pools fit many times over (KERNELWRIGHT_SANDBOX_NPROC)
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/opt", "/proc", "/sys", "/run/nvidia-persistenced")
 ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf", "alternatives",
@@ -122,13 +122,30 @@ def support() -> Support:
                    why=tuple(str(x) for x in got.get("why", [])))
 
 
+def memory_total() -> int:
+    """The machine's memory in bytes (/proc/meminfo), 0 where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def limits() -> dict[str, int]:
+    """The rlimits a confined process gets. DATA bounds its private writable memory (what malloc,
+    torch's CPU allocator and a private mmap take) at three quarters of the machine's; shared
+    mappings escape it (see docs/judge.md, Not yet), and CUDA's address-space reservations are not
+    writable, so they do not count (RLIMIT_DATA 64 GiB with CUDA working: H100, f9976c3)."""
     out = dict(LIMITS)
+    out["DATA"] = memory_total() * 3 // 4
     for name in out:
         raw = os.environ.get(f"KERNELWRIGHT_SANDBOX_{name}")
         if raw:
             out[name] = int(raw)
-    return out
+    return {k: v for k, v in out.items() if k != "DATA" or v > 0}
 
 
 # Socket address families a confined process may still open. The CUDA driver does not start

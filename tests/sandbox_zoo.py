@@ -307,6 +307,27 @@ def grab():
 attempt("took private memory without a bound", grab)
 done()
 ''',
+    "judge_sockets": r'''
+import socket
+# The paths are given here; an attacker finds them in /proc/net/unix, which every process reads.
+def ask_service():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(@service_sock!r@)
+    s.sendall(b"GET /v1/health HTTP/1.0\r\n\r\n")
+    reply = s.recv(4096)
+    return b'"ok"' in reply and "the judge's service answered"
+def ask_fork_server():
+    if not @fork_server_sock!r@:
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    s.connect(@fork_server_sock!r@)
+    return b'"ready"' in s.recv(65536) and "the shared fork server said hello"
+attempt("reached the judge's service", ask_service)
+attempt("reached the shared fork server", ask_fork_server)
+done()
+''',
     "daemon": r'''
 import time
 def daemon():
@@ -430,14 +451,23 @@ class World:
         self.outside = root / "outside.txt"
         os.chmod(root, 0o777)
         self.listeners = Listeners(root)
+        from kernelwright.client.service import JudgeService, make_server
+
+        self.service = JudgeService(workers=1, root=root)  # the judge's own service, on its 0600 socket
+        self.server, url = make_server(self.service, socket_path=root / "svc" / "j.sock")
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self.tag = str(random.randrange(10**6, 10**7))
         self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
                        "port": self.listeners.port, "unix_path": self.listeners.unix_path, "other_dir": str(self.other),
                        "other_file": str(self.other / "model_new.py"), "shm_file": str(self.shm / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "map_gib": MAP_GIB,
+                       "service_sock": url.removeprefix("unix://"), "fork_server_sock": os.environ.get("KERNELWRIGHT_FORKSERVER_SOCKET", ""),
                        "secret_header": str(header)}
 
     def close(self) -> None:
         self.listeners.close()
+        self.server.shutdown()
+        self.server.server_close()
+        self.service.close()
         shutil.rmtree(self.shm, ignore_errors=True)
 
     def state(self) -> tuple[str, list[str]]:

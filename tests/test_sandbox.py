@@ -173,6 +173,122 @@ def test_a_confined_command_writes_only_its_folder(tmp_path):
     assert int(done.stdout.split()[-1]) >= sandbox.UID_BASE
 
 
+_CONNECT = "import socket, sys, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1]); time.sleep(float(sys.argv[2]))"
+
+
+def _open_listener(tmp_path):
+    """A unix socket that permission bits let anyone reach (as a judge's 0600 socket lets its own
+    uid's candidates, where the judge is not root)."""
+    import socket
+
+    path = str(tmp_path / "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(tmp_path, 0o777)
+    os.chmod(path, 0o777)
+    listener.listen(4)
+    listener.settimeout(60)
+    return listener, path
+
+
+@pytest.mark.skipif(sandbox.support().layers("auto") == ("env", "limits"), reason="no layer here that a peer could be told by")
+def test_the_judges_sockets_refuse_a_sandboxed_peer(tmp_path):
+    """sandbox.confined_peer, which the shared fork server and the service ask of every connection:
+    a process confined by the launcher is refused, the same command unconfined is let in, and a
+    peer that is gone before it is seen is refused."""
+    import subprocess
+    import sys
+
+    listener, path = _open_listener(tmp_path)
+    own = tmp_path / "own"
+    own.mkdir()
+    confined = subprocess.Popen(sandbox.command(sandbox.spec_for("auto"), [sys.executable, "-c", _CONNECT, path, "5"], own), cwd=own)
+    conn, _ = listener.accept()
+    why = sandbox.confined_peer(conn)
+    assert why and ("no_new_privs" in why or "sandbox's" in why), why
+    conn.close()
+    confined.kill()
+    confined.wait()
+    plain = subprocess.Popen([sys.executable, "-c", _CONNECT, path, "5"])
+    conn, _ = listener.accept()
+    assert sandbox.confined_peer(conn) == ""
+    conn.close()
+    plain.kill()
+    plain.wait()
+    gone = subprocess.run([sys.executable, "-c", _CONNECT, path, "0"], timeout=60)
+    assert gone.returncode == 0
+    conn, _ = listener.accept()
+    assert sandbox.confined_peer(conn), "a peer that exited passed for a live one"
+    conn.close()
+    listener.close()
+
+
+@pytest.mark.skipif(sandbox.support().layers("auto") == ("env", "limits"), reason="no layer here that a peer could be told by")
+def test_the_shared_fork_server_says_no_hello_to_a_sandboxed_peer(tmp_path):
+    """The session's shared fork server (conftest), its folder and socket opened up for the test as
+    a judge that is not root leaves them to its candidates: a confined process gets no hello (and
+    so cannot ask for a child), the same command unconfined does, and the server's log says why."""
+    import subprocess
+    import sys
+
+    path = os.environ.get("KERNELWRIGHT_FORKSERVER_SOCKET")
+    if not path or not os.path.exists(path):
+        pytest.skip("the session's shared fork server is not up")
+    hello = ("import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.settimeout(20); s.connect(sys.argv[1]); "
+             "print(repr(s.recv(65536)[:20]))")
+    own = tmp_path / "own"
+    own.mkdir()
+    folder = os.path.dirname(path)
+    modes = (os.stat(folder).st_mode & 0o777, os.stat(path).st_mode & 0o777)
+    try:
+        os.chmod(folder, 0o711)
+        os.chmod(path, 0o777)
+        confined = subprocess.run(sandbox.command(sandbox.spec_for("auto"), [sys.executable, "-c", hello, path], own), cwd=own,
+                                  capture_output=True, text=True, timeout=60)
+        plain = subprocess.run([sys.executable, "-c", hello, path], capture_output=True, text=True, timeout=60)
+    finally:
+        os.chmod(folder, modes[0])
+        os.chmod(path, modes[1])
+    assert confined.stdout.strip() == "b''", (confined.stdout, confined.stderr)
+    assert '"ready"' in plain.stdout, (plain.stdout, plain.stderr)
+    assert "refused a connection from a sandboxed process" in Path(folder, "log").read_text(errors="replace")
+
+
+@pytest.mark.skipif(sandbox.support().layers("auto") == ("env", "limits"), reason="no layer here that a peer could be told by")
+def test_the_service_does_not_answer_a_sandboxed_peer(tmp_path):
+    """`kernelwright serve` on a unix socket opened up as a judge that is not root leaves it to its
+    candidates: a confined process gets no answer (it could have asked for --sandbox off), the
+    same request unconfined gets one."""
+    import subprocess
+    import sys
+    import threading
+
+    from kernelwright.client.service import JudgeService, make_server
+
+    svc = JudgeService(workers=1, root=tmp_path)
+    server, url = make_server(svc, socket_path=tmp_path / "svc" / "j.sock")
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    path = url.removeprefix("unix://")
+    ask = ("import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(20); s.connect(sys.argv[1]); "
+           "s.sendall(b'GET /v1/health HTTP/1.0\\r\\n\\r\\n')\n"
+           "try:\n    print(repr(s.recv(4096)[:12]))\nexcept ConnectionResetError:\n    print('reset')")
+    own = tmp_path / "own"
+    own.mkdir()
+    try:
+        os.chmod(tmp_path, 0o777)
+        os.chmod(os.path.dirname(path), 0o711)
+        os.chmod(path, 0o777)
+        confined = subprocess.run(sandbox.command(sandbox.spec_for("auto"), [sys.executable, "-c", ask, path], own), cwd=own,
+                                  capture_output=True, text=True, timeout=60)
+        plain = subprocess.run([sys.executable, "-c", ask, path], capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+        svc.close()
+    assert confined.stdout.strip() in ("b''", "reset"), (confined.stdout, confined.stderr)
+    assert "200" in plain.stdout, (plain.stdout, plain.stderr)
+
+
 def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_path):
     """compute-sanitizer's and ncu's output is read through the judge's own descriptor, and the
     reports they write never through a link or from a FIFO (the confined side may leave either)."""

@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from kernelwright.judge import refpool
+from kernelwright.judge import refpool, sandbox
 from kernelwright.judge.evaluate import Cancelled
 from kernelwright.judge.policy import policy_from_wire
 from kernelwright.judge.snapshot import MAX_BYTES
@@ -332,6 +332,14 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     def server_bind(self) -> None:
         socketserver.UnixStreamServer.server_bind(self)
         self.server_name, self.server_port = "localhost", 0
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """A sandboxed process (a candidate of a judge that is not root has its uid, and 0600 lets
+        it in) is refused before a byte is read: it could ask for a verdict under --sandbox off."""
+        why = sandbox.confined_peer(request)
+        if why:
+            log.warning("service: refused a connection from a sandboxed process (%s)", why)
+        return not why
 
 
 def make_server(service: JudgeService, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,

@@ -208,6 +208,8 @@ class _Server:
         self.parent = os.getppid()
 
     def run(self) -> None:
+        from kernelwright.judge.sandbox import confined_peer
+
         os.set_blocking(self.wake[1], False)
         signal.set_wakeup_fd(self.wake[1])
         signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
@@ -219,8 +221,13 @@ class _Server:
             self._reap()
             if self.listener is not None and self.listener in ready:
                 conn, _ = self.listener.accept()
-                self.conns.append(conn)
-                _send(conn, self.hello)
+                why = confined_peer(conn)
+                if why:  # a candidate of a judge that is not root has its uid: 0600 does not keep it out
+                    print(f"fork server: refused a connection from a sandboxed process ({why})", file=sys.stderr, flush=True)
+                    conn.close()
+                else:
+                    self.conns.append(conn)
+                    _send(conn, self.hello)
             for conn in [c for c in self.conns if c in ready]:
                 if not self._request(conn):
                     self.conns.remove(conn)

@@ -6,7 +6,8 @@ order, and the verdict records which were in force (`Verdict.sandbox`):
 1. `env`: the environment comes from an allow-list (`clean_env`): nothing named like a key, token,
    secret or password, no store path, no service token or fork-server socket. The fork server starts
    with it too, so no forked child inherits a key in its memory.
-2. `limits`: open files, file size, core dumps and CPU time (setrlimit), soft and hard alike.
+2. `limits`: open files, file size, core dumps, CPU time and private memory (setrlimit), soft and
+   hard alike.
 3. `uid` (a root judge): the child becomes uid UID_BASE + its pid, a gid of the same number and no
    groups, every capability dropped but CAP_DAC_READ_SEARCH (kept only under Landlock, which then
    decides what it reads). Permission bits and RLIMIT_NPROC bind it, it cannot signal or trace the
@@ -15,8 +16,11 @@ order, and the verdict records which were in force (`Verdict.sandbox`):
 4. `landlock`: reads only of the system's, Python's and the judge's own files, the build cache,
    the problem file and the candidate's folder; writes only in its working folder and a private
    temporary folder inside it; no TCP (ABI 4 on); no signals to processes outside (ABI 6 on).
-5. `seccomp`: socket() fails (no network, loopback and unix sockets included), and so do ptrace,
-   process_vm_*, io_uring, bpf, keyctl, open_by_handle_at, mount, unshare and setns.
+5. `seccomp`: socket() fails but for unix sockets, which the CUDA driver needs (no network,
+   loopback included), and so do ptrace, process_vm_*, io_uring, bpf, keyctl, open_by_handle_at,
+   mount, unshare and setns. The judge's own unix sockets (the shared fork server's, the service's)
+   refuse a peer more confined than they are (`confined_peer`): where the judge is not root, its
+   candidates have its uid, and permission bits alone would let them in.
 
 The full sandbox is all five: a judge that is not root gets the others (Landlock with ABI 6 keeps
 signals in, RLIMIT_NPROC counts the user's processes) and a verdict that says what is missing. `--sandbox` (Policy.sandbox):
@@ -267,6 +271,69 @@ def unconfined(spec_text: str, pid: int) -> str:
         if "seccomp" in layers and got.get("Seccomp") != 2:
             wrong.append(f"thread {tid}: seccomp mode {got.get('Seccomp')}")
     return "; ".join(wrong[:4])
+
+
+SO_PEERPIDFD = 77  # Linux 6.5 on: a pidfd of the process at the other end of a unix socket
+
+
+def _status(pid: int) -> dict[str, int]:
+    got: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("Uid", "NoNewPrivs", "Seccomp", "Seccomp_filters"):
+                    got[name] = int(value.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return got
+
+
+def confined_peer(sock: Any) -> str:
+    """'' when the process at the other end of unix socket `sock` is no more confined than this
+    one; else why the judge's socket refuses it. A sandboxed process and everything it starts carry
+    the sandbox's uid (a root judge), no_new_privs and one seccomp filter more than the judge, none of
+    which it can shed; where the judge is not root its candidates have its uid, and the socket's
+    0600 would let them reach the fork server or the service and ask for an unconfined child. The
+    peer's /proc status is read while a pidfd (SO_PEERPIDFD) pins it, so a peer that exits and whose
+    pid is reused cannot pass for another process; older kernels read it by pid alone."""
+    import socket as _socket
+    import struct
+
+    try:
+        pid, uid, _ = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i")))
+    except OSError as exc:
+        return f"its credentials are unreadable ({exc})"
+    pidfd = None
+    try:
+        pidfd = sock.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        pass
+    try:
+        theirs, mine = _status(pid), _status(os.getpid())
+        if not theirs:
+            return f"pid {pid}: its /proc status is unreadable"
+        why = []
+        if theirs.get("Uid", uid) >= UID_BASE or uid >= UID_BASE:
+            why.append(f"uid {uid} is a sandbox's")
+        if theirs.get("NoNewPrivs", 0) > mine.get("NoNewPrivs", 0):
+            why.append("no_new_privs set")
+        if "Seccomp_filters" in theirs and "Seccomp_filters" in mine:
+            if theirs["Seccomp_filters"] > mine["Seccomp_filters"]:
+                why.append(f"{theirs['Seccomp_filters']} seccomp filters against this process's {mine['Seccomp_filters']}")
+        elif theirs.get("Seccomp", 0) > mine.get("Seccomp", 0):
+            why.append(f"seccomp mode {theirs.get('Seccomp')}")
+        if pidfd is not None:
+            import select
+
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            if poller.poll(0):
+                why.append("it exited before it was seen")
+        return f"pid {pid}: " + ", ".join(why) if why else ""
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def plainly(record: Mapping[str, Any] | None) -> str:

@@ -331,3 +331,32 @@ def test_a_child_spawned_afresh_is_confined_before_torch_starts_threads(world, n
     assert verdict.workers["children"] == "spawned" and verdict.sandbox["full"], (verdict.workers, verdict.sandbox)
     assert verdict.status.value == "correct", verdict.log
     assert "BREACH" not in text and not changed, changed
+
+
+HOLDER = """
+import os, time
+import torch.nn as nn
+if os.fork() == 0:  # inherits the child's end of the result channel and sleeps on it
+    time.sleep(120)
+    os._exit(0)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        os._exit(3)
+"""
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_a_process_left_holding_the_channel_does_not_hold_up_the_verdict(tmp_path, mode):
+    """A candidate that forks a process and then dies: the judge sees its child exit and answers at
+    once, not when the process it left (which holds the channel open) ends or the command times out."""
+    import time
+
+    folder = tmp_path / "holder"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(HOLDER)
+    t0 = time.monotonic()
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox=mode), device="cpu")
+    assert verdict.status.value == "runtime_error", verdict.log
+    assert time.monotonic() - t0 < 60, f"the verdict waited {time.monotonic() - t0:.0f} s for a process the candidate left"

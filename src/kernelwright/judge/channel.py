@@ -21,12 +21,13 @@ import os
 import select
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 KEY_BYTES = 32
 MAX_LINE = 64 * 2**20  # a message larger than this is refused
 MAX_FDS = 4  # descriptors one read may carry
 MAX_PENDING = 16  # descriptors received and not yet claimed by a message
+EXIT_POLL_S = 0.25  # how often a reader with `alive` looks whether the child itself has exited
 
 
 class ChannelClosed(EOFError):
@@ -108,9 +109,12 @@ class Writer:
 class Reader:
     """The judge's side: reads, checks and decodes messages."""
 
-    def __init__(self, fd: int, key: bytes, sock: socket.socket | None = None) -> None:
+    def __init__(self, fd: int, key: bytes, sock: socket.socket | None = None, alive: Callable[[], bool] | None = None) -> None:
         self._fd = fd
         self._key = key
+        # whether the child itself still runs: processes it started inherit its end of the channel
+        # and would keep the judge waiting for an end of file until the command's deadline
+        self._alive = alive
         self._seq = 0
         self._buf = b""
         self._sock = sock  # when the channel is a socket: descriptors may come with the bytes
@@ -159,8 +163,10 @@ class Reader:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ChannelTimeout("no message before the deadline")
-            ready, _, _ = select.select([self._fd], [], [], left)
+            ready, _, _ = select.select([self._fd], [], [], left if self._alive is None else min(left, EXIT_POLL_S))
             if not ready:
+                if self._alive is not None and not self._alive() and not select.select([self._fd], [], [], 0)[0]:
+                    raise ChannelClosed("the child exited; processes it started still hold the result channel")
                 continue
             chunk = self._read_chunk()
             if not chunk:

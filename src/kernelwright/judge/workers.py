@@ -113,7 +113,7 @@ class Child:
             self._proc = self._spawn(theirs.fileno())
         finally:
             theirs.close()
-        self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock)
+        self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock, alive=lambda: self._proc.poll() is None)
         self._exit_sent = False
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected

@@ -234,8 +234,8 @@ def test_the_shared_fork_server_says_no_hello_to_a_sandboxed_peer(tmp_path):
     path = os.environ.get("KERNELWRIGHT_FORKSERVER_SOCKET")
     if not path or not os.path.exists(path):
         pytest.skip("the session's shared fork server is not up")
-    hello = ("import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.settimeout(20); s.connect(sys.argv[1]); "
-             "print(repr(s.recv(65536)[:20]))")
+    hello = ("import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\ns.settimeout(20)\ns.connect(sys.argv[1])\n"
+             "try:\n    print(repr(s.recv(65536)[:20]))\nexcept ConnectionResetError:\n    print('reset')  # the server closed the connection at once")
     own = tmp_path / "own"
     own.mkdir()
     folder = os.path.dirname(path)
@@ -249,7 +249,7 @@ def test_the_shared_fork_server_says_no_hello_to_a_sandboxed_peer(tmp_path):
     finally:
         os.chmod(folder, modes[0])
         os.chmod(path, modes[1])
-    assert confined.stdout.strip() == "b''", (confined.stdout, confined.stderr)
+    assert confined.stdout.strip() in ("b''", "reset"), (confined.stdout, confined.stderr)
     assert '"ready"' in plain.stdout, (plain.stdout, plain.stderr)
     assert "refused a connection from a sandboxed process" in Path(folder, "log").read_text(errors="replace")
 
@@ -269,9 +269,9 @@ def test_the_service_does_not_answer_a_sandboxed_peer(tmp_path):
     server, url = make_server(svc, socket_path=tmp_path / "svc" / "j.sock")
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     path = url.removeprefix("unix://")
-    ask = ("import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(20); s.connect(sys.argv[1]); "
-           "s.sendall(b'GET /v1/health HTTP/1.0\\r\\n\\r\\n')\n"
-           "try:\n    print(repr(s.recv(4096)[:12]))\nexcept ConnectionResetError:\n    print('reset')")
+    ask = ("import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ns.settimeout(20)\ns.connect(sys.argv[1])\n"
+           "try:\n    s.sendall(b'GET /v1/health HTTP/1.0\\r\\n\\r\\n')\n    print(repr(s.recv(4096)[:12]))\n"
+           "except (BrokenPipeError, ConnectionResetError):\n    print('reset')  # the server closed the connection at once")
     own = tmp_path / "own"
     own.mkdir()
     try:

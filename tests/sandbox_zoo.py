@@ -323,7 +323,7 @@ def ask_fork_server():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.settimeout(10)
     s.connect(@fork_server_sock!r@)
-    return b'"ready"' in s.recv(65536) and "the shared fork server said hello"
+    return b'"ready": true' in s.recv(65536) and "the shared fork server said hello"
 attempt("reached the judge's service", ask_service)
 attempt("reached the shared fork server", ask_fork_server)
 done()
@@ -377,6 +377,18 @@ def candidate(name: str, honest: str = HONEST, **values: object) -> str:
     """The text of attack `name` (a model_new.py) with its placeholders filled, `honest` after it."""
     values = {"prefix": PREFIX, "digest": DIGEST, "length": len(SECRET), **values}
     return fill(PRELUDE, values) + fill(ATTACKS[name], values) + honest
+
+
+# A CPU candidate gets no socket at all (test_sandbox): not in ATTACKS, since on a GPU a unix socket
+# is the CUDA driver's need and stays open.
+UNIX_SOCKET = r'''
+import socket
+def unix():
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+    return "opened a unix socket"
+attempt("opened a unix socket on the CPU backend", unix)
+done()
+'''
 
 
 class Listeners:
@@ -454,7 +466,8 @@ class World:
         from kernelwright.client.service import JudgeService, make_server
 
         self.service = JudgeService(workers=1, root=root)  # the judge's own service, on its 0600 socket
-        self.server, url = make_server(self.service, socket_path=root / "svc" / "j.sock")
+        self.service_dir = Path(tempfile.mkdtemp(prefix="kw-zoo-svc-", dir="/tmp" if os.path.isdir("/tmp") else None))  # a short path
+        self.server, url = make_server(self.service, socket_path=self.service_dir / "j.sock")
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self.tag = str(random.randrange(10**6, 10**7))
         self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
@@ -468,6 +481,7 @@ class World:
         self.server.shutdown()
         self.server.server_close()
         self.service.close()
+        shutil.rmtree(self.service_dir, ignore_errors=True)
         shutil.rmtree(self.shm, ignore_errors=True)
 
     def state(self) -> tuple[str, list[str]]:

@@ -132,7 +132,7 @@ def test_a_stopped_spare_is_not_used_and_its_log_is_emptied(tmp_path):
     (spare,) = spares.POOL._ready.values()
     with open(spare.child.log_path, "a") as f:
         f.write("planted by an earlier candidate\n")
-    env = {"KERNELWRIGHT_CACHE": str(cache_dir()), sandbox.SPEC_ENV: sandbox.for_candidate("auto", str(cache_dir())).to_env()}
+    env = {"KERNELWRIGHT_CACHE": str(cache_dir()), sandbox.SPEC_ENV: sandbox.for_candidate("auto", str(cache_dir()), device="cpu").to_env()}
     config = ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env=env)
     taken = spares.POOL.take(config)  # as evaluate() takes it
     assert taken is spare and spare.child.log_path.read_text() == ""

@@ -260,6 +260,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _authorized(self) -> bool:
+        if isinstance(self.server, _UnixHTTPServer):  # TCP: a sandboxed process cannot open one (seccomp, Landlock)
+            # a candidate of a judge that is not root has its uid, and 0600 lets it in: it could ask
+            # for a verdict under --sandbox off
+            why = sandbox.confined_peer(self.connection)
+            if why:
+                line = sandbox.refused_peer_line(why)
+                if line:
+                    log.warning("service: %s", line)
+                self._reply(403, {"error": {"kind": "refused", "message": f"the judge's service serves no sandboxed process ({why})"}})
+                return False
         token = self.server.token
         if token is None:
             return True
@@ -332,14 +342,6 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     def server_bind(self) -> None:
         socketserver.UnixStreamServer.server_bind(self)
         self.server_name, self.server_port = "localhost", 0
-
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        """A sandboxed process (a candidate of a judge that is not root has its uid, and 0600 lets
-        it in) is refused before a byte is read: it could ask for a verdict under --sandbox off."""
-        why = sandbox.confined_peer(request)
-        if why:
-            log.warning("service: refused a connection from a sandboxed process (%s)", why)
-        return not why
 
 
 def make_server(service: JudgeService, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,

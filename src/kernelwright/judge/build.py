@@ -406,7 +406,7 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = 
     group: (exit code, combined output, timed out). What it leaves running is killed after it."""
     confined = sandbox.confined()
     if not confined:
-        cmd = sandbox.command(sandbox.spec_for(sandbox_mode), cmd, cwd)
+        cmd = sandbox.command(sandbox.spec_for(sandbox_mode, sockets=()), cmd, cwd)  # a compiler needs no socket
     env = dict(os.environ) if confined else sandbox.clean_env(os.environ)  # inside: its own TMPDIR and HOME
     try:
         proc = subprocess.Popen(

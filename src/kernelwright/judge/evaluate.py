@@ -332,7 +332,7 @@ class _Flow:
         env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
         env.update(extra_env or {})
         if role == "candidate":  # confined from its setup on (judge.sandbox); its own extension folder is writable
-            spec = sandbox.for_candidate(self.policy.sandbox, str(cache_dir()), env.get("TORCH_EXTENSIONS_DIR"))
+            spec = sandbox.for_candidate(self.policy.sandbox, str(cache_dir()), env.get("TORCH_EXTENSIONS_DIR"), self.device)
             env[sandbox.SPEC_ENV] = spec.to_env()
             self.vb.sandbox = sandbox.record(spec)
         read = (str(self.problem.path), str(self.files.model_new.parent)) if role == "candidate" else ()

@@ -208,7 +208,7 @@ class _Server:
         self.parent = os.getppid()
 
     def run(self) -> None:
-        from kernelwright.judge.sandbox import confined_peer
+        from kernelwright.judge.sandbox import confined_peer, refused_peer_line
 
         os.set_blocking(self.wake[1], False)
         signal.set_wakeup_fd(self.wake[1])
@@ -223,7 +223,10 @@ class _Server:
                 conn, _ = self.listener.accept()
                 why = confined_peer(conn)
                 if why:  # a candidate of a judge that is not root has its uid: 0600 does not keep it out
-                    print(f"fork server: refused a connection from a sandboxed process ({why})", file=sys.stderr, flush=True)
+                    line = refused_peer_line(why)
+                    if line:
+                        print(f"fork server: {line}", file=sys.stderr, flush=True)
+                    _send(conn, {"ready": False, "error": f"this fork server serves no sandboxed process ({why})"})
                     conn.close()
                 else:
                     self.conns.append(conn)

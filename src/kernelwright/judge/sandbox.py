@@ -30,6 +30,7 @@ the full sandbox, `off` applies only the environment's allow-list (and says so i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -110,7 +111,9 @@ class Support:
             out.append("seccomp (network)")
         if not self.uid:
             out.append("an uid of its own (a root judge): without it a process the candidate starts in a session of its own "
-                       "outlives the verdict" + ("" if self.landlock >= 6 else ", and nothing keeps it from signalling the judge"))
+                       "outlives the verdict" + ("" if self.landlock >= 6 else ", nothing keeps it from signalling the judge")
+                       + ", and on a GPU, where unix sockets stay open to it, the user's own (a D-Bus session bus, tmux, an ssh "
+                       "agent, docker's) are reachable: an escape")
         return tuple(out)
 
 
@@ -183,6 +186,10 @@ class Spec:
     read: tuple[str, ...] = ()  # extra paths readable (the problem file, the candidate's folder, the cache)
     write: tuple[str, ...] = ()  # paths writable besides the working folder (a build's own output folder)
     profiler: bool = False  # leave perf_event_open allowed (an ncu run)
+    # socket families it may open: None, the machine's default (socket_families(): AF_UNIX, which the
+    # CUDA driver needs); () for a process that needs none (a CPU candidate, a compiler), so that no
+    # unix socket of the user's is reachable where the judge is not root and the child has its uid
+    sockets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -193,27 +200,31 @@ class Spec:
 
     def to_env(self) -> str:
         return json.dumps({"mode": self.mode, "layers": list(self.layers), "landlock_abi": self.landlock_abi, "read": list(self.read),
-                           "write": list(self.write), "profiler": self.profiler}, sort_keys=True)
+                           "write": list(self.write), "profiler": self.profiler,
+                           "sockets": None if self.sockets is None else list(self.sockets)}, sort_keys=True)
 
     @staticmethod
     def from_env(text: str) -> "Spec":
         d = json.loads(text)
         return Spec(mode=d["mode"], layers=tuple(d["layers"]), landlock_abi=int(d["landlock_abi"]), read=tuple(d.get("read", ())),
-                    write=tuple(d.get("write", ())), profiler=bool(d.get("profiler")))
+                    write=tuple(d.get("write", ())), profiler=bool(d.get("profiler")),
+                    sockets=None if d.get("sockets") is None else tuple(int(x) for x in d["sockets"]))
 
 
-def spec_for(mode: str, *, read: Sequence[str | Path] = (), write: Sequence[str | Path] = (), profiler: bool = False) -> Spec:
+def spec_for(mode: str, *, read: Sequence[str | Path] = (), write: Sequence[str | Path] = (), profiler: bool = False,
+             sockets: tuple[int, ...] | None = None) -> Spec:
     """The spec a child of this judge gets under `mode` on this machine."""
     if mode not in MODES:
         raise ValueError(f"sandbox must be one of {MODES}, got {mode!r}")
     sup = support() if mode != "off" else Support(uid=False, landlock=0, seccomp=False, why=())
     return Spec(mode=mode, layers=sup.layers(mode), landlock_abi=sup.landlock, read=tuple(str(p) for p in read),
-                write=tuple(str(p) for p in write), profiler=profiler)
+                write=tuple(str(p) for p in write), profiler=profiler, sockets=sockets)
 
 
-def for_candidate(mode: str, cache: str, extension: str | None = None) -> Spec:
-    """A candidate child's spec: the build cache readable, its torch-extension folder (if any) writable."""
-    return spec_for(mode, read=[cache], write=[extension] if extension else [])
+def for_candidate(mode: str, cache: str, extension: str | None = None, device: str | None = None) -> Spec:
+    """A candidate child's spec: the build cache readable, its torch-extension folder (if any)
+    writable; on the CPU backend no socket at all (only the CUDA driver needs a unix one)."""
+    return spec_for(mode, read=[cache], write=[extension] if extension else [], sockets=() if device == "cpu" else None)
 
 
 def refusal(mode: str) -> str:
@@ -297,6 +308,7 @@ def confined_peer(sock: Any) -> str:
     0600 would let them reach the fork server or the service and ask for an unconfined child. The
     peer's /proc status is read while a pidfd (SO_PEERPIDFD) pins it, so a peer that exits and whose
     pid is reused cannot pass for another process; older kernels read it by pid alone."""
+    import errno
     import socket as _socket
     import struct
 
@@ -304,21 +316,27 @@ def confined_peer(sock: Any) -> str:
         pid, uid, _ = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i")))
     except OSError as exc:
         return f"its credentials are unreadable ({exc})"
+    if pid <= 0:  # a candidate is this judge's descendant, in its pid namespace or one below: always seen
+        return "a process in a pid namespace this one does not see (refused: it cannot be told from a sandboxed one)"
     pidfd = None
     try:
         pidfd = sock.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
-    except OSError:
-        pass
+    except OSError as exc:
+        if exc.errno != errno.ENOPROTOOPT:  # a kernel that has it and cannot pin the peer: it is gone
+            return f"pid {pid}: it cannot be pinned ({exc.strerror})"
     try:
         theirs, mine = _status(pid), _status(os.getpid())
         if not theirs:
             return f"pid {pid}: its /proc status is unreadable"
+        lacking = [k for k in mine if k not in theirs]
+        if lacking:
+            return f"pid {pid}: its /proc status lacks {', '.join(lacking)}"
         why = []
         if theirs.get("Uid", uid) >= UID_BASE or uid >= UID_BASE:
             why.append(f"uid {uid} is a sandbox's")
         if theirs.get("NoNewPrivs", 0) > mine.get("NoNewPrivs", 0):
             why.append("no_new_privs set")
-        if "Seccomp_filters" in theirs and "Seccomp_filters" in mine:
+        if "Seccomp_filters" in mine:
             if theirs["Seccomp_filters"] > mine["Seccomp_filters"]:
                 why.append(f"{theirs['Seccomp_filters']} seccomp filters against this process's {mine['Seccomp_filters']}")
         elif theirs.get("Seccomp", 0) > mine.get("Seccomp", 0):
@@ -334,6 +352,19 @@ def confined_peer(sock: Any) -> str:
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+_refused = [0]  # connections refused by confined_peer in this process
+
+
+def refused_peer_line(why: str) -> str:
+    """The log line for a refused connection, or '' when it is not logged: the first five, then
+    one in a thousand (a candidate may connect in a loop for its whole run)."""
+    _refused[0] += 1
+    n = _refused[0]
+    if n <= 5 or n % 1000 == 0:
+        return f"refused a connection from a sandboxed process ({why}); {n} refused so far"
+    return ""
 
 
 def plainly(record: Mapping[str, Any] | None) -> str:
@@ -426,12 +457,12 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
         confine.become(uid, keep_read_search="landlock" in layers)
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
         confine.set_limits({"NPROC": len(confine.pids_of_uid(os.getuid())) + nproc()})
-    if set(layers) & {"uid", "landlock", "seccomp"}:
+    if spec.mode != "off" and layers != ("env",):  # always: the judge's sockets tell a sandboxed peer by it (confined_peer)
         confine.no_new_privs()
     if "landlock" in layers:
         confine.landlock(rules(spec, box), abi=spec.landlock_abi)
     if "seccomp" in layers:
-        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else (), socket_families())
+        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else (), socket_families() if spec.sockets is None else spec.sockets)
     return {"layers": list(layers), "uid": os.getuid(), "folder": box}
 
 
@@ -459,8 +490,7 @@ def enter_from_env(parent: str, extra_read: Sequence[str] = ()) -> dict[str, Any
 
         spec = for_candidate("auto", str(cache_dir()), os.environ.get("TORCH_EXTENSIONS_DIR"))
     if extra_read:
-        spec = Spec(mode=spec.mode, layers=spec.layers, landlock_abi=spec.landlock_abi, read=(*spec.read, *extra_read),
-                    write=spec.write, profiler=spec.profiler)
+        spec = dataclasses.replace(spec, read=(*spec.read, *extra_read))
     return enter(spec, parent)
 
 
@@ -475,7 +505,7 @@ def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
 def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
     return {"layers": list(spec.layers), "abi": spec.landlock_abi, "rules": rules(spec, workdir), "workdir": workdir,
             "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler,
-            "families": list(socket_families())}
+            "families": list(socket_families() if spec.sockets is None else spec.sockets)}
 
 
 def read_regular(path: str | Path, limit: int = 1 << 20) -> str:

@@ -315,8 +315,13 @@ def ask_service():
     s.settimeout(10)
     s.connect(@service_sock!r@)
     s.sendall(b"GET /v1/health HTTP/1.0\r\n\r\n")
-    reply = s.recv(4096)
-    return b'"ok"' in reply and "the judge's service answered"
+    reply = b""
+    while True:  # HTTP/1.0: the server closes after its answer
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        reply += chunk
+    return b'"ok": true' in reply and "the judge's service answered"
 def ask_fork_server():
     if not @fork_server_sock!r@:
         return False

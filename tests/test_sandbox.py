@@ -304,7 +304,8 @@ def test_the_service_does_not_answer_a_sandboxed_peer(open_dir):
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     path = url.removeprefix("unix://")
     ask = ("import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ns.settimeout(20)\ns.connect(sys.argv[1])\n"
-           "s.sendall(b'GET /v1/health HTTP/1.0\\r\\n\\r\\n')\nprint(s.recv(4096).decode(errors='replace'))")
+           "s.sendall(b'GET /v1/health HTTP/1.0\\r\\n\\r\\n')\ngot = b''\nwhile True:\n    chunk = s.recv(4096)\n    if not chunk:\n        break\n"
+           "    got += chunk\nprint(got.decode(errors='replace'))")  # HTTP/1.0: the server closes after its answer
     own = open_dir / "own"
     own.mkdir()
     try:

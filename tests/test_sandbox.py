@@ -385,9 +385,10 @@ def test_a_child_spawned_afresh_is_confined_before_torch_starts_threads(world, n
 
 
 HOLDER = """
-import os, time
+import ctypes, os, time
 import torch.nn as nn
-if os.fork() == 0:  # inherits the child's end of the result channel and sleeps on it
+if os.fork() == 0:  # inherits the child's end of the result channel and sleeps on it, named for the test to find
+    ctypes.CDLL(None).prctl(15, b"@name@", 0, 0, 0)
     time.sleep(120)
     os._exit(0)
 
@@ -404,10 +405,24 @@ def test_a_process_left_holding_the_channel_does_not_hold_up_the_verdict(tmp_pat
     once, not when the process it left (which holds the channel open) ends or the command times out."""
     import time
 
+    import random
+
+    name = f"kwhold{random.randrange(10**8, 10**9)}"
     folder = tmp_path / "holder"
     folder.mkdir()
-    (folder / "model_new.py").write_text(HOLDER)
+    (folder / "model_new.py").write_text(HOLDER.replace("@name@", name))
     t0 = time.monotonic()
     verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox=mode), device="cpu")
     assert verdict.status.value == "runtime_error", verdict.log
     assert time.monotonic() - t0 < 60, f"the verdict waited {time.monotonic() - t0:.0f} s for a process the candidate left"
+    running = []  # and it is gone, not dying, when the verdict is out
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if comm == name[:15] and state not in ("Z", "X"):
+            running.append(pid)
+            os.kill(int(pid), 9)
+    assert not running, f"the process the candidate left still runs after its verdict: {running}"

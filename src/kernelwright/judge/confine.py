@@ -241,6 +241,22 @@ def pids_of_uid(uid: int) -> list[int]:
     return found
 
 
+def live_in_group(pgid: int) -> int:
+    """How many processes of process group `pgid` still run (zombies, already dead, not counted)."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            n += 1
+    return n
+
+
 def kill_uid(uid: int, rounds: int = 3) -> None:
     """SIGKILL every process of `uid` (never root's) the way the kernel does it for that uid alone:
     a helper that becomes `uid` calls kill(-1, SIGKILL), which reaches every process of that uid at

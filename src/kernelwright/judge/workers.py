@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import forkpool, replies, sandbox
+from kernelwright.judge import confine, forkpool, replies, sandbox
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 memory_log = logging.getLogger(__name__ + ".memory")  # each CUDA command's memory, at debug (child.note_memory)
 
 ROLES = ("reference", "candidate")
+KILL_WAIT_S = 2.0  # at most this long a killed child's process group is waited for, until nothing in it runs
 
 
 class ChildError(RuntimeError):
@@ -328,16 +329,29 @@ class Child:
     def kill(self) -> None:
         """Kill the child's whole process group and reap it; then every process its sandbox's uid
         still has (a daemon it started in a session of its own)."""
+        left = True
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)  # also whatever the child left running
         except (ProcessLookupError, PermissionError):
-            pass
+            left = False
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
         if self.config.role == "candidate":  # confined with or without a spec (judge.sandbox.enter_from_env)
             sandbox.reap(self._proc.pid)
+        if left:  # SIGKILL is delivered, not yet acted on: the verdict waits (a little) until they are gone
+            deadline = time.monotonic() + KILL_WAIT_S
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self._proc.pid, 0)
+                except ProcessLookupError:
+                    break  # nobody left in the group (the usual case: no /proc scan)
+                except PermissionError:
+                    pass
+                if not confine.live_in_group(self._proc.pid):
+                    break  # zombies only, whose parent is gone: init reaps them
+                time.sleep(0.01)
 
     def request_exit(self) -> None:
         """Ask the child to exit without waiting (close() waits); lets several children exit at once."""

@@ -260,16 +260,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _authorized(self) -> bool:
-        if isinstance(self.server, _UnixHTTPServer):  # TCP: a sandboxed process cannot open one (seccomp, Landlock)
-            # a candidate of a judge that is not root has its uid, and 0600 lets it in: it could ask
-            # for a verdict under --sandbox off
-            why = sandbox.confined_peer(self.connection)
-            if why:
-                line = sandbox.refused_peer_line(why)
-                if line:
-                    log.warning("service: %s", line)
-                self._reply(403, {"error": {"kind": "refused", "message": f"the judge's service serves no sandboxed process ({why})"}})
-                return False
         token = self.server.token
         if token is None:
             return True
@@ -342,6 +332,33 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     def server_bind(self) -> None:
         socketserver.UnixStreamServer.server_bind(self)
         self.server_name, self.server_port = "localhost", 0
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """A sandboxed process (a candidate of a judge that is not root has its uid, and 0600 lets
+        it in: it could ask for a verdict under --sandbox off) gets 403 and the reason, written on
+        the accepting thread, and the connection closed: no handler thread, nothing read.
+        TCP needs no such check: a sandboxed process cannot open a TCP socket (seccomp, Landlock)."""
+        why = sandbox.confined_peer(request)
+        if not why:
+            return True
+        line = sandbox.refused_peer_line(why)
+        if line:
+            log.warning("service: %s", line)
+        body = json.dumps({"error": {"kind": "refused", "message": f"the judge's service serves no sandboxed process ({why})"}}).encode()
+        head = f"HTTP/1.0 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        try:
+            request.setblocking(False)
+            for _ in range(16):  # what it sent already, read and dropped: a close with unread bytes resets the connection
+                if not request.recv(65536):
+                    break
+        except OSError:
+            pass
+        try:
+            request.settimeout(1.0)
+            request.sendall(head.encode() + body)
+        except OSError:
+            pass
+        return False
 
 
 def make_server(service: JudgeService, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,

@@ -303,7 +303,7 @@ def _shared(key: tuple[Any, ...]) -> ForkServer | None:
         srv = ForkServer(shared=path)
         hello = srv.wait_ready(10.0)
     except (OSError, ForkServerError) as exc:
-        log.info("no shared fork server at %s (%s); starting one of this process's own", path, exc)
+        (log.warning if "sandboxed" in str(exc) else log.info)("no shared fork server at %s (%s); starting one of this process's own", path, exc)
         _no_shared.add(key)
         return None
     if hello.get("key") != repr(key):

@@ -344,7 +344,7 @@ class Child:
             deadline = time.monotonic() + KILL_WAIT_S
             while time.monotonic() < deadline:
                 try:
-                    os.killpg(self._proc.pid, 0)
+                    os.killpg(self._proc.pid, signal.SIGKILL)  # again: one that rejoined the group (setpgid) meanwhile
                 except ProcessLookupError:
                     break  # nobody left in the group (the usual case: no /proc scan)
                 except PermissionError:

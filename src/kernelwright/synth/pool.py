@@ -103,7 +103,7 @@ class Pool:
         if refused:
             raise RuntimeError(refused)
         self._folder = tempfile.mkdtemp(prefix="kw-synth-")  # each worker's own folder is made inside (judge.sandbox.enter)
-        self._spec = sandbox.for_candidate(sandbox_mode, str(cache_dir())).to_env()
+        self._spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), device=context.get("device")).to_env()
         self._workers = [self._spawn() for _ in range(n)]
 
     def _spawn(self) -> _Worker:

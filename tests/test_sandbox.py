@@ -65,8 +65,23 @@ def test_each_attack_gets_through_without_the_sandbox(world, name, tmp_path, mon
     """The zoo's attacks are real: with --sandbox off each one gets through (a private build cache,
     since one of them poisons it)."""
     monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "private-cache"))
+    if name == "daemon":  # the fork server kills what its children leave (test below): a child spawned afresh
+        monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
     verdict, text, changed = zoo.judge_attack(world, name, mode="off")
     assert "BREACH" in text or changed, (verdict.status, verdict.log)
+
+
+def test_the_fork_server_kills_a_daemon_where_no_uid_of_its_own_does(world):
+    """Without the uid layer (a judge that is not root, or --sandbox off) nothing kills a process
+    that a candidate started in a session of its own by its uid; the fork server, the subreaper of
+    its children's orphans, kills it before the judge hears the child's exit."""
+    from kernelwright.judge import forkpool
+
+    if forkpool.server() is None:
+        pytest.skip("no fork server here")
+    verdict, text, changed = zoo.judge_attack(world, "daemon", mode="off")
+    assert verdict.status.value == "correct", verdict.log
+    assert not changed, changed
 
 
 @pytest.mark.parametrize("mode", ["auto", "off"])

@@ -26,6 +26,7 @@ PR_SET_KEEPCAPS = 8
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 SECCOMP_MODE_FILTER = 2
@@ -91,6 +92,29 @@ def no_new_privs() -> None:
     """From now on no exec gains privileges (set-uid programs, file capabilities); Landlock and an
     unprivileged seccomp filter require it."""
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def child_subreaper() -> bool:
+    """Become the subreaper of this process's descendants: a process whose parent dies is handed
+    to this one (not to init), so what a child left running, a daemon in a session of its own
+    included, can be found as this process's child and killed. Whether it took."""
+    return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def children_of(pid: int) -> list[int]:
+    """The live children of `pid` (from /proc; zombies not counted)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
 
 
 def _capset(caps: int) -> None:

@@ -197,6 +197,10 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
         pass  # that judge is gone; the loop drops it on its next read
 
 
+SWEEP_EVERY_S = 0.25  # how often the loop looks for orphans handed to it while children run
+SWEEP_WAIT_S = 1.0  # at most this long a sweep waits for the orphans it killed to die
+
+
 class _Server:
     """The loop: spawn requests from one judge (a socket pair) or from any judge of this user that
     connects (a listening socket), exits reported to the judge that asked for the child."""
@@ -206,6 +210,14 @@ class _Server:
         self.owner: dict[int, socket.socket] = {}  # child pid -> the judge that asked for it
         self.wake = os.pipe()
         self.parent = os.getppid()
+        # What a child leaves running comes to this process when the child ends (a subreaper), and
+        # is killed before the judge hears of the exit: a daemon in a session of its own included,
+        # where no uid of its own lets the judge kill it (a judge that is not root, or --sandbox off).
+        from kernelwright.judge import confine
+
+        self.subreaper = confine.child_subreaper()
+        self.own = set(confine.children_of(os.getpid())) if self.subreaper else set()  # started before the loop: never swept
+        self.next_sweep = 0.0
 
     def run(self) -> None:
         from kernelwright.judge.sandbox import confined_peer, refused_peer_line
@@ -218,6 +230,8 @@ class _Server:
             ready, _, _ = select.select(watched, [], [], 1.0)
             if self.wake[0] in ready:
                 os.read(self.wake[0], 4096)
+            if self.subreaper and time.monotonic() >= self.next_sweep:
+                self._sweep()  # also while the child runs: a daemon it started is an orphan at once
             self._reap()
             if self.listener is not None and self.listener in ready:
                 conn, _ = self.listener.accept()
@@ -249,8 +263,35 @@ class _Server:
             if pid == 0:
                 return
             owner = self.owner.pop(pid, None)
+            if owner is not None and self.subreaper:
+                self._sweep()  # its orphans came here as it died: gone before its judge hears of the exit
             if owner is not None and owner in self.conns:
                 _send(owner, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def _sweep(self) -> None:
+        """SIGKILL every child of this process that it did not fork itself (orphans handed to it),
+        and wait (at most SWEEP_WAIT_S) until they are dead. A child of this process cannot be
+        reaped by anyone else, so its pid is still its own when it is signalled."""
+        from kernelwright.judge import confine
+
+        self.next_sweep = time.monotonic() + SWEEP_EVERY_S
+        adopted = [pid for pid in confine.children_of(os.getpid()) if pid not in self.owner and pid not in self.own]
+        for pid in adopted:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        deadline = time.monotonic() + SWEEP_WAIT_S
+        while adopted and time.monotonic() < deadline:
+            for pid in list(adopted):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    adopted.remove(pid)
+            if adopted:
+                time.sleep(0.005)
 
     def _request(self, conn: socket.socket) -> bool:
         """Serve one message; False when that judge closed its end."""

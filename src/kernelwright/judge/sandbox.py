@@ -111,7 +111,8 @@ class Support:
             out.append("seccomp (network)")
         if not self.uid:
             out.append("an uid of its own (a root judge): without it a process the candidate starts in a session of its own "
-                       "outlives the verdict" + ("" if self.landlock >= 6 else ", nothing keeps it from signalling the judge")
+                       "outlives the verdict where its child was spawned afresh (the fork server kills what its children leave)"
+                       + ("" if self.landlock >= 6 else ", nothing keeps it from signalling the judge")
                        + ", and on a GPU, where unix sockets stay open to it, the user's own (a D-Bus session bus, tmux, an ssh "
                        "agent, docker's) are reachable: an escape")
         return tuple(out)

@@ -71,6 +71,108 @@ def test_each_attack_gets_through_without_the_sandbox(world, name, tmp_path, mon
     assert "BREACH" in text or changed, (verdict.status, verdict.log)
 
 
+HIDERS = r"""
+import ctypes, os, threading, time
+import torch.nn as nn
+
+def note(what):
+    with open(@record!r@, "a") as f:
+        f.write(f"{what} {os.getpid()}\n")
+
+def hide_main_thread():  # the main thread exits, another runs on: /proc reads the process as a zombie
+    threading.Thread(target=time.sleep, args=(120,)).start()
+    note("hidden")
+    ctypes.CDLL(None).syscall(60, 0)
+
+a = os.fork()
+if a == 0:  # its children become orphans when it exits, all at once
+    os.setsid()
+    if os.fork() == 0:
+        hide_main_thread()
+    if os.fork() == 0:  # an orphan with a child in a session of its own
+        if os.fork() == 0:
+            os.setsid()
+            note("grandchild")
+            time.sleep(120)
+            os._exit(0)
+        note("orphan")
+        time.sleep(120)
+        os._exit(0)
+    time.sleep(0.5)
+    os._exit(0)
+os.waitpid(a, 0)
+time.sleep(0.5)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp(min=0)
+"""
+
+
+# The candidate's child keeps its own child in a session of its own, and the candidate then dies:
+# both generations are handed to the fork server at once, the second only when the first is killed.
+GENERATIONS = r"""
+import os, time
+import torch.nn as nn
+
+def note(what):
+    with open(@record!r@, "a") as f:
+        f.write(f"{what} {os.getpid()}\n")
+
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.setsid()
+        note("grandchild")
+        time.sleep(120)
+        os._exit(0)
+    note("orphan")
+    time.sleep(120)
+    os._exit(0)
+time.sleep(0.5)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        os._exit(3)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether any thread of `pid` runs (a process whose main thread exited has others)."""
+    try:
+        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0] for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, IndexError):
+        return False
+    return any(s not in ("Z", "X") for s in states)
+
+
+@pytest.mark.parametrize("text, status, expected", [(HIDERS, "correct", {"orphan", "grandchild", "hidden"}),
+                                                   (GENERATIONS, "runtime_error", {"orphan", "grandchild"})], ids=["hiders", "generations"])
+def test_the_fork_server_kills_orphans_of_orphans_and_hidden_main_threads(world, text, status, expected):
+    """What a sweep must find: an orphan's own child in a session of its own (handed to the fork
+    server only when the orphan dies: a sweep goes round again) and a process whose main thread
+    exited while another runs (it reads as a zombie). Judged with --sandbox off (no uid of its
+    own), through the fork server."""
+    from kernelwright.judge import forkpool
+
+    if forkpool.server() is None:
+        pytest.skip("no fork server here")
+    record = world.root / "hiders.txt"
+    folder = world.root / "hiders"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(text.replace("@record!r@", repr(str(record))))
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(sandbox="off"), device="cpu")
+    assert verdict.status.value == status, verdict.log
+    noted = dict(line.split() for line in record.read_text().splitlines())
+    assert set(noted) == expected, noted
+    left = {what: pid for what, pid in noted.items() if _running(int(pid))}
+    for pid in left.values():
+        os.kill(int(pid), 9)
+    assert not left, f"still running after the verdict: {left}"
+
+
 def test_the_fork_server_kills_a_daemon_where_no_uid_of_its_own_does(world):
     """Without the uid layer (a judge that is not root, or --sandbox off) nothing kills a process
     that a candidate started in a session of its own by its uid; the fork server, the subreaper of

@@ -101,8 +101,39 @@ def child_subreaper() -> bool:
     return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def children_of(pid: int) -> list[int]:
-    """The live children of `pid` (from /proc; zombies not counted)."""
+def _state(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b"X"
+
+
+def _threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def children_of(pid: int, zombies: bool = False) -> list[int]:
+    """The children of `pid`: /proc/PID/task/*/children (each thread's own; an orphan is handed
+    to one of the subreaper's threads), else a scan of /proc where the kernel lacks that file.
+    Zombies only with `zombies`: a process whose main thread has exited reads as one while its
+    other threads run, so a sweep must count them."""
+    if os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        found = []
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tids = []
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    found += [int(x) for x in f.read().split()]
+            except (OSError, ValueError):
+                continue
+        return found if zombies else [c for c in found if _state(c) not in (b"Z", b"X")]
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -112,7 +143,7 @@ def children_of(pid: int) -> list[int]:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if len(fields) > 1 and int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
+        if len(fields) > 1 and int(fields[1]) == pid and (zombies or fields[0] not in (b"Z", b"X")):
             found.append(int(name))
     return found
 
@@ -276,8 +307,8 @@ def live_in_group(pgid: int) -> int:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            n += 1
+        if len(fields) > 2 and int(fields[2]) == pgid and (fields[0] not in (b"Z", b"X") or _threads(int(name)) > 1):
+            n += 1  # a "zombie" with threads left is a process whose main thread exited: it runs
     return n
 
 

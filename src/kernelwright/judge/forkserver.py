@@ -198,7 +198,7 @@ def _send(sock: socket.socket, obj: dict[str, Any]) -> None:
 
 
 SWEEP_EVERY_S = 0.25  # how often the loop looks for orphans handed to it while children run
-SWEEP_WAIT_S = 1.0  # at most this long a sweep waits for the orphans it killed to die
+SWEEP_S = 0.2  # at most this long one sweep goes on killing and reaping (each round finds the next generation)
 
 
 class _Server:
@@ -223,14 +223,21 @@ class _Server:
         from kernelwright.judge.sandbox import confined_peer, refused_peer_line
 
         os.set_blocking(self.wake[1], False)
-        signal.set_wakeup_fd(self.wake[1])
+        os.set_blocking(self.wake[0], False)
+        signal.set_wakeup_fd(self.wake[1], warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up descriptor hears of exits
         while True:
             watched = [*self.conns, self.wake[0], *([self.listener] if self.listener else [])]
-            ready, _, _ = select.select(watched, [], [], 1.0)
+            sweeping = self.subreaper and bool(self.owner)  # orphans come only from children (a handed one sends no SIGCHLD)
+            wait_s = min(1.0, max(0.0, self.next_sweep - time.monotonic())) if sweeping else 1.0
+            ready, _, _ = select.select(watched, [], [], wait_s)
             if self.wake[0] in ready:
-                os.read(self.wake[0], 4096)
-            if self.subreaper and time.monotonic() >= self.next_sweep:
+                try:
+                    while os.read(self.wake[0], 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            if sweeping and time.monotonic() >= self.next_sweep:
                 self._sweep()  # also while the child runs: a daemon it started is an orphan at once
             self._reap()
             if self.listener is not None and self.listener in ready:
@@ -249,6 +256,11 @@ class _Server:
                 if not self._request(conn):
                     self.conns.remove(conn)
                     conn.close()
+                    for pid in [p for p, c in self.owner.items() if c is conn]:  # a judge gone: its children too
+                        try:
+                            os.killpg(pid, signal.SIGKILL)
+                        except OSError:
+                            pass
             if self.listener is None and not self.conns:
                 return  # the one judge closed its end
             if self.listener is not None and os.getppid() != self.parent:
@@ -262,6 +274,7 @@ class _Server:
                 return
             if pid == 0:
                 return
+            self.own.discard(pid)
             owner = self.owner.pop(pid, None)
             if owner is not None and self.subreaper:
                 self._sweep()  # its orphans came here as it died: gone before its judge hears of the exit
@@ -269,29 +282,33 @@ class _Server:
                 _send(owner, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
     def _sweep(self) -> None:
-        """SIGKILL every child of this process that it did not fork itself (orphans handed to it),
-        and wait (at most SWEEP_WAIT_S) until they are dead. A child of this process cannot be
-        reaped by anyone else, so its pid is still its own when it is signalled."""
+        """SIGKILL every child of this process that it did not fork itself (orphans handed to it,
+        zombies too: a process whose main thread exited reads as one while its other threads run)
+        and reap them, round after round while new ones come (an orphan's own children are handed
+        here when it dies), for at most SWEEP_S. A child of this process cannot be reaped by anyone
+        else, so its pid is still its own when it is signalled. A chain of processes that each fork
+        and exit at once can outrun it (docs/judge.md, Not yet)."""
         from kernelwright.judge import confine
 
-        self.next_sweep = time.monotonic() + SWEEP_EVERY_S
-        adopted = [pid for pid in confine.children_of(os.getpid()) if pid not in self.owner and pid not in self.own]
-        for pid in adopted:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        deadline = time.monotonic() + SWEEP_WAIT_S
-        while adopted and time.monotonic() < deadline:
-            for pid in list(adopted):
+        now = time.monotonic()
+        self.next_sweep, deadline = now + SWEEP_EVERY_S, now + SWEEP_S
+        while True:
+            adopted = [pid for pid in confine.children_of(os.getpid(), zombies=True) if pid not in self.owner and pid not in self.own]
+            if not adopted:
+                return
+            for pid in adopted:
                 try:
-                    done, _ = os.waitpid(pid, os.WNOHANG)
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            for pid in adopted:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
-                    done = pid
-                if done:
-                    adopted.remove(pid)
-            if adopted:
-                time.sleep(0.005)
+                    pass
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.002)
 
     def _request(self, conn: socket.socket) -> bool:
         """Serve one message; False when that judge closed its end."""

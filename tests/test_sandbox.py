@@ -71,13 +71,27 @@ def test_each_attack_gets_through_without_the_sandbox(world, name, tmp_path, mon
     assert "BREACH" in text or changed, (verdict.status, verdict.log)
 
 
-HIDERS = r"""
+NOTE = r"""
 import ctypes, os, threading, time
 import torch.nn as nn
 
 def note(what):
     with open(@record!r@, "a") as f:
         f.write(f"{what} {os.getpid()}\n")
+
+def orphan_with_child():  # a process in a session of its own with a child in another
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.setsid()
+            note("grandchild")
+            time.sleep(120)
+            os._exit(0)
+        note("orphan")
+        time.sleep(120)
+        os._exit(0)
+"""
+HIDERS = NOTE + r"""
 
 def hide_main_thread():  # the main thread exits, another runs on: /proc reads the process as a zombie
     threading.Thread(target=time.sleep, args=(120,)).start()
@@ -89,15 +103,7 @@ if a == 0:  # its children become orphans when it exits, all at once
     os.setsid()
     if os.fork() == 0:
         hide_main_thread()
-    if os.fork() == 0:  # an orphan with a child in a session of its own
-        if os.fork() == 0:
-            os.setsid()
-            note("grandchild")
-            time.sleep(120)
-            os._exit(0)
-        note("orphan")
-        time.sleep(120)
-        os._exit(0)
+    orphan_with_child()
     time.sleep(0.5)
     os._exit(0)
 os.waitpid(a, 0)
@@ -112,24 +118,9 @@ class ModelNew(nn.Module):
 
 # The candidate's child keeps its own child in a session of its own, and the candidate then dies:
 # both generations are handed to the fork server at once, the second only when the first is killed.
-GENERATIONS = r"""
-import os, time
-import torch.nn as nn
+GENERATIONS = NOTE + r"""
 
-def note(what):
-    with open(@record!r@, "a") as f:
-        f.write(f"{what} {os.getpid()}\n")
-
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.setsid()
-        note("grandchild")
-        time.sleep(120)
-        os._exit(0)
-    note("orphan")
-    time.sleep(120)
-    os._exit(0)
+orphan_with_child()
 time.sleep(0.5)
 
 

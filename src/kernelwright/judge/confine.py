@@ -15,7 +15,7 @@ import os
 import platform
 import resource
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -134,7 +134,11 @@ def children_of(pid: int, zombies: bool = False) -> list[int]:
             except (OSError, ValueError):
                 continue
         return found if zombies else [c for c in found if _state(c) not in (b"Z", b"X")]
-    found = []
+    return [p for p, fields in _stats() if int(fields[1]) == pid and (zombies or fields[0] not in (b"Z", b"X"))]
+
+
+def _stats() -> Iterator[tuple[int, list[bytes]]]:
+    """Every process's pid and the fields of /proc/PID/stat after its name (state, ppid, pgrp, ...)."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -143,9 +147,8 @@ def children_of(pid: int, zombies: bool = False) -> list[int]:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if len(fields) > 1 and int(fields[1]) == pid and (zombies or fields[0] not in (b"Z", b"X")):
-            found.append(int(name))
-    return found
+        if len(fields) > 2:
+            yield int(name), fields
 
 
 def _capset(caps: int) -> None:
@@ -298,18 +301,8 @@ def pids_of_uid(uid: int) -> list[int]:
 
 def live_in_group(pgid: int) -> int:
     """How many processes of process group `pgid` still run (zombies, already dead, not counted)."""
-    n = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and (fields[0] not in (b"Z", b"X") or _threads(int(name)) > 1):
-            n += 1  # a "zombie" with threads left is a process whose main thread exited: it runs
-    return n
+    # a "zombie" with threads left is a process whose main thread exited: it runs
+    return sum(1 for p, fields in _stats() if int(fields[2]) == pgid and (fields[0] not in (b"Z", b"X") or _threads(p) > 1))
 
 
 def kill_uid(uid: int, rounds: int = 3) -> None:

@@ -31,11 +31,15 @@ the full sandbox, `off` applies only the environment's allow-list (and says so i
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import logging
 import os
+import select
+import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -199,6 +203,10 @@ class Spec:
         if bad:
             raise ValueError(f"unknown sandbox layers {bad}; known: {LAYERS}")
 
+    def families(self) -> tuple[int, ...]:
+        """The socket families its seccomp filter lets it open."""
+        return socket_families() if self.sockets is None else self.sockets
+
     def to_env(self) -> str:
         return json.dumps({"mode": self.mode, "layers": list(self.layers), "landlock_abi": self.landlock_abi, "read": list(self.read),
                            "write": list(self.write), "profiler": self.profiler,
@@ -248,13 +256,13 @@ def record(spec: Spec | None) -> dict[str, Any]:
 def observed(pid: int, tid: int | None = None) -> dict[str, int]:
     """What the kernel says of a process's (or one of its threads') confinement
     (/proc/PID/task/TID/status): its real uid, whether no_new_privs is set, its seccomp mode (2: a
-    filter). Nothing the process itself can forge."""
+    filter) and how many filters. Nothing the process itself can forge."""
     got: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/task/{tid or pid}/status") as f:
             for line in f:
                 name, _, value = line.partition(":")
-                if name in ("Uid", "NoNewPrivs", "Seccomp"):
+                if name in ("Uid", "NoNewPrivs", "Seccomp", "Seccomp_filters"):
                     got[name] = int(value.split()[0])
     except (OSError, ValueError, IndexError):
         pass
@@ -288,19 +296,6 @@ def unconfined(spec_text: str, pid: int) -> str:
 SO_PEERPIDFD = 77  # Linux 6.5 on: a pidfd of the process at the other end of a unix socket
 
 
-def _status(pid: int) -> dict[str, int]:
-    got: dict[str, int] = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name in ("Uid", "NoNewPrivs", "Seccomp", "Seccomp_filters"):
-                    got[name] = int(value.split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    return got
-
-
 def confined_peer(sock: Any) -> str:
     """'' when the process at the other end of unix socket `sock` is no more confined than this
     one; else why the judge's socket refuses it. A sandboxed process and everything it starts carry
@@ -309,24 +304,20 @@ def confined_peer(sock: Any) -> str:
     0600 would let them reach the fork server or the service and ask for an unconfined child. The
     peer's /proc status is read while a pidfd (SO_PEERPIDFD) pins it, so a peer that exits and whose
     pid is reused cannot pass for another process; older kernels read it by pid alone."""
-    import errno
-    import socket as _socket
-    import struct
-
     try:
-        pid, uid, _ = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i")))
+        pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     except OSError as exc:
         return f"its credentials are unreadable ({exc})"
     if pid <= 0:  # a candidate is this judge's descendant, in its pid namespace or one below: always seen
         return "a process in a pid namespace this one does not see (refused: it cannot be told from a sandboxed one)"
     pidfd = None
     try:
-        pidfd = sock.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
+        pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
     except OSError as exc:
         if exc.errno != errno.ENOPROTOOPT:  # a kernel that has it and cannot pin the peer: it is gone
             return f"pid {pid}: it cannot be pinned ({exc.strerror})"
     try:
-        theirs, mine = _status(pid), _status(os.getpid())
+        theirs, mine = observed(pid), observed(os.getpid())
         if not theirs:
             return f"pid {pid}: its /proc status is unreadable"
         lacking = [k for k in mine if k not in theirs]
@@ -343,8 +334,6 @@ def confined_peer(sock: Any) -> str:
         elif theirs.get("Seccomp", 0) > mine.get("Seccomp", 0):
             why.append(f"seccomp mode {theirs.get('Seccomp')}")
         if pidfd is not None:
-            import select
-
             poller = select.poll()
             poller.register(pidfd, select.POLLIN)
             if poller.poll(0):
@@ -463,7 +452,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
     if "landlock" in layers:
         confine.landlock(rules(spec, box), abi=spec.landlock_abi)
     if "seccomp" in layers:
-        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else (), socket_families() if spec.sockets is None else spec.sockets)
+        confine.seccomp(confine.PROFILER_NEEDS if spec.profiler else (), spec.families())
     return {"layers": list(layers), "uid": os.getuid(), "folder": box}
 
 
@@ -506,7 +495,7 @@ def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
 def _exec_plan(spec: Spec, workdir: str) -> dict[str, Any]:
     return {"layers": list(spec.layers), "abi": spec.landlock_abi, "rules": rules(spec, workdir), "workdir": workdir,
             "chown": [workdir, *spec.write], "limits": limits(), "nproc": nproc(), "uid_base": UID_BASE, "profiler": spec.profiler,
-            "families": list(socket_families() if spec.sockets is None else spec.sockets)}
+            "families": list(spec.families())}
 
 
 def read_regular(path: str | Path, limit: int = 1 << 20) -> str:

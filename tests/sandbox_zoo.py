@@ -29,6 +29,12 @@ BOMB = 400  # at most this many processes forked by the fork bomb, whatever the 
 FILL_MIB = 192  # at most this many MiB written by the disk fill
 DATA_GIB = 8  # the zoo's bound on a candidate's private memory (KERNELWRIGHT_SANDBOX_DATA)
 MAP_GIB = 12  # what the memory attack maps: private, writable, never touched (no memory is used either way)
+DISK_MIB = 128  # the zoo's bound on a candidate's disk in all (KERNELWRIGHT_SANDBOX_DISK)
+FILES_N, FILE_MIB = 32, 8  # the disk attacks: this many files of this many MiB (each under the 64 MiB limit on one file)
+MEMORY_GIB = 3  # the zoo's bound on a candidate's host memory across its processes (KERNELWRIGHT_SANDBOX_MEMORY)
+SHARED_MIB = 5 << 10  # what the shared-memory attack touches, whatever the sandbox does
+SETTLE_S = 3  # how long an attack that got past every rlimit waits for the judge's watch before it says so
+KILLED = frozenset({"disk_many_files", "disk_unlinked", "shared_memory"})  # contained by the judge's watch killing the candidate
 RELU = Path(__file__).resolve().parent / "fixtures" / "problems" / "relu.py"
 GUARDS_OFF = frozenset({"function_identities", "between_calls", "op_audit"})  # the judge's in-process guards: the sandbox holds alone
 SECRET = "sk-kwzoo-3f9a7c1e"  # the key the judge's environment holds during the zoo
@@ -307,6 +313,72 @@ def grab():
 attempt("took private memory without a bound", grab)
 done()
 ''',
+    # the next three get past every rlimit (each file under RLIMIT_FSIZE, shared memory outside
+    # RLIMIT_DATA); the judge's watch (judge.quota) kills the candidate: runtime_error, nothing out
+    "disk_many_files": r'''
+import time
+def fill_files():
+    os.makedirs("fills", exist_ok=True)
+    block = b"\1" * (1 << 20)
+    for i in range(@files_n@):
+        with open(f"fills/f{i}.bin", "wb") as f:
+            for _ in range(@file_mib@):
+                f.write(block)
+    time.sleep(@settle_s@)
+    return f"wrote {@files_n@ * @file_mib@} MiB in @files_n@ files, each under the limit on one file"
+attempt("filled the disk across many files", fill_files)
+done()
+''',
+    "disk_unlinked": r'''
+import time
+HELD = []
+def fill_unlinked():
+    block = b"\1" * (1 << 20)
+    for i in range(@files_n@):
+        f = open(f"hidden{i}.bin", "wb")
+        os.unlink(f"hidden{i}.bin")  # no folder shows it; the disk holds it while the descriptor lives
+        for _ in range(@file_mib@):
+            f.write(block)
+        f.flush()
+        HELD.append(f)
+    time.sleep(@settle_s@)
+    return f"wrote {@files_n@ * @file_mib@} MiB in @files_n@ files unlinked and held open"
+attempt("filled the disk with files no folder shows", fill_unlinked)
+done()
+''',
+    "shared_memory": r'''
+import mmap, time
+def grab_shared():
+    m = mmap.mmap(-1, @shared_mib@ << 20, flags=mmap.MAP_SHARED)  # shared: outside RLIMIT_DATA
+    chunk = b"\1" * (16 << 20)
+    for _ in range(@shared_mib@ // 16):
+        m.write(chunk)  # touched: real memory
+    time.sleep(@settle_s@)
+    return f"touched @shared_mib@ MiB of shared memory"
+attempt("took shared memory without a bound", grab_shared)
+done()
+''',
+    "sysv_ipc": r'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def sysv():
+    got = []  # IPC_PRIVATE, IPC_CREAT | 0600; each removed again at once (IPC_RMID) so that the zoo leaves none
+    shm = libc.shmget(0, 1 << 20, 0o1600)
+    if shm >= 0:
+        libc.shmctl(shm, 0, None)
+        got.append("a System V shared memory segment")
+    queue = libc.msgget(0, 0o1600)
+    if queue >= 0:
+        libc.msgctl(queue, 0, None)
+        got.append("a message queue")
+    sems = libc.semget(0, 1, 0o1600)
+    if sems >= 0:
+        libc.semctl(sems, 0, 0)
+        got.append("a semaphore set")
+    return ", ".join(got)
+attempt("made IPC objects that outlive it", sysv)
+done()
+''',
     "judge_sockets": r'''
 import socket
 # The paths are given here; an attacker finds them in /proc/net/unix, which every process reads.
@@ -450,6 +522,8 @@ class World:
         setenv("KERNELWRIGHT_SANDBOX_NPROC", "96")
         setenv("KERNELWRIGHT_SANDBOX_FSIZE", str(64 << 20))
         setenv("KERNELWRIGHT_SANDBOX_DATA", str(DATA_GIB << 30))
+        setenv("KERNELWRIGHT_SANDBOX_DISK", str(DISK_MIB << 20))
+        setenv("KERNELWRIGHT_SANDBOX_MEMORY", str(MEMORY_GIB << 30))
         self.store = root / "store.sqlite"
         self.store.write_bytes(b"SQLite format 3\0" + bytes(4080))
         os.chmod(self.store, 0o666)  # writable by anyone as far as permission bits go: the sandbox must refuse
@@ -478,6 +552,7 @@ class World:
         self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
                        "port": self.listeners.port, "unix_path": self.listeners.unix_path, "other_dir": str(self.other),
                        "other_file": str(self.other / "model_new.py"), "shm_file": str(self.shm / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "map_gib": MAP_GIB,
+                       "files_n": FILES_N, "file_mib": FILE_MIB, "shared_mib": SHARED_MIB, "settle_s": SETTLE_S,
                        "service_sock": url.removeprefix("unix://"), "fork_server_sock": os.environ.get("KERNELWRIGHT_FORKSERVER_SOCKET", ""),
                        "secret_header": str(header)}
 

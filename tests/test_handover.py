@@ -236,7 +236,7 @@ def _child(role: str = "candidate"):
     child._log_fd, child.env = os.open(os.devnull, os.O_RDONLY), {}
     child._proc, child._sock, child._closed = _Proc(), ours, False
     child._reader = channel.Reader(ours.fileno(), key, sock=ours)
-    child.outstanding, child._received = 1, []
+    child.outstanding, child._received, child._watch = 1, [], None
     return child, channel.Writer(theirs.detach(), key)
 
 

@@ -40,7 +40,10 @@ def world(tmp_path, monkeypatch):
 def test_each_attack_is_contained(world, name):
     verdict, text, changed = zoo.judge_attack(world, name)
     assert verdict.sandbox["full"] and verdict.sandbox["layers"] == list(sandbox.LAYERS), verdict.sandbox
-    assert verdict.status.value == "correct", verdict.log
+    if name in zoo.KILLED:  # past every rlimit: the judge's watch kills it and says why
+        assert verdict.status.value == "runtime_error" and "the sandbox killed it" in verdict.log, (verdict.status, verdict.log)
+    else:
+        assert verdict.status.value == "correct", verdict.log
     assert "BREACH" not in text and zoo.SECRET not in text
     assert not changed, changed
 

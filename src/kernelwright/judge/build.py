@@ -405,8 +405,9 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = 
     """Run a command confined (judge.sandbox, unless this process is already) in its own process
     group: (exit code, combined output, timed out). What it leaves running is killed after it."""
     confined = sandbox.confined()
-    if not confined:
-        cmd = sandbox.command(sandbox.spec_for(sandbox_mode, sockets=()), cmd, cwd)  # a compiler needs no socket
+    spec = None if confined else sandbox.spec_for(sandbox_mode, sockets=())  # inside a confined child, its own watch counts this too
+    if spec is not None:
+        cmd = sandbox.command(spec, cmd, cwd)  # a compiler needs no socket
     env = dict(os.environ) if confined else sandbox.clean_env(os.environ)  # inside: its own TMPDIR and HOME
     try:
         proc = subprocess.Popen(
@@ -415,14 +416,19 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = 
         )
     except OSError as exc:
         return None, f"could not start {cmd[0]}: {exc}", False
+    watch = sandbox.watch_for(spec, proc.pid, [cwd])
     try:
         out, _ = proc.communicate(timeout=timeout_s)
+        if watch is not None and watch.over:
+            return None, f"{out}\nkernelwright: {watch.over}", False
         return proc.returncode, out, False
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, _ = proc.communicate()
         return None, out or "", True
     finally:
+        if watch is not None:
+            watch.stop()
         if proc.poll() is None:
             _kill_group(proc)
             proc.wait()

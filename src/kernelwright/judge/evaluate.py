@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, refpool, roofline, sandbox, spares
+from kernelwright.judge import forkpool, quota, refpool, roofline, sandbox, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -97,6 +97,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     if refused:
         return vb.finish(Status.INFRA_ERROR, refused)
     spares.check_settings()  # ValueError for malformed KERNELWRIGHT_SPARE_* settings
+    quota.limits()  # ValueError for a malformed KERNELWRIGHT_SANDBOX_DISK, _FILES or _MEMORY
     forkpool.warm_up()  # its torch import overlaps the snapshot and the build
     workdir = _workdir()
     try:

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge import confine
+from kernelwright.judge import confine, quota
+from kernelwright.judge.quota import memory_total  # noqa: F401 - judge.sandbox.memory_total, as before
 
 log = logging.getLogger(__name__)
 
@@ -132,18 +133,6 @@ def support() -> Support:
         return Support(uid=False, landlock=0, seccomp=False, why=(f"the probe failed: {exc}",))
     return Support(uid=bool(got.get("uid")), landlock=int(got.get("landlock") or 0), seccomp=bool(got.get("seccomp")),
                    why=tuple(str(x) for x in got.get("why", [])))
-
-
-def memory_total() -> int:
-    """The machine's memory in bytes (/proc/meminfo), 0 where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def limits() -> dict[str, int]:
@@ -525,6 +514,7 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
     with open(output, "w+b") as out:
         proc = subprocess.Popen(command(spec, cmd, cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=clean_env(env), cwd=cwd, start_new_session=True)
+        watch = watch_for(spec, proc.pid, [cwd, *write])
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -539,10 +529,21 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
             except subprocess.TimeoutExpired:
                 pass
         finally:
+            if watch is not None:
+                watch.stop()
             reap(proc.pid)
         size = os.fstat(out.fileno()).st_size
         start = max(0, size - (1 << 20))
-        return timed_out, os.pread(out.fileno(), size - start, start).decode(errors="replace")
+        text = os.pread(out.fileno(), size - start, start).decode(errors="replace")
+        return timed_out, text + (f"\nkernelwright: {watch.over}\n" if watch is not None and watch.over else "")
+
+
+def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path]) -> quota.Watch | None:
+    """A judge.quota watch over the confined process `pid` (its disk across `roots`, its host
+    memory across its processes); None under `off`, which applies the environment's allow-list only."""
+    if spec is None or spec.mode == "off" or tuple(spec.layers) == ("env",):
+        return None
+    return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None)
 
 
 def reap(pid: int) -> None:

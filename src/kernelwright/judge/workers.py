@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import confine, forkpool, replies, sandbox
+from kernelwright.judge import confine, forkpool, quota, replies, sandbox
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
@@ -115,6 +115,7 @@ class Child:
         finally:
             theirs.close()
         self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock, alive=lambda: self._proc.poll() is None)
+        self._watch = self._watch_for(config, self._proc.pid)
         self._exit_sent = False
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
@@ -124,6 +125,18 @@ class Child:
     @staticmethod
     def env_for(config: ChildConfig) -> dict[str, str]:
         return child_env(config)
+
+    @staticmethod
+    def _watch_for(config: ChildConfig, pid: int) -> quota.Watch | None:
+        """A candidate's disk (its folder, its extension folder) and host memory, watched while it
+        lives (judge.quota); none for the reference, and none under --sandbox off."""
+        text = config.env.get(sandbox.SPEC_ENV, "") if config.role == "candidate" else ""
+        spec = sandbox.Spec.from_env(text) if text else None
+        return sandbox.watch_for(spec, pid, [config.workdir, *(spec.write if spec else ())])
+
+    def _why(self) -> str:
+        """What the sandbox's watch killed it for ('' when it did not), for the error's message."""
+        return f": {self._watch.over}" if self._watch is not None and self._watch.over else ""
 
     def _spawn(self, write_fd: int) -> subprocess.Popen | Forked:
         env = self.env
@@ -213,10 +226,10 @@ class Child:
                 raise ChannelForged(f"a reply to '{command}' after {given} of its {len(answers)} asks")
         except ChannelTimeout:
             self.kill()
-            raise ChildError("timeout", f"{self.config.role} child: '{command}' exceeded {timeout_s:g} s and was killed", self.log_tail(), self.config.role) from None
+            raise ChildError("timeout", f"{self.config.role} child: '{command}' exceeded {timeout_s:g} s and was killed{self._why()}", self.log_tail(), self.config.role) from None
         except ChannelClosed:
             code = self._wait_exit()
-            raise ChildError("died", f"{self.config.role} child {describe_exit(code)} during '{command}'", self.log_tail(), self.config.role) from None
+            raise ChildError("died", f"{self.config.role} child {describe_exit(code)} during '{command}'{self._why()}", self.log_tail(), self.config.role) from None
         except ChannelForged as exc:
             self.kill()
             raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None
@@ -329,6 +342,8 @@ class Child:
     def kill(self) -> None:
         """Kill the child's whole process group and reap it; then every process its sandbox's uid
         still has (a daemon it started in a session of its own)."""
+        if self._watch is not None:
+            self._watch.stop()  # before the reap: its pid may be another process's after
         left = True
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)  # also whatever the child left running

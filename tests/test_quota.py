@@ -1,0 +1,241 @@
+"""judge.quota: the disk and host memory a confined process takes where no rlimit reaches, and the
+watch that kills it past a limit. Plain processes here (no sandbox needed); the zoo's disk and
+shared-memory attacks (tests/test_sandbox.py) show it inside a verdict."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelwright.judge import build, quota, sandbox
+
+MIB = 1 << 20
+
+
+def _py(code: str, cwd: Path | None = None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _ready(proc: subprocess.Popen) -> str:
+    """Wait for the script's first line (it prints one when it is set up)."""
+    assert proc.stdout is not None
+    return proc.stdout.readline().strip()
+
+
+def test_disk_use_counts_blocks_and_entries_and_a_hard_link_once(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f").write_bytes(b"\1" * (2 * MIB))
+    os.link(tmp_path / "a" / "f", tmp_path / "g")
+    (tmp_path / "sparse").touch()
+    os.truncate(tmp_path / "sparse", 512 * MIB)  # no blocks: counts nothing
+    (tmp_path / "link").symlink_to("/usr")  # not followed
+    used, entries = quota.disk_use([tmp_path, tmp_path / "missing"])
+    assert entries == 5
+    assert 2 * MIB <= used < 3 * MIB
+
+
+def test_disk_use_stops_at_its_limits_and_at_deep_nesting(tmp_path):
+    for i in range(5):
+        (tmp_path / f"f{i}").write_bytes(b"\1" * MIB)
+    with pytest.raises(quota._Over, match="more than 3 MiB on disk"):
+        quota.disk_use([tmp_path], stop_bytes=3 * MIB)
+    with pytest.raises(quota._Over, match="more than 4 files"):
+        quota.disk_use([tmp_path], stop_files=4)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:  # deeper than any path may be long: made and walked through descriptors
+        for _ in range(quota.MAX_DEPTH + 2):
+            os.mkdir("d" * 200, dir_fd=fd)
+            nxt = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+    with pytest.raises(quota._Over, match="nested more than"):
+        quota.disk_use([tmp_path])
+    removed = subprocess.run(["rm", "-rf", str(tmp_path / ("d" * 200))], capture_output=True)  # rmtree's paths would be too long
+    assert removed.returncode == 0, removed.stderr
+
+
+def test_hidden_files_are_unlinked_ones_held_open_and_memfds(tmp_path):
+    proc = _py(f"""
+        import os, time
+        f = open({str(tmp_path / 'gone')!r}, "wb")
+        os.unlink({str(tmp_path / 'gone')!r})
+        f.write(b"\\1" * (3 << 20)); f.flush()
+        m = os.memfd_create("kw")
+        os.write(m, b"\\1" * (2 << 20))
+        kept = open({str(tmp_path / 'kept')!r}, "wb"); kept.write(b"\\1" * (4 << 20)); kept.flush()
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    try:
+        assert _ready(proc) == "ready"
+        unlinked, memfds = quota.hidden_files([proc.pid])
+        assert 3 * MIB <= unlinked < 4 * MIB and 2 * MIB <= memfds < 3 * MIB  # the kept file is in a folder: the walk counts it
+        assert quota.disk_use([tmp_path])[0] >= 4 * MIB
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_processes_without_a_uid_are_its_descendants_group_and_session():
+    proc = _py("""
+        import subprocess, sys, time
+        a = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # its group
+        b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)  # a session of its own
+        print(a.pid, b.pid, flush=True)
+        time.sleep(30)
+    """)
+    try:
+        a, b = (int(x) for x in _ready(proc).split())
+        found = quota.processes(proc.pid, None)
+        assert {proc.pid, a, b} <= set(found)
+        assert os.getpid() not in found
+        assert all("RssAnon" in st for st in found.values())
+    finally:
+        subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        proc.kill()
+        proc.wait()
+        subprocess.run(["pkill", "-9", "-f", "import time; time.sleep(30)"], check=False)
+
+
+def test_memory_use_takes_the_fair_share_of_pages_a_fork_shares():
+    proc = _py("""
+        import os, time
+        data = bytearray(b"\\1" * (256 << 20))  # touched, then shared copy-on-write with the fork
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30); os._exit(0)
+        time.sleep(0.3)
+        print(pid, flush=True)
+        time.sleep(30)
+    """)
+    try:
+        _ready(proc)
+        procs = quota.processes(proc.pid, None)
+        assert len(procs) == 2
+        quick = quota.memory_use(procs)
+        fair = quota.memory_use(procs, limit=1)  # past the limit: the fair share decides
+        assert quick > 500 * MIB  # each process's RSS counts the shared pages
+        assert 250 * MIB < fair < 0.7 * quick
+    finally:
+        subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        proc.wait()
+
+
+def _watched(code: str, lim: quota.Limits, roots: list[Path], cwd: Path) -> tuple[int, str, float]:
+    proc = _py(code, cwd=cwd)
+    watch = quota.Watch(proc.pid, roots, uid=None, lim=lim, every_s=0.05)
+    t0 = time.monotonic()
+    try:
+        proc.wait(timeout=60)
+    finally:
+        watch.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, watch.over, time.monotonic() - t0
+
+
+def test_a_watch_kills_a_disk_fill_across_many_files(tmp_path):
+    code, over, took = _watched("""
+        import time
+        for i in range(64):
+            with open(f"f{i}", "wb") as f:
+                f.write(b"\\1" * (1 << 20))
+        time.sleep(20)
+    """, quota.Limits(disk=16 * MIB, files=0, memory=0), [tmp_path], tmp_path)
+    assert code == -9 and "more than 16 MiB on disk" in over, over
+    assert took < 10
+
+
+SHARED = {
+    "mapped": """
+        import mmap, time
+        m = mmap.mmap(-1, 512 << 20, flags=mmap.MAP_SHARED)
+        for _ in range(32):
+            m.write(b"\\1" * (16 << 20))
+        time.sleep(20)
+    """,
+    "memfd": """
+        import os, time
+        fd = os.memfd_create("kw")  # written, never mapped: in no process's RSS
+        for _ in range(32):
+            os.write(fd, b"\\1" * (16 << 20))
+        time.sleep(20)
+    """,
+}
+
+
+@pytest.mark.parametrize("how", sorted(SHARED))
+def test_a_watch_kills_a_process_past_its_memory_in_shared_pages(tmp_path, how):
+    code, over, _ = _watched(SHARED[how], quota.Limits(disk=0, files=0, memory=256 * MIB), [tmp_path], tmp_path)
+    assert code == -9 and "more than 256 MiB of host memory" in over, over
+
+
+def test_a_watch_kills_every_process_of_a_child_past_its_files(tmp_path):
+    code, over, _ = _watched("""
+        import os, subprocess, sys, time
+        sub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], start_new_session=True)
+        open("pid", "w").write(str(sub.pid))
+        for i in range(300):
+            open(f"e{i}", "w").close()
+        time.sleep(20)
+    """, quota.Limits(disk=0, files=200, memory=0), [tmp_path], tmp_path)
+    assert code == -9 and "more than 200 files" in over, over
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists() and b"Z" not in Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1][:3]:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or b"Z" in Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1][:3]
+
+
+def test_a_watch_leaves_an_honest_process_alone(tmp_path):
+    code, over, _ = _watched("""
+        import time
+        open("out", "wb").write(b"\\1" * (1 << 20))
+        time.sleep(0.5)
+    """, quota.limits(), [tmp_path], tmp_path)
+    assert code == 0 and over == ""
+
+
+def test_limits_come_from_the_environment_and_bad_ones_are_named(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_DISK", "0")
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_FILES", "12")
+    lim = quota.limits()
+    assert lim.disk == 0 and lim.files == 12 and lim.memory == quota.memory_total() * 3 // 4
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_MEMORY", "lots")
+    with pytest.raises(ValueError, match="KERNELWRIGHT_SANDBOX_MEMORY must be a whole number"):
+        quota.limits()
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_MEMORY", "-1")
+    with pytest.raises(ValueError, match="0 or more"):
+        quota.limits()
+
+
+def test_off_has_no_watch_and_auto_has_one():
+    assert sandbox.watch_for(sandbox.spec_for("off"), os.getpid(), []) is None
+    assert sandbox.watch_for(None, os.getpid(), []) is None
+
+
+def test_a_compiler_that_fills_the_disk_is_killed_and_the_build_log_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_DISK", str(16 * MIB))
+    script = "import time\nfor i in range(64):\n    open(f'o{i}', 'wb').write(b'\\1' * (1 << 20))\ntime.sleep(20)\n"
+    code, out, timed_out = build._run_group([sys.executable, "-c", script], tmp_path, 60)
+    assert code is None and not timed_out
+    assert "the sandbox killed it: more than 16 MiB on disk" in out, out
+
+
+def test_a_tool_that_fills_the_disk_is_killed_and_its_output_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_SANDBOX_DISK", str(16 * MIB))
+    script = "import time\nfor i in range(64):\n    open(f'o{i}', 'wb').write(b'\\1' * (1 << 20))\ntime.sleep(20)\n"
+    timed_out, text = sandbox.run_tool([sys.executable, "-c", script], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt",
+                                       timeout_s=60, env=os.environ)
+    assert not timed_out
+    assert "the sandbox killed it: more than 16 MiB on disk" in text, text

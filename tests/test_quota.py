@@ -77,7 +77,7 @@ def test_hidden_files_are_unlinked_ones_held_open_and_memfds(tmp_path):
     """)
     try:
         assert _ready(proc) == "ready"
-        unlinked, memfds = quota.hidden_files([proc.pid])
+        unlinked, memfds = quota.hidden_files({proc.pid: {}})
         assert 3 * MIB <= unlinked < 4 * MIB and 2 * MIB <= memfds < 3 * MIB  # the kept file is in a folder: the walk counts it
         assert quota.disk_use([tmp_path])[0] >= 4 * MIB
     finally:
@@ -93,6 +93,7 @@ def test_processes_without_a_uid_are_its_descendants_group_and_session():
         print(a.pid, b.pid, flush=True)
         time.sleep(30)
     """)
+    a = b = 0
     try:
         a, b = (int(x) for x in _ready(proc).split())
         found = quota.processes(proc.pid, None)
@@ -100,10 +101,11 @@ def test_processes_without_a_uid_are_its_descendants_group_and_session():
         assert os.getpid() not in found
         assert all("RssAnon" in st for st in found.values())
     finally:
-        subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        for pid in (a, b):
+            if pid:
+                os.kill(pid, 9)
         proc.kill()
         proc.wait()
-        subprocess.run(["pkill", "-9", "-f", "import time; time.sleep(30)"], check=False)
 
 
 def test_memory_use_takes_the_fair_share_of_pages_a_fork_shares():
@@ -130,8 +132,12 @@ def test_memory_use_takes_the_fair_share_of_pages_a_fork_shares():
         proc.wait()
 
 
-def _watched(code: str, lim: quota.Limits, roots: list[Path], cwd: Path) -> tuple[int, str, float]:
+def _watched(code: str, lim: quota.Limits, roots: list[Path], cwd: Path, ready: bool = False) -> tuple[int, str, float]:
+    """Run `code` watched; with `ready`, the watch starts once it has printed its first line (what
+    it set up before is then there for the first look to find)."""
     proc = _py(code, cwd=cwd)
+    if ready:
+        assert _ready(proc) == "ready"
     watch = quota.Watch(proc.pid, roots, uid=None, lim=lim, every_s=0.05)
     t0 = time.monotonic()
     try:
@@ -220,8 +226,130 @@ def test_limits_come_from_the_environment_and_bad_ones_are_named(monkeypatch):
 
 
 def test_off_has_no_watch_and_auto_has_one():
-    assert sandbox.watch_for(sandbox.spec_for("off"), os.getpid(), []) is None
-    assert sandbox.watch_for(None, os.getpid(), []) is None
+    assert sandbox.watched(sandbox.spec_for("off")) is None and sandbox.watched(None) is None
+    auto = sandbox.spec_for("auto")
+    if auto.layers == ("env",):
+        pytest.skip("this machine gives no layer but env")
+    lim = sandbox.watched(auto)
+    assert lim == quota.limits()
+    watch = sandbox.watch_for(auto, os.getpid(), [], lim)
+    try:
+        assert watch is not None and watch._thread is not None and watch._thread.is_alive()
+    finally:
+        watch.stop()
+
+
+def test_a_candidate_child_without_a_spec_is_watched_as_under_auto(tmp_path):
+    """The agent's extension build starts a candidate child with no spec; it confines itself as
+    under auto (judge.sandbox.enter_from_env), so it is watched as one."""
+    from kernelwright.judge.workers import Child, ChildConfig
+
+    ext = str(tmp_path / "ext")
+    spec = Child.confined_by(ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env={"TORCH_EXTENSIONS_DIR": ext}))
+    assert spec is not None and spec.mode == "auto" and ext in spec.write
+    assert Child.confined_by(ChildConfig(role="reference", device="cpu", gpu_index=0, workdir=tmp_path, env={})) is None
+
+
+def test_a_process_whose_main_thread_exited_is_still_counted(tmp_path):
+    """Its main thread's status shows no memory once that thread has exited; a live thread's does."""
+    code, over, _ = _watched("""
+        import ctypes, threading, time
+        def hold():
+            time.sleep(0.3)  # the main thread has exited by then
+            data = bytearray(b"\\1" * (300 << 20))
+            print("ready", flush=True)
+            time.sleep(20)
+        threading.Thread(target=hold).start()
+        ctypes.CDLL(None).syscall(60 if __import__("platform").machine() == "x86_64" else 93, 0)  # exit, this thread only
+    """, quota.Limits(disk=0, files=0, memory=200 * MIB), [tmp_path], tmp_path, ready=True)
+    assert code == -9 and "more than 200 MiB of host memory" in over, over
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mapping is sized through /proc/PID/map_files, which only root may follow")
+@pytest.mark.parametrize("kind", ["memfd", "unlinked"])
+def test_a_file_mapped_and_closed_is_still_counted(tmp_path, kind):
+    """Written, one page mapped, its descriptor closed: in no descriptor table, one page of RSS."""
+    lim = quota.Limits(disk=0, files=0, memory=200 * MIB) if kind == "memfd" else quota.Limits(disk=200 * MIB, files=0, memory=0)
+    code, over, _ = _watched(f"""
+        import ctypes, os, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        if {kind!r} == "memfd":
+            fd = os.memfd_create("kw")
+        else:
+            fd = os.open("held", os.O_RDWR | os.O_CREAT)
+            os.unlink("held")
+        for _ in range(20):
+            os.write(fd, b"\\1" * (16 << 20))
+        assert libc.mmap(None, 4096, 1, 1, fd, 0) not in (None, ctypes.c_void_p(-1).value)  # PROT_READ, MAP_SHARED
+        os.close(fd)
+        print("ready", flush=True)
+        time.sleep(20)
+    """, lim, [tmp_path], tmp_path, ready=True)
+    assert code == -9 and "more than 200 MiB" in over, over
+
+
+def test_what_the_judge_cannot_read_is_over(tmp_path, monkeypatch):
+    """A non-root judge's candidate can make itself non-dumpable (its descriptors unreadable) or a
+    folder of its own unreadable; either is over, not skipped."""
+    real_listdir, real_open = os.listdir, os.open
+
+    def listdir(path):
+        if str(path).endswith("/fd"):
+            raise PermissionError(13, "Permission denied")
+        return real_listdir(path)
+
+    monkeypatch.setattr(quota.os, "listdir", listdir)
+    with pytest.raises(quota._Over, match="descriptors of its process .* cannot be read"):
+        quota.hidden_files({os.getpid(): {}})
+    monkeypatch.setattr(quota.os, "listdir", real_listdir)
+    (tmp_path / "shut").mkdir()
+
+    def opener(path, flags, *a, **kw):
+        if path == "shut":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(quota.os, "open", opener)
+    with pytest.raises(quota._Over, match="cannot be read"):
+        quota.disk_use([tmp_path])
+
+
+def test_a_slow_look_a_failing_look_and_a_machine_short_of_memory_are_over(tmp_path, monkeypatch):
+    pid = os.getpid()
+    monkeypatch.setattr(quota, "LOOK_S", -1.0)
+    assert "longer than" in quota.look(pid, [tmp_path], None, quota.Limits(disk=MIB, files=0, memory=0))[0]
+    monkeypatch.setattr(quota, "LOOK_S", 1.0)
+    assert "available memory fell" in quota.look(pid, [tmp_path], None, quota.Limits(disk=0, files=0, memory=0, floor=1 << 60))[0]
+    assert quota.look(pid, [tmp_path], None, quota.Limits(disk=0, files=0, memory=0, floor=1))[0] == ""
+
+    def broken(*a, **kw):
+        raise RuntimeError("proc is gone")
+
+    proc = _py("import time; time.sleep(20)")
+    monkeypatch.setattr(quota, "look", broken)
+    watch = quota.Watch(proc.pid, [tmp_path], uid=None, lim=quota.Limits(disk=MIB, files=0, memory=0), every_s=0.02)
+    try:
+        assert proc.wait(timeout=10) == -9
+        assert f"could not look at it {quota.FAILS} times in a row" in watch.over
+    finally:
+        watch.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_once_the_child_is_reaped_its_pid_names_nothing(tmp_path):
+    proc = _py("import time; time.sleep(20)")
+    watch = quota.Watch(proc.pid, [tmp_path], uid=None, lim=quota.Limits(disk=0, files=0, memory=0))
+    try:
+        assert proc.pid in watch.mine()
+        proc.kill()
+        proc.wait()
+        assert proc.pid not in watch.mine()
+    finally:
+        watch.stop()
 
 
 def test_a_compiler_that_fills_the_disk_is_killed_and_the_build_log_says_why(tmp_path, monkeypatch):

@@ -406,6 +406,7 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = 
     group: (exit code, combined output, timed out). What it leaves running is killed after it."""
     confined = sandbox.confined()
     spec = None if confined else sandbox.spec_for(sandbox_mode, sockets=())  # inside a confined child, its own watch counts this too
+    lim = sandbox.watched(spec)
     if spec is not None:
         cmd = sandbox.command(spec, cmd, cwd)  # a compiler needs no socket
     env = dict(os.environ) if confined else sandbox.clean_env(os.environ)  # inside: its own TMPDIR and HOME
@@ -416,7 +417,7 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = 
         )
     except OSError as exc:
         return None, f"could not start {cmd[0]}: {exc}", False
-    watch = sandbox.watch_for(spec, proc.pid, [cwd])
+    watch = sandbox.watch_for(spec, proc.pid, [cwd], lim)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         if watch is not None and watch.over:

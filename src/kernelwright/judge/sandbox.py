@@ -511,10 +511,11 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
     whatever it left running is killed. (Whether it ran past `timeout_s`, the output's last MiB,
     read through the judge's own descriptor: the confined side may replace the file at that path.)"""
     spec = spec_for(mode, read=read, write=write, profiler=profiler)
+    lim = watched(spec)
     with open(output, "w+b") as out:
         proc = subprocess.Popen(command(spec, cmd, cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=clean_env(env), cwd=cwd, start_new_session=True)
-        watch = watch_for(spec, proc.pid, [cwd, *write])
+        watch = watch_for(spec, proc.pid, [cwd, *write], lim)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -538,12 +539,21 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
         return timed_out, text + (f"\nkernelwright: {watch.over}\n" if watch is not None and watch.over else "")
 
 
-def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path]) -> quota.Watch | None:
-    """A judge.quota watch over the confined process `pid` (its disk across `roots`, its host
-    memory across its processes); None under `off`, which applies the environment's allow-list only."""
+def watched(spec: Spec | None) -> quota.Limits | None:
+    """The judge.quota limits a process confined by `spec` is watched under (ValueError for a bad
+    setting: asked before the process starts, so that none is left unwatched); None under `off`,
+    which applies the environment's allow-list only."""
     if spec is None or spec.mode == "off" or tuple(spec.layers) == ("env",):
         return None
-    return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None)
+    return quota.limits()
+
+
+def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path], lim: quota.Limits | None) -> quota.Watch | None:
+    """A judge.quota watch over the confined process `pid` (its disk across `roots`, its host
+    memory across its processes) under `lim` (watched(spec)); None without limits."""
+    if spec is None or lim is None:
+        return None
+    return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None, lim=lim)
 
 
 def reap(pid: int) -> None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import confine, forkpool, quota, replies, sandbox
+from kernelwright.judge import confine, forkpool, replies, sandbox
+from kernelwright.judge.build import cache_dir as build_cache_dir
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
@@ -109,13 +110,16 @@ class Child:
         self._log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._key = new_key()
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
+        spec = self.confined_by(config)
+        lim = sandbox.watched(spec)  # ValueError for a bad setting, before anything starts
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = self._spawn(theirs.fileno())
         finally:
             theirs.close()
         self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock, alive=lambda: self._proc.poll() is None)
-        self._watch = self._watch_for(config, self._proc.pid)
+        # a candidate's disk (its folder, its extension folder) and host memory, watched while it lives (judge.quota)
+        self._watch = sandbox.watch_for(spec, self._proc.pid, [config.workdir, *(spec.write if spec else ())], lim)
         self._exit_sent = False
         self._closed = False
         self.outstanding = 0  # commands sent whose replies were not collected
@@ -127,12 +131,17 @@ class Child:
         return child_env(config)
 
     @staticmethod
-    def _watch_for(config: ChildConfig, pid: int) -> quota.Watch | None:
-        """A candidate's disk (its folder, its extension folder) and host memory, watched while it
-        lives (judge.quota); none for the reference, and none under --sandbox off."""
-        text = config.env.get(sandbox.SPEC_ENV, "") if config.role == "candidate" else ""
-        spec = sandbox.Spec.from_env(text) if text else None
-        return sandbox.watch_for(spec, pid, [config.workdir, *(spec.write if spec else ())])
+    def confined_by(config: ChildConfig) -> sandbox.Spec | None:
+        """The spec a candidate child confines itself by: the one the judge set, else what the child
+        takes without one (judge.sandbox.enter_from_env: the candidate's under `auto`); None for
+        the reference, the judge's side."""
+        if config.role != "candidate":
+            return None
+        text = config.env.get(sandbox.SPEC_ENV, "")
+        if text:
+            return sandbox.Spec.from_env(text)
+        cache = config.env.get("KERNELWRIGHT_CACHE") or str(build_cache_dir())
+        return sandbox.for_candidate("auto", cache, config.env.get("TORCH_EXTENSIONS_DIR"), config.device)
 
     def _why(self) -> str:
         """What the sandbox's watch killed it for ('' when it did not), for the error's message."""

@@ -77,8 +77,8 @@ def test_hidden_files_are_unlinked_ones_held_open_and_memfds(tmp_path):
     """)
     try:
         assert _ready(proc) == "ready"
-        unlinked, memfds = quota.hidden_files({proc.pid: {}})
-        assert 3 * MIB <= unlinked < 4 * MIB and 2 * MIB <= memfds < 3 * MIB  # the kept file is in a folder: the walk counts it
+        hidden = quota.hidden_files({proc.pid: {}})
+        assert 3 * MIB <= hidden.disk < 4 * MIB and 2 * MIB <= hidden.shmem < 3 * MIB  # the kept file is in a folder: the walk counts it
         assert quota.disk_use([tmp_path])[0] >= 4 * MIB
     finally:
         proc.kill()
@@ -261,6 +261,25 @@ def test_a_process_whose_main_thread_exited_is_still_counted(tmp_path):
             time.sleep(20)
         threading.Thread(target=hold).start()
         ctypes.CDLL(None).syscall(60 if __import__("platform").machine() == "x86_64" else 93, 0)  # exit, this thread only
+    """, quota.Limits(disk=0, files=0, memory=200 * MIB), [tmp_path], tmp_path, ready=True)
+    assert code == -9 and "more than 200 MiB of host memory" in over, over
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mapping is sized through /proc/PID/map_files, which only root may follow")
+def test_shared_pages_a_fork_touched_are_counted_where_no_rss_shows_them(tmp_path):
+    """A shared anonymous mapping filled by a forked child that then exits: the pages stay, in no
+    process's RSS (the parent never touched them)."""
+    code, over, _ = _watched("""
+        import mmap, os, time
+        m = mmap.mmap(-1, 320 << 20, flags=mmap.MAP_SHARED)
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(20):
+                m.write(b"\\1" * (16 << 20))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("ready", flush=True)
+        time.sleep(20)
     """, quota.Limits(disk=0, files=0, memory=200 * MIB), [tmp_path], tmp_path, ready=True)
     assert code == -9 and "more than 200 MiB of host memory" in over, over
 

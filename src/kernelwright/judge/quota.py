@@ -10,12 +10,14 @@ the child's, each through a pidfd) and keeps the reason in `over` for the verdic
 - disk: st_blocks of every entry under the writable folders (links not followed, folders walked
   through descriptors, so no path is too long), plus files its processes hold open or map after
   unlinking them (invisible to a walk); past `files` entries or MAX_DEPTH levels is over too;
-- memory: RssAnon + RssShmem of its processes (/proc/PID/status, or a live thread's where the
-  main thread has exited), which counts a page once per process that maps it (a forked child's
-  copy-on-write pages too); only when that sum is past the limit is the fair share read (Pss_Anon
-  + Pss_Shmem, /proc/PID/smaps_rollup) and that decides. Plus the memfds its processes hold or
-  map (a memfd written and never mapped is in no process's RSS; one mapped counts twice, so the
-  bound errs low). Mappings are sized through /proc/PID/map_files, which only root may follow.
+- memory: RssAnon of its processes (/proc/PID/status, or a live thread's where the main thread
+  has exited), which counts a page once per process that maps it (a forked child's copy-on-write
+  pages too); only when that sum is past the limit is the fair share read (Pss_Anon,
+  /proc/PID/smaps_rollup) and that decides. Plus every shmem object its processes hold or map
+  (memfds, shared anonymous mappings, whole: a page in one is in no process's RSS once the
+  process that touched it has gone). Mappings are sized through /proc/PID/map_files, which only
+  root may follow; a non-root judge counts RssShmem (Pss_Shmem) and the memfds held open instead
+  (a memfd also mapped then counts twice, so the bound errs low).
 - the machine: its available memory (MemAvailable) below MEMORY_FLOOR of the total kills every
   watched process, since the kernel's OOM killer would otherwise pick one (the judge perhaps).
 
@@ -31,6 +33,7 @@ runs on do not delegate one to the judge).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -172,26 +175,50 @@ def disk_use(roots: Sequence[str | Path], *, stop_bytes: int = 0, stop_files: in
     return total, entries
 
 
-def hidden_files(procs: dict[int, dict[str, int]], deadline: float | None = None) -> tuple[int, int]:
-    """What the processes hold open or map that no folder shows, each file once: (bytes of
-    unlinked files, bytes of memfds). The first is disk (or a tmpfs), the second memory. Raises
-    _Over where a process's descriptors cannot be read (it made itself non-dumpable), or past
-    `deadline`."""
-    unlinked = memfds = 0
+@functools.lru_cache(maxsize=1)
+def _shmem_dev() -> int | None:
+    """The device number of the kernel's internal shmem mount, where memfds, shared anonymous
+    mappings and System V segments live (a memfd of the judge's own, looked at once)."""
+    try:
+        fd = os.memfd_create("kw-quota-probe", os.MFD_CLOEXEC)
+    except (OSError, AttributeError):
+        return None
+    try:
+        return os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Hidden:
+    """What a look found that no folder shows, each file once."""
+
+    disk: int = 0  # bytes of unlinked files its processes hold open or map
+    shmem: int = 0  # bytes of memfds and other shmem objects (shared anonymous mappings, System V) they hold or map
+    mapped: bool = False  # whether mappings were read too (then every shmem object a process maps is in `shmem`)
+
+
+def hidden_files(procs: dict[int, dict[str, int]], deadline: float | None = None) -> Hidden:
+    """What the processes hold open or map that no folder shows: unlinked files (disk, or a
+    tmpfs) and shmem objects (memory). Mappings are read where the judge is root (their sizes
+    come through /proc/PID/map_files, root's to follow): a file mapped and then closed is in no
+    descriptor table. Raises _Over where a process's descriptors cannot be read (it made itself
+    non-dumpable), or past `deadline`."""
+    found = Hidden(mapped=os.geteuid() == 0)
     seen: set[tuple[int, int]] = set()
+    shm = _shmem_dev()
 
     def add(path: str, memfd: bool) -> None:
-        nonlocal unlinked, memfds
         try:
             st = os.stat(path)
         except OSError:
             return
         if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
             seen.add((st.st_dev, st.st_ino))
-            if memfd:
-                memfds += st.st_blocks * 512
+            if memfd or st.st_dev == shm:
+                found.shmem += st.st_blocks * 512
             else:
-                unlinked += st.st_blocks * 512
+                found.disk += st.st_blocks * 512
 
     for pid, st in procs.items():
         _budget(deadline)
@@ -210,18 +237,18 @@ def hidden_files(procs: dict[int, dict[str, int]], deadline: float | None = None
             memfd = target.startswith("/memfd:")
             if memfd or target.endswith(" (deleted)"):
                 add(f"{base}/fd/{fd}", memfd)
-        if os.geteuid() != 0:
-            continue  # map_files is root's to follow
+        if not found.mapped:
+            continue
         try:
-            with open(f"/proc/{pid}/maps", "rb") as f:
+            with open(f"{base}/maps", "rb") as f:
                 lines = [ln for ln in f if b"/memfd:" in ln or ln.endswith(b" (deleted)\n")]
         except OSError:
             continue
-        for ln in lines:  # mapped and closed: in no descriptor table
+        for ln in lines:  # shared or private, a mapping holds its file; mapped and closed, it is in no descriptor table
             fields = ln.split(maxsplit=5)
-            if len(fields) == 6 and fields[1][3:4] == b"s":  # shared: the file's own pages
-                add(f"/proc/{pid}/map_files/{fields[0].decode()}", b"/memfd:" in fields[5])
-    return unlinked, memfds
+            if len(fields) == 6:
+                add(f"/proc/{pid}/map_files/{fields[0].decode()}", fields[5].startswith(b"/memfd:"))
+    return found
 
 
 # ---- processes and memory -----------------------------------------------------------------------
@@ -290,31 +317,37 @@ def processes(pid: int, uid: int | None) -> dict[int, dict[str, int]]:
     return {p: every[p] for p in mine}
 
 
-def fair_share(pid: int) -> int | None:
-    """Pss_Anon + Pss_Shmem of a process (/proc/PID/smaps_rollup): its share of each page it maps,
-    so a page that forked processes share counts once in all; None where the file lacks them."""
-    got: dict[str, int] = {}
+def fair_share(pid: int, shmem: bool = True) -> int | None:
+    """Pss_Anon (+ Pss_Shmem with `shmem`) of a process (/proc/PID/smaps_rollup): its share of
+    each page it maps, so a page that forked processes share counts once in all; None where the
+    file lacks them."""
+    want = (b"Pss_Anon", b"Pss_Shmem") if shmem else (b"Pss_Anon",)
+    got: dict[bytes, int] = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
             for line in f:
                 name, _, value = line.partition(b":")
-                if name in (b"Pss_Anon", b"Pss_Shmem"):
-                    got[name.decode()] = int(value.split()[0]) * 1024
+                if name in want:
+                    got[name] = int(value.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return sum(got.values()) if len(got) == 2 else None
+    return sum(got.values()) if len(got) == len(want) else None
 
 
-def memory_use(procs: dict[int, dict[str, int]], limit: int = 0) -> int:
-    """Host memory across the processes: RssAnon + RssShmem summed, and where that passes `limit`,
-    the fair share (fair_share) instead, for the processes whose file has it."""
-    quick = sum(st.get("RssAnon", 0) + st.get("RssShmem", 0) for st in procs.values())
+def memory_use(procs: dict[int, dict[str, int]], limit: int = 0, shmem: bool = True) -> int:
+    """Host memory across the processes: RssAnon (+ RssShmem with `shmem`) summed, and where that
+    passes `limit`, the fair share (fair_share) instead, for the processes whose file has it."""
+
+    def rss(st: dict[str, int]) -> int:
+        return st.get("RssAnon", 0) + (st.get("RssShmem", 0) if shmem else 0)
+
+    quick = sum(rss(st) for st in procs.values())
     if not limit or quick <= limit:
         return quick
     total = 0
     for pid, st in procs.items():
-        share = fair_share(pid)
-        total += share if share is not None else st.get("RssAnon", 0) + st.get("RssShmem", 0)
+        share = fair_share(pid, shmem)
+        total += share if share is not None else rss(st)
     return total
 
 
@@ -343,13 +376,15 @@ def look(pid: int, roots: Sequence[str | Path], uid: int | None, lim: Limits,
     try:
         _budget(deadline)
         used = disk_use(roots, stop_bytes=lim.disk, stop_files=lim.files, deadline=deadline)[0] if (lim.disk or lim.files) else 0
-        unlinked, memfds = hidden_files(procs, deadline)
+        hidden = hidden_files(procs, deadline)
     except _Over as exc:
         return str(exc), procs
-    if lim.disk and used + unlinked > lim.disk:
-        return f"more than {_size(lim.disk)} on disk ({_size(used)} in its writable folders, {_size(unlinked)} in files it holds open or maps unlinked)", procs
+    if lim.disk and used + hidden.disk > lim.disk:
+        return f"more than {_size(lim.disk)} on disk ({_size(used)} in its writable folders, {_size(hidden.disk)} in files it holds open or maps unlinked)", procs
     if lim.memory:
-        mem = memory_use(procs, max(1, lim.memory - memfds)) + memfds  # a memfd's pages count again where a process also maps them (the bound errs low)
+        # with its mappings read, every shmem page it maps is in an object counted whole: its
+        # anonymous memory besides; without, RssShmem too (a memfd it also maps then counts twice)
+        mem = memory_use(procs, max(1, lim.memory - hidden.shmem), shmem=not hidden.mapped) + hidden.shmem
         if mem > lim.memory:
             return f"more than {_size(lim.memory)} of host memory across its {len(procs)} process(es) ({_size(mem)})", procs
     if lim.floor:

@@ -79,6 +79,8 @@ def test_hidden_files_are_unlinked_ones_held_open_and_memfds(tmp_path):
         assert _ready(proc) == "ready"
         hidden = quota.hidden_files({proc.pid: {}})
         assert 3 * MIB <= hidden.disk < 4 * MIB and 2 * MIB <= hidden.shmem < 3 * MIB  # the kept file is in a folder: the walk counts it
+        # an unlinked file on no filesystem of its folders is not its own (a library deleted under a warm fork server)
+        assert quota.hidden_files({proc.pid: {}}, devices=frozenset({-1})).disk == 0
         assert quota.disk_use([tmp_path])[0] >= 4 * MIB
     finally:
         proc.kill()
@@ -320,8 +322,13 @@ def test_what_the_judge_cannot_read_is_over(tmp_path, monkeypatch):
         return real_listdir(path)
 
     monkeypatch.setattr(quota.os, "listdir", listdir)
-    with pytest.raises(quota._Over, match="descriptors of its process .* cannot be read"):
-        quota.hidden_files({os.getpid(): {}})
+    me = os.getpid()
+    with pytest.raises(quota._Over, match="descriptors of its process .* could be read and now cannot"):
+        quota.hidden_files({me: {}}, read_before={me})
+    # never read (a root judge without CAP_SYS_PTRACE reads no other uid's): its RssShmem counts instead
+    assert me not in quota.hidden_files({me: {}}, read_before=set()).mapped
+    # a zombie holds nothing, and a non-root judge may not read its descriptors: not over
+    assert quota.hidden_files({me: {"Zombie": 1}}, read_before={me}).shmem == 0
     monkeypatch.setattr(quota.os, "listdir", real_listdir)
     (tmp_path / "shut").mkdir()
 
@@ -386,3 +393,65 @@ def test_a_tool_that_fills_the_disk_is_killed_and_its_output_says_why(tmp_path, 
                                        timeout_s=60, env=os.environ)
     assert not timed_out
     assert "the sandbox killed it: more than 16 MiB on disk" in text, text
+
+
+@pytest.mark.skipif(not quota.maps_readable(), reason="a mapping is sized through /proc/PID/map_files, which this process may not follow")
+def test_shared_memory_of_a_process_whose_main_thread_exited_is_counted(tmp_path):
+    """Its mappings are read through a live thread (the main thread's map_files answer nothing):
+    a memfd written, one page of it mapped, its descriptor closed (in no RSS but that page)."""
+    code, over, _ = _watched("""
+        import ctypes, os, threading, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        def hold():
+            time.sleep(0.3)
+            fd = os.memfd_create("kw")
+            for _ in range(20):
+                os.write(fd, b"\\1" * (16 << 20))
+            libc.mmap(None, 4096, 1, 1, fd, 0)
+            os.close(fd)
+            print("ready", flush=True)
+            time.sleep(20)
+        threading.Thread(target=hold).start()
+        ctypes.CDLL(None).syscall(60 if __import__("platform").machine() == "x86_64" else 93, 0)
+    """, quota.Limits(disk=0, files=0, memory=200 * MIB), [tmp_path], tmp_path, ready=True)
+    assert code == -9 and "more than 200 MiB of host memory" in over, over
+
+
+def test_page_tables_count_as_memory(tmp_path):
+    """Reading one byte every 2 MiB of a huge read-only private mapping takes a page table per
+    2 MiB and no RSS (the zero page), and RLIMIT_DATA does not count a read-only mapping."""
+    assert quota.memory_use({1: {"RssAnon": 10, "RssShmem": 7, "VmPTE": 5, "VmSwap": 3}}, mapped={1}) == 18
+    code, over, _ = _watched("""
+        import ctypes, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        size = 160 << 30
+        base = libc.mmap(None, size, 1, 0x22 | 0x4000, -1, 0)  # PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE
+        for off in range(0, size, 2 << 20):
+            ctypes.c_char.from_address(base + off).value
+        print("ready", flush=True)
+        time.sleep(20)
+    """, quota.Limits(disk=0, files=0, memory=200 * MIB), [tmp_path], tmp_path, ready=True)
+    assert code == -9 and "more than 200 MiB of host memory" in over, over
+
+
+def test_without_pidfds_the_start_time_pins_the_child(tmp_path, monkeypatch):
+    def no_pidfd(pid):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(quota.os, "pidfd_open", no_pidfd)
+    code, over, _ = _watched(SHARED["mapped"], quota.Limits(disk=0, files=0, memory=256 * MIB), [tmp_path], tmp_path)
+    assert code == -9 and "more than 256 MiB of host memory" in over, over
+
+
+def test_the_machine_floor_is_the_machines_not_the_childs(tmp_path):
+    proc = _py("import time; time.sleep(20)")
+    watch = quota.Watch(proc.pid, [tmp_path], uid=None, lim=quota.Limits(disk=0, files=0, memory=0, floor=1 << 60), every_s=0.02)
+    try:
+        assert proc.wait(timeout=10) == -9
+        assert watch.machine and quota.MACHINE in watch.over
+    finally:
+        watch.stop()

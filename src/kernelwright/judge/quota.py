@@ -40,8 +40,8 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelwright.judge import confine
@@ -189,46 +189,73 @@ def _shmem_dev() -> int | None:
         os.close(fd)
 
 
+@functools.lru_cache(maxsize=1)
+def maps_readable() -> bool:
+    """Whether this process may follow /proc/PID/map_files (CAP_SYS_ADMIN or
+    CAP_CHECKPOINT_RESTORE in the first user namespace: root with its capabilities, not root in
+    a container that dropped them): tried once on one of its own mappings."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            first = f.readline().split()[0].decode()
+        os.stat(f"/proc/self/map_files/{first}")
+        return True
+    except (OSError, IndexError):
+        return False
+
+
 @dataclass
 class Hidden:
     """What a look found that no folder shows, each file once."""
 
-    disk: int = 0  # bytes of unlinked files its processes hold open or map
+    disk: int = 0  # bytes of unlinked files its processes hold open or map (in its folders' filesystems)
     shmem: int = 0  # bytes of memfds and other shmem objects (shared anonymous mappings, System V) they hold or map
-    mapped: bool = False  # whether mappings were read too (then every shmem object a process maps is in `shmem`)
+    mapped: set[int] = field(default_factory=set)  # processes whose mappings were all read: their shmem pages are in `shmem`
 
 
-def hidden_files(procs: dict[int, dict[str, int]], deadline: float | None = None) -> Hidden:
+def hidden_files(procs: dict[int, dict[str, int]], deadline: float | None = None, *, devices: frozenset[int] | None = None,
+                 uid: int | None = None, read_before: set[int] | None = None) -> Hidden:
     """What the processes hold open or map that no folder shows: unlinked files (disk, or a
-    tmpfs) and shmem objects (memory). Mappings are read where the judge is root (their sizes
-    come through /proc/PID/map_files, root's to follow): a file mapped and then closed is in no
-    descriptor table. Raises _Over where a process's descriptors cannot be read (it made itself
-    non-dumpable), or past `deadline`."""
-    found = Hidden(mapped=os.geteuid() == 0)
+    tmpfs: only those on `devices`, its folders' filesystems, and with a uid of its own only its
+    uid's, so that a library deleted under a warm fork server is not the candidate's) and shmem
+    objects (memory). Mappings are read where the judge may follow /proc/PID/map_files
+    (maps_readable): a file mapped and then closed is in no descriptor table. A process whose
+    descriptors or mappings cannot be read is left out of `mapped` (its RssShmem counts instead),
+    unless it was read before (`read_before`, which this fills): then it made itself unreadable
+    (non-dumpable) and that is over (_Over). Past `deadline`, _Over too."""
+    found = Hidden()
     seen: set[tuple[int, int]] = set()
     shm = _shmem_dev()
+    follow = maps_readable()
 
     def add(path: str, memfd: bool) -> None:
         try:
             st = os.stat(path)
         except OSError:
             return
-        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
-            seen.add((st.st_dev, st.st_ino))
-            if memfd or st.st_dev == shm:
-                found.shmem += st.st_blocks * 512
-            else:
-                found.disk += st.st_blocks * 512
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            return
+        seen.add((st.st_dev, st.st_ino))
+        if memfd or st.st_dev == shm:
+            found.shmem += st.st_blocks * 512
+        elif (devices is None or st.st_dev in devices) and (uid is None or st.st_uid == uid):
+            found.disk += st.st_blocks * 512
+
+    def unreadable(pid: int, what: str, exc: OSError) -> None:
+        if read_before is not None and pid in read_before:
+            raise _Over(f"the {what} of its process {pid} could be read and now cannot ({exc.strerror})")
 
     for pid, st in procs.items():
         _budget(deadline)
+        if st.get("Zombie") and "Task" not in st:
+            continue  # exited, not yet reaped: it holds nothing (and its /proc is its parent's only)
         base = f"/proc/{pid}/task/{st.get('Task', pid)}"
         try:
             fds = os.listdir(f"{base}/fd")
         except (FileNotFoundError, ProcessLookupError):
             continue  # gone
         except OSError as exc:
-            raise _Over(f"the descriptors of its process {pid} cannot be read ({exc.strerror})") from None
+            unreadable(pid, "descriptors", exc)
+            continue
         for fd in fds:
             try:
                 target = os.readlink(f"{base}/fd/{fd}")
@@ -237,24 +264,37 @@ def hidden_files(procs: dict[int, dict[str, int]], deadline: float | None = None
             memfd = target.startswith("/memfd:")
             if memfd or target.endswith(" (deleted)"):
                 add(f"{base}/fd/{fd}", memfd)
-        if not found.mapped:
+        if read_before is not None:
+            read_before.add(pid)
+        if not follow:
             continue
         try:
             with open(f"{base}/maps", "rb") as f:
                 lines = [ln for ln in f if b"/memfd:" in ln or ln.endswith(b" (deleted)\n")]
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
             continue
+        except OSError as exc:
+            unreadable(pid, "mappings", exc)
+            continue
+        complete = True
         for ln in lines:  # shared or private, a mapping holds its file; mapped and closed, it is in no descriptor table
             fields = ln.split(maxsplit=5)
-            if len(fields) == 6:
-                add(f"/proc/{pid}/map_files/{fields[0].decode()}", fields[5].startswith(b"/memfd:"))
+            if len(fields) != 6:
+                continue
+            path = f"/proc/{st.get('Task', pid)}/map_files/{fields[0].decode()}"  # a live thread's, where the main one exited
+            if not os.path.exists(path):
+                complete = False
+                continue
+            add(path, fields[5].startswith(b"/memfd:"))
+        if complete:
+            found.mapped.add(pid)
     return found
 
 
 # ---- processes and memory -----------------------------------------------------------------------
 
 
-_FIELDS = (b"State", b"Uid", b"PPid", b"NSpgid", b"NSsid", b"RssAnon", b"RssShmem")
+_FIELDS = (b"State", b"Uid", b"PPid", b"NSpgid", b"NSsid", b"RssAnon", b"RssShmem", b"VmPTE", b"VmSwap")
 
 
 def _status(path: str) -> dict[str, int]:
@@ -270,7 +310,7 @@ def _status(path: str) -> dict[str, int]:
                     if name == b"State":
                         got["Zombie"] = int(parts[0] in (b"Z", b"X"))
                     else:
-                        got[name.decode()] = int(parts[0]) * (1024 if name.startswith(b"Rss") else 1)
+                        got[name.decode()] = int(parts[0]) * (1024 if name.startswith((b"Rss", b"Vm")) else 1)
     except (OSError, ValueError):
         pass
     return got
@@ -290,7 +330,7 @@ def _process(pid: int) -> dict[str, int]:
             if int(tid) != pid:
                 live = _status(f"/proc/{pid}/task/{tid}/status")
                 if live and not live.get("Zombie"):
-                    st.update({k: v for k, v in live.items() if k.startswith("Rss")}, Task=int(tid), Zombie=0)
+                    st.update({k: v for k, v in live.items() if k.startswith(("Rss", "Vm"))}, Task=int(tid), Zombie=0)
                     break
     return st
 
@@ -318,9 +358,9 @@ def processes(pid: int, uid: int | None) -> dict[int, dict[str, int]]:
 
 
 def fair_share(pid: int, shmem: bool = True) -> int | None:
-    """Pss_Anon (+ Pss_Shmem with `shmem`) of a process (/proc/PID/smaps_rollup): its share of
-    each page it maps, so a page that forked processes share counts once in all; None where the
-    file lacks them."""
+    """Pss_Anon (+ Pss_Shmem with `shmem`) of a process (/proc/PID/smaps_rollup; PID may be a
+    live thread's): its share of each page it maps, so a page that forked processes share counts
+    once in all; None where the file lacks them."""
     want = (b"Pss_Anon", b"Pss_Shmem") if shmem else (b"Pss_Anon",)
     got: dict[bytes, int] = {}
     try:
@@ -334,20 +374,25 @@ def fair_share(pid: int, shmem: bool = True) -> int | None:
     return sum(got.values()) if len(got) == len(want) else None
 
 
-def memory_use(procs: dict[int, dict[str, int]], limit: int = 0, shmem: bool = True) -> int:
-    """Host memory across the processes: RssAnon (+ RssShmem with `shmem`) summed, and where that
-    passes `limit`, the fair share (fair_share) instead, for the processes whose file has it."""
+def memory_use(procs: dict[int, dict[str, int]], limit: int = 0, mapped: Collection[int] = ()) -> int:
+    """Host memory across the processes: RssAnon, page tables (VmPTE) and swap (VmSwap) of each,
+    plus RssShmem for those not in `mapped` (whose shmem objects were counted whole elsewhere);
+    where that sum passes `limit`, the fair share (fair_share) in place of the RSS, for the
+    processes whose file has it."""
 
-    def rss(st: dict[str, int]) -> int:
-        return st.get("RssAnon", 0) + (st.get("RssShmem", 0) if shmem else 0)
+    def rss(pid: int, st: dict[str, int]) -> int:
+        return st.get("RssAnon", 0) + (0 if pid in mapped else st.get("RssShmem", 0))
 
-    quick = sum(rss(st) for st in procs.values())
+    def kernel(st: dict[str, int]) -> int:
+        return st.get("VmPTE", 0) + st.get("VmSwap", 0)
+
+    quick = sum(rss(p, st) + kernel(st) for p, st in procs.items())
     if not limit or quick <= limit:
         return quick
     total = 0
     for pid, st in procs.items():
-        share = fair_share(pid, shmem)
-        total += share if share is not None else rss(st)
+        share = fair_share(st.get("Task", pid), shmem=pid not in mapped)
+        total += (share if share is not None else rss(pid, st)) + kernel(st)
     return total
 
 
@@ -366,31 +411,45 @@ def memory_available() -> int | None:
 # ---- the watch ----------------------------------------------------------------------------------
 
 
+MACHINE = "the machine's available memory fell"  # how a floor reason begins: the machine's, not the process's (an infra error)
+
+
+def _devices(roots: Sequence[str | Path]) -> frozenset[int]:
+    found = set()
+    for r in roots:
+        try:
+            found.add(os.stat(r).st_dev)
+        except OSError:
+            continue
+    return frozenset(found)
+
+
 def look(pid: int, roots: Sequence[str | Path], uid: int | None, lim: Limits,
-         procs: dict[int, dict[str, int]] | None = None) -> tuple[str, dict[int, dict[str, int]]]:
+         procs: dict[int, dict[str, int]] | None = None, read_before: set[int] | None = None) -> tuple[str, dict[int, dict[str, int]]]:
     """One look: the reason the child is over a limit ('' when it is not), and its processes
-    (`procs`, else processes(pid, uid))."""
+    (`procs`, else processes(pid, uid)). `read_before`: hidden_files."""
     deadline = time.monotonic() + LOOK_S
     if procs is None:
         procs = processes(pid, uid)
     try:
         _budget(deadline)
         used = disk_use(roots, stop_bytes=lim.disk, stop_files=lim.files, deadline=deadline)[0] if (lim.disk or lim.files) else 0
-        hidden = hidden_files(procs, deadline)
+        hidden = hidden_files(procs, deadline, devices=_devices(roots), uid=uid, read_before=read_before)
     except _Over as exc:
         return str(exc), procs
     if lim.disk and used + hidden.disk > lim.disk:
         return f"more than {_size(lim.disk)} on disk ({_size(used)} in its writable folders, {_size(hidden.disk)} in files it holds open or maps unlinked)", procs
     if lim.memory:
-        # with its mappings read, every shmem page it maps is in an object counted whole: its
-        # anonymous memory besides; without, RssShmem too (a memfd it also maps then counts twice)
-        mem = memory_use(procs, max(1, lim.memory - hidden.shmem), shmem=not hidden.mapped) + hidden.shmem
+        # a process whose mappings were all read has every shmem page it maps in an object
+        # counted whole: its anonymous memory besides; any other, its RssShmem too (a memfd it
+        # also holds then counts twice: the bound errs low)
+        mem = memory_use(procs, max(1, lim.memory - hidden.shmem), hidden.mapped) + hidden.shmem
         if mem > lim.memory:
             return f"more than {_size(lim.memory)} of host memory across its {len(procs)} process(es) ({_size(mem)})", procs
     if lim.floor:
         avail = memory_available()
         if avail is not None and avail < lim.floor:
-            return f"the machine's available memory fell to {_size(avail)}, under the floor of {_size(lim.floor)}, while it ran", procs
+            return f"{MACHINE} to {_size(avail)}, under the floor of {_size(lim.floor)}, while it ran", procs
     return "", procs
 
 
@@ -409,10 +468,21 @@ def _signal(fd: int, sig: int) -> bool:
         return False
 
 
+def _started(pid: int) -> int | None:
+    """When the process started (clock ticks after boot, /proc/PID/stat): with its pid, who it is."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class Watch:
-    """A thread that looks at the confined process `pid` every `every_s` until stopped; when it
-    is over a limit, kills it (kill()) and keeps the reason in `over`. A pidfd taken at the start
-    pins the process: once it has been reaped, nothing is signalled by its pid."""
+    """A thread that looks at the confined process `pid` every `every_s` until stopped or until
+    the process is gone; when it is over a limit, kills it (kill()) and keeps the reason in `over`
+    (`machine` when it was the machine's memory floor, not the process's own use). A pidfd taken at
+    the start pins the process (its start time where pidfds are missing): once it has been reaped,
+    nothing is signalled by its pid or its uid (both may be another process's by then)."""
 
     def __init__(self, pid: int, roots: Sequence[str | Path], *, uid: int | None, lim: Limits | None = None,
                  every_s: float = WATCH_S) -> None:
@@ -420,33 +490,50 @@ class Watch:
         self.limits = lim if lim is not None else limits()
         self.every_s = every_s
         self.over = ""
+        self.machine = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fd = _pidfd(pid)
+        self._start = _started(pid)
+        self._read: set[int] = set()  # processes whose descriptors were read (hidden_files)
         if self.limits.disk or self.limits.files or self.limits.memory or self.limits.floor:
             self._thread = threading.Thread(target=self._run, name=f"kw-watch-{pid}", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
         failed = 0
-        while not self._stop.wait(self.every_s):
-            try:
-                reason, _ = look(self.pid, self.roots, self.uid, self.limits, self.mine())
-                failed = 0
-            except Exception as exc:  # noqa: BLE001 - counted: FAILS in a row and it is over
-                failed += 1
-                log.warning("watch of %s: a look failed (%s of %s in a row): %s", self.pid, failed, FAILS, exc)
-                reason = f"the judge could not look at it {FAILS} times in a row ({exc})" if failed >= FAILS else ""
-            if reason and not self._stop.is_set():
-                self.over = f"the sandbox killed it: {reason}"
-                log.warning("child %s: %s", self.pid, self.over)
-                self.kill()
-                return
+        try:
+            while not self._stop.wait(self.every_s):
+                if not self._leader_alive():
+                    if self._fd is None and self._start is None:  # nothing pins it: it cannot be watched safely
+                        reason = "the judge could not pin it (no pidfd, no start time)"
+                    else:
+                        return  # gone: what it left is the caller's to kill (Child.kill, sandbox.reap)
+                else:
+                    try:
+                        reason, _ = look(self.pid, self.roots, self.uid, self.limits, self.mine(), self._read)
+                        failed = 0
+                    except Exception as exc:  # noqa: BLE001 - counted: FAILS in a row and it is over
+                        failed += 1
+                        log.warning("watch of %s: a look failed (%s of %s in a row): %s", self.pid, failed, FAILS, exc)
+                        reason = f"the judge could not look at it {FAILS} times in a row ({exc})" if failed >= FAILS else ""
+                if reason and not self._stop.is_set():
+                    self.machine = reason.startswith(MACHINE)
+                    self.over = f"the sandbox killed it: {reason}"
+                    log.warning("child %s: %s", self.pid, self.over)
+                    self.kill()
+                    return
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def _leader_alive(self) -> bool:
-        """Whether `pid` is still the process watched (not reaped: its pid and group id are not
-        another's)."""
-        return self._fd is not None and _signal(self._fd, 0)
+        """Whether `pid` is still the process watched (not reaped: its pid, group id and uid are
+        not another's)."""
+        if self._fd is not None:
+            return _signal(self._fd, 0)
+        return self._start is not None and _started(self.pid) == self._start
 
     def mine(self) -> dict[int, dict[str, int]]:
         """processes(pid, uid), as far as they are still the child's: once the child itself has been
@@ -462,8 +549,9 @@ class Watch:
 
     def kill(self) -> None:
         if self.uid is not None:
-            self._killpg()
-            confine.kill_uid(self.uid)  # by the uid itself, never by a pid read from /proc
+            if self._leader_alive():  # else its uid may be a new child's by now
+                self._killpg()
+                confine.kill_uid(self.uid)  # by the uid itself, never by a pid read from /proc
             return
         # its descendants, group and session, each pinned by a pidfd and then found again before
         # anything is killed (the tree is how they are told; a pid reused in between is not in the
@@ -487,10 +575,12 @@ class Watch:
                 pass
 
     def stop(self) -> None:
-        """No more looks (the caller is killing or has reaped the process)."""
+        """No more looks (the caller is killing or has reaped the process). The pidfd is closed by
+        the thread as it ends (never under a kill it is making)."""
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is None:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        elif self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        if self._fd is not None and (self._thread is None or not self._thread.is_alive()):
-            os.close(self._fd)
-            self._fd = None

@@ -238,7 +238,9 @@ class Child:
             raise ChildError("timeout", f"{self.config.role} child: '{command}' exceeded {timeout_s:g} s and was killed{self._why()}", self.log_tail(), self.config.role) from None
         except ChannelClosed:
             code = self._wait_exit()
-            raise ChildError("died", f"{self.config.role} child {describe_exit(code)} during '{command}'{self._why()}", self.log_tail(), self.config.role) from None
+            # the machine's memory floor is no fault of this candidate's own use: the judge's (infra)
+            kind = "infra" if self._watch is not None and self._watch.machine else "died"
+            raise ChildError(kind, f"{self.config.role} child {describe_exit(code)} during '{command}'{self._why()}", self.log_tail(), self.config.role) from None
         except ChannelForged as exc:
             self.kill()
             raise ChildError("forged", f"{self.config.role} child: {exc}", self.log_tail(), self.config.role) from None

@@ -69,16 +69,21 @@ class Limits:
     floor: int = 0  # the machine's available memory under which every watched process is killed (0: not watched)
 
 
-def memory_total() -> int:
-    """The machine's memory in bytes (/proc/meminfo), 0 where it cannot be read."""
+def _meminfo(field: str) -> int | None:
+    """One field of /proc/meminfo in bytes, None where it does not say."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return None
+
+
+def memory_total() -> int:
+    """The machine's memory in bytes, 0 where /proc/meminfo cannot be read."""
+    return _meminfo("MemTotal") or 0
 
 
 def limits() -> Limits:
@@ -398,14 +403,7 @@ def memory_use(procs: dict[int, dict[str, int]], limit: int = 0, mapped: Collect
 
 def memory_available() -> int | None:
     """The machine's MemAvailable in bytes, None where /proc/meminfo does not say."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return _meminfo("MemAvailable")
 
 
 # ---- the watch ----------------------------------------------------------------------------------

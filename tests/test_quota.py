@@ -244,12 +244,11 @@ def test_off_has_no_watch_and_auto_has_one():
 def test_a_candidate_child_without_a_spec_is_watched_as_under_auto(tmp_path):
     """The agent's extension build starts a candidate child with no spec; it confines itself as
     under auto (judge.sandbox.enter_from_env), so it is watched as one."""
-    from kernelwright.judge.workers import Child, ChildConfig
-
     ext = str(tmp_path / "ext")
-    spec = Child.confined_by(ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env={"TORCH_EXTENSIONS_DIR": ext}))
-    assert spec is not None and spec.mode == "auto" and ext in spec.write
-    assert Child.confined_by(ChildConfig(role="reference", device="cpu", gpu_index=0, workdir=tmp_path, env={})) is None
+    spec = sandbox.candidate_spec({"TORCH_EXTENSIONS_DIR": ext, "KERNELWRIGHT_CACHE": str(tmp_path / "cache")})
+    assert spec.mode == "auto" and ext in spec.write and str(tmp_path / "cache") in spec.read
+    set_spec = sandbox.spec_for("strict")
+    assert sandbox.candidate_spec({sandbox.SPEC_ENV: set_spec.to_env()}) == set_spec
 
 
 def test_a_process_whose_main_thread_exited_is_still_counted(tmp_path):

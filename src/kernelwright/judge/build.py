@@ -31,7 +31,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,10 +97,10 @@ class BuildResult:
 # ---- keys ---------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    """The cache root: $KERNELWRIGHT_CACHE, else ~/.cache/kernelwright."""
-    env = os.environ.get("KERNELWRIGHT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kernelwright"
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The cache root: $KERNELWRIGHT_CACHE (of `env`, else this process's environment), else ~/.cache/kernelwright."""
+    root = (os.environ if env is None else env).get("KERNELWRIGHT_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "kernelwright"
 
 
 def lang_of(source: str) -> str:

@@ -97,7 +97,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     if refused:
         return vb.finish(Status.INFRA_ERROR, refused)
     spares.check_settings()  # ValueError for malformed KERNELWRIGHT_SPARE_* settings
-    quota.limits()  # ValueError for a malformed KERNELWRIGHT_SANDBOX_DISK, _FILES or _MEMORY
+    quota.limits()  # ValueError for a malformed KERNELWRIGHT_SANDBOX_DISK, _FILES, _MEMORY or _MEMORY_FLOOR
     forkpool.warm_up()  # its torch import overlaps the snapshot and the build
     workdir = _workdir()
     try:

@@ -458,16 +458,23 @@ def enter_spawned() -> None:
     ENTERED = enter_from_env(parent, read)
 
 
+def candidate_spec(env: Mapping[str, str]) -> Spec:
+    """The spec a candidate child with the environment `env` confines itself by (enter_from_env):
+    SPEC_ENV's, else the candidate's under `auto`. The judge reads it too, to watch the child
+    (judge.quota) as it is confined."""
+    text = env.get(SPEC_ENV, "")
+    if text:
+        return Spec.from_env(text)
+    from kernelwright.judge.build import cache_dir
+
+    return for_candidate("auto", str(cache_dir(env)), env.get("TORCH_EXTENSIONS_DIR"))
+
+
 def enter_from_env(parent: str, extra_read: Sequence[str] = ()) -> dict[str, Any]:
     """Enter the sandbox SPEC_ENV describes; where the judge set none (a caller that started a
     candidate child without one), the candidate's spec under `auto`: never unconfined by omission."""
-    text = os.environ.pop(SPEC_ENV, "")
-    if text:
-        spec = Spec.from_env(text)
-    else:
-        from kernelwright.judge.build import cache_dir
-
-        spec = for_candidate("auto", str(cache_dir()), os.environ.get("TORCH_EXTENSIONS_DIR"))
+    spec = candidate_spec(os.environ)
+    os.environ.pop(SPEC_ENV, None)
     if extra_read:
         spec = dataclasses.replace(spec, read=(*spec.read, *extra_read))
     return enter(spec, parent)

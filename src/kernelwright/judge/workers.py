@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kernelwright.judge import confine, forkpool, replies, sandbox
-from kernelwright.judge.build import cache_dir as build_cache_dir
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.judge.records import truncate
@@ -110,7 +109,7 @@ class Child:
         self._log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._key = new_key()
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
-        spec = self.confined_by(config)
+        spec = sandbox.candidate_spec(self.env) if config.role == "candidate" else None  # the reference is the judge's side
         lim = sandbox.watched(spec)  # ValueError for a bad setting, before anything starts
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -129,19 +128,6 @@ class Child:
     @staticmethod
     def env_for(config: ChildConfig) -> dict[str, str]:
         return child_env(config)
-
-    @staticmethod
-    def confined_by(config: ChildConfig) -> sandbox.Spec | None:
-        """The spec a candidate child confines itself by: the one the judge set, else what the child
-        takes without one (judge.sandbox.enter_from_env: the candidate's under `auto`); None for
-        the reference, the judge's side."""
-        if config.role != "candidate":
-            return None
-        text = config.env.get(sandbox.SPEC_ENV, "")
-        if text:
-            return sandbox.Spec.from_env(text)
-        cache = config.env.get("KERNELWRIGHT_CACHE") or str(build_cache_dir())
-        return sandbox.for_candidate("auto", cache, config.env.get("TORCH_EXTENSIONS_DIR"), config.device)
 
     def _why(self) -> str:
         """What the sandbox's watch killed it for ('' when it did not), for the error's message."""

@@ -25,6 +25,14 @@ def default_out_dir(store_path: Path, run_id: str) -> Path:
     return store_path.parent / "runs" / run_id
 
 
+def next_out_dir(earlier: Path) -> Path:
+    """The first free folder DIR-2, DIR-3, ... beside an earlier export DIR."""
+    n = 2
+    while (earlier.parent / f"{earlier.name}-{n}").exists():
+        n += 1
+    return earlier.parent / f"{earlier.name}-{n}"
+
+
 def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str], state: dict[str, Any]) -> Any:
     """Export the re-judged winner and its recording; mark the run succeeded or finished."""
     from kernelwright.agent.optimize import SLIM_KEYS, RunResult
@@ -44,21 +52,31 @@ def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str]
                       candidate_hash=judged.candidate_hash, files=files, verdict=verdict,
                       search_verdict={k: entry.verdict.get(k) for k in SLIM_KEYS}, history=tuple(history.candidate_rows(steps)),
                       totals=db.run_totals(runlog.run_id), approved=run.get("approved") if same else None,
-                      review_note=(run.get("review_note") or "") if same else "",
+                      review_note=(run.get("review_note") or "") if same else "", reviewed_at=_reviewed_at(steps) if same else None,
                       provenance=prov, extras={RECORDING: recording_text(ctx, steps, prov)})
     export_package(out_dir, info)
+    review_gone = ""
     if run.get("approved") is not None and not same:
         db.clear_review(runlog.run_id)  # the earlier review was of another candidate
+        review_gone = (f"; the earlier review ({history.review_text(run.get('approved'), run.get('review_note'))}) was of another "
+                       f"candidate and stays with its export in {run.get('out_dir') or '-'}: this one is not reviewed")
     s = verdict.get("speedup_vs_best")
     summary = (f"{status.value}: {reason}; exported {entry.key} ({judged.candidate_hash[:12]}): re-judged on fresh seeds "
                + (f"{verdict.get('runtime_ms'):.4g} ms, {s:.3f}x the faster baseline" if s else "correct")
                + (f" (target {ctx.objective.target_speedup:g}x met)" if met else
-                  (f" (target {ctx.objective.target_speedup:g}x not met)" if ctx.objective.target_speedup else "")))
+                  (f" (target {ctx.objective.target_speedup:g}x not met)" if ctx.objective.target_speedup else ""))
+               + review_gone)
     runlog.step(StepKind.EXPORT, {"out_dir": str(out_dir), "candidate_hash": judged.candidate_hash, "verdict_id": judged.verdict_id})
     runlog.update(status=status, out_dir=str(out_dir), summary=summary)
     runlog.say(summary)
     runlog.say(f"exported to {out_dir}")
     return RunResult(runlog.run_id, status, summary, verdict, out_dir)
+
+
+def _reviewed_at(steps: list[dict[str, Any]]) -> str | None:
+    """When the run's latest review was recorded (its review step's time), or None."""
+    reviews = [s for s in steps if s["kind"] == StepKind.REVIEW.value]
+    return reviews[-1].get("created_at") if reviews else None
 
 
 def _last_export_hash(steps: list[dict[str, Any]]) -> str | None:

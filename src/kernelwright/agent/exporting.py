@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,9 @@ def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str]
 def _reviewed_at(steps: list[dict[str, Any]]) -> str | None:
     """When the run's latest review was recorded (its review step's time), or None."""
     reviews = [s for s in steps if s["kind"] == StepKind.REVIEW.value]
-    return reviews[-1].get("created_at") if reviews else None
+    if not reviews or not reviews[-1].get("created_at"):
+        return None
+    return datetime.fromisoformat(reviews[-1]["created_at"]).isoformat(timespec="seconds")  # the form `review` writes
 
 
 def _last_export_hash(steps: list[dict[str, Any]]) -> str | None:

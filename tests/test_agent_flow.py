@@ -225,6 +225,9 @@ def test_the_demo_replays_the_cpu_recording_and_judges_it_again(tmp_path):
         steps = db.run_steps(result["run_id"])
         totals = db.run_totals(result["run_id"])
     assert [s["payload"]["verdict"]["status"] for s in steps if s["kind"] == "candidate"][:2] == ["compile_error", "incorrect"]
-    assert totals["prompt_tokens"] == 0  # a replay spends nothing
+    recorded = load_recording(ROOT / "examples" / "recordings" / "cpu_softmax.json")["turns"]
+    assert totals["prompt_tokens"] == sum(t["reply"]["usage"]["prompt_tokens"] for t in recorded) > 0  # the recording's tokens are counted
+    assert totals["completion_tokens"] == sum(t["reply"]["usage"]["completion_tokens"] for t in recorded)
+    assert totals["cost_usd"] is None  # ... and a replay spends nothing
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["provenance"]["replayed"] is True and "scripted" in run["provenance"]["recording_provenance"]["note"]

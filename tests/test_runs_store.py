@@ -297,7 +297,7 @@ def test_print_runs(store: Store, history_run) -> None:
 def test_print_run(history_run) -> None:
     run, steps = history_run
     text = _render(history.print_run, run, steps)
-    for needle in ("run-feed0001", "succeeded", "builtin:softmax", "target_speedup=1.5", "best: eeee5555ffff",
+    for needle in ("run-feed0001", "succeeded", "builtin:softmax", "target_speedup=1.5", "best in the search: eeee5555ffff",
                    "judged candidates", "incorrect", "rejected", "tool", "t1", "1.600x", "vs best 1.450x",
                    "final re-judge (eeee5555ffff): correct", "paused (step 4): 4 candidates without gain",
                    "hint (step 5): try [vectorised] loads", "review: approved — checked the shapes",
@@ -325,6 +325,86 @@ def test_evidence(history_run) -> None:
                    "Search: 3 candidates judged (correct 1, incorrect 1, rejected 1)",
                    "guards fired during the search: physics_floor x1", "Review: approved — checked the shapes"):
         assert needle in text, needle
+
+
+def _conversation_run(store: Store) -> str:
+    """A run as the loop writes it: prompt, reply with a tool call, the call's result, the judged
+    candidate, feedback, the next prompt, the final re-judge and the export; its best is a saved Entry."""
+    run_id = make_run(store, "run-c0ffee01")
+    good = _verdict("correct", 2.356, 0.254)
+    store.add_step(run_id, StepKind.PROMPT, {"key": "t0", "messages": [{"role": "system", "content": "You write kernels."},
+                                                                       {"role": "user", "content": "Reference program `softmax`"}]})
+    call = {"id": "c1", "name": "write_file", "arguments": {"path": "model_new.py", "content": "import torch\nclass ModelNew: ..."}}
+    store.add_step(run_id, StepKind.RESPONSE, {"key": "t0", "reply": {"text": "Softmax is memory bound.", "tool_calls": [call],
+                                                                      "usage": {"prompt_tokens": 2305, "completion_tokens": 25}}},
+                   usage=Usage(2305, 25, None))
+    store.add_step(run_id, StepKind.TOOL_CALL, {"key": "t0", "call": call, "result": {"ok": True, "text": "wrote model_new.py (31 bytes)"}})
+    store.add_step(run_id, StepKind.CANDIDATE, {"key": "t0", "candidate_hash": "d4c2756be0e6aaaa", "verdict_id": "v-9", "verdict": good,
+                                                "source": "tool", "new_best": True})
+    store.add_step(run_id, StepKind.FEEDBACK, {"key": "t0", "text": "status: correct, now make it faster"})
+    store.add_step(run_id, StepKind.PROMPT, {"key": "t1", "messages": [{"role": "tool", "content": "wrote", "tool_call_id": "c1", "name": "write_file"},
+                                                                       {"role": "user", "content": "status: correct, now make it faster"}]})
+    store.add_step(run_id, StepKind.FINAL, {"candidate_hash": "d4c2756be0e6aaaa", "verdict": _verdict("correct", 2.379, 0.278)})
+    store.add_step(run_id, StepKind.EXPORT, {"out_dir": "/tmp/out", "candidate_hash": "d4c2756be0e6aaaa", "verdict_id": "v-10"})
+    store.update_run(run_id, status="finished", out_dir="/tmp/out",
+                     best={"key": "t0", "candidate_hash": "d4c2756be0e6aaaa", "verdict_id": "v-9", "source": "tool", "idea": "",
+                           "verdict": {"status": "correct", "runtime_ms": 2.356, "speedup_vs_best": 0.254}})
+    return run_id
+
+
+def test_runs_show_prints_the_conversation_and_the_best_entry(store: Store) -> None:
+    """The text view had no prompts or replies, and the best line read "-, -" from a saved Entry."""
+    run_id = _conversation_run(store)
+    text = _render(history.print_run, store.get_run(run_id), store.run_steps(run_id))
+    for needle in ("t0: prompt", "[system]", "You write kernels.", "Reference program `softmax`", "t0: reply", "2305 + 25 tokens",
+                   "Softmax is memory bound.", "tool call write_file", "path: model_new.py", "class ModelNew: ...",
+                   "wrote model_new.py (31 bytes)", "judged d4c2756be0e6: correct, 2.356 ms", "feedback to the model",
+                   "status: correct, now make it faster", "[user: the feedback above]", "[tool result of write_file",
+                   "best in the search: d4c2756be0e6 (step 3, branch -), 2.356 ms, 0.254x",
+                   "exported: d4c2756be0e6, re-judged on fresh seeds 2.379 ms, 0.278x vs the faster baseline, in /tmp/out"):
+        assert needle in text, needle
+    assert text.count("status: correct, now make it faster") == 1  # feedback is not printed again with the prompt that carried it
+
+
+def test_long_texts_are_clipped_unless_asked_in_full() -> None:
+    steps = [{"seq": 0, "kind": "feedback", "payload": {"key": "t0", "text": "x" * 5000}}]
+    assert "4000 more characters" in history.transcript(steps, limit=1000) and "x" * 5000 in history.transcript(steps, limit=None)
+
+
+def test_runs_list_shows_the_exported_rejudged_figure(store: Store, tmp_path: Path, capsys) -> None:
+    """`runs list` showed the search's 0.254x for a run whose export was re-judged at 0.278x."""
+    from kernelwright.cli import main
+
+    _conversation_run(store)
+    make_run(store, "run-0000beef")
+    store.update_run("run-0000beef", best={"verdict": {"status": "correct", "speedup_vs_best": 1.25}})
+    with pytest.raises(SystemExit, match="0"):
+        main(["runs", "list", "--store", str(store.path)])
+    text = capsys.readouterr().out
+    assert "0.278x re-judged" in text and "0.254x" not in text and "1.250x search" in text
+    with pytest.raises(SystemExit, match="0"):
+        main(["runs", "list", "--store", str(store.path), "--json"])
+    listed = {r["id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["run-c0ffee01"]["export"]["verdict"]["speedup_vs_best"] == 0.278 and listed["run-0000beef"]["export"] is None
+    assert listed["run-c0ffee01"]["totals"]["prompt_tokens"] == 2305
+
+
+def test_a_replayed_reply_counts_its_recorded_tokens_and_no_cost(tmp_path: Path) -> None:
+    """A replay's runs said `tokens 0` while its progress said 2330 tokens."""
+    from kernelwright.agent.records import Reply
+    from kernelwright.agent.runlog import RunLog
+
+    with Store.open(tmp_path / "s.sqlite") as db:
+        make_run(db, "run-4e9a1a70", model="replay:rec.json")
+    log = RunLog(tmp_path / "s.sqlite", "run-4e9a1a70")
+    log.reply("t0", "", Reply(text="hi", usage=Usage(2305, 25, 0.02)), replayed=True)
+    log.reply("t1", "", Reply(text="hi", usage=Usage(10, 5, 0.01)))
+    totals = log.db().run_totals("run-4e9a1a70")
+    assert (log.tokens, totals["prompt_tokens"], totals["completion_tokens"]) == (2345, 2315, 30)
+    assert totals["cost_usd"] == pytest.approx(0.01)  # the replayed reply's recorded cost was not spent now
+    run = log.db().get_run("run-4e9a1a70")
+    log.close()
+    assert "(recorded by the replayed run; a replay spends nothing)" in history.totals_line(totals, run["model"])
 
 
 def test_views_tolerate_a_bare_run() -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.agent.objective import STRATEGIES, load_config, merge
+from kernelwright.agent.records import StepKind
+from kernelwright.agent.transcript import CLIP
 from kernelwright.client.commands import service_flag
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
 from kernelwright.judge.provenance import LIBRARIES
@@ -102,13 +104,14 @@ def optimize_cmd(args: argparse.Namespace) -> int:
 
 
 def resume_cmd(args: argparse.Namespace) -> int:
-    """Continue a paused (or interrupted) run with a hint or an engineer's candidate."""
+    """Continue a paused (or interrupted) run with a hint or an engineer's candidate; a finished one only with --again."""
     from kernelwright.agent import optimize
 
     changes = {k: v for k, v in objective_flags(args).items() if v is not None}
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
-                                 base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force, out_dir=args.out)
+                                 base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force, out_dir=args.out,
+                                 again=args.again)
     except ProblemError:
         raise
     except (KeyError, ValueError) as exc:
@@ -187,6 +190,8 @@ def runs_list_cmd(args: argparse.Namespace) -> int:
 
     with Store.open(args.store) as db:
         runs = db.list_runs(status=args.status, limit=args.limit)
+        for run in runs:  # the exported candidate's re-judged figures, beside the search's best
+            run["export"] = history.exported(db.run_steps(run["id"], kinds=(StepKind.EXPORT, StepKind.FINAL)))
     if args.json:
         sys.stdout.write(json.dumps(runs, indent=2, allow_nan=False) + "\n")
     else:
@@ -204,7 +209,7 @@ def runs_show_cmd(args: argparse.Namespace) -> int:
     if args.json:
         _print_run_json(run, steps)
     else:
-        history.print_run(out, run, steps)
+        history.print_run(out, run, steps, limit=None if args.full else history.CLIP)
     return 0
 
 
@@ -274,6 +279,8 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--base-url", help="the server's URL, when it moved")
     r.add_argument("--out", type=Path, default=None, help="export to this folder instead of the run's earlier one")
     r.add_argument("--force", action="store_true", help="resume a run still marked running (its process was killed outright)")
+    r.add_argument("--again", action="store_true", help="continue a run that already finished: search, re-judge and export again "
+                                                        "(beside the earlier export, which keeps its review)")
     _objective_flags(r, full=False)
     _store_flag(r)
     r.set_defaults(func=resume_cmd)
@@ -292,7 +299,8 @@ def add_parsers(sub: Any) -> None:
     rl.add_argument("--limit", type=int, default=50)
     _store_flag(rl)
     rl.set_defaults(func=runs_list_cmd)
-    rw = rsub.add_parser("show", help="one run: objective, judged candidates, pauses, hints, reviews, totals")
+    rw = rsub.add_parser("show", help="one run: objective, prompts, replies, tool calls, judged candidates, export, pauses, hints, reviews, totals")
     rw.add_argument("run", help="run id (a unique prefix will do)")
+    rw.add_argument("--full", action="store_true", help=f"print every prompt, reply and tool result whole (default: each cut at {CLIP} characters)")
     _store_flag(rw)
     rw.set_defaults(func=runs_show_cmd)

@@ -56,6 +56,7 @@ class ExportInfo:
     totals: dict[str, Any] = field(default_factory=dict)  # Store.run_totals: steps, tokens, cost
     approved: bool | None = None  # the review: True, False, or None (not reviewed)
     review_note: str = ""  # the reviewer's note
+    reviewed_at: str | None = None  # when the review was recorded (ISO-8601), None when not reviewed
     provenance: dict[str, Any] = field(default_factory=dict)  # device, gpu, commit, backend, base_url, replayed, ...
     extras: dict[str, str] = field(default_factory=dict)  # more files to ship {name: text} (e.g. a recording); not part of the candidate
 
@@ -239,7 +240,7 @@ def run_record(info: ExportInfo, prov: dict[str, Any]) -> dict[str, Any]:
         "status": info.verdict.get("status"),
         "problem": {"name": info.problem_name, "hash": info.problem_hash, "spec": info.problem_spec},
         "model": info.model, "strategy": info.strategy, "objective": info.objective,
-        "approved": info.approved, "review_note": info.review_note, "reviewed_at": None,
+        "approved": info.approved, "review_note": info.review_note, "reviewed_at": info.reviewed_at if info.approved is not None else None,
         "totals": info.totals, "search_verdict": info.search_verdict, "history": list(info.history),
         "provenance": prov,
     }

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,14 @@ RECORDING = "recording.json"
 def default_out_dir(store_path: Path, run_id: str) -> Path:
     """runs/RUN_ID beside the store file."""
     return store_path.parent / "runs" / run_id
+
+
+def next_out_dir(earlier: Path) -> Path:
+    """The first free folder DIR-2, DIR-3, ... beside an earlier export DIR."""
+    n = 2
+    while (earlier.parent / f"{earlier.name}-{n}").exists():
+        n += 1
+    return earlier.parent / f"{earlier.name}-{n}"
 
 
 def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str], state: dict[str, Any]) -> Any:
@@ -44,21 +53,33 @@ def finish(ctx: Any, reason: str, entry: Any, judged: Any, files: dict[str, str]
                       candidate_hash=judged.candidate_hash, files=files, verdict=verdict,
                       search_verdict={k: entry.verdict.get(k) for k in SLIM_KEYS}, history=tuple(history.candidate_rows(steps)),
                       totals=db.run_totals(runlog.run_id), approved=run.get("approved") if same else None,
-                      review_note=(run.get("review_note") or "") if same else "",
+                      review_note=(run.get("review_note") or "") if same else "", reviewed_at=_reviewed_at(steps) if same else None,
                       provenance=prov, extras={RECORDING: recording_text(ctx, steps, prov)})
     export_package(out_dir, info)
+    review_gone = ""
     if run.get("approved") is not None and not same:
         db.clear_review(runlog.run_id)  # the earlier review was of another candidate
+        review_gone = (f"; the earlier review ({history.review_text(run.get('approved'), run.get('review_note'))}) was of another "
+                       f"candidate and stays with its export in {run.get('out_dir') or '-'}: this one is not reviewed")
     s = verdict.get("speedup_vs_best")
     summary = (f"{status.value}: {reason}; exported {entry.key} ({judged.candidate_hash[:12]}): re-judged on fresh seeds "
                + (f"{verdict.get('runtime_ms'):.4g} ms, {s:.3f}x the faster baseline" if s else "correct")
                + (f" (target {ctx.objective.target_speedup:g}x met)" if met else
-                  (f" (target {ctx.objective.target_speedup:g}x not met)" if ctx.objective.target_speedup else "")))
+                  (f" (target {ctx.objective.target_speedup:g}x not met)" if ctx.objective.target_speedup else ""))
+               + review_gone)
     runlog.step(StepKind.EXPORT, {"out_dir": str(out_dir), "candidate_hash": judged.candidate_hash, "verdict_id": judged.verdict_id})
     runlog.update(status=status, out_dir=str(out_dir), summary=summary)
     runlog.say(summary)
     runlog.say(f"exported to {out_dir}")
     return RunResult(runlog.run_id, status, summary, verdict, out_dir)
+
+
+def _reviewed_at(steps: list[dict[str, Any]]) -> str | None:
+    """When the run's latest review was recorded (its review step's time), or None."""
+    reviews = [s for s in steps if s["kind"] == StepKind.REVIEW.value]
+    if not reviews or not reviews[-1].get("created_at"):
+        return None
+    return datetime.fromisoformat(reviews[-1]["created_at"]).isoformat(timespec="seconds")  # the form `review` writes
 
 
 def _last_export_hash(steps: list[dict[str, Any]]) -> str | None:

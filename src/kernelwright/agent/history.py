@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelwright.agent.records import StepKind
+from kernelwright.agent.transcript import CLIP, transcript
 from kernelwright.store.runs import json_ready
 
 JUDGED_KINDS = (StepKind.CANDIDATE.value, StepKind.ENGINEER_CANDIDATE.value)
@@ -131,6 +132,36 @@ def best_verdict(run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> tuple[
     return None, embedded if isinstance(embedded, dict) else None
 
 
+def best_figure(best: dict[str, Any] | None, key: str) -> Any:
+    """A figure of the run's best (runtime_ms, speedup_vs_best...): the best's own field, else its verdict's."""
+    best = best or {}
+    verdict = best.get("verdict") if isinstance(best.get("verdict"), dict) else {}
+    return best[key] if best.get(key) is not None else verdict.get(key)
+
+
+def exported(steps: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's latest export: {out_dir, candidate_hash, verdict_id, verdict}, the verdict being the
+    final re-judge it passed; None when the run exported nothing."""
+    exports = _of_kind(steps, StepKind.EXPORT.value)
+    if not exports:
+        return None
+    export = _payload(exports[-1])
+    finals = [_payload(s) for s in _of_kind(steps, StepKind.FINAL.value) if _payload(s).get("candidate_hash") == export.get("candidate_hash")]
+    verdict = _verdict(finals[-1]) if finals else {}
+    return {"out_dir": export.get("out_dir"), "candidate_hash": export.get("candidate_hash"), "verdict_id": export.get("verdict_id"),
+            "verdict": verdict or None}
+
+
+def speedup_cell(run: dict[str, Any]) -> str:
+    """The run's speedup over the faster baseline: the exported candidate's re-judged figure when
+    the run exported one (run["export"], see `exported`), else the search's best."""
+    export = run.get("export") or {}
+    if export:
+        return f"{fmt_x((export.get('verdict') or {}).get('speedup_vs_best'))} re-judged"
+    value = best_figure(run.get("best"), "speedup_vs_best")
+    return f"{fmt_x(value)} search" if _finite(value) else "-"
+
+
 def fired_guards(verdict: dict[str, Any] | None) -> list[str]:
     """`name: detail` for each guard of a verdict that fired."""
     guards = (verdict or {}).get("guards") or []
@@ -164,28 +195,29 @@ def objective_line(objective: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in pairs if v not in (None, "", [], ())) or "-"
 
 
-def totals_line(totals: dict[str, Any] | None) -> str:
-    """Steps, tokens and cost on one line."""
+def totals_line(totals: dict[str, Any] | None, model: str | None = None) -> str:
+    """Steps, tokens and cost on one line (a replay's tokens are the recording's, and cost nothing now)."""
     t = totals or {}
+    replayed = " (recorded by the replayed run; a replay spends nothing)" if str(model or "").startswith("replay:") else ""
     return (f"{t.get('steps', 0)} steps, {t.get('prompt_tokens', 0)} prompt + {t.get('completion_tokens', 0)} "
-            f"completion tokens, cost {fmt_cost(t.get('cost_usd'))}")
+            f"completion tokens, cost {fmt_cost(t.get('cost_usd'))}{replayed}")
 
 
 # -- the terminal -----------------------------------------------------------------------------
 
 
 def print_runs(console: Console, runs: Sequence[dict[str, Any]]) -> None:
-    """One row per run: id, status, problem, model, strategy, best speedup, tokens, cost, review, updated."""
-    table = Table(title="runs")
+    """One row per run: id, status, problem, model, strategy, speedup, tokens, cost, review, updated."""
+    table = Table(title="runs", caption="vs best: speedup over the faster of eager and torch.compile; \"re-judged\": the exported "
+                                        "candidate's final re-judge on fresh seeds, \"search\": the search's best (nothing exported)")
     for column in ("id", "status", "problem", "model", "strategy", "vs best", "tokens", "cost", "approved", "updated"):
         table.add_column(column)
     for run in runs:
         status = str(run.get("status") or "-")
-        best = run.get("best") or {}
         table.add_row(
             escape(str(run.get("id") or "-")), f"[{STATUS_STYLE.get(status, 'white')}]{escape(status)}[/]",
             escape(str(run.get("problem_name") or "-")), escape(str(run.get("model") or "-")),
-            escape(str(run.get("strategy") or "-")), fmt_x(best.get("speedup_vs_best") or (best.get("verdict") or {}).get("speedup_vs_best")), fmt_tokens(run.get("totals")),
+            escape(str(run.get("strategy") or "-")), speedup_cell(run), fmt_tokens(run.get("totals")),
             fmt_cost((run.get("totals") or {}).get("cost_usd")), _approved_cell(run.get("approved")),
             escape(str(run.get("updated_at") or "-")[:19]),
         )
@@ -196,9 +228,13 @@ def _approved_cell(approved: bool | None) -> str:
     return "-" if approved is None else ("[green]yes[/]" if approved else "[red]no[/]")
 
 
-def print_run(console: Console, run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> None:
-    """Header, objective, best candidate, judged candidates, final re-judge, pauses, hints, reviews, totals."""
+def print_run(console: Console, run: dict[str, Any], steps: Sequence[dict[str, Any]], *, limit: int | None = CLIP) -> None:
+    """Header, objective, the conversation (texts clipped to `limit`), best candidate, judged
+    candidates, final re-judge and export, pauses, hints, reviews, totals."""
     _print_header(console, run)
+    conversation = transcript(steps, limit=limit)
+    if conversation:
+        console.print(conversation, highlight=False, markup=False)
     _print_best(console, run, steps)
     rows = candidate_rows(steps)
     if rows:
@@ -208,8 +244,13 @@ def print_run(console: Console, run: dict[str, Any], steps: Sequence[dict[str, A
     final_hash, final = final_verdict(steps)
     if final is not None:
         console.print(f"final re-judge ({_short(final_hash)}): {verdict_line(final)}", highlight=False, markup=False)
+    export = exported(steps)
+    if export:
+        v = export.get("verdict") or {}
+        console.print(f"exported: {_short(export.get('candidate_hash'))}, re-judged on fresh seeds {fmt_ms(v.get('runtime_ms'))}, "
+                      f"{fmt_x(v.get('speedup_vs_best'))} vs the faster baseline, in {export.get('out_dir') or '-'}", highlight=False, markup=False)
     _print_notes(console, run, steps)
-    console.print(f"totals: {totals_line(run.get('totals'))}", highlight=False, markup=False)
+    console.print(f"totals: {totals_line(run.get('totals'), run.get('model'))}", highlight=False, markup=False)
 
 
 def _print_header(console: Console, run: dict[str, Any]) -> None:
@@ -230,13 +271,13 @@ def _print_header(console: Console, run: dict[str, Any]) -> None:
 def _print_best(console: Console, run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> None:
     best = run.get("best") or {}
     if not best:
-        console.print("best: none yet", highlight=False, markup=False)
+        console.print("best in the search: none yet", highlight=False, markup=False)
         return
     step, verdict = best_verdict(run, steps)
     where = f" (step {step.get('seq')}, branch {step.get('branch') or '-'})" if step else ""
     console.print(
-        f"best: {_short(best.get('candidate_hash'))}{where}, {fmt_ms(best.get('runtime_ms'))}, "
-        f"{fmt_x(best.get('speedup_vs_best'))} vs the faster baseline", highlight=False, markup=False)
+        f"best in the search: {_short(best.get('candidate_hash'))}{where}, {fmt_ms(best_figure(best, 'runtime_ms'))}, "
+        f"{fmt_x(best_figure(best, 'speedup_vs_best'))} vs the faster baseline", highlight=False, markup=False)
     if verdict:
         console.print(f"  {verdict_line(verdict)}", highlight=False, markup=False)
 
@@ -296,7 +337,7 @@ def evidence(run: dict[str, Any], steps: Sequence[dict[str, Any]]) -> str:
     lines += _search_evidence(steps)
     if run.get("summary"):
         lines.append(f"Summary: {run['summary']}")
-    lines.append(f"Totals: {totals_line(run.get('totals'))}")
+    lines.append(f"Totals: {totals_line(run.get('totals'), run.get('model'))}")
     lines.append(f"Review: {review_text(run.get('approved'), run.get('review_note'))}")
     return "\n".join(lines)
 

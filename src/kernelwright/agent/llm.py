@@ -12,6 +12,9 @@ Shared here:
 - Retries: HTTP 429, 5xx, connection errors and timeouts are retried with exponential backoff and
   jitter, honouring `Retry-After` up to a cap; other HTTP errors fail at once.
 - The caller's slot name (`key=`) travels as the `X-Kernelwright-Slot` header, which real servers ignore.
+- `preflight(backend)`: before a run measures anything, one short GET (the server's model list)
+  shows that the server answers and takes the key; a backend without a `preflight` method (a replay)
+  needs no check.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ KEY_OVERRIDE_ENV = "KERNELWRIGHT_API_KEY"
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 EXCERPT_CHARS = 300  # how much of a server's body an error message quotes
 RETRYABLE_STATUSES = frozenset({408, 429})  # besides every 5xx
+PREFLIGHT_TIMEOUT_S = 10.0  # the check before a run: one GET, no retries
 
 Price = Callable[[int, int], "float | None"]
 
@@ -187,10 +191,12 @@ def _attempt(url: str, data: bytes, headers: dict[str, str], timeout_s: float,
     return http_error(status, raw, url, secret), parse_retry_after(response_headers.get("Retry-After"))
 
 
-def _send_once(url: str, data: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, Any, bytes]:
-    """Status, headers and body of one POST; connection failures and timeouts raise LLMError."""
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-    logger.debug("POST %s (%d bytes)", url, len(data))
+def _send_once(url: str, data: bytes | None, headers: dict[str, str], timeout_s: float) -> tuple[int, Any, bytes]:
+    """Status, headers and body of one POST (a GET when `data` is None); connection failures and
+    timeouts raise LLMError."""
+    method = "GET" if data is None else "POST"
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    logger.debug("%s %s (%d bytes)", method, url, len(data or b""))
     try:
         with _opener(url).open(request, timeout=timeout_s) as response:
             return response.status, response.headers, response.read()
@@ -258,6 +264,30 @@ def _give_up(failure: LLMError, attempts: int) -> LLMError:
         return failure
     return LLMError(failure.kind, f"{failure} (gave up after {attempts} attempts)",
                     retryable=failure.retryable, status=failure.status)
+
+
+# ---- the check before a run ---------------------------------------------------------------------
+
+def probe(url: str, headers: Mapping[str, str], *, timeout_s: float, key_env: str, secret: str = "") -> None:
+    """One GET of `url`, no retries: LLMError when nothing answers or the key is refused (401/403);
+    any other answer (a 404 from a server without a model list included) shows the server is there."""
+    status, _, raw = _send_once(url, None, {"Accept": "application/json", **headers}, timeout_s)
+    if status in (401, 403):
+        refused = http_error(status, raw, url, secret)
+        raise LLMError("auth", f"{refused}; the key was refused: check {key_env} (or {KEY_OVERRIDE_ENV})", status=status)
+
+
+def preflight(backend: Backend, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """Check that the backend's server answers and takes the key, before a run measures anything;
+    ValueError says what to fix. Backends without a `preflight` method (replays) pass."""
+    check = getattr(backend, "preflight", None)
+    if check is None:
+        return
+    try:
+        check(timeout_s)
+    except LLMError as exc:
+        hint = " (is the server running? --base-url names it)" if exc.kind in ("connection", "timeout") else ""
+        raise ValueError(f"{backend.name} cannot be used: {exc}{hint}; nothing was measured and no run was made") from None
 
 
 # ---- the factory ------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ class Trajectory:
         except LLMError as exc:
             ctx.runlog.step(StepKind.LLM_ERROR, {"key": key, "kind": exc.kind, "error": str(exc)[:2000]}, branch=self.branch)
             raise
-        ctx.runlog.reply(key, self.branch, reply, count=not ctx.replay)  # a replay spends no tokens: the recording's usage stays in the payload only
+        ctx.runlog.reply(key, self.branch, reply, replayed=ctx.replay)  # a replay counts the recorded tokens, and no cost
         self.add(reply.as_message())
         self.sent = len(self.messages)
         return key, reply

@@ -17,7 +17,7 @@ import time
 from typing import Any, Sequence
 
 from kernelwright.agent.llm import (Exchange, HttpSettings, Price, RetryPolicy, cost_usd, excerpt, post_json,
-                                    require_key, slot_header)
+                                    probe, require_key, slot_header)
 from kernelwright.agent.records import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,12 @@ class OpenAIChatBackend:
         body = self.request_body(messages, tools, max_tokens=max_tokens, temperature=temperature)
         exchange = self._post(body, key, secret)
         return parse_response(exchange, self.settings.price, self.settings.base_url)
+
+    def preflight(self, timeout_s: float) -> None:
+        """GET {base_url}/models once: the server answers and takes the key (LLMError if not)."""
+        secret = require_key(KEY_ENV, self.settings.base_url)
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        probe(f"{self.settings.base_url}/models", headers, timeout_s=min(timeout_s, self.settings.timeout_s), key_env=KEY_ENV, secret=secret)
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *,
                      max_tokens: int | None = None, temperature: float | None = None) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from kernelwright.agent import prompts, search
 from kernelwright.agent.feedback import describe
-from kernelwright.agent.llm import make_backend
+from kernelwright.agent.llm import make_backend, preflight
 from kernelwright.agent.loop import Context, Counters, Entry
 from kernelwright.agent.objective import Objective
 from kernelwright.agent.records import Message, Role, RunStatus, StepKind
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 FINAL_TRIES = 3  # candidates re-judged at most, fastest first, until one passes again
+FINISHED = (RunStatus.SUCCEEDED.value, RunStatus.FINISHED.value)  # runs a resume continues only when asked to (`again`)
 SLIM_KEYS = ("status", "runtime_ms", "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile", "speedup_vs_best",
              "max_abs_error", "baseline_source")
 
@@ -78,6 +79,7 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
     if req.out_dir is not None:
         exporting.check_out_dir(req.out_dir)
     backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
+    preflight(backend)  # a missing key or an unreachable server stops here: nothing measured, no run made
     run_id = new_run_id()
     runlog = RunLog(req.store, run_id, progress=progress)
     runlog.db().create_run(run_id, problem_hash=problem.hash, problem_name=problem.name, problem_spec=req.problem_spec,
@@ -91,10 +93,11 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
 
 def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = None, store: Path | None = None, model: str | None = None,
            base_url: str | None = None, changes: dict[str, Any] | None = None, progress: Progress | None = None,
-           force: bool = False, out_dir: Path | None = None) -> RunResult:
+           force: bool = False, out_dir: Path | None = None, again: bool = False) -> RunResult:
     """Continue a run where it stood, with an engineer's hint and/or candidate. A run still marked
     running is refused unless `force` (its process may still be driving it; one killed outright
-    leaves that mark behind)."""
+    leaves that mark behind); a finished one unless `again`. An earlier export is never replaced
+    unless `out_dir` names it: the stretch exports beside it."""
     from kernelwright.problems.loader import load_problem
 
     if candidate is not None:
@@ -109,6 +112,8 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     if run["status"] == RunStatus.RUNNING.value and not force:
         raise ValueError(f"{run_id} is marked running (since {run.get('updated_at')}): another process may be driving it; "
                          "if its process is gone (killed), resume with --force")
+    if run["status"] in FINISHED and not again:
+        raise ValueError(finished_refusal(run))
     problem = load_problem(run["problem_spec"])
     if problem.hash != run["problem_hash"]:
         raise ValueError(f"{run['problem_spec']} changed since {run_id} started (hash {problem.hash[:12]}, the run has "
@@ -117,14 +122,11 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     meta = dict(state.get("meta") or {})
     objective = Objective.from_dict({**(state.get("objective") or run["objective"]), **(changes or {})})
     backend = make_backend(model or state.get("model") or run["model"], base_url=base_url or meta.get("base_url"), price=objective.cost)
+    preflight(backend)
     state["objective"], state["model"] = objective.to_dict(), backend.name  # what this stretch runs with; the next resume starts from it
     if base_url:
         meta["base_url"] = base_url
-    if out_dir is not None:
-        from kernelwright.agent import exporting
-
-        exporting.check_out_dir(out_dir)
-        meta["out_dir"] = str(out_dir)
+    meta["out_dir"] = _resume_out_dir(run, meta, out_dir, runlog)
     state["meta"] = meta
     runlog.load_totals()
     runlog.carry_elapsed(float(state.get("elapsed_s") or 0.0))
@@ -139,6 +141,30 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
         inject.append(Message(Role.USER, prompts.hint(hint)))
         state["hints"] = list(state.get("hints", [])) + [hint]
     return _drive(ctx, state, inject=inject, engineer=candidate)
+
+
+def finished_refusal(run: dict[str, Any]) -> str:
+    """Why `resume` will not continue a finished run by itself, and how to ask for it."""
+    where = f"; its export is in {run['out_dir']}" if run.get("out_dir") else ""
+    return (f"{run['id']} has finished ({run['status']}{where}). Resuming it searches again, re-judges and exports again; "
+            f"to do that, `kernelwright resume {run['id']} --again` (with --hint or --candidate if you like). "
+            "The earlier export and its review are kept: the new export goes beside it unless --out names a folder")
+
+
+def _resume_out_dir(run: dict[str, Any], meta: dict[str, Any], out_dir: Path | None, runlog: RunLog) -> str | None:
+    """Where this stretch exports: `out_dir` when given (checked), else beside the run's earlier
+    export (never over it), else where the run was told at its start."""
+    from kernelwright.agent import exporting
+
+    if out_dir is not None:
+        exporting.check_out_dir(out_dir)
+        return str(out_dir)
+    earlier = run.get("out_dir")
+    if earlier and exporting.is_export(earlier):
+        fresh = exporting.next_out_dir(Path(earlier))
+        runlog.say(f"the earlier export in {earlier} is kept; this stretch exports to {fresh} (--out names another folder)")
+        return str(fresh)
+    return meta.get("out_dir")
 
 
 def _grant(objective: Objective, state: dict[str, Any]) -> None:

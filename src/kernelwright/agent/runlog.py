@@ -6,6 +6,7 @@ Threads (the tree search's branches) each get their own store connection.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -78,12 +79,13 @@ class RunLog:
                     self.cost_usd = (self.cost_usd or 0.0) + usage.cost_usd
         return self.db().add_step(self.run_id, kind, payload, branch=branch, usage=usage)
 
-    def reply(self, key: str, branch: str, reply: Reply, *, count: bool = True) -> None:
-        """Record a model reply and say so on the progress line; `count=False` (replays) keeps its
-        usage in the payload without adding it to the run's tokens and cost."""
-        self.step(StepKind.RESPONSE, {"key": key, "reply": reply.to_dict()}, branch=branch, usage=reply.usage if count else None)
+    def reply(self, key: str, branch: str, reply: Reply, *, replayed: bool = False) -> None:
+        """Record a model reply, count its tokens and cost, and say so on the progress line. A
+        replayed reply counts the tokens its recording reports, and no cost: nothing was spent now."""
+        usage = dataclasses.replace(reply.usage, cost_usd=None) if replayed else reply.usage
+        self.step(StepKind.RESPONSE, {"key": key, "reply": reply.to_dict()}, branch=branch, usage=usage)
         calls = ", ".join(c.name for c in reply.tool_calls)
-        self.say(f"{key}: reply, {reply.usage.total_tokens} tokens" + (f", tools: {calls}" if calls else ""))
+        self.say(f"{key}: reply, {reply.usage.total_tokens} tokens" + (" (recorded)" if replayed else "") + (f", tools: {calls}" if calls else ""))
 
     def update(self, **fields: Any) -> None:
         """Change the run's row (status, state, best, out_dir, summary)."""

@@ -1,15 +1,16 @@
 """The agent's flow on a real device, against the scripted local server (agent.scripted): no LLM is
 involved, every model turn is scripted (agent.demo_script), every candidate is judged for real.
 
-    PYTHONPATH=src python3 benchmarks/agent_flow.py --out DIR [--device cuda] [--commit SHA] [--sections flow,stall,replay]
+    PYTHONPATH=src python3 benchmarks/agent_flow.py --out DIR [--device cuda] [--commit SHA] [--sections flow,stall,replay] [--problem softmax]
 
-- flow: `kernelwright optimize` (the CLI, in a subprocess) on examples/DEVICE/softmax: a reply with
+- flow: `kernelwright optimize` (the CLI, in a subprocess) on examples/DEVICE/PROBLEM (softmax, or
+  elementwise_chain on the CPU): a reply with
   no code, a compile error, a wrong kernel, (on CUDA) a slow correct one, then tool calls that
   write, verify, profile and submit the example's kernel; the final re-judge runs compute-sanitizer. Records what each request carried back to the
-  model, the verdicts, the final re-judge, the export; its recording becomes DIR/DEVICE_softmax.json.
+  model, the verdicts, the final re-judge, the export; its recording becomes DIR/DEVICE_PROBLEM.json.
 - stall: a model that repeats a wrong kernel: the run pauses; `kernelwright resume --hint` puts the
   hint into the next request and the run goes on to the target.
-- replay: `optimize --model replay:DIR/DEVICE_softmax.json`: every candidate judged again; the
+- replay: `optimize --model replay:DIR/DEVICE_PROBLEM.json`: every candidate judged again; the
   statuses and any divergence from the recording.
 
 Writes DIR/agent_DEVICE.json (rows with provenance) and DIR/*_console.log.
@@ -81,18 +82,18 @@ def _steps(store: Path, run_id: str) -> list[dict]:
 
 
 def section_flow(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
-    problem = str(ROOT / "examples" / a.device / "softmax" / "problem.py")
-    script = demo_script.optimize_script(a.device)
+    problem = str(ROOT / "examples" / a.device / a.problem / "problem.py")
+    script = demo_script.optimize_script(a.device, a.problem)
     with ScriptedServer(script) as server:
         rc, result, wall = _cli(["optimize", problem, "--model", "openai:scripted", "--base-url", server.url, *common,
                                  *(["--target-speedup", str(a.target)] if a.device == "cuda" else []),  # CPU times are never claims
                                  "--max-turns", str(len(script)), "--out", str(out / "flow_export"), "--sanitize-timeout-s", str(a.sanitize_timeout_s),
-                                 "--note", f"scripted local server (kernelwright.agent.scripted), script demo_script.optimize_script('{a.device}')"],
+                                 "--note", f"scripted local server (kernelwright.agent.scripted), script demo_script.optimize_script('{a.device}', '{a.problem}')"],
                                 out / "flow_console.log", a.timeout_s)
         carried = _carried(server.requests)
     rec = out / "flow_export" / "recording.json"
     if rec.is_file():
-        shutil.copy(rec, out / f"{a.device}_softmax.json")
+        shutil.copy(rec, out / f"{a.device}_{a.problem}.json")
     return {"rc": rc, "wall_s": round(wall, 1), "result": result, "requests": carried,
             "steps": _steps(out / "store.sqlite", result.get("run_id", "")) if result.get("run_id") else []}
 
@@ -114,10 +115,10 @@ def section_stall(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
 
 
 def section_replay(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
-    rec = out / f"{a.device}_softmax.json"
+    rec = out / f"{a.device}_{a.problem}.json"
     if not rec.is_file():
         return {"skipped": f"no recording at {rec} (the flow section did not export)"}
-    problem = str(ROOT / "examples" / a.device / "softmax" / "problem.py")
+    problem = str(ROOT / "examples" / a.device / a.problem / "problem.py")
     rc, result, wall = _cli(["optimize", problem, "--model", f"replay:{rec}", *common, "--out", str(out / "replay_export"), "--no-sanitize"],
                             out / "replay_console.log", a.timeout_s)
     return {"rc": rc, "wall_s": round(wall, 1), "result": result,
@@ -138,6 +139,7 @@ def main() -> int:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--commit", default="unknown")
     p.add_argument("--sections", default="flow,stall,replay")
+    p.add_argument("--problem", default="softmax", choices=("softmax", "elementwise_chain"), help="the flow's and the replay's example (stall keeps softmax)")
     p.add_argument("--target", type=float, default=None, help="target speedup for flow (CUDA only) and stall (default 1.2 on CUDA, 0.1 on CPU)")
     p.add_argument("--timeout-s", type=float, default=280.0, help="per CLI call")
     p.add_argument("--sanitize-timeout-s", type=float, default=90.0, help="per compute-sanitizer tool in the flow's final re-judge (stall and replay skip it)")

@@ -202,12 +202,12 @@ def test_tree_search_banks_the_best_and_builds_on_it(tmp_path):
     assert len(banks) == 2 and banks[0] and banks[0][0]["verdict"]["status"] == "correct"
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_shipped_recordings_fit_their_examples_and_say_where_they_came_from(device):
+@pytest.mark.parametrize("device,problem", [("cpu", "softmax"), ("cpu", "elementwise_chain"), ("cuda", "softmax")])
+def test_shipped_recordings_fit_their_examples_and_say_where_they_came_from(device, problem):
     from kernelwright.problems.loader import load_problem
 
-    rec = load_recording(ROOT / "examples" / "recordings" / f"{device}_softmax.json")
-    assert rec["problem"]["hash"] == load_problem(ROOT / "examples" / device / "softmax" / "problem.py").hash
+    rec = load_recording(ROOT / "examples" / "recordings" / f"{device}_{problem}.json")
+    assert rec["problem"]["hash"] == load_problem(ROOT / "examples" / device / problem / "problem.py").hash
     assert "scripted local server" in rec["provenance"]["note"] and rec["provenance"]["backend"] == "openai:scripted"
     assert [t["key"] for t in rec["turns"]][:3] == ["t0", "t1", "t2"]
     assert [v["status"] for v in rec["recorded_verdicts"]][:2] == ["compile_error", "incorrect"]  # failed turns included
@@ -225,9 +225,37 @@ def test_the_demo_replays_the_cpu_recording_and_judges_it_again(tmp_path):
         steps = db.run_steps(result["run_id"])
         totals = db.run_totals(result["run_id"])
     assert [s["payload"]["verdict"]["status"] for s in steps if s["kind"] == "candidate"][:2] == ["compile_error", "incorrect"]
-    recorded = load_recording(ROOT / "examples" / "recordings" / "cpu_softmax.json")["turns"]
+    assert result["final_verdict"]["problem"]["name"] == "elementwise_chain"  # the CPU demo's problem
+    recorded = load_recording(ROOT / "examples" / "recordings" / "cpu_elementwise_chain.json")["turns"]
     assert totals["prompt_tokens"] == sum(t["reply"]["usage"]["prompt_tokens"] for t in recorded) > 0  # the recording's tokens are counted
     assert totals["completion_tokens"] == sum(t["reply"]["usage"]["completion_tokens"] for t in recorded)
     assert totals["cost_usd"] is None  # ... and a replay spends nothing
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["provenance"]["replayed"] is True and "scripted" in run["provenance"]["recording_provenance"]["note"]
+
+
+def test_the_cpu_demo_says_what_a_cpu_run_shows(tmp_path, monkeypatch, capsys):
+    """The human view of a CPU demo ends with one plain sentence on what CPU times are; other runs do not print it."""
+    import argparse
+
+    from kernelwright.agent import commands
+
+    final = {"status": "correct", "policy": {"device": "cpu"}}
+    result = argparse.Namespace(run_id="run-x", status=argparse.Namespace(value="finished"), summary="s", out_dir=None, final=None)
+    monkeypatch.setattr("kernelwright.report.summary.print_verdict", lambda *a, **k: None)
+    monkeypatch.setattr("kernelwright.judge.records.Verdict.from_dict", staticmethod(lambda d: d))
+    for demo, device, said in ((True, "cpu", True), (True, "cuda", False), (False, "cpu", False)):
+        result.final = {**final, "policy": {"device": device}}
+        commands._report(argparse.Namespace(json=False, demo=demo), result)
+        assert (commands.CPU_DEMO_SENTENCE.split(":")[0] in capsys.readouterr().out.replace("\n", " ")) is said
+
+
+def test_the_cpu_demo_script_edits_the_elementwise_kernel():
+    """The scripted failing turns are real edits of the good kernel, which is the shipped example's
+    kernels/ file folded into model_new.py."""
+    c = demo_script.candidates("cpu", "elementwise_chain")
+    kernel = (ROOT / "examples" / "cpu" / "elementwise_chain" / "kernels" / "elementwise_chain.cpp").read_text()
+    assert kernel.strip() in c["good"] and "runtime.load(CPP_SRC)" in c["good"] and "pathlib" not in c["good"]
+    assert c["compile_error"] != c["good"] and c["wrong"] != c["good"]
+    with pytest.raises(ValueError):
+        demo_script.candidates("cuda", "elementwise_chain")

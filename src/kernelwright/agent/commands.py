@@ -20,7 +20,12 @@ from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-DEMO_PROBLEM = "softmax"  # the demo's problem under examples/DEVICE/, and its recording examples/recordings/DEVICE_softmax.json
+# The demo's problem under examples/DEVICE/ for each device, and its recording examples/recordings/DEVICE_PROBLEM.json.
+# On a CPU: a chain of elementwise operators, where one fused C++ loop can honestly beat eager torch.
+DEMO_PROBLEMS = {"cpu": "elementwise_chain", "cuda": "softmax"}
+CPU_DEMO_SENTENCE = ("This was a CPU run: it shows the whole loop (the model's recorded turns, every candidate built, checked "
+                     "against the reference and timed beside eager torch and torch.compile on this machine). CPU times are "
+                     "this machine's only, never claims; the GPU speedups kernelwright is for need a CUDA device.")
 
 # what a replay takes from the recording's objective (never the judging rules: tolerances, precision, libraries...)
 SEARCH_SETTINGS = ("strategy", "rounds", "branches", "ideas", "max_turns", "target_speedup", "stuck_after", "max_failures")
@@ -60,8 +65,8 @@ def _demo(args: argparse.Namespace) -> tuple[str, str]:
     from kernelwright.judge.evaluate import resolve_device
 
     dev = resolve_device(args.device)
-    recording = EXAMPLES / "recordings" / f"{dev}_{DEMO_PROBLEM}.json"
-    problem = EXAMPLES / dev / DEMO_PROBLEM / "problem.py"
+    recording = EXAMPLES / "recordings" / f"{dev}_{DEMO_PROBLEMS[dev]}.json"
+    problem = EXAMPLES / dev / DEMO_PROBLEMS[dev] / "problem.py"
     if not recording.is_file() or not problem.is_file():
         raise _usage(f"the demo needs {recording} and {problem} (a source checkout)")
     return str(problem), f"replay:{recording}"
@@ -142,6 +147,8 @@ def _report(args: argparse.Namespace, result: Any) -> int:
         print_verdict(out, Verdict.from_dict(result.final))
     if result.out_dir:
         out.print(f"exported to {result.out_dir}", markup=False, highlight=False)
+    if getattr(args, "demo", False) and (result.final or {}).get("policy", {}).get("device") == "cpu":
+        out.print(CPU_DEMO_SENTENCE, markup=False, highlight=False)
     return 0
 
 
@@ -267,7 +274,7 @@ def add_parsers(sub: Any) -> None:
     o.add_argument("--config", type=Path, help="a run config file (JSON or TOML) with objective settings; flags win over it")
     o.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
     o.add_argument("--note", default="", help="provenance in words, kept with the run and its export")
-    o.add_argument("--demo", action="store_true", help="replay the recording shipped for this device's softmax example; every candidate is judged again")
+    o.add_argument("--demo", action="store_true", help="replay the recording shipped for this device's example (elementwise_chain on a CPU, softmax on CUDA); every candidate is judged again")
     _objective_flags(o, full=True)
     _store_flag(o)
     o.set_defaults(func=optimize_cmd)

@@ -1,11 +1,12 @@
 """The scripted model behind the shipped recordings and the agent's tests: a fixed sequence of
-replies for the softmax examples, played by the scripted local server (agent.scripted). No LLM
-wrote these turns; they exercise every path a real model's turns take: a reply with no code, a
-compile error, a wrong kernel, a slow correct one (CUDA), then tool calls that write, verify and
+replies for an example problem, played by the scripted local server (agent.scripted). No LLM wrote
+these turns; they exercise every path a real model's turns take: a reply with no code, a compile
+error, a wrong kernel, a slow correct one (CUDA softmax), then tool calls that write, verify and
 submit a good one.
 
-The good candidates are the examples' own (examples/DEVICE/softmax/model_new.py); the failing ones
-are small, realistic edits of a kernel (a dropped semicolon, an off-by-one bound).
+The good candidates are the examples' own (examples/DEVICE/PROBLEM/model_new.py, with a kernels/
+file folded in as a source string); the failing ones are small, realistic edits of a kernel (a
+dropped semicolon, an off-by-one bound, a sign slip).
 """
 
 from __future__ import annotations
@@ -83,8 +84,28 @@ def _block(code: str, words: str) -> str:
     return f"{words}\n\n```python\n{code.rstrip()}\n```\n"
 
 
-def candidates(device: str) -> dict[str, str]:
-    """The scripted candidates for a device: compile_error, wrong, (slow,) good."""
+def _inline(model_new: str, kernel: str, lang: str) -> str:
+    """An example's model_new.py whose runtime.load reads kernels/FILE, rewritten to carry that
+    file's text as a string constant (a model writes one file: model_new.py)."""
+    load = re.search(r"lib = runtime\.load\(pathlib\.Path\(__file__\)\.parent / \"kernels\" / \"[^\"]+\"\)", model_new)
+    assert load, "the example's model_new.py no longer loads a kernels/ file: update demo_script._inline"
+    const = "CPP_SRC" if lang == "cpp" else "CUDA_SRC"
+    text = model_new.replace(load.group(0), f'{const} = r"""\n{kernel.rstrip()}\n"""\n\nlib = runtime.load({const})')
+    text = re.sub(r"The kernel is kernels/[\w.]+;", f"The kernel is {const} below;", text, count=1)
+    return text.replace("import pathlib\n\n", "")
+
+
+def candidates(device: str, problem: str = "softmax") -> dict[str, str]:
+    """The scripted candidates for a device and example problem: compile_error, wrong, (slow,) good."""
+    if problem == "elementwise_chain" and device == "cpu":
+        folder = EXAMPLES / "cpu" / problem
+        good = _inline((folder / "model_new.py").read_text(), (folder / "kernels" / "elementwise_chain.cpp").read_text(), "cpp")
+        broken = good.replace("p = p * r + 0.5f;", "p = p * r + 0.5f", 1)
+        wrong = good.replace("exp_poly(-v)", "exp_poly(v)", 1)  # sigmoid(-x): a sign slip
+        assert broken != good and wrong != good, "examples/cpu/elementwise_chain changed: update the scripted edits"
+        return {"compile_error": broken, "wrong": wrong, "good": good}
+    if problem != "softmax":
+        raise ValueError(f"no scripted candidates for {problem} on {device}")
     good = (EXAMPLES / device / "softmax" / "model_new.py").read_text()
     if device == "cpu":
         broken = good.replace("double s = 0.0;", "double s = 0.0", 1)
@@ -97,22 +118,33 @@ def candidates(device: str) -> dict[str, str]:
     return {"compile_error": broken, "wrong": wrong, "slow": slow, "good": good}
 
 
-def optimize_script(device: str) -> list[dict[str, Any]]:
+WORDS = {
+    "softmax": ("Softmax is memory bound: read each row once, keep it on chip, write once. I will write that kernel.",
+                "One pass with the row held on chip should be faster.", "single pass, row on chip"),
+    "elementwise_chain": ("Eager runs five passes over memory (mul, add, gelu, sigmoid, mul). One fused loop reads x once "
+                          "and writes y once; erf and exp as polynomials let the compiler vectorize it.",
+                          "The sigmoid takes exp(-x), not exp(x). Writing the fixed kernel and verifying it.",
+                          "one fused, vectorized pass"),
+}
+
+
+def optimize_script(device: str, problem: str = "softmax") -> list[dict[str, Any]]:
     """The full flow: no code, a compile error, a wrong kernel, (a slow correct one,) then tool calls
     that write the good kernel, verify it, profile it and submit it (which ends the trajectory)."""
-    c = candidates(device)
+    c = candidates(device, problem)
+    plan, fix, note = WORDS[problem]
     script: list[dict[str, Any]] = [
-        {"text": "Softmax is memory bound: read each row once, keep it on chip, write once. I will write that kernel."},
+        {"text": plan},
         {"text": _block(c["compile_error"], "Here is a first kernel.")},
         {"text": _block(c["wrong"], "Fixed the syntax error.")},
     ]
     if "slow" in c:
         script.append({"text": _block(c["slow"], "Fixed the bound of the sum loop. Three passes over each row for now.")})
     script += [
-        {"text": "One pass with the row held on chip should be faster.",
+        {"text": fix,
          "tool_calls": [{"name": "write_file", "arguments": {"path": "model_new.py", "content": c["good"]}}, {"name": "verify", "arguments": {}}]},
         {"text": "Correct. Where does the time go?", "tool_calls": [{"name": "profile", "arguments": {}}]},
-        {"tool_calls": [{"name": "submit", "arguments": {"note": "single pass, row on chip"}}]},
+        {"tool_calls": [{"name": "submit", "arguments": {"note": note}}]},
     ]
     return script
 

@@ -282,7 +282,7 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
 
     from kernelwright.judge import baseline, measure
 
-    prob = SimpleNamespace(path=ROWSUM, name="rowsum", hash="h" * 16)
+    prob = SimpleNamespace(path=ROWSUM, name="rowsum", hash="h" * 16, source=ROWSUM.read_text())
 
     class FakeChild:
         closed = False

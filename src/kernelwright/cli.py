@@ -19,6 +19,7 @@ from rich.console import Console
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS, PRESETS, Policy, TimingConfig, kernelbench_preset
 from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
+from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
 
 out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped when piped
 err = Console(stderr=True)
@@ -35,7 +36,7 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
                       compile_mode=args.compile_mode,
                       time_candidate=not args.correctness_only, allow_torch_compute=args.allow_torch_compute,
                       libraries=tuple(args.allow_library or ()), sanitize=args.sanitize,
-                      sandbox=getattr(args, "sandbox", "auto"))
+                      sandbox=getattr(args, "sandbox", "auto"), size=getattr(args, "size", "auto"))
         if args.preset == "kernelbench":
             return kernelbench_preset(**common, **({"n_seeds": args.seeds} if args.seeds is not None else {}))
         return Policy(**common, n_seeds=args.seeds if args.seeds is not None else 3, timing=TimingConfig(budget_s=args.budget_s))
@@ -144,7 +145,7 @@ def problems_check_cmd(args: argparse.Namespace) -> int:
 
     problems = [e.problem for spec in args.problems for e in load_suite(spec)]
     try:
-        policy = Policy(n_seeds=args.seeds)
+        policy = Policy(n_seeds=args.seeds, size=args.size)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     results = []
@@ -258,7 +259,7 @@ def baseline_cmd(args: argparse.Namespace) -> int:
     entries = load_suite(args.suite)
     try:
         policy = Policy(precision=args.precision, compile_mode=args.mode, compile_baseline=not args.no_compile,
-                        timing=TimingConfig(budget_s=args.budget_s))
+                        timing=TimingConfig(budget_s=args.budget_s), size=args.size)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.jobs < 1:
@@ -341,6 +342,7 @@ def policy_flags(e: argparse.ArgumentParser) -> None:
     e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
     e.add_argument("--sanitize", action="store_true",
                    help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) and record the findings (GPU)")
+    e.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
     e.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
                    help="the sandbox generated code runs in: auto (what this machine allows; the verdict says what is missing), "
                         "strict (refuse to judge without the full sandbox), off (only the environment's allow-list)")
@@ -366,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
     pc.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
     pc.add_argument("--seeds", type=int, default=3, help="seeds for get_inputs() (default 3, at least 2 are used)")
+    pc.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
     pc.set_defaults(func=problems_check_cmd)
     suite_help = "builtin (default), builtin:LEVEL, kernelbench:PATH[:LEVEL], or a problem file or folder"
     pl = prsub.add_parser("list", help="a suite's problems with computed FLOPs, bytes, floor and ceilings; counts per level and category")
@@ -385,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="torch.compile builds at a time (timing is always serial)")
     b.add_argument("--budget-s", type=float, default=20.0, help="time budget of each problem's timing phase (default 20 s)")
     b.add_argument("--no-compile", action="store_true", help="time eager only")
+    b.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
     b.add_argument("--refresh", action="store_true", help="measure again even where the store holds times for this machine")
     b.add_argument("--json", action="store_true", help="print the records and per-level ratios as JSON and nothing else on stdout")
     b.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")

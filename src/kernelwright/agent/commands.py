@@ -18,6 +18,7 @@ from kernelwright.client.commands import service_flag
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
 from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
+from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # The demo's problem under examples/DEVICE/ for each device, and its recording examples/recordings/DEVICE_PROBLEM.json.
@@ -37,6 +38,7 @@ OBJECTIVE_FLAGS = {
     "stuck_after": "stuck_after", "max_failures": "max_failures", "precision": "precision", "baselines": "baselines",
     "compile_mode": "compile_mode", "seeds": "seeds", "timing_budget_s": "timing_budget_s", "price_in": "price_in_per_mtok",
     "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds", "sanitize_timeout_s": "sanitize_timeout_s",
+    "size": "size",
 }
 
 
@@ -238,6 +240,7 @@ def judging_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
     p.add_argument("--seeds", type=int, help="secret correctness seeds per verdict (default 3)")
     p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s)")
+    p.add_argument("--size", choices=SIZES, help=SIZE_HELP + " (default auto)")
 
 
 def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:

@@ -26,6 +26,7 @@ from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.records import BuildPath, Status, Verdict, truncate
 from kernelwright.judge.snapshot import files_hash, read_candidate, snapshot
+from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem
 from kernelwright.store import default_store_path
 
@@ -234,7 +235,8 @@ class Judge:
         try:
             main = snapshot(cand_path, workdir / "candidate")  # the same files the judge would take
             child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env))
-            args = {"problem_path": str(self.problem.path), "candidate_path": str(main), "device": self.device,
+            size = sizes.resolve(self.problem.source, policy.size, self.device, str(self.problem.path))
+            args = {"problem_path": str(self.problem.path), "size": size, "candidate_path": str(main), "device": self.device,
                     "precision": policy.precision, "init_seed": 1, "check_identities": False}
             with device_lock(self.device, policy.gpu_index, "shared", what="building the torch extension", progress=self.progress):
                 child.call("setup", args, timeout_s=policy.build_timeout_s)  # the child constructs ModelNew on the device

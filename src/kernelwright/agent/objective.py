@@ -46,6 +46,7 @@ class Objective:
     parallel_builds: int = 4  # candidates built at once on the CPU while the GPU judges
     sanitize_final: bool = True  # run the chosen candidate under compute-sanitizer in the final re-judge (GPU only)
     sanitize_timeout_s: float = 600.0  # per sanitizer tool in that re-judge
+    size: str = "auto"  # the problem's size: auto (its CPU size on the CPU backend), full or cpu (problems.sizes)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -80,7 +81,7 @@ class Objective:
                                     allow_torch_compute=self.allow_torch_compute, n_seeds=self.seeds,
                                     compile_baseline=self.compile_baseline and self.baselines != "skip",
                                     compile_mode=self.compile_mode, baselines=self.baselines,
-                                    timing=TimingConfig(budget_s=self.timing_budget_s))
+                                    timing=TimingConfig(budget_s=self.timing_budget_s), size=self.size)
         base.update(changes)
         return Policy(**base)
 

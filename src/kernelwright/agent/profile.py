@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.judge import sandbox
+from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem
 
 NCU_METRICS = {
@@ -44,8 +45,10 @@ MAX_KERNELS = 30  # kernels kept in the result
 # -- the reference's breakdown ------------------------------------------------------------------
 
 
-def reference_breakdown(problem: Problem, *, device: str, timeout_s: float = 120, forwards: int = 3, gpu_index: int = 0) -> dict[str, Any]:
-    """The reference's top 15 kernels (cuda) or operators (cpu) over a few forwards:
+def reference_breakdown(problem: Problem, *, device: str, timeout_s: float = 120, forwards: int = 3, gpu_index: int = 0,
+                        size: str = "auto") -> dict[str, Any]:
+    """The reference's top 15 kernels (cuda) or operators (cpu) over a few forwards, at the size a
+    verdict on `device` would use (problems.sizes):
     {"ran": True, "rows": [[name, total ms, calls, share]], "total_ms", "forwards", "unit"}, or
     {"ran": False, "reason": ...} when the child failed."""
     from kernelwright.judge.build import cache_dir
@@ -56,7 +59,7 @@ def reference_breakdown(problem: Problem, *, device: str, timeout_s: float = 120
     child = None
     try:
         child = Child(ChildConfig(role="reference", device=device, gpu_index=gpu_index, workdir=workdir, env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
-        setup = {"problem_path": str(problem.path), "device": device, "precision": "fp32", "init_seed": 1, "atol": None,
+        setup = {"problem_path": str(problem.path), "size": sizes.resolve(problem.source, size, device, str(problem.path)), "device": device, "precision": "fp32", "init_seed": 1, "atol": None,
                  "rtol": None, "strict": True}
         with device_lock(device, gpu_index, "shared", what="loading the problem"):
             child.call("setup", setup, timeout_s=timeout_s)

@@ -166,7 +166,8 @@ class Tools:
         if self._breakdown is None:
             gpu = self.judge.objective.policy().gpu_index
             with self.judge.device_lock:
-                self._breakdown = reference_breakdown(self.judge.problem, device=self.judge.device, gpu_index=gpu)
+                self._breakdown = reference_breakdown(self.judge.problem, device=self.judge.device, gpu_index=gpu,
+                                                      size=self.judge.objective.size)
         return self._breakdown
 
     def _ncu_for(self, candidate_hash: str) -> dict[str, Any]:

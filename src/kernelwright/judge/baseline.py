@@ -14,7 +14,9 @@ Across processes, compiling holds the device's lock shared and timing holds it e
 
 Records go to the store as soon as each is made, keyed by problem hash and by the machine (device,
 GPU name, driver, torch and CUDA versions), the precision allowance and the compile mode, so an
-evaluation with `baselines="cached"` takes them from there (`lookup`).
+evaluation with `baselines="cached"` takes them from there (`lookup`). The size the problem ran at
+(problems.sizes) is part of the record's timing key: a CPU-size time never stands in for a
+full-size one, nor the reverse (the two share the store's row, so the last one measured is kept).
 """
 
 from __future__ import annotations
@@ -79,18 +81,21 @@ FLUSH_RULE = "a read of twice the L2 as int32, summed as int32"
 TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead", "fresh_inputs", "warmup", "interleave", "adaptive_stop")
 
 
-def timing_key(policy: Policy) -> str:
+def timing_key(policy: Policy, size: str = "full") -> str:
     """What about the timing protocol must match for a stored time to stand in for a measured one:
     the timing steps switched on, the lead spin asked for, the preset, the timing pool's rule
     (memory.pool_slots: records made before 2026-12-04, when the pool held three input sets, or
     before that, do not match) and the L2 flush's (FLUSH_RULE, with the flush on: until
     2026-12-04 the flush also wrote an int64 copy of its buffer, so records timed so do not match).
     A verdict under another protocol (the kernelbench preset's no-flush timing, an ablation) finds
-    no cached baselines."""
+    no cached baselines. A size other than full (the CPU size) is named in it; full is not, so
+    records made before sizes existed, all at full size, still match a full-size verdict."""
     key = {"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us, "preset": policy.preset,
            "pool": ["one set, refreshed in place" if policy.enabled("fresh_inputs") else memory.POOL_SLOTS, memory.POOL_BYTES]}
     if policy.enabled("l2_flush"):
         key["flush"] = FLUSH_RULE
+    if size != "full":
+        key["size"] = size
     return json.dumps(key, sort_keys=True)
 
 
@@ -125,7 +130,8 @@ class BaselineRecord:
     floor_ms: float | None = None
     error: str = ""  # why a time is missing
     created_at: str = ""
-    timing_key: str = ""  # timing_key(policy) of the run that made it
+    timing_key: str = ""  # timing_key(policy, size) of the run that made it
+    size: str = "full"  # the size the problem ran at (problems.sizes)
     sandbox: dict[str, Any] = field(default_factory=dict)  # how it was written (written_under); without it, measured again
 
     @property
@@ -186,8 +192,14 @@ def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, pol
     return out, detail
 
 
+def _size(problem: Any, device: str, policy: Policy) -> str:
+    from kernelwright.problems import sizes
+
+    return sizes.resolve(problem.source, policy.size, device, str(problem.path))
+
+
 def _setup_args(problem: Any, device: str, policy: Policy, timing: bool) -> dict[str, Any]:
-    args = {"problem_path": str(problem.path), "device": device, "precision": policy.precision, "init_seed": 1,
+    args = {"problem_path": str(problem.path), "size": _size(problem, device, policy), "device": device, "precision": policy.precision, "init_seed": 1,
             "atol": policy.atol, "rtol": policy.rtol, "strict": policy.enabled("output_checks")}
     if timing and device == "cuda" and policy.enabled("harness_overhead"):
         args["null_switches"] = measure.policy_switches(policy, policy.timing.lead_us)
@@ -285,7 +297,7 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
     for p in problems:
         hit = None if refresh or store is None else store.get_baseline(p.hash, key, policy.precision, policy.compile_mode)
         if hit is not None and hit.get("eager_ms") is not None and (hit.get("compile_ms") is not None or not policy.compile_baseline) \
-                and hit.get("timing_key") == timing_key(policy) and trusted(hit):
+                and hit.get("timing_key") == timing_key(policy, _size(p, device, policy)) and trusted(hit):
             rec = BaselineRecord(**{k: hit.get(k) for k in BaselineRecord.__dataclass_fields__ if k in hit})
             records[p.hash] = rec
             say("cached", p, rec)
@@ -311,7 +323,8 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
             child = nxt or children.new()
             nxt = children.new() if ahead and i + 1 < len(todo) else None
             rec = BaselineRecord(problem=p.name, problem_hash=p.hash, machine=machine, precision=policy.precision,
-                                 compile_mode=policy.compile_mode, timing_key=timing_key(policy), sandbox=written_under())
+                                 compile_mode=policy.compile_mode, timing_key=timing_key(policy, _size(p, device, policy)),
+                                 size=_size(p, device, policy), sandbox=written_under())
             cold, cerr = compiled.get(p.hash, (None, ""))
             rec.compile_s = cold
             if cerr == LATE or (deadline is not None and time.monotonic() > deadline):
@@ -354,10 +367,11 @@ def _without_compile(policy: Policy) -> Policy:
     return dataclasses.replace(policy, compile_baseline=False)
 
 
-def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any], device: str, policy: Policy) -> dict[str, Any] | None:
+def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any], device: str, policy: Policy,
+           size: str = "full") -> dict[str, Any] | None:
     """The stored baseline record for this problem on the machine a reference child reported
-    (its setup meta), under the policy's precision, compile mode and timing protocol; None when there is none or
-    the store cannot be read."""
+    (its setup meta), under the policy's precision, compile mode and timing protocol, at this size;
+    None when there is none or the store cannot be read."""
     from kernelwright.store import Store, default_store_path
 
     path = Path(store_path).expanduser() if store_path is not None else default_store_path()
@@ -368,8 +382,8 @@ def lookup(store_path: str | Path | None, problem_hash: str, meta: dict[str, Any
             rec = db.get_baseline(problem_hash, machine_key(machine_from_meta(meta, device)), policy.precision, policy.compile_mode)
     except Exception:  # noqa: BLE001 - no cache is a miss, never a failed verdict
         return None
-    if rec is not None and rec.get("timing_key") != timing_key(policy):
-        return None  # timed under another protocol: not comparable with this candidate's time
+    if rec is not None and rec.get("timing_key") != timing_key(policy, size):
+        return None  # timed under another protocol or at another size: not comparable with this candidate's time
     if rec is not None and not trusted(rec):
         return None  # written before the sandbox, or where a candidate could write the store: measured again
     return rec

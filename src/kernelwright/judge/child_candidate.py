@@ -94,7 +94,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
         S.sandbox = sandbox.enter_from_env(os.getcwd(), (args["problem_path"], str(Path(args["candidate_path"]).parent)))
     S.device = torch.device(args["device"])
     pin_flags(args["precision"])
-    S.problem = inputs.import_file(args["problem_path"], "kw_problem")
+    S.problem = inputs.import_file(args["problem_path"], "kw_problem", size=args.get("size") or "full")
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)
     S.pinned = snapshot_flags()  # after the problem's own code (the reference child runs it too)
     lead_info = lead_status(S.device)  # built and loaded before any candidate code runs

@@ -62,12 +62,13 @@ def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
     return CommandError("problem", f"{S.path}: {what}{detail}")
 
 
-def _load_problem(path: str) -> str:
-    """Import the problem; returns the sha256 of the text imported (the judge checks it)."""
+def _load_problem(path: str, size: str) -> str:
+    """Import the problem at its size (problems.sizes); returns the sha256 of the text imported
+    (the judge checks it)."""
     S.path = path
     source = Path(path).read_bytes()
     try:
-        S.problem = inputs.import_file(path, "kw_problem", source)  # exactly the bytes hashed below
+        S.problem = inputs.import_file(path, "kw_problem", source, size=size)  # exactly the bytes hashed below
     except BaseException as exc:  # noqa: BLE001
         raise _problem_error("importing the problem failed", exc) from None
     folder = str(Path(path).resolve().parent)
@@ -104,7 +105,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.device = torch.device(args["device"])
     S.precision = args["precision"]
     pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
-    source_hash = _load_problem(args["problem_path"])
+    source_hash = _load_problem(args["problem_path"], args.get("size") or "full")
     inputs.bind_generators(S.device)
     note_window(S.problem, S.device)  # the same draw as the candidate's child's (child.quiet_window)
     S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))

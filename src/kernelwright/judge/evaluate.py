@@ -32,6 +32,7 @@ from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
 from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
+from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem, ProblemError, load_problem
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
 
     dev = resolve_device(device)
     vb = VerdictBuilder(problem, policy, dev)
+    vb.size = sizes.resolve(problem.source, policy.size, dev, str(problem.path))  # ProblemError: a malformed CPU_SIZE, or cpu asked of a file without one
     if dev == "cuda" and not _gpu_present():
         return vb.finish(Status.INFRA_ERROR, "device cuda was asked for but no GPU is visible")
     if dev == "cuda":
@@ -538,7 +540,7 @@ class _Flow:
 
     def _reference_args(self) -> dict[str, Any]:
         args = {
-            "problem_path": str(self.problem.path), "device": self.device, "precision": self.policy.precision,
+            "problem_path": str(self.problem.path), "size": self.vb.size, "device": self.device, "precision": self.policy.precision,
             "init_seed": self.seeds[0], "atol": self.policy.atol, "rtol": self.policy.rtol,
             "strict": self.policy.enabled("output_checks"),
         }
@@ -607,7 +609,7 @@ class _Flow:
     def _candidate_args(self, child: Child) -> dict[str, Any]:
         problem, cand = self._spare_paths(child)
         return {
-            "problem_path": problem, "candidate_path": cand,
+            "problem_path": problem, "size": self.vb.size, "candidate_path": cand,
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
             "check_identities": self.policy.enabled("function_identities"), "check_inputs": self.policy.enabled("inputs_unchanged"),
         }

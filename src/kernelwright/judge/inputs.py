@@ -19,18 +19,20 @@ from torch.utils._device import DeviceContext as _DEVICE_CONTEXT  # what `with d
 from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
 from kernelwright.judge.records import ASK_SEED, Case  # noqa: F401 - children use inputs.Case
 from kernelwright.judge.policy import NEAR_POSITIONS
+from kernelwright.problems.sizes import check_applied, sized_code
 
 _T = torch._C.TensorBase  # tensor methods the candidate's objects are given through, never looked up on them
 
 LARGE_SCALE = 100.0  # the "large" distribution: normal samples times this
 
 
-def import_file(path: str | Path, module_name: str, source: bytes | None = None) -> ModuleType:
+def import_file(path: str | Path, module_name: str, source: bytes | None = None, size: str = "full") -> ModuleType:
     """Import a Python file as a module under a unique name, with its folder on sys.path.
 
     The module is compiled from the file's bytes as read now (or from `source`, the bytes the
     caller read and hashed), never from a cached .pyc in __pycache__: bytecode written beside a
-    problem by anyone who can write its folder must not change what the judge runs."""
+    problem by anyone who can write its folder must not change what the judge runs. A problem is
+    run at `size` (problems.sizes: full, or the cpu size its file declares)."""
     path = Path(path).resolve()
     folder = str(path.parent)
     if folder not in sys.path:
@@ -41,7 +43,9 @@ def import_file(path: str | Path, module_name: str, source: bytes | None = None)
     module.__spec__ = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
     sys.modules[module_name] = module
     try:
-        exec(compile(text, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the problem's (or candidate's) own code, in a child
+        code, overrides = sized_code(text, str(path), size)
+        exec(code, module.__dict__)  # noqa: S102 - the problem's (or candidate's) own code, in a child
+        check_applied(module, overrides, str(path))
     except BaseException:
         sys.modules.pop(module_name, None)
         raise

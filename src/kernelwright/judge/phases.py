@@ -250,9 +250,9 @@ def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
     timing protocol (judge.baseline), or None: then the baselines are measured now, and step interleave says why."""
     from kernelwright.judge import baseline
 
-    rec = baseline.lookup(flow.baseline_store, flow.problem.hash, flow.meta, flow.device, flow.policy)
+    rec = baseline.lookup(flow.baseline_store, flow.problem.hash, flow.meta, flow.device, flow.policy, flow.vb.size or "full")
     if rec is None or rec.get("eager_ms") is None or (flow.policy.compile_baseline and rec.get("compile_ms") is None):
-        flow.cache_note = ("; no cached baselines for this problem, machine, precision, compile mode and timing protocol, "
+        flow.cache_note = ("; no cached baselines for this problem, machine, precision, compile mode, timing protocol and size, "
                            "so they were measured now")
         return None
     if not flow.policy.compile_baseline:

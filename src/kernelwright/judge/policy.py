@@ -108,6 +108,7 @@ class Policy:
     sanitize: bool = False  # run the candidate once under compute-sanitizer after the verdict (GPU; judge.sanitize)
     sanitize_timeout_s: float = 600.0  # per sanitizer tool
     sandbox: str = "auto"  # auto: what the machine allows; strict: refuse without the full sandbox; off (judge.sandbox)
+    size: str = "auto"  # the problem's size: auto (cpu on the CPU backend where the problem declares one, else full), full or cpu (problems.sizes)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -139,6 +140,8 @@ class Policy:
             raise ValueError(f"unknown libraries {odd}; known: {LIBRARIES}")
         if self.sandbox not in ("auto", "strict", "off"):
             raise ValueError(f"sandbox must be auto, strict or off, got {self.sandbox!r}")
+        if self.size not in ("auto", "full", "cpu"):
+            raise ValueError(f"size must be auto, full or cpu, got {self.size!r}")
         if self.gpu_index < 0:
             raise ValueError(f"gpu_index must be >= 0, got {self.gpu_index}")
 

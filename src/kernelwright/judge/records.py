@@ -99,7 +99,7 @@ class Verdict:
     """One evaluation of a candidate against a problem (DESIGN.md, schema_version 1)."""
 
     status: Status  # outcome
-    problem: dict[str, Any]  # {name, hash}
+    problem: dict[str, Any]  # {name, hash, size}: size full or cpu (problems.sizes), null when not reached
     candidate: dict[str, Any]  # {hash, build_path}
     policy: dict[str, Any]  # the policy used, as a dict
     build_s: float | None = None  # seconds spent building (0 when cached)

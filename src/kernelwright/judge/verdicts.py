@@ -65,6 +65,7 @@ class VerdictBuilder:
 
     def __init__(self, problem: Problem, policy: Policy, device: str) -> None:
         self.problem, self.policy, self.device = problem, policy, device
+        self.size: str | None = None  # the size the problem runs at (problems.sizes: full or cpu), once resolved
         self.candidate: dict[str, Any] = {"hash": None, "build_path": None}
         self.workers: dict[str, Any] | None = None  # the verdict's `workers` field
         self.memory: dict[str, Any] | None = None  # the verdict's `memory` field
@@ -111,7 +112,7 @@ class VerdictBuilder:
             self.steps.setdefault(name, Step(name, False, f"not reached: the evaluation ended as {status.value}"))
         n = self.numbers
         return Verdict(
-            status=status, problem=self.problem.to_dict(), candidate=self.candidate,
+            status=status, problem={**self.problem.to_dict(), "size": self.size}, candidate=self.candidate,
             policy={**self.policy.to_dict(), "device": self.device}, build_s=_round(self.build_s),
             runtime_ms=n.get("runtime_ms"), eager_ms=n.get("eager_ms"), compile_ms=n.get("compile_ms"),
             baseline_source=BaselineSource(n.get("baseline_source", "measured")) if n.get("eager_ms") is not None else None,

@@ -22,6 +22,7 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.evaluate import correctness_cases, resolve_device
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
+from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem, ProblemError
 
 CHECKS: dict[str, str] = {
@@ -42,9 +43,10 @@ class CheckResult:
     degenerate: bool  # some trick passes on the problem's own inputs
     findings: list[dict[str, Any]] = field(default_factory=list)  # {check, output, native, distributions, detail}
     cases: list[str] = field(default_factory=list)  # the case ids that were run
+    size: str = "full"  # the size the problem ran at (problems.sizes: full or cpu)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"problem": self.problem.name, "path": str(self.problem.path), "hash": self.problem.hash,
+        return {"problem": self.problem.name, "path": str(self.problem.path), "hash": self.problem.hash, "size": self.size,
                 "degenerate": self.degenerate, "findings": self.findings, "cases": self.cases}
 
 
@@ -54,6 +56,7 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
     RuntimeError when the reference child fails for another reason."""
     policy = policy or Policy()
     dev = resolve_device(device)
+    size = sizes.resolve(problem.source, policy.size, dev, str(problem.path))
     n = max(2, policy.n_seeds)  # another seed's output needs at least two
     seeds = list(policy.seeds or ())
     while len(seeds) < n:
@@ -65,7 +68,7 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
                              env={"KERNELWRIGHT_CACHE": str(cache_dir())})
         with Child(config) as ref:
             say("loading the problem")
-            args = {"problem_path": str(problem.path), "device": dev, "precision": policy.precision, "init_seed": seeds[0],
+            args = {"problem_path": str(problem.path), "size": size, "device": dev, "precision": policy.precision, "init_seed": seeds[0],
                     "atol": policy.atol, "rtol": policy.rtol, "strict": True}
             try:
                 ref.call("setup", args, timeout_s=policy.build_timeout_s)
@@ -79,7 +82,7 @@ def check_problem(problem: Problem, *, device: str = "auto", policy: Policy | No
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     findings = findings_of(reply)
-    return CheckResult(problem, any(f["native"] for f in findings), findings, reply["cases"])
+    return CheckResult(problem, any(f["native"] for f in findings), findings, reply["cases"], size)
 
 
 def findings_of(reply: dict[str, Any]) -> list[dict[str, Any]]:

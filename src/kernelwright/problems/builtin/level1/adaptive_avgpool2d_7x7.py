@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "pooling"
 
 BATCH, CHANNELS, SIDE = 384, 2048, 15
+CPU_SIZE = {"BATCH": 16, "CHANNELS": 128}  # the CPU backend's size (problems.sizes)
 OUT_SIDE = 7
 
 

@@ -7,6 +7,7 @@ CATEGORY = "reduction"
 
 N_SAMPLES = 49152
 N_FEATURES = 4096
+CPU_SIZE = {"N_SAMPLES": 2048, "N_FEATURES": 512}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

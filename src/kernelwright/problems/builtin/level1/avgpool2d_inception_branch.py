@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "pooling"
 
 BATCH, CHANNELS, SIDE = 256, 288, 35
+CPU_SIZE = {"BATCH": 8, "CHANNELS": 96}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

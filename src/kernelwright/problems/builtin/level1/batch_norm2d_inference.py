@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "normalization"
 
 N, C, H, W = 32, 64, 224, 224
+CPU_SIZE = {"N": 4, "C": 32, "H": 56, "W": 56}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "broadcast"
 
 ROWS, COLS = 12288, 8192
+CPU_SIZE = {"ROWS": 768, "COLS": 1024}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

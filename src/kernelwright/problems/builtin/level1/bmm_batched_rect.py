@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "matmul"
 
 BATCH, M, K, N = 128, 512, 1024, 768
+CPU_SIZE = {"BATCH": 8, "M": 128, "K": 256, "N": 192}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

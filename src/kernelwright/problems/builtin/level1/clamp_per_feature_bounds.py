@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "broadcast"
 
 BATCH, SEQ, DIM = 24, 1024, 4096
+CPU_SIZE = {"BATCH": 4, "SEQ": 256, "DIM": 1024}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 CATEGORY = "convolution"
 
 BATCH, C_IN, C_OUT, LENGTH = 16, 64, 128, 65536
+CPU_SIZE = {"BATCH": 4, "C_IN": 16, "C_OUT": 32, "LENGTH": 4096}  # the CPU backend's size (problems.sizes)
 KERNEL, DILATION = 3, 4
 
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "convolution"
 
 BATCH, C_IN, C_OUT, HEIGHT, WIDTH = 32, 128, 128, 112, 112
+CPU_SIZE = {"BATCH": 2, "C_IN": 32, "C_OUT": 32, "HEIGHT": 56, "WIDTH": 56}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

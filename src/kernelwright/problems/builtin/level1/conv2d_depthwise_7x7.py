@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "convolution"
 
 BATCH, CHANNELS, HEIGHT, WIDTH = 64, 384, 64, 64
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 96, "HEIGHT": 32, "WIDTH": 32}  # the CPU backend's size (problems.sizes)
 KERNEL = 7
 
 

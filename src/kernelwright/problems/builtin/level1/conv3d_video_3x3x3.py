@@ -8,6 +8,7 @@ CATEGORY = "convolution"
 
 BATCH, C_IN, C_OUT = 4, 32, 64
 FRAMES, HEIGHT, WIDTH = 16, 112, 112
+CPU_SIZE = {"BATCH": 1, "C_IN": 8, "C_OUT": 16, "FRAMES": 8, "HEIGHT": 28, "WIDTH": 28}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

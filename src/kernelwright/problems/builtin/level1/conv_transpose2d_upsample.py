@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "convolution"
 
 BATCH, C_IN, C_OUT, HEIGHT, WIDTH = 32, 256, 128, 64, 64
+CPU_SIZE = {"BATCH": 2, "C_IN": 64, "C_OUT": 32, "HEIGHT": 32, "WIDTH": 32}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

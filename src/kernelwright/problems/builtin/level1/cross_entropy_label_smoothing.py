@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "reduction"
 
 TOKENS, VOCAB = 8192, 32000
+CPU_SIZE = {"TOKENS": 512, "VOCAB": 2000}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "scan"
 
 SERIES, STEPS = 4096, 16384
+CPU_SIZE = {"SERIES": 256, "STEPS": 2048}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

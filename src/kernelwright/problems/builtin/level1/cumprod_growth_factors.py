@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "scan"
 
 SERIES, STEPS = 262144, 512
+CPU_SIZE = {"SERIES": 2048}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

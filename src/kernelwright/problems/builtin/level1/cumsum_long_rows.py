@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "scan"
 
 ROWS, COLS = 2048, 65536
+CPU_SIZE = {"ROWS": 64, "COLS": 16384}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

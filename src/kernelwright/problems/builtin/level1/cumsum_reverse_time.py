@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "scan"
 
 BATCH, TIME, FEATURES = 64, 4096, 512
+CPU_SIZE = {"BATCH": 4, "TIME": 512, "FEATURES": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "activation"
 
 N, C, H, W = 32, 96, 128, 256
+CPU_SIZE = {"N": 4, "C": 24, "H": 64, "W": 128}  # the CPU backend's size (problems.sizes)
 ALPHA = 1.5
 
 

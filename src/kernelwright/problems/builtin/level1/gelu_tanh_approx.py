@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "activation"
 
 BATCH, SEQ_LEN, FFN_DIM = 16, 2048, 3072
+CPU_SIZE = {"BATCH": 2, "SEQ_LEN": 256, "FFN_DIM": 1536}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -8,6 +8,7 @@ CATEGORY = "normalization"
 BATCH = 32
 CHANNELS = 256
 HEIGHT = WIDTH = 112
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 64, "HEIGHT": 56, "WIDTH": 56}  # the CPU backend's size (problems.sizes)
 GROUPS = 32
 
 

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "normalization"
 
 N, C, H, W = 16, 96, 256, 256
+CPU_SIZE = {"N": 2, "C": 24, "H": 128, "W": 128}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

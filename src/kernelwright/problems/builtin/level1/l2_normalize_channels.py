@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "normalization"
 
 BATCH, CHANNELS, LENGTH = 64, 256, 8192
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 64, "LENGTH": 2048}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

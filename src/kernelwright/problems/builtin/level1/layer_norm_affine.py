@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "normalization"
 
 BATCH, SEQ, HIDDEN = 16, 1024, 6144
+CPU_SIZE = {"BATCH": 2, "SEQ": 128, "HIDDEN": 3072}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

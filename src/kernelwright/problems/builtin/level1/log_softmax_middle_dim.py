@@ -9,6 +9,7 @@ CATEGORY = "softmax"
 BATCH = 64
 CLASSES = 1000
 POSITIONS = 2048
+CPU_SIZE = {"BATCH": 4, "POSITIONS": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "scan"
 
 BATCH, CHANNELS, TIME = 16, 512, 16384
+CPU_SIZE = {"BATCH": 2, "CHANNELS": 64, "TIME": 4096}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

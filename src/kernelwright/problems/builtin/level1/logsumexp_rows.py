@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "softmax"
 
 ROWS = 65536
+CPU_SIZE = {"ROWS": 256}  # the CPU backend's size (problems.sizes)
 COLS = 3072
 
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "pooling"
 
 BATCH, CHANNELS, HEIGHT, WIDTH = 48, 192, 128, 128
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 32, "HEIGHT": 64, "WIDTH": 64}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "matmul"
 
 BATCH, SEQ, D_IN, D_OUT = 16, 512, 4096, 3072
+CPU_SIZE = {"BATCH": 2, "SEQ": 128, "D_IN": 512, "D_OUT": 384}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

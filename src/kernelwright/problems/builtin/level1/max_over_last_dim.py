@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "reduction"
 
 B, ROWS, COLS = 96, 2048, 1024
+CPU_SIZE = {"B": 8, "ROWS": 256, "COLS": 512}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

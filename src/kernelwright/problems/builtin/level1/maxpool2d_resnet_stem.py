@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "pooling"
 
 BATCH, CHANNELS, HEIGHT, WIDTH = 256, 64, 112, 112
+CPU_SIZE = {"BATCH": 8, "CHANNELS": 32, "HEIGHT": 56, "WIDTH": 56}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

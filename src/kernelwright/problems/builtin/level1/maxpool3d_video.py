@@ -8,6 +8,7 @@ import torch.nn.functional as F
 CATEGORY = "pooling"
 
 BATCH, CHANNELS, FRAMES, HEIGHT, WIDTH = 8, 64, 32, 112, 112
+CPU_SIZE = {"BATCH": 1, "CHANNELS": 16, "FRAMES": 8, "HEIGHT": 56, "WIDTH": 56}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

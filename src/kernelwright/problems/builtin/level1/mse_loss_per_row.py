@@ -8,6 +8,7 @@ CATEGORY = "reduction"
 
 BATCH_SIZE = 16384
 FEATURES = 8192
+CPU_SIZE = {"BATCH_SIZE": 512, "FEATURES": 1024}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

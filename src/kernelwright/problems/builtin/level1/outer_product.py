@@ -7,6 +7,7 @@ CATEGORY = "broadcast"
 
 LEN_A = 16384
 LEN_B = 12288
+CPU_SIZE = {"LEN_A": 1024, "LEN_B": 768}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

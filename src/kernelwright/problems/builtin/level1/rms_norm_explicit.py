@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "normalization"
 
 BATCH, TOKENS, DIM = 8, 4096, 4096
+CPU_SIZE = {"BATCH": 2, "TOKENS": 256, "DIM": 2048}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "softmax"
 
 BATCH, HEADS, QUERIES, KEYS = 8, 16, 1024, 1024
+CPU_SIZE = {"BATCH": 2, "HEADS": 4, "QUERIES": 256, "KEYS": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -8,6 +8,7 @@ CATEGORY = "softmax"
 
 NUM_SEQUENCES = 4096
 VOCAB_SIZE = 32000
+CPU_SIZE = {"NUM_SEQUENCES": 128, "VOCAB_SIZE": 8000}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

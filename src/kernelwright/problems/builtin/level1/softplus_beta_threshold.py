@@ -8,6 +8,7 @@ CATEGORY = "activation"
 
 M = 8192
 N = 12288
+CPU_SIZE = {"M": 512, "N": 1536}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "reduction"
 
 BATCH, LENGTH, FEATURES = 64, 4096, 1024
+CPU_SIZE = {"BATCH": 4, "LENGTH": 512, "FEATURES": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -7,6 +7,7 @@ CATEGORY = "activation"
 
 TOKENS = 32768
 FEATURES = 3072
+CPU_SIZE = {"TOKENS": 1024, "FEATURES": 768}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

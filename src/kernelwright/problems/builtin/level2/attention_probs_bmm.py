@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "attention"
 
 BATCH_HEADS, SEQ, HEAD_DIM = 256, 1024, 64
+CPU_SIZE = {"BATCH_HEADS": 8, "SEQ": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "norm_activation"
 
 BATCH, CHANNELS, SIZE = 96, 256, 56
+CPU_SIZE = {"BATCH": 8, "CHANNELS": 64, "SIZE": 28}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "conv_epilogue"
 
 BATCH, C_IN, C_OUT, SIZE = 32, 64, 128, 96
+CPU_SIZE = {"BATCH": 2, "C_IN": 16, "C_OUT": 32, "SIZE": 48}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "conv_epilogue"
 
 BATCH, C_IN, CLASSES, DEPTH, HEIGHT, WIDTH = 8, 16, 32, 32, 64, 64
+CPU_SIZE = {"BATCH": 1, "C_IN": 4, "CLASSES": 16, "DEPTH": 8, "HEIGHT": 32, "WIDTH": 32}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

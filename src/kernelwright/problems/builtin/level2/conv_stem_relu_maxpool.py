@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "conv_epilogue"
 
 BATCH, CHANNELS, WIDTH, IMAGE = 192, 3, 64, 224
+CPU_SIZE = {"BATCH": 2, "WIDTH": 32, "IMAGE": 112}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "conv_epilogue"
 
 BATCH, C_IN, C_OUT, SIZE = 32, 256, 128, 64
+CPU_SIZE = {"BATCH": 2, "C_IN": 64, "C_OUT": 32, "SIZE": 32}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

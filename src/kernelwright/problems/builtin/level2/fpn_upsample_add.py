@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "other_fusion"
 
 BATCH, CHANNELS, FINE = 16, 256, 160
+CPU_SIZE = {"BATCH": 2, "CHANNELS": 64, "FINE": 80}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "norm_activation"
 
 TOKENS, DIM = 8192, 8192
+CPU_SIZE = {"TOKENS": 512, "DIM": 1024}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

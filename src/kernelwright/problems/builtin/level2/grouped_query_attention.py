@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "attention"
 
 BATCH, Q_HEADS, KV_HEADS, SEQ, HEAD_DIM = 8, 32, 8, 1024, 128
+CPU_SIZE = {"BATCH": 1, "Q_HEADS": 8, "KV_HEADS": 2, "SEQ": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "norm_activation"
 
 BATCH, CHANNELS, HEIGHT, WIDTH, GROUPS = 64, 256, 80, 80, 32
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 64, "HEIGHT": 40, "WIDTH": 40}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "norm_activation"
 
 BATCH, CHANNELS, SIZE = 48, 128, 128
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 32, "SIZE": 64}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

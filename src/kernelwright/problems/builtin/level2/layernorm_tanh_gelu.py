@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "norm_activation"
 
 BATCH, SEQ, HIDDEN = 8, 2048, 6144
+CPU_SIZE = {"BATCH": 2, "SEQ": 128, "HIDDEN": 3072}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

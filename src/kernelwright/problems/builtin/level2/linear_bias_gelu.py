@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "gemm_epilogue"
 
 BATCH, SEQ, D_MODEL, D_FF = 4, 1024, 4096, 8192
+CPU_SIZE = {"BATCH": 1, "SEQ": 256, "D_MODEL": 512, "D_FF": 1024}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

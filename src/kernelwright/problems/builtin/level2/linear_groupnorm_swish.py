@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "gemm_epilogue"
 
 ROWS, IN_FEATURES, OUT_FEATURES, GROUPS = 8192, 2048, 4096, 32
+CPU_SIZE = {"ROWS": 512, "IN_FEATURES": 256, "OUT_FEATURES": 512}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "gemm_epilogue"
 
 ROWS, IN_FEATURES, UNITS, PIECES = 16384, 2048, 1024, 4
+CPU_SIZE = {"ROWS": 512, "IN_FEATURES": 256, "UNITS": 128}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "gemm_epilogue"
 
 BATCH, SEQ, D_MODEL, VOCAB = 4, 512, 1024, 32000
+CPU_SIZE = {"BATCH": 1, "SEQ": 128, "D_MODEL": 256, "VOCAB": 4000}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "elementwise_reduction"
 
 BATCH, CHANNELS, LENGTH = 2048, 96, 1024
+CPU_SIZE = {"BATCH": 32, "LENGTH": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

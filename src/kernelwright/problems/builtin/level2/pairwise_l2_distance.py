@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "elementwise_reduction"
 
 BATCH, SEQ, DIM = 16, 4096, 2048
+CPU_SIZE = {"BATCH": 2, "SEQ": 256, "DIM": 512}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

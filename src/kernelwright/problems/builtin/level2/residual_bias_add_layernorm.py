@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "norm_activation"
 
 BATCH, SEQ, D_MODEL = 16, 4096, 1024
+CPU_SIZE = {"BATCH": 2, "SEQ": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "other_fusion"
 
 BATCH, SEQ, HEADS, HEAD_DIM = 8, 2048, 32, 128
+CPU_SIZE = {"BATCH": 1, "SEQ": 256, "HEADS": 8}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "elementwise_reduction"
 
 PAIRS, FEATURES = 65536, 2048
+CPU_SIZE = {"PAIRS": 1024, "FEATURES": 512}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

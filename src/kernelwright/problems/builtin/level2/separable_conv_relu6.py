@@ -7,6 +7,7 @@ import torch.nn.functional as F
 CATEGORY = "conv_epilogue"
 
 BATCH, C_IN, C_OUT, SIZE = 32, 128, 256, 96
+CPU_SIZE = {"BATCH": 2, "C_IN": 32, "C_OUT": 64, "SIZE": 48}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "other_fusion"
 
 ROWS, COLS = 12288, 4096
+CPU_SIZE = {"ROWS": 512, "COLS": 1024}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

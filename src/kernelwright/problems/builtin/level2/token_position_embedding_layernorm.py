@@ -6,6 +6,7 @@ import torch.nn as nn
 CATEGORY = "other_fusion"
 
 BATCH, SEQ, VOCAB, HIDDEN = 64, 2048, 50257, 1024
+CPU_SIZE = {"BATCH": 4, "SEQ": 256, "VOCAB": 5021, "HIDDEN": 256}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

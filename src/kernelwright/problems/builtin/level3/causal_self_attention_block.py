@@ -10,6 +10,7 @@ import torch.nn as nn
 CATEGORY = "attention"
 
 BATCH, SEQ, DIM, HEADS = 32, 1024, 768, 12
+CPU_SIZE = {"BATCH": 2, "SEQ": 128, "DIM": 192}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -9,6 +9,7 @@ CATEGORY = "other_arch"
 
 BATCH, IMAGE_SIZE = 256, 256
 DIM, DEPTH, KERNEL_SIZE, PATCH_SIZE, NUM_CLASSES = 192, 3, 7, 8, 1000
+CPU_SIZE = {"BATCH": 2, "IMAGE_SIZE": 64, "DIM": 64}  # the CPU backend's size (problems.sizes)
 
 
 def conv_gelu_bn(conv, dim):

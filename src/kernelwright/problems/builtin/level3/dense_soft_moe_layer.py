@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "other_arch"
 
 BATCH, SEQ, DIM, EXPERT_HIDDEN, NUM_EXPERTS = 8, 2500, 1024, 512, 8
+CPU_SIZE = {"BATCH": 2, "SEQ": 250, "DIM": 256, "EXPERT_HIDDEN": 128}  # the CPU backend's size (problems.sizes)
 RMS_EPS = 1e-5
 
 

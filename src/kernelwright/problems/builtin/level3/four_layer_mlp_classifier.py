@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "mlp"
 
 BATCH, IN_FEATURES, HIDDEN, NUM_CLASSES = 4096, 2048, 4096, 1000
+CPU_SIZE = {"BATCH": 256, "IN_FEATURES": 512, "HIDDEN": 512}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

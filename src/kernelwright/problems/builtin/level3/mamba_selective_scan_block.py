@@ -15,6 +15,7 @@ SIZE_NOTE = ("A recurrent scan over time is bound by its 256 sequential steps, n
              "already takes several ms eager (the 31 GFLOP of projections alone give a 0.6 ms ceiling).")
 
 BATCH, SEQ, D_MODEL, D_INNER, D_STATE, DT_RANK, CONV_KERNEL = 16, 256, 768, 1536, 16, 48, 4
+CPU_SIZE = {"BATCH": 2, "SEQ": 64, "D_MODEL": 128, "D_INNER": 256, "DT_RANK": 8}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "residual"
 
 BATCH, CHANNELS, HEIGHT, WIDTH, EXPANSION = 128, 64, 56, 56, 6
+CPU_SIZE = {"BATCH": 4, "CHANNELS": 16, "HEIGHT": 28, "WIDTH": 28}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 CATEGORY = "transformer"
 
 BATCH, SEQ, D_MODEL, N_HEADS, MLP_RATIO = 128, 384, 512, 8, 4
+CPU_SIZE = {"BATCH": 4, "SEQ": 64, "D_MODEL": 128}  # the CPU backend's size (problems.sizes)
 LN_EPS = 1e-6
 
 

@@ -7,6 +7,7 @@ import torch.nn as nn
 CATEGORY = "residual"
 
 BATCH, CHANNELS, HEIGHT, WIDTH = 64, 128, 56, 56
+CPU_SIZE = {"BATCH": 2, "CHANNELS": 32, "HEIGHT": 28, "WIDTH": 28}  # the CPU backend's size (problems.sizes)
 
 
 class Model(nn.Module):

@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "cnn"
 
 BATCH, IMAGE_SIZE, HEAD_HIDDEN, NUM_CLASSES = 1024, 128, 256, 10
+CPU_SIZE = {"BATCH": 8, "IMAGE_SIZE": 64}  # the CPU backend's size (problems.sizes)
 WIDTHS = [3, 16, 32, 64, 128]
 
 

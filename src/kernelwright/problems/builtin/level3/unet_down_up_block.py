@@ -8,6 +8,7 @@ import torch.nn as nn
 CATEGORY = "cnn"
 
 BATCH, CHANNELS, HEIGHT, WIDTH = 24, 64, 128, 128
+CPU_SIZE = {"BATCH": 2, "CHANNELS": 16, "HEIGHT": 64, "WIDTH": 64}  # the CPU backend's size (problems.sizes)
 
 
 def double_conv(c_in, c_out):

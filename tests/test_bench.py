@@ -19,7 +19,7 @@ from kernelwright.store import Store
 
 pytestmark = pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
 
-FAST = ("--device", "cpu", "--no-compile-baseline", "--budget-s", "0.3", "--seeds", "2")
+FAST = ("--device", "cpu", "--no-compile-baseline", "--timing-budget-s", "0.3", "--seeds", "2")
 
 
 def make_suite(root: Path) -> tuple[Path, Path]:

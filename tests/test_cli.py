@@ -69,7 +69,7 @@ def test_missing_candidate_exits_2(tmp_path):
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
 def test_cached_baselines_missing_from_the_store_are_measured_and_the_verdict_says_so(tmp_path):
     res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), "--device", "cpu", "--baselines", "cached",
-              "--no-compile-baseline", "--budget-s", "1", "--allow-torch-compute", "--json", "--store", str(tmp_path / "empty.sqlite"))
+              "--no-compile-baseline", "--timing-budget-s", "1", "--allow-torch-compute", "--json", "--store", str(tmp_path / "empty.sqlite"))
     assert res.returncode == 0, res.stderr[-2000:]
     verdict = json.loads(res.stdout)
     assert verdict["status"] == "correct" and verdict["baseline_source"] == "measured" and verdict["eager_ms"] > 0

@@ -22,7 +22,9 @@ from kernelwright.problems.loader import ProblemError
 from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
 
 out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped when piped
-err = Console(stderr=True)
+# Progress and errors: wrapped at the terminal's width on a terminal, never wrapped when stderr is a
+# file or a pipe (a log line stays one line).
+err = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -316,6 +318,11 @@ def baseline_cmd(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def old_name(p: argparse.ArgumentParser, old: str, dest: str, **kw) -> None:
+    """A flag's earlier name, still accepted, not shown: each flag has one name across the commands."""
+    p.add_argument(old, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
@@ -339,7 +346,8 @@ def policy_flags(e: argparse.ArgumentParser) -> None:
     e.add_argument("--allow-torch-compute", action="store_true", help="let the candidate compute with torch operators (refused by default)")
     e.add_argument("--allow-library", action="append", metavar="NAME",
                    help="let the candidate's GPU time include this library's kernels (repeatable; one of: " + ", ".join(LIBRARIES) + ")")
-    e.add_argument("--budget-s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
+    e.add_argument("--timing-budget-s", dest="budget_s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
+    old_name(e, "--budget-s", "budget_s", type=float)
     e.add_argument("--sanitize", action="store_true",
                    help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) and record the findings (GPU)")
     e.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
@@ -348,8 +356,24 @@ def policy_flags(e: argparse.ArgumentParser) -> None:
                         "strict (refuse to judge without the full sandbox), off (only the environment's allow-list)")
 
 
+class _Version(argparse.Action):
+    """--version: kernelwright's version, the commit of a source checkout, Python's version; no torch import."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001 - argparse's signature
+        import platform
+
+        from kernelwright import __version__
+        from kernelwright.agent.exporting import git_commit
+
+        commit = git_commit()
+        where = f"source checkout at {commit}" if commit else "installed"
+        sys.stdout.write(f"kernelwright {__version__} ({where}; Python {platform.python_version()})\n")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelwright", description="Write, verify and select kernels that beat PyTorch.")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version (and the source checkout's commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     e = sub.add_parser("eval", help="judge a candidate against a problem")
     e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
@@ -383,11 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("baseline", help="time eager and torch.compile for a suite's problems and cache the times in the store")
     b.add_argument("--suite", default="builtin", help="builtin (default), builtin:LEVEL, kernelbench:PATH[:LEVEL], or a problem file or folder")
     b.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
-    b.add_argument("--mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline (default: default)")
+    b.add_argument("--compile-mode", dest="mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline (default: default)")
+    old_name(b, "--mode", "mode", choices=COMPILE_MODES)
     b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the allowance the baselines are timed with (default fp32)")
     b.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="torch.compile builds at a time (timing is always serial)")
-    b.add_argument("--budget-s", type=float, default=20.0, help="time budget of each problem's timing phase (default 20 s)")
-    b.add_argument("--no-compile", action="store_true", help="time eager only")
+    b.add_argument("--timing-budget-s", dest="budget_s", type=float, default=20.0, help="time budget of each problem's timing phase (default 20 s)")
+    old_name(b, "--budget-s", "budget_s", type=float)
+    b.add_argument("--no-compile-baseline", dest="no_compile", action="store_true", help="time eager only")
+    old_name(b, "--no-compile", "no_compile", action="store_true")
     b.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
     b.add_argument("--refresh", action="store_true", help="measure again even where the store holds times for this machine")
     b.add_argument("--json", action="store_true", help="print the records and per-level ratios as JSON and nothing else on stdout")

@@ -97,7 +97,8 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--n", type=int, default=100, help="tasks to accept (default 100)")
     s.add_argument("--out", default=None, help="the run's folder (default synth-sSEED)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--device", default="auto", help="auto, cpu (small-scale checks, runtime proxy) or cuda (full size, inductor, measured eager time)")
+    s.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
+                   help="auto (default), cpu (small-scale checks, runtime proxy) or cuda (full size, inductor, measured eager time)")
     s.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU core; at most 4 on a GPU, which they share)")
     s.add_argument("--window-ms", type=float, nargs=2, default=[1.0, 100.0], metavar=("LOW", "HIGH"), help="eager runtime window on the H200 (default 1 100)")
     s.add_argument("--against", action="append", default=None, help="suite (builtin, kernelbench:PATH) or folder to decontaminate against; repeatable (default builtin)")
@@ -108,7 +109,8 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--timeout-s", type=float, default=300.0, help="seconds per candidate before its worker is replaced")
     s.add_argument("--max-candidates", type=int, default=None, help="give up after this many candidates (default 20 n + 100)")
     s.add_argument("--from", dest="source", default=None, help="filter an exported set (a synth folder) again instead of composing, e.g. on a GPU")
-    s.add_argument("--composer-model", default=None, help="PROVIDER:MODEL: an LLM writes each candidate's program from the drawn operators (default: the rule composer)")
+    s.add_argument("--model", dest="composer_model", default=None, help="PROVIDER:MODEL: an LLM writes each candidate's program from the drawn operators (default: the rule composer)")
+    s.add_argument("--composer-model", dest="composer_model", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the earlier name of --model
     s.add_argument("--base-url", default=None, help="the composer model's server (OpenAI-compatible)")
     s.add_argument("--resume", action="store_true", help="continue the run in --out")
     s.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),

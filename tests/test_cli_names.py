@@ -1,0 +1,72 @@
+"""The command line a newcomer meets: --version, one name per flag across the commands, --device
+with the same choices everywhere, progress lines that stay whole in a log."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+from kernelwright.cli import build_parser
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)command's parser by its full name."""
+    found = {prefix or "kernelwright": parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(_commands(sub, f"{prefix} {name}".strip()))
+    return found
+
+
+def _visible(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {o: a for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+
+
+def test_version_is_quick_and_says_what_it_is():
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kernelwright", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("kernelwright 0.") and "Python" in done.stdout
+    assert time.monotonic() - t0 < 10  # no torch import (about 0.5 s on the CPU box)
+
+
+def test_one_name_per_flag_across_commands():
+    """The names a newcomer saw differ between commands are gone from every help text; the old
+    spellings still parse, hidden, so scripts keep working."""
+    commands = _commands(build_parser())
+    retired = {"--budget-s": "--timing-budget-s", "--composer-model": "--model", "--no-compile": "--no-compile-baseline", "--mode": "--compile-mode"}
+    for name, parser in commands.items():
+        shown = _visible(parser)
+        for old, new in retired.items():
+            assert old not in shown, f"{name} shows {old}; the name everywhere is {new}"
+        models = [o for o in shown if o.endswith("-model") or o == "--model"]
+        assert models in ([], ["--model"]), f"{name}: the model flag is --model, not {models}"
+        if "--device" in shown:
+            assert tuple(shown["--device"].choices or ()) == ("auto", "cuda", "cpu"), f"{name}: --device {shown['--device'].choices}"
+    p = build_parser()
+    args = p.parse_args(["eval", "p.py", "c.py", "--budget-s", "3"])
+    assert args.budget_s == 3.0
+    assert p.parse_args(["eval", "p.py", "c.py", "--timing-budget-s", "4"]).budget_s == 4.0
+    assert p.parse_args(["eval", "p.py", "c.py"]).budget_s == 20.0
+    args = p.parse_args(["baseline", "--mode", "max-autotune-no-cudagraphs", "--no-compile"])
+    assert args.mode == "max-autotune-no-cudagraphs" and args.no_compile is True
+    assert p.parse_args(["baseline"]).mode == "default" and p.parse_args(["baseline"]).no_compile is False
+    args = p.parse_args(["synth", "--composer-model", "openai:x"])
+    assert args.composer_model == "openai:x" and p.parse_args(["synth", "--model", "openai:y"]).composer_model == "openai:y"
+    assert p.parse_args(["synth"]).composer_model is None
+
+
+def test_synth_device_is_a_choice():
+    done = subprocess.run([sys.executable, "-m", "kernelwright", "synth", "--device", "gpu"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "invalid choice: 'gpu'" in done.stderr
+
+
+def test_progress_lines_stay_whole_when_stderr_is_not_a_terminal():
+    line = "progress " + " ".join(f"word{i}" for i in range(60))  # about 450 characters
+    code = f"from kernelwright.cli import err; err.print({line!r}, markup=False, highlight=False, style='dim')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == line

@@ -217,6 +217,37 @@ def test_usage_errors_exit_2(benched, tmp_path):
     assert cli("report", str(tmp_path / "x.json"), "-o", str(tmp_path / "x.html")).returncode == 2
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_the_shipped_examples_are_suites_with_their_solutions_beside_them():
+    from kernelwright.problems.suite import load_suite
+    from kernelwright.report.solutions import find_solutions
+
+    for device, names in (("cpu", ["elementwise_chain", "layernorm", "matmul", "softmax"]),
+                          ("cuda", ["elementwise_chain", "layernorm", "matmul", "softmax", "softmax_load_inline"])):
+        entries = load_suite(str(EXAMPLES / device))
+        assert [e.problem.name for e in entries] == names
+        found, warnings = find_solutions((), entries, None)  # no --solutions: the model_new.py beside each problem.py
+        assert sorted(found) == names and warnings == []
+        assert all(sol.ref == str(EXAMPLES / device / name) and "model_new.py" in sol.files for name, sol in found.items())
+    assert "kernels/matmul.cpp" in find_solutions((), load_suite(str(EXAMPLES / "cpu")), None)[0]["matmul"].files
+
+
+def test_bench_without_solutions_judges_the_one_beside_each_problem_and_says_what_it_wrote(tmp_path):
+    (tmp_path / "ex" / "affine").mkdir(parents=True)
+    (tmp_path / "ex" / "affine" / "problem.py").write_text(fx.PROBLEM)
+    (tmp_path / "ex" / "affine" / "model_new.py").write_text(fx.candidate())
+    res = cli("bench", "--suite", str(tmp_path / "ex"), *FAST, "--correctness-only", "--no-store", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [(r["name"], r["status"]) for r in json.loads(res.stdout)["problems"]] == [("affine", "correct")]
+    assert "bench file not written: no -o FILE given" in res.stderr and "verdicts not recorded in the store: --no-store" in res.stderr
+    (tmp_path / "bare" / "affine").mkdir(parents=True)
+    (tmp_path / "bare" / "affine" / "problem.py").write_text(fx.PROBLEM)
+    bare = cli("bench", "--suite", str(tmp_path / "bare"), *FAST, "--no-store")
+    assert bare.returncode == 2 and "no --solutions given" in bare.stderr
+
+
 def _doc(rows: list[tuple[str, str, float | None]], gpu: str = "H200", precision: str = "fp32") -> dict:
     from kernelwright.report.metrics import Bootstrap, bench_metrics, outcome_of
 

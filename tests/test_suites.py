@@ -13,9 +13,10 @@ from conftest import FIXTURES, JUDGE_TIMEOUT_S, TINY_TIMING, candidate, cli, nee
 from kernelwright.judge.policy import Policy
 from kernelwright.problems import meta, similarity
 from kernelwright.problems.loader import ProblemError, load_problem
-from kernelwright.problems.suite import LEVELS, builtin_problem, load_suite
+from kernelwright.problems.suite import LEVELS, Unloaded, builtin_problem, load_suite
 
 KB = FIXTURES / "kernelbench"
+KB_PARTIAL = FIXTURES / "kernelbench_partial"  # a checkout where one file is no problem and one imports a missing module
 LEVEL1_CATEGORIES = ("matmul", "convolution", "reduction", "normalization", "softmax", "activation", "pooling", "scan", "broadcast")
 MIN_COUNTS = {1: 40, 2: 30, 3: 10}
 
@@ -105,6 +106,16 @@ def test_kernelbench_loader_errors_are_clear(spec, match):
         load_suite(spec.format(kb=KB, fixtures=FIXTURES))
 
 
+def test_a_checkout_file_that_is_no_problem_is_recorded_and_the_rest_load():
+    with pytest.raises(ProblemError, match="4_No_model.py: missing Model"):
+        load_suite(f"kernelbench:{KB_PARTIAL}")  # strict by default (bench, baseline, eval)
+    unloaded: list[Unloaded] = []
+    entries = load_suite(f"kernelbench:{KB_PARTIAL}", unloaded=unloaded)
+    assert [e.problem.name for e in entries] == ["3_Scale_rows", "44_Needs_missing_module", "45_Tiny_MLP"]
+    assert [(u.name, u.level) for u in unloaded] == [("4_No_model", 1)] and "missing Model" in unloaded[0].reason
+    assert [e.id for e in load_suite(f"kernelbench:{KB_PARTIAL}:1:3")] == [3]  # one problem: the broken neighbour is not read
+
+
 # -- metadata and similarity ----------------------------------------------------------------------
 
 def test_metadata_counts_flops_and_bytes_without_running_the_problem():
@@ -136,6 +147,27 @@ def test_metadata_for_names_the_problem_that_fails(tmp_path):
         meta.metadata_for([load_problem(bad)])
 
 
+def test_metadata_of_a_problem_that_fails_costs_only_its_own_answer_and_the_rest_are_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    problems = [e.problem for e in load_suite(f"kernelbench:{KB_PARTIAL}", unloaded=[])]
+    found, failed = meta.metadata_or_errors(problems)
+    names = {p.hash: p.name for p in problems}
+    assert {names[h] for h in found} == {"3_Scale_rows", "45_Tiny_MLP"}
+    assert {names[h]: why for h, why in failed.items()} == {"44_Needs_missing_module": "needs module kw_fixture_missing_module, which is not installed here"}
+    cached = json.loads((tmp_path / "cache" / "problem_meta.json").read_text())
+    assert len(cached) == 2  # the answers are kept although one problem failed; the failure is not
+
+
+def test_metadata_draws_the_inputs_on_the_meta_device(tmp_path):
+    """A KernelBench input of several GB costs nothing: get_inputs() runs under the meta device."""
+    path = tmp_path / "huge.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.relu(x)\n\ndef get_inputs():\n    return [torch.randn(1 << 20, 1 << 20)]\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    m = meta.compute(path)
+    assert m["computed_on"] == "meta" and m["input_bytes"] == 4 << 40
+
+
 def test_similarity_ignores_names_numbers_and_docstrings_but_not_the_operation():
     src = (FIXTURES / "problems" / "rowsum.py").read_text()
     renamed = src.replace("ROWS", "HEIGHT").replace("COLS", "WIDTH").replace("64, 513", "4096, 8000").replace('"""Test fixture', '"""Another text')
@@ -160,6 +192,20 @@ def test_problems_list_json_has_computed_fields():
     assert [r["name"] for r in rows] == ["1_Small_square_matmul", "19_ReLU", "7_Gemm_ReLU_Scale"]
     assert {"name", "level", "flops", "bytes", "floor_ms", "category"} <= set(rows[0])
     assert rows[0]["flops"] == 2 * 64**3 and rows[0]["level"] == 1 and rows[2]["level"] == 2
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_problems_list_reports_a_problem_that_does_not_load_on_its_own_line_and_lists_the_rest():
+    res = cli("problems", "list", "--suite", f"kernelbench:{KB_PARTIAL}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "3_Scale_rows" in res.stdout and "45_Tiny_MLP" in res.stdout and "level 3: 1 problem(s)" in res.stdout
+    lines = res.stdout.splitlines()
+    assert "2 of 4 problem(s) could not be listed:" in lines
+    assert "  level 3 44_Needs_missing_module: needs module kw_fixture_missing_module, which is not installed here" in lines
+    assert any(x.startswith("  level 1 4_No_model: ") and "missing Model" in x for x in lines)
+    rows = json.loads(cli("problems", "list", "--suite", f"kernelbench:{KB_PARTIAL}", "--json").stdout)
+    assert [(r["name"], r["error"] is None) for r in rows] == [("3_Scale_rows", True), ("4_No_model", False),
+                                                               ("44_Needs_missing_module", False), ("45_Tiny_MLP", True)]
 
 
 @pytest.mark.timeout(300)
@@ -297,8 +343,11 @@ def test_metadata_child_survives_a_printing_problem_and_is_killed_when_one_hangs
     assert list(got.values())[0]["bytes"] == 2 * 16 * 4
     slow = tmp_path / "slow.py"
     slow.write_text(body.format("time.sleep(600)"))
-    with pytest.raises(RuntimeError, match="killed after 15 s"):
-        meta.metadata_for([load_problem(slow)], timeout_s=15)
+    after = tmp_path / "after.py"  # not cached: a fresh child must answer it after the hang
+    after.write_text(body.format("pass").replace("x * 2", "x * 3"))
+    problems = [load_problem(slow), load_problem(after)]
+    found, failed = meta.metadata_or_errors(problems, timeout_s=15)
+    assert failed[problems[0].hash].startswith("killed after 15 s") and found[problems[1].hash]["bytes"] == 2 * 16 * 4
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -260,7 +260,7 @@ def _run(tmp: Path, name: str, **kw) -> dict:
 @pytest.mark.slow
 def test_seeded_order_independent_and_resumable(tmp_path):
     two = _run(tmp_path, "two")
-    one = _run(tmp_path, "one", workers=1)
+    _run(tmp_path, "one", workers=1)
     ids = lambda name: [json.loads(line)["hash"] for line in (tmp_path / name / "tasks.jsonl").read_text().splitlines()]  # noqa: E731
     assert two["n_accepted"] == 5 and ids("two") == ids("one")
     # a shorter run, then a resume to the full count, gives the same set
@@ -523,3 +523,33 @@ def test_the_workers_run_task_code_sandboxed(tmp_path):
     assert [r["status"] for r in rows if r["index"] == 0] == ["rejected"], rows
     _run(tmp_path, "unboxed", n=1, source=src, window_ms=tuple(WIDE), dedup_threshold=0.999999, sandbox="off")
     assert outside.exists()  # the same task without the sandbox: the write is real
+
+
+# ---------------------------------------------------------------- what a run says it wrote
+
+def test_without_pyarrow_the_run_says_train_parquet_was_skipped_and_why_never_that_it_wrote_it(tmp_path, monkeypatch, capsys):
+    from kernelwright.cli import main
+    from kernelwright.synth import export, pipeline
+
+    def no_pyarrow():
+        raise RuntimeError("writing train.parquet needs pyarrow")
+
+    monkeypatch.setattr(export, "_pyarrow", no_pyarrow)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "train.parquet").write_text("from an earlier export")
+    task = {"id": "syn-s0-000000", "index": 0, "name": "Honest", "ops": ["linear"], "n_ops": 1, "level": 1, "source": HONEST,
+            "hash": "h", "seed": 0, "proxy_ms": 1.0, "measured_ms": None, "device": "cpu"}
+    summary = export.export_or_skip([task], tmp_path / "out")
+    assert summary["files"] == {"kernelbench": "kernelbench", "jsonl": "tasks.jsonl"}
+    assert summary["skipped"]["train.parquet"].startswith("pyarrow is not installed (pip install pyarrow")
+    assert not (tmp_path / "out" / "train.parquet").exists()  # a stale one would not match tasks.jsonl
+    report = {"export": summary, "n_accepted": 1, "wall_s": 0.1, "n_candidates": 1, "n_ops_histogram": {1: 1}, "stages": [],
+              "decontamination": {"n_contaminated": 0}}
+    monkeypatch.setattr(pipeline, "run_synth", lambda config, progress, composer: report)
+    with pytest.raises(SystemExit) as done:
+        main(["synth", "--n", "1", "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert done.value.code == 0
+    said = capsys.readouterr().out
+    wrote = next(line for line in said.splitlines() if line.startswith("wrote in "))
+    assert "train.parquet" not in wrote and "tasks.jsonl" in wrote and "kernelbench/ (1 task file(s))" in wrote
+    assert "skipped train.parquet: pyarrow is not installed (pip install pyarrow" in said

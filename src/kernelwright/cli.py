@@ -171,44 +171,63 @@ def problems_check_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _entries_with_meta(suite: str) -> list[tuple[object, dict]]:
-    """The suite's entries with their computed metadata (problem code runs in a child process)."""
-    from kernelwright.problems.meta import metadata_for
-    from kernelwright.problems.suite import load_suite
+def _suite_rows(suite: str) -> list[dict]:
+    """One row per file of the suite, in suite order: the entry with its computed metadata, or, for a
+    problem that did not load or whose metadata failed, its name and `error` (the rest still list)."""
+    from kernelwright.problems.meta import metadata_or_errors
+    from kernelwright.problems.suite import Unloaded, load_suite
 
-    entries = load_suite(suite)
+    unloaded: list[Unloaded] = []
+    entries = load_suite(suite, unloaded=unloaded)
     with err.status(f"computing metadata of {len(entries)} problem(s)") as status:
-        meta = metadata_for([e.problem for e in entries], progress=lambda i, n: status.update(f"computing metadata: {i}/{n}"))
-    return [(e, meta[e.problem.hash]) for e in entries]
+        meta, failed = metadata_or_errors([e.problem for e in entries], progress=lambda i, n: status.update(f"computing metadata: {i}/{n}"))
+    rows = [_problem_row(e, meta[e.problem.hash]) if e.problem.hash in meta else _failed_row(e.to_dict(), failed[e.problem.hash])
+            for e in entries]
+    rows += [_failed_row({"name": u.name, "spec": str(u.path), "level": u.level, "path": str(u.path)}, u.reason) for u in unloaded]
+    return sorted(rows, key=lambda r: (r["level"] is not None, r["level"] or 0))  # stable: suite order within a level
 
 
 def _problem_row(entry, m: dict) -> dict:
     return {**entry.to_dict(), "flops": m["flops"], "bytes": m["bytes"], "floor_ms": m["floor_ms"],
-            "ceiling_ms": m["ceiling_ms"], "inputs": m["inputs"], "outputs": m["outputs"], "metadata_computed_on": m["computed_on"]}
+            "ceiling_ms": m["ceiling_ms"], "inputs": m["inputs"], "outputs": m["outputs"], "metadata_computed_on": m["computed_on"],
+            "error": None}
+
+
+def _failed_row(base: dict, reason: str) -> dict:
+    keys = ("name", "spec", "suite", "level", "category", "id", "path", "hash", "flops", "bytes", "floor_ms", "ceiling_ms", "inputs",
+            "outputs", "metadata_computed_on")
+    return {**{k: base.get(k) for k in keys}, "error": reason}
 
 
 def problems_list_cmd(args: argparse.Namespace) -> int:
-    """The problems of a suite with their computed FLOPs, bytes, floor and ceiling; counts per level and category."""
-    rows = [_problem_row(e, m) for e, m in _entries_with_meta(args.suite)]
+    """The problems of a suite with their computed FLOPs, bytes, floor and ceiling; counts per level and
+    category; then one line per problem that could not be listed, with why."""
+    rows = _suite_rows(args.suite)
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return 0
     from rich.table import Table
 
+    listed, failed = [r for r in rows if r["error"] is None], [r for r in rows if r["error"] is not None]
     table = Table(title=f"problems in {args.suite}")
     for col in ("level", "name", "category", "GFLOP", "data MB", "floor ms", "ceiling fp32 ms"):
         table.add_column(col, justify="right" if col not in ("name", "category") else "left")
-    for r in rows:
+    for r in listed:
         table.add_row("-" if r["level"] is None else str(r["level"]), r["name"], r["category"] or "-", f"{r['flops'] / 1e9:.3g}",
                       f"{r['bytes'] / 1e6:.4g}", f"{r['floor_ms']:.3g}", f"{r['ceiling_ms']['fp32']:.3g}")
     out.print(table)
     counts: dict = {}
-    for r in rows:
+    for r in listed:
         counts.setdefault(r["level"], {}).setdefault(r["category"] or "-", 0)
         counts[r["level"]][r["category"] or "-"] += 1
     for level in sorted(counts, key=lambda x: -1 if x is None else x):
         by_cat = ", ".join(f"{c} {n}" for c, n in sorted(counts[level].items()))
         out.print(f"level {'-' if level is None else level}: {sum(counts[level].values())} problem(s): {by_cat}")
+    if failed:
+        out.print(f"{len(failed)} of {len(rows)} problem(s) could not be listed:", highlight=False)
+    for r in failed:
+        where = f"level {r['level']} " if r["level"] is not None else ""
+        out.print(f"  {where}{r['name']}: {r['error']}", highlight=False, markup=False)
     return 0
 
 

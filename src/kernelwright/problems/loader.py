@@ -73,12 +73,22 @@ def load_problem(spec: str | Path) -> Problem:
     return Problem(name=name, path=path, source=source, hash=hashlib.sha256(raw).hexdigest())
 
 
-def load_problems(spec: str | Path) -> list[Problem]:
-    """A problem file, or every problem file in a folder (sorted; files starting with _ skipped)."""
+def problem_files(spec: str | Path) -> list[Path]:
+    """The problem files a path names: the file itself, or in a folder every `*.py` (sorted; files
+    starting with _ skipped) and every `NAME/problem.py` (the shipped examples' layout, where
+    `NAME/model_new.py` is the problem's solution)."""
     path = Path(spec).expanduser()
-    if path.is_dir():
-        files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
-        if not files:
-            raise ProblemError(f"{path.resolve()}: no problem files (*.py) in this folder")
-        return [load_problem(p) for p in files]
-    return [load_problem(spec)]
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+    files += sorted(p for p in path.glob("*/problem.py") if not p.parent.name.startswith(("_", ".")))
+    if not files:
+        raise ProblemError(f"{path.resolve()}: no problem files in this folder (*.py, or NAME/problem.py)")
+    return files
+
+
+def load_problems(spec: str | Path) -> list[Problem]:
+    """A problem file, or every problem file in a folder (problem_files)."""
+    if not Path(spec).expanduser().is_dir():
+        return [load_problem(spec)]
+    return [load_problem(p) for p in problem_files(spec)]

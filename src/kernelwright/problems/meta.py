@@ -9,7 +9,8 @@ run for real on the CPU instead, and the record says so.
 
 `compute(path)` runs in the process that calls it; `metadata_for(problems)` runs the problems' code in
 a child process, as everything that runs problem code outside the judge's own children does, and
-caches the answers by content hash.
+caches the answers by content hash; `metadata_or_errors` also returns, per problem, why it failed
+(a missing module, an exception, a hang), without giving up on the others.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generator, Iterator
 
 from kernelwright.judge import roofline
 
@@ -100,10 +101,22 @@ def _torch_version() -> str:
         return "unknown"
 
 
-def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | None = None, timeout_s: float = 600.0) -> dict[str, dict[str, Any]]:
-    """{problem hash: metadata} for loaded problems; problem code runs in one child process, and
-    answers are cached by (content hash, torch version, META_VERSION). Raises RuntimeError, naming
-    the problem, when its metadata cannot be computed."""
+def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | None = None, timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
+    """{problem hash: metadata} for loaded problems (see metadata_or_errors); RuntimeError, naming
+    the first problem that failed and why, when any failed."""
+    found, failed = metadata_or_errors(problems, progress=progress, timeout_s=timeout_s)
+    for p in problems:
+        if p.hash in failed:
+            raise RuntimeError(f"{p.path}: computing its metadata failed: {failed[p.hash]}")
+    return found
+
+
+def metadata_or_errors(problems: list[Any], *, progress: Callable[[int, int], None] | None = None,
+                       timeout_s: float = 120.0) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """({problem hash: metadata}, {problem hash: why it failed}) for loaded problems. Problem code
+    runs in a child process; a problem that fails, hangs past timeout_s or kills the child costs
+    only its own answer (a fresh child takes the rest). Answers are cached by (content hash, torch
+    version, META_VERSION), failures never (a missing module may be installed by the next run)."""
     cache_path = _cache_file()
     try:
         cache = json.loads(cache_path.read_text())
@@ -111,60 +124,89 @@ def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | 
         cache = {}
     tv = _torch_version()
     key = {p.hash: f"{p.hash}:{tv}:{META_VERSION}" for p in problems}
-    todo = [p for p in problems if key[p.hash] not in cache]
-    if todo:
-        for answer, p in _run_child([str(p.path) for p in todo], todo, timeout_s):
-            cache[key[p.hash]] = answer
+    todo = list({key[p.hash]: p for p in problems if key[p.hash] not in cache}.values())  # one run per content
+    failed: dict[str, str] = {}
+    try:
+        for n, (i, answer, error) in enumerate(_answers([str(p.path) for p in todo], timeout_s), 1):
+            if error is None:
+                cache[key[todo[i].hash]] = answer
+            else:
+                failed[todo[i].hash] = error
             if progress:
-                progress(len([q for q in todo if key[q.hash] in cache]), len(todo))
-        try:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, cache_path)
-        except OSError:
-            pass  # a cache that cannot be written costs time, not answers
-    return {p.hash: cache[key[p.hash]] for p in problems}
+                progress(n, len(todo))
+    finally:
+        if todo:
+            _write_cache(cache_path, cache)
+    return {p.hash: cache[key[p.hash]] for p in problems if p.hash not in failed}, failed
 
 
-def _run_child(paths: list[str], problems: list[Any], timeout_s: float) -> Any:
-    """Yield (metadata, problem) from one child process, in order. The child's answers come on a
-    pipe of their own, so a problem that prints cannot corrupt them; its stdout and stderr go to a
-    file (no pipe to fill up); the whole child is killed after timeout_s. RuntimeError names the
-    problem that failed."""
+def _write_cache(path: Path, cache: dict[str, Any]) -> None:
+    """Replace the cache file atomically; a cache that cannot be written costs time, not answers."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def reason_of(exc: BaseException) -> str:
+    """Why a problem's metadata could not be computed, in a line: a missing module by its name."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return f"needs module {exc.name}, which is not installed here"
+    return f"{type(exc).__name__}: {str(exc)[:500]}"
+
+
+def _answers(paths: list[str], timeout_s: float) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """(index, metadata or None, error or None) for every path, in order, from as many children as
+    it takes: one that dies or hangs past timeout_s on a problem is replaced after it."""
+    start = 0
+    while start < len(paths):
+        start = yield from _one_child(paths, start, timeout_s)
+
+
+def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tuple[int, Any, str | None], None, int]:
+    """Answers for paths[start:] from one child; returns where the next child starts. The answers
+    come on a pipe of their own, so a problem that prints cannot corrupt them; its stdout and stderr
+    go to a file (no pipe to fill up); each problem gets timeout_s (the first also pays the import of
+    torch), then the child is killed."""
+    import select
     import tempfile
-    import threading
 
     src = str(Path(__file__).resolve().parents[2])
     pythonpath = os.pathsep.join(x for x in (src, os.environ.get("PYTHONPATH", "")) if x)
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-m", "kernelwright.problems.meta", str(write_fd)], stdin=subprocess.PIPE,
-                                stdout=log, stderr=log, pass_fds=(write_fd,), text=True, env={**os.environ, "PYTHONPATH": pythonpath})
+                                stdout=log, stderr=log, pass_fds=(write_fd,), env={**os.environ, "PYTHONPATH": pythonpath})
         os.close(write_fd)
-        timer = threading.Timer(timeout_s, proc.kill)
-        timer.start()
         try:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps(paths))
+            proc.stdin.write(json.dumps(paths[start:]).encode())
             proc.stdin.close()
-            done = 0
-            with os.fdopen(read_fd) as answers:
-                for line in answers:
+            buf, at = b"", start
+            while at < len(paths):
+                if b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
                     answer = json.loads(line)
-                    p = problems[answer["index"]]
-                    if "error" in answer:
-                        raise RuntimeError(f"{p.path}: computing its metadata failed: {answer['error']}")
-                    done += 1
-                    yield answer["meta"], p
-            if done != len(paths):
-                proc.wait(timeout=30)
-                log.seek(0)
-                tail = log.read()[-2000:].decode(errors="replace")
-                what = f"killed after {timeout_s:g} s" if not timer.is_alive() else f"exit {proc.returncode}"
-                raise RuntimeError(f"the metadata child stopped at {problems[done].path} ({what}): {tail}")
+                    yield at, answer.get("meta"), answer.get("error")
+                    at += 1
+                    continue
+                ready, _, _ = select.select([read_fd], [], [], timeout_s)
+                chunk = os.read(read_fd, 1 << 16) if ready else b""
+                if not chunk:
+                    proc.kill()
+                    proc.wait()
+                    log.seek(0)
+                    tail = log.read()[-2000:].decode(errors="replace").strip()
+                    what = f"killed after {timeout_s:g} s" if not ready else f"the metadata child exited {proc.returncode}"
+                    yield at, None, what + (f": {tail}" if tail else "")
+                    return at + 1
+                buf += chunk
+            return at
         finally:
-            timer.cancel()
+            os.close(read_fd)
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
@@ -174,15 +216,13 @@ def _child_main(answer_fd: int) -> None:
     """Read a JSON list of paths on stdin; write one JSON line per problem, in order, to answer_fd."""
     paths = json.loads(sys.stdin.read())
     with os.fdopen(answer_fd, "w") as answers:
-        for i, path in enumerate(paths):
+        for path in paths:
             try:
-                answer = {"index": i, "meta": compute(path)}
+                answer = {"meta": compute(path)}
             except BaseException as exc:  # noqa: BLE001 - the parent names the problem
-                answer = {"index": i, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+                answer = {"error": reason_of(exc)}
             answers.write(json.dumps(answer) + "\n")
             answers.flush()
-            if "error" in answer:
-                return
 
 
 if __name__ == "__main__":

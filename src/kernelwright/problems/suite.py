@@ -4,7 +4,8 @@ A suite spec is one of:
   builtin                    every built-in problem (levels 1-3)
   builtin:LEVEL              one level of it (`builtin:1` or `builtin:level1`)
   kernelbench:PATH[:LEVEL]   a KernelBench checkout (PATH holds `KernelBench/levelN/` or `levelN/`)
-  PATH                       a problem file or a folder of them
+  PATH                       a problem file, or a folder of them (`*.py`, and `NAME/problem.py` as the
+                             shipped examples are laid out, each with its solution `NAME/model_new.py`)
 and a single problem is `builtin:NAME`, `kernelbench:PATH:LEVEL:ID` or a path to a `.py` file.
 
 The built-in problems live in `kernelwright/problems/builtin/levelN/NAME.py`; each names its
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelwright.problems.loader import Problem, ProblemError, load_problem, load_problems
+from kernelwright.problems.loader import Problem, ProblemError, load_problem, problem_files
 from kernelwright import pysource
 
 BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
@@ -50,6 +51,34 @@ class Entry:
     def to_dict(self) -> dict[str, object]:
         return {"name": self.problem.name, "spec": self.spec, "suite": self.suite, "level": self.level, "category": self.category,
                 "id": self.id, "path": str(self.problem.path), "hash": self.problem.hash}
+
+
+@dataclass(frozen=True)
+class Unloaded:
+    """A file of a suite that did not load as a problem, and why (load_suite with `unloaded=`)."""
+
+    name: str  # what it would have been called
+    path: Path  # the file
+    level: int | None  # its level, where the suite has levels
+    reason: str  # the loader's message
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "path": str(self.path), "level": self.level, "error": self.reason}
+
+
+def _load_each(files: list[tuple[int | None, Path]], unloaded: list[Unloaded] | None) -> list[tuple[int | None, Path, Problem]]:
+    """(level, path, problem) for the files that load; a file that does not raises its ProblemError,
+    or, when `unloaded` is a list, goes there and the others still load."""
+    out = []
+    for level, path in files:
+        try:
+            out.append((level, path, load_problem(path)))
+        except ProblemError as exc:
+            if unloaded is None:
+                raise
+            name = path.parent.name if path.stem in ("problem", "model") else path.stem
+            unloaded.append(Unloaded(name, path.resolve(), level, str(exc)))
+    return out
 
 
 def category_of(problem: Problem) -> str | None:
@@ -114,21 +143,24 @@ def _kernelbench_root(path: Path, spec: str) -> Path:
     raise ProblemError(f"{spec}: {path} holds no KernelBench layout (expected levelN/ folders there or under KernelBench/)")
 
 
-def _kernelbench_entries(root: Path, level: int | None, spec: str) -> list[Entry]:
+def _kernelbench_entries(root: Path, level: int | None, spec: str, unloaded: list[Unloaded] | None = None,
+                         pid: int | None = None) -> list[Entry]:
+    """The problems of one level or all; only problem `pid` when given (the other files are not read)."""
     levels = sorted(int(p.name[5:]) for p in root.glob("level[0-9]*") if p.is_dir() and p.name[5:].isdigit())
     if level is not None:
         if level not in levels:
             raise ProblemError(f"{spec}: no level{level}/ under {root} (levels there: {', '.join(map(str, levels)) or 'none'})")
         levels = [level]
-    entries = []
+    files, ids = [], {}
     for lv in levels:
-        files = [(int(m.group(1)), p) for p in (root / f"level{lv}").glob("*.py") if (m := _KB_FILE.match(p.name))]
-        for pid, path in sorted(files):
-            problem = load_problem(path)
-            entries.append(Entry(problem, "kernelbench", lv, category_of(problem), pid))
-    if not entries:
+        found = [(int(m.group(1)), p) for p in (root / f"level{lv}").glob("*.py") if (m := _KB_FILE.match(p.name))]
+        files.extend((lv, p) for i, p in sorted(found) if pid is None or i == pid)
+        ids.update((p, i) for i, p in found)
+    if not files and pid is not None:
+        raise ProblemError(f"{spec}: no problem {pid} in level {level} under {root}")
+    if not files:
         raise ProblemError(f"{spec}: no KernelBench problem files (ID_Name.py) under {root}")
-    return entries
+    return [Entry(problem, "kernelbench", lv, category_of(problem), ids[path]) for lv, path, problem in _load_each(files, unloaded)]
 
 
 def _split_kernelbench(spec: str) -> tuple[Path, list[str]]:
@@ -145,8 +177,10 @@ def _split_kernelbench(spec: str) -> tuple[Path, list[str]]:
     raise ProblemError(f"{spec}: no such folder {parts[0]!r}")
 
 
-def load_suite(spec: str) -> list[Entry]:
-    """Every problem a suite spec names (see the module docstring); ProblemError when it names none."""
+def load_suite(spec: str, *, unloaded: list[Unloaded] | None = None) -> list[Entry]:
+    """Every problem a suite spec names (see the module docstring); ProblemError when it names none.
+    A file of a KernelBench checkout or a folder that does not load raises its ProblemError, unless
+    `unloaded` is a list: then it is recorded there and the rest of the suite still loads."""
     spec = str(spec).strip()
     if spec == "builtin" or spec.startswith("builtin:"):
         rest = spec[len("builtin:"):] if ":" in spec else ""
@@ -157,20 +191,22 @@ def load_suite(spec: str) -> list[Entry]:
             raise ProblemError(f"{spec}: the built-in suite has levels {', '.join(map(str, LEVELS))}")
         return [_builtin_entry(lv, p) for lv, p in _builtin_files(level)]
     if spec.startswith("kernelbench:"):
-        path, rest = _split_kernelbench(spec)
-        root = _kernelbench_root(path, spec)
-        if len(rest) > 2:
-            raise ProblemError(f"{spec}: write kernelbench:PATH[:LEVEL[:ID]]")
-        entries = _kernelbench_entries(root, _parse_level(rest[0], spec) if rest else None, spec)
-        if len(rest) == 2:
-            if not rest[1].isdigit():
-                raise ProblemError(f"{spec}: {rest[1]!r} is not a problem number")
-            entries = [e for e in entries if e.id == int(rest[1])]
-            if not entries:
-                raise ProblemError(f"{spec}: no problem {rest[1]} in level {rest[0]} under {root}")
-        return entries
-    problems = load_problems(spec)
-    return [Entry(p, "path", None, category_of(p)) for p in problems]
+        return _kernelbench_suite(spec, unloaded)
+    loaded = _load_each([(None, p) for p in problem_files(spec)], unloaded if Path(spec).expanduser().is_dir() else None)
+    return [Entry(p, "path", None, category_of(p)) for _, _, p in loaded]
+
+
+def _kernelbench_suite(spec: str, unloaded: list[Unloaded] | None) -> list[Entry]:
+    path, rest = _split_kernelbench(spec)
+    root = _kernelbench_root(path, spec)
+    if len(rest) > 2:
+        raise ProblemError(f"{spec}: write kernelbench:PATH[:LEVEL[:ID]]")
+    level = _parse_level(rest[0], spec) if rest else None
+    if len(rest) < 2:
+        return _kernelbench_entries(root, level, spec, unloaded)
+    if not rest[1].isdigit():
+        raise ProblemError(f"{spec}: {rest[1]!r} is not a problem number")
+    return _kernelbench_entries(root, level, spec, unloaded, int(rest[1]))
 
 
 def resolve_problem(spec: str | Path) -> Problem:

@@ -36,7 +36,7 @@ class BenchConfig:
     """What to bench and where the results go."""
 
     suite: str  # suite spec (builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], a folder)
-    sources: tuple[str, ...]  # solution folders and run ids
+    sources: tuple[str, ...]  # solution folders and run ids; none: the model_new.py beside each DIR/problem.py
     only: tuple[str, ...] = ()  # problem names to keep (all when empty)
     device: str = "auto"  # auto, cuda or cpu
     store: Optional[Path] = None  # SQLite store (baselines, runs, verdicts)
@@ -46,8 +46,6 @@ class BenchConfig:
     boot: Bootstrap = Bootstrap()  # how intervals are drawn
 
     def __post_init__(self) -> None:
-        if not self.sources:
-            raise ValueError("a bench needs at least one solutions folder or run id")
         if self.resume and self.out is None:
             raise ValueError("--resume needs -o FILE (the bench to resume)")
 

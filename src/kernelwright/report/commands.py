@@ -94,6 +94,8 @@ def bench_cmd(args: argparse.Namespace) -> int:
         bar.update(task, completed=len(doc["problems"]), description="done", phase="")
     if args.json:
         sys.stdout.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        for line in written_lines(doc, args):
+            err.print(line, markup=False, highlight=False)
         return 0
     out.print(problems_table(doc))
     out.print(summary_table(doc))
@@ -103,9 +105,26 @@ def bench_cmd(args: argparse.Namespace) -> int:
               highlight=False, markup=False)
     for w in doc.get("warnings", []):
         err.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    if args.o:
-        out.print(f"bench written to {args.o}", highlight=False, markup=False)
+    for line in written_lines(doc, args):
+        out.print(line, highlight=False, markup=False)
     return 0
+
+
+def written_lines(doc: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """What the bench wrote, and what it did not and why: the bench file and the store."""
+    from kernelwright.store.db import default_store_path
+
+    rows = doc["problems"]
+    lines = [f"wrote {args.o} (the bench document, {len(rows)} problem(s))" if args.o else "bench file not written: no -o FILE given"]
+    judged = [r for r in rows if r.get("verdict")]
+    kept = [r for r in judged if r.get("verdict_id")]
+    store = args.store or default_store_path()
+    if args.no_store:
+        lines.append(f"verdicts not recorded in the store: --no-store ({len(judged)} judged)")
+    elif judged:
+        lines.append(f"recorded {len(kept)} of {len(judged)} verdict(s) in the store {store}"
+                     + ("" if len(kept) == len(judged) else "; the others' notes say why not"))
+    return lines
 
 
 def _names(values: Optional[list[str]]) -> list[str]:
@@ -174,10 +193,12 @@ def add_parsers(sub: Any) -> None:
     from kernelwright.cli import policy_flags
 
     b = sub.add_parser("bench", help="judge one candidate per problem of a suite: pass rate, faster-than rates, fast_p, geomean speedups")
-    b.add_argument("--suite", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], or a folder of problems")
+    b.add_argument("--suite", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], or a folder of problems "
+                                                   "(NAME.py files, or NAME/problem.py folders such as examples/cpu)")
     service_flag(b)
-    b.add_argument("--solutions", nargs="+", required=True, metavar="DIR|RUN",
-                   help="folders holding NAME.py or NAME/model_new.py per problem (or under levelN/), and run ids (their best candidate)")
+    b.add_argument("--solutions", nargs="+", default=[], metavar="DIR|RUN",
+                   help="folders holding NAME.py or NAME/model_new.py per problem (or under levelN/), and run ids (their best candidate); "
+                        "default: the model_new.py beside each problem written as DIR/problem.py (the shipped examples: --suite examples/cpu)")
     b.add_argument("--only", action="append", metavar="NAMES", help="comma-separated problem names to keep (repeatable)")
     b.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
     b.add_argument("--json", action="store_true", help="print the bench document as JSON on stdout and nothing else there")

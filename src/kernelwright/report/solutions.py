@@ -1,8 +1,10 @@
-"""Where a bench's candidates come from: folders of files named after the problems, or agent runs.
+"""Where a bench's candidates come from: folders of files named after the problems, agent runs, or,
+when no source is named, the solution beside each problem.
 
 A folder gives, for a problem NAME, `NAME.py` (a single-file candidate) or `NAME/` (a folder holding
 model_new.py and its kernels), at its top or under `levelN/`. A run gives the candidate its run kept
-as best, taken from the store. One candidate per problem: two sources naming the same problem are a
+as best, taken from the store. Beside the problem: a problem file `DIR/problem.py` whose folder holds
+`DIR/model_new.py` (the shipped examples' layout) has that folder as its candidate, as `demo` judges it. One candidate per problem: two sources naming the same problem are a
 usage error, never a silent choice (picking the best of several would be best-of-trajectory
 selection).
 """
@@ -63,6 +65,12 @@ def folder_solutions(root: Path, entries: Sequence[Entry]) -> dict[str, Solution
         if found is not None:
             out[e.problem.name] = _from_path(found)
     return out
+
+
+def beside_solutions(entries: Sequence[Entry]) -> dict[str, Solution]:
+    """{problem name: solution} for the problems written as DIR/problem.py beside DIR/model_new.py."""
+    return {e.problem.name: _from_path(e.problem.path.parent) for e in entries
+            if e.problem.path.name == "problem.py" and (e.problem.path.parent / "model_new.py").is_file()}
 
 
 def unmatched_files(root: Path, entries: Sequence[Entry]) -> list[str]:
@@ -161,7 +169,14 @@ def _add(found: dict[str, Solution], name: str, sol: Solution) -> None:
 
 
 def find_solutions(sources: Sequence[str], entries: Sequence[Entry], store: Optional[Path]) -> tuple[dict[str, Solution], list[str]]:
-    """({problem name: solution}, warnings) from folders and run ids, in the order given."""
+    """({problem name: solution}, warnings) from folders and run ids, in the order given; with no
+    source, the solutions beside the problems (a usage error when no problem has one)."""
+    if not sources:
+        found = beside_solutions(entries)
+        if not found:
+            raise UsageError("no --solutions given, and no problem of the suite is a DIR/problem.py with DIR/model_new.py beside it; "
+                             "name a folder of candidates or a run id")
+        return found, []
     found: dict[str, Solution] = {}
     warnings: list[str] = []
     runs = [s for s in sources if not Path(s).exists()]

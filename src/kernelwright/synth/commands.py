@@ -37,7 +37,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
 
     from kernelwright.cli import err, out
     from kernelwright.judge.evaluate import resolve_device
-    from kernelwright.synth.pipeline import SynthConfig, run_synth
+    from kernelwright.synth.pipeline import SynthConfig, run_synth, written_lines
 
     if args.source and not (Path(args.source) / "tasks.jsonl").is_file():
         raise UsageError(f"--from needs a synthesis folder with tasks.jsonl, got {args.source}")
@@ -75,11 +75,15 @@ def synth_cmd(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     if args.json:
         out.print_json(json.dumps(report, default=str))
+        for line in written_lines(report, config.out):
+            err.print(line, markup=False, highlight=False)
         return 0 if report["n_accepted"] >= config.n else 1
     out.print(stage_table(report))
     out.print(f"{report['n_accepted']} of {config.n} tasks in {report['wall_s']} s from {report['n_candidates']} candidates; "
               f"operators per task {report['n_ops_histogram']}; {report['decontamination']['n_contaminated']} contaminated "
-              f"(threshold {config.threshold}); written to {config.out} (report.md, tasks.jsonl, train.parquet, kernelbench/)")
+              f"(threshold {config.threshold})", markup=False, highlight=False)
+    for line in written_lines(report, config.out):
+        out.print(line, markup=False, highlight=False)
     return 0 if report["n_accepted"] >= config.n else 1
 
 

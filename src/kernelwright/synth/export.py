@@ -128,13 +128,32 @@ def load_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
+PYARROW_MISSING = "pyarrow is not installed (pip install pyarrow, or pip install 'kernelwright[synth]')"
+
+
 def _pyarrow() -> tuple[Any, Any]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise RuntimeError("writing train.parquet needs pyarrow: pip install 'kernelwright[synth]'") from None
+        raise RuntimeError(f"writing {PARQUET_NAME} needs pyarrow: {PYARROW_MISSING}") from None
     return pa, pq
+
+
+def export_or_skip(tasks: list[dict[str, Any]], out: Path, *, device: str = "cuda") -> dict[str, Any]:
+    """export_tasks, and without pyarrow the files that need none: the summary's `skipped` then says
+    {train.parquet: why}. A train.parquet left there by an earlier export would not match the new
+    tasks.jsonl, so it is removed, and the reason says so."""
+    try:
+        return {**export_tasks(tasks, out, device=device), "skipped": {}}
+    except RuntimeError:
+        summary = export_tasks(tasks, out, device=device, parquet=False)
+    stale = Path(out) / PARQUET_NAME
+    why = PYARROW_MISSING
+    if stale.exists():
+        stale.unlink()
+        why += f"; the {PARQUET_NAME} of an earlier export there was removed (it did not match the new tasks)"
+    return {**summary, "skipped": {PARQUET_NAME: why}}
 
 
 def parquet_schema(pa: Any) -> Any:

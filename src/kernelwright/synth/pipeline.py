@@ -123,7 +123,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
     """Run (or resume) a synthesis; returns the report (also written to out/report.json and report.md).
     `composer` (synth.llm_composer.LLMComposer) writes each candidate's source instead of the rules."""
     from kernelwright.synth.cost import load_calibration
-    from kernelwright.synth.export import export_tasks, load_jsonl
+    from kernelwright.synth.export import export_or_skip, load_jsonl
 
     out = Path(config.out)
     given = load_jsonl(Path(config.source) / "tasks.jsonl") if config.source else None
@@ -155,10 +155,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
                 if (len(state.results), len(state.checked)) == before:
                     break
     wall = time.monotonic() - t0
-    try:
-        export = export_tasks(state.accepted, out, device="cuda")
-    except RuntimeError as exc:  # no pyarrow here: keep the files that need none, and say so
-        export = dict(export_tasks(state.accepted, out, device="cuda", parquet=False), warning=str(exc))
+    export = export_or_skip(state.accepted, out, device="cuda")  # no pyarrow: the files that need none, and `skipped` says why
     report = build_report(config, state, wall, export, context)
     _write_json(out / "report.json", report)
     (out / "report.md").write_text(render_markdown(report))
@@ -404,7 +401,21 @@ def render_markdown(report: dict[str, Any]) -> str:
     d = report["decontamination"]
     lines += [f"Decontamination against {d['against']} ({d['n_references']} programs) at {d['threshold']}: {d['n_contaminated']} rejected"]
     lines += [f"- {p['task']} {p['name']}: " + ", ".join(f"{m['reference']} {m['similarity']}" for m in p["matches"]) for p in d["pairs"]]
+    lines += ["", *(f"- {line}" for line in written_lines(report, "this folder"))]
     return "\n".join(lines) + "\n"
+
+
+RUN_FILES = ("report.json", "report.md", "candidates.jsonl", "manifest.json")  # what every run writes beside the export
+
+
+def written_lines(report: dict[str, Any], where: str | Path) -> list[str]:
+    """What the run wrote in its folder (named `where`), and each file it skipped with why (from the
+    export summary)."""
+    export = report["export"]
+    files = export["files"]
+    wrote = [f"{files['kernelbench']}/ ({export['n']} task file(s))" if k == "kernelbench" else name for k, name in files.items()]
+    lines = [f"wrote in {where}: " + ", ".join([*wrote, *RUN_FILES])]
+    return lines + [f"skipped {name}: {why}" for name, why in export.get("skipped", {}).items()]
 
 
 def _write_json(path: Path, data: Any) -> None:

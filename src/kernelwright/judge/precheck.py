@@ -70,9 +70,9 @@ def precheck(problem_source: str, main: Path, root: Path) -> Early | None:
     if not _binds(tree, NAME) and not any(_dynamic(t) for t in _python_trees(root, main, tree)):
         classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
         seen = f" (classes it defines: {', '.join(classes)})" if classes else ""
-        return Early(Status.COMPILE_ERROR, f"{main.name}: the candidate defines no class {NAME}{seen}; "
+        return Early(Status.COMPILE_ERROR, f"{main}: the candidate defines no class {NAME}{seen}; "
                                            f"the judge constructs {NAME}(*get_init_inputs()) and calls it as Model is called")
-    return _signatures(tree, ref, main.name)
+    return _signatures(tree, ref, str(main))
 
 
 def _signatures(tree: ast.Module, ref: ast.Module, file: str) -> Early | None:

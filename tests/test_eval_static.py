@@ -267,3 +267,20 @@ def test_torch_versions_are_read_without_importing_torch():
     import torch
 
     assert version == torch.__version__ and imported == "False", out.stderr
+
+
+def test_a_served_verdict_names_the_callers_folder(tmp_path, no_children):
+    """The service judges its own copy; the client sends how the user named the folder."""
+    import base64
+
+    from kernelwright.client.service import validate
+
+    cand = write(tmp_path / "job" / "candidate", "model_new.py", SYNTAX)
+    v = ev.evaluate(ROWSUM, cand.parent, Policy(time_candidate=False), device="cpu", shown_as="work/mine")
+    assert "work/mine/model_new.py:2:" in v.log and str(tmp_path) not in v.log, v.log
+    request = {"problem": {"name": "rowsum", "source_b64": base64.b64encode(ROWSUM.read_bytes()).decode()},
+               "candidate": {"files": {"model_new.py": SYNTAX}, "shown_as": "work/mine"}}
+    validate(request)
+    request["candidate"]["shown_as"] = 3
+    with pytest.raises(ValueError, match="shown_as"):
+        validate(request)

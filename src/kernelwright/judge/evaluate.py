@@ -109,6 +109,9 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         early = flow.read_statically()  # before any child process starts: what the source alone settles
         if early is not None:
             say(f"verdict {early.status.value} (from reading the source; nothing ran)")
+            if policy.sanitize:
+                early = dataclasses.replace(early, sanitizer={"ran": False, "reason": "the verdict came from reading the source: "
+                                                              "no candidate to run", "tools": []})
             return _as_given(early, flow.copies, candidate, shown_as)
         forkpool.warm_up()  # its torch import overlaps the build
         with _cancellable(flow, cancel):

@@ -41,10 +41,10 @@ class ModelNew(nn.Module):
 FORWARD = CTOR.replace("def __init__(self, a, b)", "def __init__(self)").replace("def forward(self, x)", "def forward(self, x, y)")
 
 
-def precheck(*args):
+def precheck(*args, **kwargs):
     from kernelwright.judge.precheck import precheck as read  # here: the rest of the file runs on code without it
 
-    return read(*args)
+    return read(*args, **kwargs)
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -136,7 +136,7 @@ def test_signatures_against_the_references(tmp_path, init, forward, decided):
             def forward({forward}):
                 return None
         """)
-    early = precheck(textwrap.dedent(TWO_INPUTS), cand, tmp_path)
+    early = precheck(textwrap.dedent(TWO_INPUTS), cand)
     assert (early.status if early else None) == decided, early
 
 
@@ -147,11 +147,13 @@ def test_signatures_against_the_references(tmp_path, init, forward, decided):
     "import sys\nsetattr(sys.modules[__name__], 'M' + 'odelNew', object)\n",
     "from helpers import ModelNew\n",
     "def __getattr__(name):\n    return object\n",
-    "NAME = 'ModelNew'\n",
+    "import torch\nraise RuntimeError('crashes on import')\n",  # the import fails first: runtime_error, not compile_error
+    "import helpers\n",  # a sibling's code runs at import
+    "import torch\ndef f(x: torch.Tensr):\n    pass\n",  # an annotation evaluated at import may fail
 ])
 def test_what_only_running_can_tell_is_left_to_the_children(tmp_path, source):
     cand = write(tmp_path, "model_new.py", source)
-    assert precheck(ROWSUM.read_text(), cand, tmp_path) is None
+    assert precheck(ROWSUM.read_text(), cand) is None
 
 
 @pytest.mark.parametrize("body", [
@@ -163,15 +165,67 @@ def test_what_only_running_can_tell_is_left_to_the_children(tmp_path, source):
     "class ModelNew(nn.Module):\n    @staticmethod\n    def forward():\n        return 0\n",
 ])
 def test_signatures_decided_elsewhere_are_left_to_the_children(tmp_path, body):
-    cand = write(tmp_path, "model_new.py", "import torch.nn as nn\nfrom base import Base, some_decorator\n" + body)
-    assert precheck(ROWSUM.read_text(), cand, tmp_path) is None
+    cand = write(tmp_path, "model_new.py", "import torch.nn as nn\n" + body)
+    assert precheck(ROWSUM.read_text(), cand) is None
 
 
 def test_an_inherited_module_init_takes_no_arguments(tmp_path):
     cand = write(tmp_path, "model_new.py", "from torch import nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n")
-    assert precheck(ROWSUM.read_text(), cand, tmp_path) is None
-    early = precheck(textwrap.dedent(TWO_INPUTS), cand, tmp_path)
+    assert precheck(ROWSUM.read_text(), cand) is None
+    early = precheck(textwrap.dedent(TWO_INPUTS), cand)
     assert early is not None and early.status is Status.RUNTIME_ERROR and "torch.nn.Module's" in early.reason
+
+
+def test_a_module_that_only_binds_names_is_read_whole(tmp_path):
+    """Constants, annotated plain classes and functions: nothing can happen at import, so a missing
+    ModelNew is the children's compile_error, whatever strings the file holds."""
+    cand = write(tmp_path, "model_new.py", '''
+        """A docstring naming ModelNew."""
+        from __future__ import annotations
+        import torch
+        from torch import nn
+
+        NAME = "ModelNew"
+
+
+        class ModelNEW(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x
+        ''')
+    early = precheck(ROWSUM.read_text(), cand)
+    assert early is not None and early.status is Status.COMPILE_ERROR and "classes it defines: ModelNEW" in early.reason
+
+
+RAW = '''
+import torch
+import torch.nn as nn
+from kernelwright import runtime
+
+SRC = 'extern "C" int f(const float* x) { return 0; }'
+lib = runtime.load(SRC, lang="cpp")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+'''
+
+
+def test_a_raw_candidates_signature_is_read_once_its_sources_are_built(tmp_path):
+    cand = write(tmp_path, "model_new.py", RAW)
+    assert precheck(ROWSUM.read_text(), cand) is None  # the load builds at import: a failed build is compile_error
+    early = precheck(ROWSUM.read_text(), cand, built=True)
+    assert early is not None and early.status is Status.RUNTIME_ERROR and "model_new.py:11: ModelNew.__init__(self, a)" in early.reason
+
+
+def test_a_forward_is_read_only_when_construction_just_binds_attributes(tmp_path):
+    busy = FORWARD.replace("super().__init__()", "super().__init__()\n        self.w = nn.Parameter(torch.ones(3))")
+    assert precheck(ROWSUM.read_text(), write(tmp_path, "busy.py", busy)) is None
+    plain = FORWARD.replace("super().__init__()", "super().__init__()\n        self.scale = 2.0")
+    assert precheck(ROWSUM.read_text(), write(tmp_path, "plain.py", plain)).status is Status.RUNTIME_ERROR
 
 
 # ---- the command line ----------------------------------------------------------------------------

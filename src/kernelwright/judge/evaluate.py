@@ -28,7 +28,7 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
-from kernelwright.judge.precheck import precheck
+from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
@@ -260,15 +260,20 @@ class _Flow:
         """Discovery, then judge.precheck: the verdict the candidate's source settles (a syntax
         error, no ModelNew, a signature the judge's calls cannot fit), else None. Reads only."""
         try:
-            files = self._discover()
+            self._discover()
         except Stop as stop:
             return self.vb.finish(stop.status, str(stop))
+        early = self._precheck(built=False)
+        return None if early is None else self.vb.finish(early.status, early.reason)
+
+    def _precheck(self, built: bool) -> Early | None:
+        """judge.precheck on the discovered candidate; None when it cannot tell (or fails: it only saves time)."""
+        assert self.files is not None
         try:
-            early = precheck(self.problem.source, files.model_new, files.root)
-        except Exception as exc:  # noqa: BLE001 - the read only saves time: its failure leaves the question to the children
+            return precheck(self.problem.source, self.files.model_new, built=built)
+        except Exception as exc:  # noqa: BLE001 - its failure leaves the question to the children
             log.warning("the static read failed: %s: %s", type(exc).__name__, exc)
             return None
-        return None if early is None else self.vb.finish(early.status, early.reason)
 
     def run(self) -> Verdict:
         clean = False  # a verdict reached: the reference child may serve the next evaluation
@@ -406,6 +411,9 @@ class _Flow:
         # command. No candidate code runs before the reference child has loaded the problem.
         if not ext and not self._build(files):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
+        early = self._precheck(built=True) if files.build_path == BuildPath.RAW else None  # its loads now find the cache
+        if early is not None:
+            raise Stop(early.status, early.reason)
         self.say("starting the children")
         builder = self._child("candidate", self._extension_env()) if ext else None
         self.cand_env = self._extension_env() if ext else {}

@@ -2,12 +2,15 @@
 
 The read is `ast` only: the candidate is parsed, never imported or run (the judge's contract). It
 answers only where the children could not answer otherwise, with the status they would give and a
-plainer reason: no `ModelNew` bound anywhere (compile_error, as the import finds none), and a
-`ModelNew.__init__` or `forward` that cannot take the positional arguments the judge passes
-(runtime_error, as the failing call is). Syntax errors are discovery's (judge.candidate). Anything
-the source could decide only when it runs (star imports, exec, globals(), decorators, metaclasses,
-base classes defined elsewhere) leaves the question to the children: a wrong answer here would be a
-wrong verdict, a missing one only costs the seconds of the dynamic path.
+plainer reason: no `ModelNew` (compile_error, as the import finds none), a `ModelNew.__init__` or
+`forward` that cannot take the positional arguments the judge passes (runtime_error, as the failing
+call is). Syntax errors are discovery's (judge.candidate). It answers only for an *inert* module:
+one whose import cannot fail, hang, build or touch anything (a few known imports, constants,
+plain classes and functions; `runtime.load` of constant sources once the judge has built them),
+so the children could meet nothing before the mistake it names. Anything else (calls at import,
+other imports, decorators, metaclasses, annotations it cannot vouch for) leaves the question to
+the children: a wrong answer here would be a wrong verdict, a missing one only costs the seconds
+of the dynamic path.
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ from kernelwright import pysource
 from kernelwright.judge.records import Status
 
 NAME = "ModelNew"
-# Names and attributes through which code can bind a module name without saying it: their presence
-# in any of the candidate's Python files leaves "is there a ModelNew?" to the import.
-DYNAMIC_NAMES = {"exec", "eval", "compile", "globals", "locals", "vars", "setattr", "__import__", "__builtins__", "importlib"}
-DYNAMIC_ATTRS = {"__dict__", "import_module", "__setattr__", "f_globals", "f_locals", "_getframe", "currentframe", "f_back",
-                 "exec_module"}
-DYNAMIC_MODULES = {"importlib", "inspect", "builtins", "ctypes", "sys"}  # `from M import ...` of these, or `M.modules`
+# Imports that cannot fail in a judge child (which has torch and kernelwright), and bind only what they say.
+SAFE_IMPORTS = {"torch", "torch.nn", "torch.nn.functional", "math", "kernelwright.runtime"}
+SAFE_FROM = {("torch", "nn"), ("torch", "Tensor"), ("torch.nn", "functional"), ("torch.nn", "Module"), ("__future__", "annotations"),
+             ("kernelwright", "runtime"), ("kernelwright.runtime", "load"), ("typing", "Optional"), ("typing", "Any")}
+SAFE_ANNOTATIONS = {"int", "float", "bool", "str", "None", "list", "tuple", "dict", "torch.Tensor", "Tensor"}
 # Class-body names that take a call's arguments away from __init__ or forward.
 CALL_HOOKS = {"__init__": ("__new__", "__signature__", "__init_subclass__", "__class_getitem__"),
               "forward": ("__call__", "__getattr__", "__getattribute__", "_call_impl", "__signature__")}
@@ -59,15 +61,18 @@ class Arity:
         return not self.kwonly and max(low, self.low) <= min(high, self.high)
 
 
-def precheck(problem_source: str, main: Path, root: Path) -> Early | None:
-    """The verdict the source of the candidate (`main`, its other files under `root`) settles
-    against the problem's source, or None when only running it can tell. `main` must parse."""
+def precheck(problem_source: str, main: Path, *, built: bool = False) -> Early | None:
+    """The verdict the candidate's source (`main`, which must parse) settles against the problem's
+    source, or None when only running it can tell. `built`: the judge has built the raw sources
+    that discovery found, so `runtime.load` of constant sources cannot fail at import."""
     tree = pysource.parse(main.read_text(errors="replace"), filename=str(main))
     try:
         ref = pysource.parse(problem_source)
     except SyntaxError:
         return None  # the problem's loader reports it
-    if not _binds(tree, NAME) and not any(_dynamic(t) for t in _python_trees(root, main, tree)):
+    if not _Inert(tree, built).module():
+        return None
+    if NAME not in _top_level_names(tree):
         classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
         seen = f" (classes it defines: {', '.join(classes)})" if classes else ""
         return Early(Status.COMPILE_ERROR, f"{main}: the candidate defines no class {NAME}{seen}; "
@@ -76,87 +81,145 @@ def precheck(problem_source: str, main: Path, root: Path) -> Early | None:
 
 
 def _signatures(tree: ast.Module, ref: ast.Module, file: str) -> Early | None:
-    for method, feeder in (("__init__", "get_init_inputs"), ("forward", "get_inputs")):
-        mine = _method_arity(tree, NAME, method)
-        if mine is None:
+    """__init__ first, as the judge constructs before it calls; forward only when construction
+    can do nothing but bind attributes (else what __init__ does is the children's to see)."""
+    init = _fits(tree, ref, file, "__init__", "get_init_inputs")
+    if init is not True:
+        return init
+    forward = _fits(tree, ref, file, "forward", "get_inputs") if _plain_init(tree) else None
+    return forward if isinstance(forward, Early) else None
+
+
+def _fits(tree: ast.Module, ref: ast.Module, file: str, method: str, feeder: str) -> Early | bool | None:
+    """True when ModelNew.method takes what the judge passes, an Early when it cannot, None when
+    the source does not settle it."""
+    mine = _method_arity(tree, NAME, method)
+    if mine is None:
+        return None
+    count = _returned_length(ref, feeder)
+    theirs = _method_arity(ref, "Model", method)
+    low, high = (count, count) if count is not None else (theirs.low, theirs.high) if theirs is not None else (0, math.inf)
+    if mine.accepts_any(low, high):
+        return True
+    given = f"the {count} positional argument(s) of {feeder}()" if count is not None else f"what {feeder}() gives"
+    model = f"; Model.{method} takes ({theirs.text})" if theirs is not None else ""
+    extra = f" (keyword-only without a default: {', '.join(mine.kwonly)})" if mine.kwonly else ""
+    call = f"{NAME}(*{feeder}())" if method == "__init__" else f"model(*{feeder}())"
+    return Early(Status.RUNTIME_ERROR, f"{file}:{mine.line}: {NAME}.{method}({mine.text}) cannot take {given}{extra}: "
+                                       f"the judge calls {call}{model}")
+
+
+# ---- is the module inert? ------------------------------------------------------------------------
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+class _Inert:
+    """Whether importing a module can do nothing but bind its names: every statement at its top
+    level (and in its classes' bodies) is one that cannot fail, loop, build or reach elsewhere."""
+
+    def __init__(self, tree: ast.Module, built: bool) -> None:
+        self.tree, self.built = tree, built
+        self.lazy = any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and any(a.name == "annotations" for a in n.names)
+                        for n in tree.body)  # annotations are never evaluated
+        self.constants = {t.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                          for t in n.targets if isinstance(t, ast.Name)}
+        self.loaders = self._loaders()
+
+    def module(self) -> bool:
+        return all(self._statement(n, top=True) for n in self.tree.body)
+
+    def _statement(self, node: ast.stmt, top: bool) -> bool:
+        if isinstance(node, ast.Pass) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return True
+        if isinstance(node, ast.Import):
+            return top and all(a.name in SAFE_IMPORTS for a in node.names)
+        if isinstance(node, ast.ImportFrom):
+            return top and node.level == 0 and all((node.module, a.name) in SAFE_FROM for a in node.names)
+        if isinstance(node, ast.Assign):
+            simple = all(isinstance(t, ast.Name) for t in node.targets)
+            return simple and (isinstance(node.value, ast.Constant) or (top and self._built_load(node.value)))
+        if isinstance(node, ast.FunctionDef):
+            return not node.decorator_list and not (top and node.name in ("__getattr__", "__dir__")) and self._signature(node)
+        if isinstance(node, ast.ClassDef):
+            return top and self._class(node)
+        return False
+
+    def _class(self, node: ast.ClassDef) -> bool:
+        if node.decorator_list or node.keywords or len(node.bases) != 1:
+            return False
+        base = node.bases[0]
+        local = isinstance(base, ast.Name) and any(isinstance(n, ast.ClassDef) and n.name == base.id and n.lineno < node.lineno
+                                                   for n in self.tree.body)
+        return (_is_torch_module(self.tree, base) or local) and all(self._statement(n, top=False) for n in node.body)
+
+    def _signature(self, fn: ast.FunctionDef) -> bool:
+        """Defaults are evaluated when the def runs, and annotations unless they are lazy."""
+        args = fn.args
+        defaults = [d for d in (*args.defaults, *args.kw_defaults) if d is not None]
+        if not all(isinstance(d, ast.Constant) for d in defaults):
+            return False
+        if self.lazy:
+            return True
+        notes = [a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None]
+        notes += [fn.returns] if fn.returns is not None else []
+        return all(a is None or isinstance(a, ast.Constant) or ast.unparse(a) in SAFE_ANNOTATIONS for a in notes)
+
+    def _loaders(self) -> set[str]:
+        """Names that call kernelwright.runtime.load ('runtime.load', 'load')."""
+        out = set()
+        for n in self.tree.body:
+            if isinstance(n, ast.ImportFrom) and n.module == "kernelwright":
+                out |= {f"{a.asname or a.name}.load" for a in n.names if a.name == "runtime"}
+            elif isinstance(n, ast.ImportFrom) and n.module == "kernelwright.runtime":
+                out |= {a.asname or a.name for a in n.names if a.name == "load"}
+            elif isinstance(n, ast.Import):
+                out |= {f"{a.asname}.load" if a.asname else "kernelwright.runtime.load" for a in n.names if a.name == "kernelwright.runtime"}
+        return out
+
+    def _built_load(self, value: ast.expr) -> bool:
+        """`runtime.load(SRC, lang=..., name=..., flags=[...])` with every argument a constant (or a
+        module constant): discovery resolved it, the judge built it, the import finds it cached."""
+        if not (self.built and isinstance(value, ast.Call) and ast.unparse(value.func) in self.loaders):
+            return False
+        parts = [*value.args, *(k.value for k in value.keywords)]
+        if any(k.arg is None for k in value.keywords) or not parts:
+            return False
+        items = [e for p in parts for e in (p.elts if isinstance(p, (ast.List, ast.Tuple)) else [p])]
+        return all(isinstance(e, ast.Constant) or (isinstance(e, ast.Name) and e.id in self.constants) for e in items)
+
+
+def _plain_init(tree: ast.Module) -> bool:
+    """Whether ModelNew's construction can only bind attributes: its __init__ (or torch.nn.Module's)
+    calls super().__init__() and assigns constants or its own parameters to self."""
+    cls = _module_def(tree, NAME, ast.ClassDef)
+    if not isinstance(cls, ast.ClassDef):
+        return False
+    init = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    if not init:
+        return _is_torch_module(tree, cls.bases[0]) if cls.bases else False
+    params = {a.arg for a in (*init[-1].args.posonlyargs, *init[-1].args.args)}
+    for stmt in init[-1].body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) or isinstance(stmt, ast.Pass):
             continue
-        count = _returned_length(ref, feeder)
-        theirs = _method_arity(ref, "Model", method)
-        low, high = (count, count) if count is not None else (theirs.low, theirs.high) if theirs is not None else (0, math.inf)
-        if mine.accepts_any(low, high):
+        if isinstance(stmt, ast.Expr) and ast.unparse(stmt.value) in ("super().__init__()", f"super({NAME}, self).__init__()"):
             continue
-        given = f"the {count} positional argument(s) of {feeder}()" if count is not None else f"what {feeder}() gives"
-        model = f"; Model.{method} takes ({theirs.text})" if theirs is not None else ""
-        extra = f" (keyword-only without a default: {', '.join(mine.kwonly)})" if mine.kwonly else ""
-        call = f"{NAME}(*{feeder}())" if method == "__init__" else f"model(*{feeder}())"
-        return Early(Status.RUNTIME_ERROR, f"{file}:{mine.line}: {NAME}.{method}({mine.text}) cannot take {given}{extra}: "
-                                           f"the judge calls {call}{model}")
-    return None
-
-
-# ---- does the module bind the name? --------------------------------------------------------------
-
-
-def _binds(tree: ast.Module, name: str) -> bool:
-    """Whether the module binds `name` anywhere, in any way the source spells it out (a string
-    holding the name counts: it may become code or a key; a docstring does not)."""
-    docs = _docstrings(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return True
-        if isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None)) == name \
-                and not isinstance(node.ctx, ast.Load):
-            return True
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-            return True
-        if isinstance(node, ast.alias) and (node.asname or node.name.split(".")[0]) == name:
-            return True
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and name in node.value and id(node) not in docs:
-            return True
-    return False
-
-
-def _docstrings(tree: ast.Module) -> set[int]:
-    """ids of the docstring constants of the module, its classes and functions."""
-    out = set()
-    for owner in ast.walk(tree):
-        if isinstance(owner, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and owner.body:
-            first = owner.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                out.add(id(first.value))
-    return out
-
-
-def _dynamic(tree: ast.Module) -> bool:
-    """Whether the module could bind names it never spells out (star imports, exec, globals(),
-    sys.modules, frames, ...)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (any(a.name == "*" for a in node.names) or (node.module or "").split(".")[0] in DYNAMIC_MODULES):
-            return True
-        if isinstance(node, ast.Name) and node.id in DYNAMIC_NAMES:
-            return True
-        if isinstance(node, ast.Attribute) and (node.attr in DYNAMIC_ATTRS or (node.attr == "modules" and ast.unparse(node.value) == "sys")):
-            return True
-        if isinstance(node, ast.alias) and node.name.split(".")[0] in DYNAMIC_MODULES - {"sys"}:
-            return True
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("__getattr__", "__dir__") and node in tree.body:
-            return True
-    return False
-
-
-def _python_trees(root: Path, main: Path, tree: ast.Module) -> list[ast.Module]:
-    """The main module's tree and every other Python file's of the candidate (any of them, imported,
-    could reach into the main module); one that does not parse is left out: its import fails before
-    it binds anything."""
-    trees = [tree]
-    for file in sorted(root.rglob("*.py")):
-        if file.resolve() == main.resolve():
+        if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Attribute) and ast.unparse(t.value) == "self" for t in stmt.targets) \
+                and (isinstance(stmt.value, ast.Constant) or (isinstance(stmt.value, ast.Name) and stmt.value.id in params)):
             continue
-        try:
-            trees.append(pysource.parse(file.read_text(errors="replace"), filename=str(file)))
-        except (SyntaxError, ValueError):
-            continue
-    return trees
+        return False
+    return True
 
 
 # ---- signatures ----------------------------------------------------------------------------------
@@ -171,7 +234,7 @@ def _module_def(tree: ast.Module, name: str, kind: type | tuple[type, ...]) -> a
     others = sum(1 for n in ast.walk(tree) if (isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
                  or (isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load))
                  or (isinstance(n, ast.alias) and (n.asname or n.name.split(".")[0]) == name))
-    return found[0] if others == 1 and not _dynamic(tree) else None
+    return found[0] if others == 1 else None
 
 
 def _method_arity(tree: ast.Module, cls_name: str, method: str) -> Arity | None:

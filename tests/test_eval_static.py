@@ -248,7 +248,8 @@ def test_exit_status_gives_checks_codes_and_plain_eval_keeps_0(tmp_path):
     write(tmp_path, "ctor.py", CTOR)
     plain = cli("eval", str(ROWSUM), str(tmp_path / "ctor.py"), "--no-store", "-q")
     coded = cli("eval", str(ROWSUM), str(tmp_path / "ctor.py"), "--no-store", "-q", "--exit-status", "--json")
-    assert plain.returncode == 0 and plain.stdout.startswith("runtime_error: "), plain.stdout
+    first = plain.stdout.splitlines()[0]
+    assert plain.returncode == 0 and first.startswith("runtime_error: ") and first.endswith("Model.__init__ takes (self)"), plain.stdout
     assert coded.returncode == 5, coded.stderr
     helptext = cli("eval", "--help").stdout
     assert "--exit-status" in helptext and "exit codes:" in helptext and "3  the kernels or model_new.py did not build" in helptext

@@ -45,10 +45,10 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
     candidate, times, speedups, floor and efficiency; guards that fired; steps not run."""
     style = STATUS_STYLE.get(v.status, "white")
     status, _, reason = headline(v).partition(":")
-    console.print(f"[bold {style}]{status}[/]:{escape(reason)}", highlight=False)
+    console.print(f"[bold {style}]{status}[/]:{escape(reason)}", highlight=False, soft_wrap=True)  # one line, whatever its length
     rest = "\n".join((v.log or "").strip().splitlines()[1:]) if v.status != Status.CORRECT else ""
     if rest.strip():
-        console.print(rest, highlight=False, markup=False)
+        console.print(rest, highlight=False, markup=False, soft_wrap=True)
     console.print("")
     head = f"{escape(v.problem['name'])}  candidate {str(v.candidate.get('hash') or '-')[:12]} ({v.candidate.get('build_path')})"
     console.print(head + (f"  [dim]{verdict_id}[/]" if verdict_id else ""), highlight=False)

@@ -1,7 +1,8 @@
 """The kernelwright command line (argparse). Results on stdout; progress and logs on stderr.
 
 Exit codes: 0 when the command did its job (an eval that reached any verdict), 2 for usage errors
-and malformed inputs, 1 for other failures.
+and malformed inputs, 1 for other failures; `eval --exit-status` and `check` exit by the verdict's
+status instead (workspace.exits).
 """
 
 from __future__ import annotations
@@ -114,7 +115,26 @@ def eval_cmd(args: argparse.Namespace) -> int:
         from kernelwright.report.summary import print_verdict
 
         print_verdict(out, verdict, _keep(args, problem, files, verdict))
+    if args.exit_status:
+        from kernelwright.workspace.exits import for_verdict
+
+        return int(for_verdict(verdict.to_dict(), sanitized=args.sanitize))
     return 0
+
+
+def _eval_epilog() -> str:
+    from kernelwright.workspace.exits import EXIT_CODES, Exit
+
+    by_status = [(Exit.OK, "correct"), (Exit.FAILURE, "infra_error: the judge itself failed; nothing is known about the candidate")]
+    by_status += [(code, EXIT_CODES[code.value]) for code in (Exit.COMPILE_ERROR, Exit.INCORRECT, Exit.RUNTIME_ERROR, Exit.REJECTED)]
+    by_status.append((Exit.SANITIZER, "--sanitize on a GPU: correct, but compute-sanitizer found errors"))
+    return ("exit codes:\n"
+            "  0  a verdict was reached, whatever its status (read it from the output, or use --exit-status)\n"
+            "  1  kernelwright failed before reaching a verdict\n"
+            "  2  usage: bad flags, no such candidate, a malformed problem\n"
+            "with --exit-status, by the verdict's status (the codes of `kernelwright check`):\n"
+            + "\n".join(f"  {int(code)}  {text}" for code, text in by_status)
+            + "\n  2  usage, as above")
 
 
 def demo_cmd(args: argparse.Namespace) -> int:
@@ -394,7 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelwright", description="Write, verify and select kernels that beat PyTorch.")
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version (and the source checkout's commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("eval", help="judge a candidate against a problem")
+    e = sub.add_parser("eval", help="judge a candidate against a problem", epilog=_eval_epilog(),
+                       description="Judge CANDIDATE against PROBLEM. The first line of the output is the verdict's status and its "
+                                   "reason; the numbers and the steps not run follow.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
     _common(e)
@@ -402,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     service_flag(e)
     e.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    e.add_argument("--exit-status", action="store_true",
+                   help="exit by the verdict's status (0 correct, 3 compile_error, 4 incorrect, 5 runtime_error or timeout, 6 rejected, "
+                        "1 infra_error), as `kernelwright check` does; without it eval exits 0 whenever a verdict was reached")
     policy_flags(e)
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")

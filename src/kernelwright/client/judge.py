@@ -79,7 +79,8 @@ class Judge:
         from kernelwright.judge.snapshot import read_candidate
 
         request = {"problem": {"name": problem.name, "source_b64": base64.b64encode(problem.path.read_bytes()).decode()},
-                   "candidate": {"files": read_candidate(candidate)}, "policy": policy_to_wire(policy), "device": self.device}
+                   "candidate": {"files": read_candidate(candidate), "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
+                   "policy": policy_to_wire(policy), "device": self.device}
         job = self._call("POST", "/v1/evaluations", request)
         try:
             while job.get("state") in ("queued", "running"):

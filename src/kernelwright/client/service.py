@@ -94,6 +94,8 @@ def validate(request: Any) -> dict[str, Any]:
     _safe_name(prob["name"] + ".py")
     if not isinstance(cand, dict) or not isinstance(cand.get("files"), dict) or "model_new.py" not in cand["files"]:
         raise ValueError("candidate must be {\"files\": {\"model_new.py\": text, ...}}")
+    if not isinstance(cand.get("shown_as", ""), str) or len(cand.get("shown_as", "")) > 4096:
+        raise ValueError("candidate.shown_as, when given, is the caller's name of the candidate's folder (a string)")
     total = 0
     for name, text in cand["files"].items():
         _safe_name(name)
@@ -201,7 +203,7 @@ class JudgeService:
             job.said("request materialized")
             try:
                 verdict = evaluate(load_problem(problem_path), candidate_dir, policy, device=job.request.get("device", "auto"),
-                                   progress=job.said, cancel=job.cancel)
+                                   progress=job.said, cancel=job.cancel, shown_as=job.request["candidate"].get("shown_as"))
             except ProblemError as exc:
                 job.error = {"kind": "problem", "message": str(exc)}
                 return self._end(job, "failed")

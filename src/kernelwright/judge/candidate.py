@@ -32,11 +32,12 @@ _MAX_DEPTH = 50
 class CandidateSyntaxError(ValueError):
     """model_new.py does not parse; carries the message and line for a compile_error verdict."""
 
-    def __init__(self, path: Path, message: str, line: int | None) -> None:
+    def __init__(self, path: Path, message: str, line: int | None, text: str | None = None) -> None:
         super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
         self.path = path
         self.message = message
         self.line = line
+        self.text = text  # the offending line, when Python gives it
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def discover(path: str | Path) -> CandidateFiles:
     try:
         tree = pysource.parse(text, filename=str(model_new))
     except SyntaxError as exc:
-        raise CandidateSyntaxError(model_new, exc.msg or "invalid syntax", exc.lineno) from None
+        raise CandidateSyntaxError(model_new, exc.msg or "invalid syntax", exc.lineno, exc.text) from None
     sources = _dedupe(_kernel_files(root) + _inline_sources(tree))
     if _uses_cpp_extension(tree):
         build_path = BuildPath.TORCH_EXTENSION

@@ -445,8 +445,17 @@ def error_kind(exc: BaseException) -> str:
     return "runtime"
 
 
+CODE_ROOT: list[str] = []  # in a candidate child: the folder of the candidate's code (child_candidate.setup)
+
+
 def describe(exc: BaseException) -> str:
-    """The exception and the end of its traceback, length-capped."""
+    """The exception and the end of its traceback, length-capped. In a candidate child, only the
+    frames of the candidate's own files: the judge's frames say nothing about its mistake."""
+    if CODE_ROOT:
+        own = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(CODE_ROOT[0])]
+        where = "".join(traceback.format_list(own[-6:]))
+        where = f"\nin the candidate's code (innermost last):\n{where}" if where else ""
+        return truncate(f"{type(exc).__name__}: {exc}{where}", 4000)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
     return truncate(f"{type(exc).__name__}: {exc}\n{tb}", 4000)
 

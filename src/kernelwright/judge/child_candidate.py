@@ -18,7 +18,7 @@ import torch
 from kernelwright.judge import correctness, digest, handover, inputs, ops, sandbox, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import (
-    OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, note_window, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
+    CODE_ROOT, OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, note_window, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
     snapshot_identities,
 )
 from kernelwright.judge.inputs import Case
@@ -93,6 +93,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     if S.sandbox is None:  # a spare entered it before its warm-up
         S.sandbox = sandbox.enter_from_env(os.getcwd(), (args["problem_path"], str(Path(args["candidate_path"]).parent)))
     S.device = torch.device(args["device"])
+    CODE_ROOT[:] = [os.path.join(os.path.dirname(args["candidate_path"]), "")]  # its errors show its own frames only
     pin_flags(args["precision"])
     S.problem = inputs.import_file(args["problem_path"], "kw_problem", size=args.get("size") or "full")
     reference = inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device)

@@ -28,6 +28,7 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
+from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot
 from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
@@ -67,7 +68,7 @@ class Cancelled(BaseException):
 
 
 def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None, *, device: str = "auto", progress: Progress | None = None,
-             baseline_store: str | Path | None = None, cancel: threading.Event | None = None) -> Verdict:
+             baseline_store: str | Path | None = None, cancel: threading.Event | None = None, shown_as: str | None = None) -> Verdict:
     """Judge one candidate against one problem. With `policy.baselines == "cached"`, the eager and
     torch.compile times come from the store at `baseline_store` (default: the user's store) where
     `kernelwright baseline` recorded them for this machine; where it has none they are measured.
@@ -75,7 +76,8 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     Raises ProblemError for a malformed problem and ValueError for a malformed candidate path or a
     GPU index outside the visible devices; every
     other outcome, a failure of the judge itself included, is a verdict. Setting `cancel` kills
-    the evaluation's children and makes it raise Cancelled instead.
+    the evaluation's children and makes it raise Cancelled instead. The verdict's messages name the
+    candidate's files under `shown_as` (default: the candidate's folder as given).
     """
     policy = policy or Policy()
     problem = problem if isinstance(problem, Problem) else load_problem(problem)
@@ -100,21 +102,46 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         return vb.finish(Status.INFRA_ERROR, refused)
     spares.check_settings()  # ValueError for malformed KERNELWRIGHT_SPARE_* settings
     quota.limits()  # ValueError for a malformed KERNELWRIGHT_SANDBOX_DISK, _FILES, _MEMORY or _MEMORY_FLOOR
-    forkpool.warm_up()  # its torch import overlaps the snapshot and the build
     workdir = _workdir()
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
         judged = main.parent if main.name == "model_new.py" else main
         flow = _Flow(problem, judged, policy, dev, vb, workdir, say)
         flow.baseline_store = baseline_store
+        early = flow.read_statically()  # before any child process starts: what the source alone settles
+        if early is not None:
+            say(f"verdict {early.status.value} (from reading the source; nothing ran)")
+            if policy.sanitize:
+                early = dataclasses.replace(early, sanitizer={"ran": False, "reason": "the verdict came from reading the source: "
+                                                              "no candidate to run", "tools": []})
+            return _as_given(early, flow.copies, candidate, shown_as)
+        forkpool.warm_up()  # its torch import overlaps the build
         with _cancellable(flow, cancel):
             verdict = flow.run()
         say(f"verdict {verdict.status.value}")
         if policy.sanitize:
             verdict = _sanitize(flow, verdict, say)
-        return verdict
+        return _as_given(verdict, flow.copies, candidate, shown_as)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _as_given(verdict: Verdict, copies: list[Path], candidate: str | Path, shown_as: str | None) -> Verdict:
+    """The verdict with its messages naming the candidate's files as the caller named them
+    (`shown_as`: the candidate's folder; default the folder of `candidate` as given), not the
+    private copies the judge made of them (judge.snapshot, a spare child's inputs)."""
+    given = Path(candidate)
+    root = str(shown_as) if shown_as is not None else str(given if given.is_dir() else given.parent)
+    prefix = "" if root in ("", ".") else root.rstrip("/") + "/"
+
+    def named(text: str) -> str:
+        for copy in copies:
+            for path in dict.fromkeys((str(copy), str(copy.resolve()))):
+                text = text.replace(path + "/", prefix).replace(path, root or ".")
+        return text
+
+    guards = tuple(dataclasses.replace(g, detail=named(g.detail)) for g in verdict.guards)
+    return dataclasses.replace(verdict, log=named(verdict.log), guards=guards)
 
 
 @contextlib.contextmanager
@@ -174,14 +201,19 @@ def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
 
 NVIDIA_PROC = "/proc/driver/nvidia/gpus"  # the driver's GPU list (kernel-wide)
 NVIDIA_CTL = "/dev/nvidiactl"  # device nodes: present only where GPUs are passed in
+OTHER_GPU_NODES = ("/dev/dxg", "/dev/kfd")  # WSL's GPU (no /proc entries of the driver there), ROCm's: torch decides
 
 
 def gpu_seen_by_driver() -> bool | None:
     """Whether an NVIDIA GPU is visible as far as CUDA_VISIBLE_DEVICES and the driver's /proc
     entries and device nodes tell, without torch: False when CUDA_VISIBLE_DEVICES hides every GPU,
-    True when the driver lists a GPU and its device nodes are here, None when they do not answer."""
+    True when the driver lists a GPU and its device nodes are here, None when they do not answer.
+    False too where nothing of a GPU driver is here at all (no /proc entries, no device nodes):
+    torch could not reach a GPU either, and asking it costs seconds."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    if not any(os.path.exists(p) for p in (NVIDIA_PROC, NVIDIA_CTL, *OTHER_GPU_NODES)):
         return False
     try:
         driver_sees_gpus = any(Path(NVIDIA_PROC).iterdir())
@@ -223,6 +255,27 @@ class _Flow:
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
         self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's build folder)
         self.retimed: list[float] = []  # per timing window not priced: how far step device_sync's charge moved its price (a share)
+        self.files: CandidateFiles | None = None  # what discovery found (read_statically)
+        self.copies: list[Path] = [Path(candidate) if Path(candidate).is_dir() else Path(candidate).parent]  # the candidate's private copies
+
+    def read_statically(self) -> Verdict | None:
+        """Discovery, then judge.precheck: the verdict the candidate's source settles (a syntax
+        error, no ModelNew, a signature the judge's calls cannot fit), else None. Reads only."""
+        try:
+            self._discover()
+        except Stop as stop:
+            return self.vb.finish(stop.status, str(stop))
+        early = self._precheck(built=False)
+        return None if early is None else self.vb.finish(early.status, early.reason)
+
+    def _precheck(self, built: bool) -> Early | None:
+        """judge.precheck on the discovered candidate; None when it cannot tell (or fails: it only saves time)."""
+        assert self.files is not None
+        try:
+            return precheck(self.problem.source, self.files.model_new, built=built)
+        except Exception as exc:  # noqa: BLE001 - its failure leaves the question to the children
+            log.warning("the static read failed: %s: %s", type(exc).__name__, exc)
+            return None
 
     def run(self) -> Verdict:
         clean = False  # a verdict reached: the reference child may serve the next evaluation
@@ -353,13 +406,16 @@ class _Flow:
         return child
 
     def _run(self) -> None:
-        files = self._discover()
+        files = self.files or self._discover()
         ext = files.build_path == BuildPath.TORCH_EXTENSION
         # Raw kernels build first (compilers only: no candidate code runs), while the fork server
         # imports torch; children forked from it start in milliseconds, each waiting for its first
         # command. No candidate code runs before the reference child has loaded the problem.
         if not ext and not self._build(files):
             raise Stop(Status.COMPILE_ERROR, self.vb.log)
+        early = self._precheck(built=True) if files.build_path == BuildPath.RAW else None  # its loads now find the cache
+        if early is not None:
+            raise Stop(early.status, early.reason)
         self.say("starting the children")
         builder = self._child("candidate", self._extension_env()) if ext else None
         self.cand_env = self._extension_env() if ext else {}
@@ -487,7 +543,8 @@ class _Flow:
             files = discover(self.candidate_path)
         except CandidateSyntaxError as exc:
             self.vb.candidate = {"hash": None, "build_path": BuildPath.NONE.value}
-            raise Stop(Status.COMPILE_ERROR, f"syntax error in the candidate: {exc}") from None
+            shown = f"\n    {exc.text.rstrip()}" if exc.text and exc.text.strip() else ""
+            raise Stop(Status.COMPILE_ERROR, f"syntax error in the candidate: {exc}{shown}") from None
         self.vb.candidate = {"hash": files.hash, "build_path": files.build_path.value}
         self.files = files
         self.vb.static_findings = _static_findings(files)
@@ -622,6 +679,7 @@ class _Flow:
         if spare is None:
             return str(self.problem.path), str(self.files.model_new)
         inputs = spare.workdir / sandbox.SPARE_INPUTS
+        self.copies.append(inputs / "candidate")
         shutil.copyfile(self.problem.path, inputs / "problem.py")
         shutil.copytree(self.files.model_new.parent, inputs / "candidate", symlinks=True, dirs_exist_ok=True)
         return str(inputs / "problem.py"), str(inputs / "candidate" / self.files.model_new.name)

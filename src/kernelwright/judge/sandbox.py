@@ -346,9 +346,18 @@ def refused_peer_line(why: str) -> str:
     return ""
 
 
+def not_started(mode: str) -> dict[str, Any]:
+    """The verdict's `sandbox` field when it ended before any candidate process started (a syntax
+    error, a failed build of raw sources, a refusal): none of the candidate's code ran anywhere."""
+    return {"mode": mode, "layers": [], "full": None, "missing": [], "candidate_started": False}
+
+
 def plainly(record: Mapping[str, Any] | None) -> str:
     """One sentence for reports when a verdict was judged without the full sandbox ('' when it was
-    judged with it). A verdict from before the sandbox has no record at all."""
+    judged with it, or when no candidate process started). A verdict from before the sandbox has no
+    record at all."""
+    if record is not None and record.get("candidate_started") is False:
+        return ""
     if record is None:
         return "judged WITHOUT the sandbox (a verdict from before it existed): the candidate's code could read keys, use the network and write outside its folder"
     if record.get("full"):

@@ -42,10 +42,19 @@ def _skipped(rel: Path) -> bool:
     return any(part == "__pycache__" or part.startswith(".") for part in rel.parts)
 
 
+MAIN = "model_new.py"  # the main file's usual name: left out of the hash, so hashes from before it counted stay valid
+
+
 def files_hash(path: str | Path) -> str:
-    """sha256 over every file of the candidate, names included, in a stable order."""
+    """sha256 over every file of the candidate, names included, in a stable order, and over which
+    file is the main one where it is not model_new.py: two single-file candidates of one folder
+    (a.py, b.py) hold the same files but are different candidates."""
+    files = candidate_files(path)
     digest = hashlib.sha256()
-    for name, file in sorted(candidate_files(path).items()):
+    main = next(iter(files))
+    if main != MAIN:
+        digest.update(b"\0main\0" + main.encode() + b"\0")  # no file's entry starts with NUL
+    for name, file in sorted(files.items()):
         digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
 

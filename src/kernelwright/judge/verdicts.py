@@ -11,6 +11,7 @@ from typing import Any
 
 import kernelwright
 from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
+from kernelwright.judge.sandbox import not_started
 from kernelwright.judge.records import (
     BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
@@ -36,13 +37,43 @@ def system_info(device: str, gpu_index: int, meta: dict[str, Any] | None = None)
         gpu, driver = gpu or smi_gpu, driver or smi_driver
     torch_version, cuda = meta.get("torch"), meta.get("cuda")
     if not torch_version:
-        import torch
-
-        torch_version, cuda = torch.__version__, torch.version.cuda
+        torch_version, cuda = torch_versions()
     return SystemInfo(
         gpu=gpu if device == "cuda" else None, driver=driver if device == "cuda" else None, cuda=cuda,
         torch=torch_version, python=platform.python_version(), kernelwright=kernelwright.__version__,
     )
+
+
+@functools.lru_cache(maxsize=1)
+def torch_versions() -> tuple[str, str | None]:
+    """torch's version and its CUDA version, read from torch/version.py without importing torch
+    (seconds of a verdict that ended before any child answered); imported where that file says
+    nothing plain."""
+    import ast
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "torch" not in sys.modules:
+        try:
+            spec = importlib.util.find_spec("torch")
+            folder = Path(list(spec.submodule_search_locations or [])[0]) if spec else None
+            tree = ast.parse((folder / "version.py").read_text()) if folder else None
+        except (OSError, SyntaxError, ValueError, IndexError, ImportError):
+            tree = None
+        values = {}
+        for node in tree.body if tree else []:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and node.value is not None:
+                try:
+                    values[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+        if isinstance(values.get("__version__"), str) and "cuda" in values:
+            return values["__version__"], values["cuda"]
+    import torch
+
+    return torch.__version__, torch.version.cuda
 
 
 @functools.lru_cache(maxsize=8)
@@ -122,7 +153,8 @@ class VerdictBuilder:
             guards=tuple(self.guards), static_findings=tuple(self.static_findings), steps=tuple(self.steps[s] for s in ALL_STEPS),
             timing=self.timing, resources=self.resources, log=self.log,
             system=system_info(self.device, self.policy.gpu_index, self.meta),
-            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory, sandbox=self.sandbox,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory,
+            sandbox=self.sandbox if self.sandbox is not None else not_started(self.policy.sandbox),
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelwright.judge import sandbox
@@ -28,11 +29,47 @@ def _num(value: Optional[float], fmt: str = ".3g") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def headline(v: Verdict) -> str:
+    """The status and its reason in one line: the first thing a reader needs."""
+    if v.status == Status.CORRECT:
+        if v.runtime_ms is None:
+            return f"correct: {v.problem['name']} matches the reference on every case (not timed)"
+        vs = f", {_x(v.speedup_vs_best)} vs the faster baseline" if v.speedup_vs_best is not None else ""
+        return f"correct: {v.problem['name']} in {_ms(v.runtime_ms)}{vs}"
+    first = (v.log or "").strip().splitlines()
+    return f"{v.status.value}: {first[0]}" if first else v.status.value
+
+
 def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None) -> None:
-    """Status, errors, times, speedups, floor and efficiency; steps not run; guards that fired."""
+    """The status and its reason first (the rest of the message under it); then the problem and
+    candidate, times, speedups, floor and efficiency; guards that fired; steps not run."""
     style = STATUS_STYLE.get(v.status, "white")
-    head = f"[bold {style}]{v.status.value}[/]  {v.problem['name']}  candidate {str(v.candidate.get('hash') or '-')[:12]} ({v.candidate.get('build_path')})"
+    status, _, reason = headline(v).partition(":")
+    console.print(f"[bold {style}]{status}[/]:{escape(reason)}", highlight=False, soft_wrap=True)  # one line, whatever its length
+    rest = "\n".join((v.log or "").strip().splitlines()[1:]) if v.status != Status.CORRECT else ""
+    if rest.strip():
+        console.print(rest, highlight=False, markup=False, soft_wrap=True)
+    console.print("")
+    head = f"{escape(v.problem['name'])}  candidate {str(v.candidate.get('hash') or '-')[:12]} ({v.candidate.get('build_path')})"
     console.print(head + (f"  [dim]{verdict_id}[/]" if verdict_id else ""), highlight=False)
+    _print_numbers(console, v)
+    unconfined = sandbox.plainly(v.sandbox)
+    if unconfined:
+        console.print(f"[bold yellow]{unconfined}[/]", highlight=False)
+    fired = [g for g in v.guards if g.fired]
+    for g in fired:
+        console.print(f"[magenta]guard {g.name} fired:[/] {escape(g.detail)}", highlight=False)
+    _print_skipped(console, v)
+    if v.sanitizer is not None:
+        from kernelwright.judge.sanitize import describe
+
+        console.print(describe(v.sanitizer), highlight=False, markup=False)
+        for r in v.sanitizer.get("tools", []):
+            for line in r.get("findings", [])[:4]:
+                console.print(f"  {r['tool']}: {line}", style="dim", highlight=False, markup=False)
+
+
+def _print_numbers(console: Console, v: Verdict) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     rows = [
         ("build", "-" if v.build_s is None else f"{v.build_s:.3g} s"),
@@ -52,28 +89,21 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
     for key, value in rows:
         t.add_row(f"[dim]{key}[/]", value)
     console.print(t)
-    unconfined = sandbox.plainly(v.sandbox)
-    if unconfined:
-        console.print(f"[bold yellow]{unconfined}[/]", highlight=False)
-    fired = [g for g in v.guards if g.fired]
-    for g in fired:
-        console.print(f"[magenta]guard {g.name} fired:[/] {g.detail}", highlight=False)
-    skipped = [s for s in v.steps if not s.ran]
-    if skipped:
-        by_reason: dict[str, list[str]] = {}
-        for s in skipped:
-            by_reason.setdefault(s.reason, []).append(s.name)
-        lines = [f"  {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
-        console.print("steps not run:\n" + "\n".join(lines), style="dim", highlight=False, markup=False)
-    if v.sanitizer is not None:
-        from kernelwright.judge.sanitize import describe
 
-        console.print(describe(v.sanitizer), highlight=False, markup=False)
-        for r in v.sanitizer.get("tools", []):
-            for line in r.get("findings", [])[:4]:
-                console.print(f"  {r['tool']}: {line}", style="dim", highlight=False, markup=False)
-    if v.log and v.status != Status.CORRECT:
-        console.print(v.log, highlight=False, markup=False)
+
+def _print_skipped(console: Console, v: Verdict) -> None:
+    """Steps not run, grouped by reason; one line when none ran for one reason."""
+    skipped = [s for s in v.steps if not s.ran]
+    if not skipped:
+        return
+    by_reason: dict[str, list[str]] = {}
+    for s in skipped:
+        by_reason.setdefault(s.reason, []).append(s.name)
+    if len(by_reason) == 1 and len(skipped) == len(v.steps):
+        console.print(f"steps not run: all {len(skipped)} ({skipped[0].reason})", style="dim", highlight=False, markup=False)
+        return
+    lines = [f"  {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
+    console.print("steps not run:\n" + "\n".join(lines), style="dim", highlight=False, markup=False)
 
 
 def print_table(console: Console, verdicts: list[Verdict]) -> None:

@@ -1,9 +1,11 @@
-"""`kernelwright check`'s exit codes: one per kind of outcome, so a script or coding agent can act on
-the code alone. 0, 1 and 2 keep their meanings from the rest of the command line."""
+"""`kernelwright check`'s exit codes (and `eval --exit-status`'s): one per kind of outcome, so a
+script or coding agent can act on the code alone. 0, 1 and 2 keep their meanings from the rest of
+the command line."""
 
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class Exit(enum.IntEnum):
@@ -41,3 +43,18 @@ def for_status(status: str) -> Exit:
     if status not in BY_STATUS:
         raise ValueError(f"unknown verdict status {status!r}")
     return BY_STATUS[status]
+
+
+def sanitizer_errors(verdict: dict[str, Any]) -> list[str]:
+    """'<tool> <count>' for every compute-sanitizer tool that found errors."""
+    tools = (verdict.get("sanitizer") or {}).get("tools") or []
+    return [f"{t.get('tool')} {t['errors']}" for t in tools if (t.get("errors") or 0) > 0]
+
+
+def for_verdict(verdict: dict[str, Any], *, sanitized: bool) -> Exit:
+    """The exit code for a verdict (Verdict.to_dict()): by status; where the sanitizer was asked
+    for (check --final, eval --sanitize), a correct verdict with sanitizer errors is SANITIZER."""
+    code = for_status(verdict["status"])
+    if sanitized and code == Exit.OK and sanitizer_errors(verdict):
+        return Exit.SANITIZER
+    return code

@@ -11,7 +11,7 @@ from kernelwright.agent.judging import BuildReport, Judged
 from kernelwright.agent.optimize import sanitizer_gap
 from kernelwright.agent.profile import breakdown_table, ncu_table
 from kernelwright.judge import sandbox
-from kernelwright.workspace.exits import EXIT_CODES, Exit, for_status
+from kernelwright.workspace.exits import EXIT_CODES, Exit, for_verdict, sanitizer_errors
 
 if TYPE_CHECKING:
     from kernelwright.workspace.session import Session
@@ -21,16 +21,7 @@ LIMIT = 6000  # characters of the verdict's description
 
 def exit_code(judged: Judged, *, final: bool) -> Exit:
     """The check's exit code: by status; on a final judgement, sanitizer errors too."""
-    code = for_status(judged.verdict.status.value)
-    if final and code == Exit.OK and sanitizer_errors(judged.verdict.to_dict()):
-        return Exit.SANITIZER
-    return code
-
-
-def sanitizer_errors(verdict: dict[str, Any]) -> list[str]:
-    """'<tool> <count>' for every compute-sanitizer tool that found errors."""
-    tools = (verdict.get("sanitizer") or {}).get("tools") or []
-    return [f"{t.get('tool')} {t['errors']}" for t in tools if (t.get("errors") or 0) > 0]
+    return for_verdict(judged.verdict.to_dict(), sanitized=final)
 
 
 def compose(session: "Session", *, kind: str, digest: str | None, build: BuildReport, judged: Judged | None,

@@ -385,7 +385,7 @@ def policy_flags(e: argparse.ArgumentParser) -> None:
     e.add_argument("--allow-torch-compute", action="store_true", help="let the candidate compute with torch operators (refused by default)")
     e.add_argument("--allow-library", action="append", metavar="NAME",
                    help="let the candidate's GPU time include this library's kernels (repeatable; one of: " + ", ".join(LIBRARIES) + ")")
-    e.add_argument("--timing-budget-s", dest="budget_s", type=float, default=20.0, help="time budget of the timing phase (default 20 s)")
+    e.add_argument("--timing-budget-s", dest="budget_s", type=float, default=None, help="time budget of the timing phase (default 20 s on a GPU, 5 s on a CPU)")
     old_name(e, "--budget-s", "budget_s", type=float)
     e.add_argument("--sanitize", action="store_true",
                    help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) and record the findings (GPU)")
@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     old_name(b, "--mode", "mode", choices=COMPILE_MODES)
     b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the allowance the baselines are timed with (default fp32)")
     b.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="torch.compile builds at a time (timing is always serial)")
-    b.add_argument("--timing-budget-s", dest="budget_s", type=float, default=20.0, help="time budget of each problem's timing phase (default 20 s)")
+    b.add_argument("--timing-budget-s", dest="budget_s", type=float, default=None, help="time budget of each problem's timing phase (default 20 s on a GPU, 5 s on a CPU)")
     old_name(b, "--budget-s", "budget_s", type=float)
     b.add_argument("--no-compile-baseline", dest="no_compile", action="store_true", help="time eager only")
     old_name(b, "--no-compile", "no_compile", action="store_true")

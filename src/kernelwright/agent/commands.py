@@ -239,7 +239,7 @@ def judging_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile (the target is then against eager)")
     p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
     p.add_argument("--seeds", type=int, help="secret correctness seeds per verdict (default 3)")
-    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s)")
+    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s on a GPU, 5 s on a CPU)")
     p.add_argument("--size", choices=SIZES, help=SIZE_HELP + " (default auto)")
 
 

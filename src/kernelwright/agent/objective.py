@@ -40,7 +40,7 @@ class Objective:
     compile_mode: str = "default"  # torch.compile's mode for that baseline
     baselines: str = "measured"  # measured, cached or skip
     seeds: int = 3  # secret correctness seeds per verdict
-    timing_budget_s: float = 20.0  # the judge's timing budget per verdict
+    timing_budget_s: float | None = None  # the judge's timing budget per verdict (None: 20 s on a GPU, 5 s on a CPU)
     price_in_per_mtok: float | None = None  # USD per million prompt tokens, for cost accounting when the server reports none
     price_out_per_mtok: float | None = None  # USD per million completion tokens
     parallel_builds: int = 4  # candidates built at once on the CPU while the GPU judges

@@ -605,7 +605,7 @@ def run_timing(
         summaries = [stats.summarize(r.samples[c].times_ms) for c in contenders]
         stop, reason = stats.should_stop(
             summaries, min_runs=cfg.min_runs, max_runs=cfg.max_runs, target=cfg.target_rel_sem,
-            elapsed_s=time.perf_counter() - t0, budget_s=cfg.budget_s, adaptive=policy.enabled("adaptive_stop"),
+            elapsed_s=time.perf_counter() - t0, budget_s=cfg.budget_for(cuda), adaptive=policy.enabled("adaptive_stop"),
         )
         if stop:
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""

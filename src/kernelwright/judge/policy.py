@@ -53,6 +53,9 @@ DEFAULT_TOLERANCE = {
 }
 
 
+DEFAULT_BUDGET_S = {"cuda": 20.0, "cpu": 5.0}  # the timing phase's budget when the policy names none
+
+
 @dataclass(frozen=True, kw_only=True)
 class TimingConfig:
     """How long and how often to time."""
@@ -62,7 +65,9 @@ class TimingConfig:
     max_runs: int = 400  # never time more calls than this per contender
     batch: int = 10  # timed calls per contender per interleaved round
     target_rel_sem: float = 0.005  # stop when standard error of the median estimate / median falls below
-    budget_s: float = 20.0  # wall-clock budget for the timing phase
+    # wall-clock budget for the timing phase; None: DEFAULT_BUDGET_S for the device (CPU times are
+    # never claims, so the CPU stops sooner)
+    budget_s: float | None = None
     # consecutive timed calls per re-check round whose outputs are compared with the reference; two,
     # because work deferred to a later call leaves at least one of any two consecutive outputs unwritten
     recheck: int = 2
@@ -73,7 +78,7 @@ class TimingConfig:
             raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
         if self.batch < 1:
             raise ValueError(f"batch must be positive, got {self.batch}")
-        if self.warmup_ms < 0 or self.budget_s <= 0:
+        if self.warmup_ms < 0 or (self.budget_s is not None and self.budget_s <= 0):
             raise ValueError(f"warmup_ms >= 0 and budget_s > 0 needed, got {self.warmup_ms}, {self.budget_s}")
         if not 0 < self.target_rel_sem < 1:
             raise ValueError(f"target_rel_sem must be in (0, 1), got {self.target_rel_sem}")
@@ -81,6 +86,10 @@ class TimingConfig:
             raise ValueError(f"lead_us must be in [0, 10000], got {self.lead_us}")
         if self.recheck < 0:
             raise ValueError(f"recheck must be >= 0, got {self.recheck}")
+
+    def budget_for(self, cuda: bool) -> float:
+        """The timing phase's budget in seconds on this device."""
+        return self.budget_s if self.budget_s is not None else DEFAULT_BUDGET_S["cuda" if cuda else "cpu"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,7 @@
 """A newcomer's first hour on a CPU box: the commands they run on the built-in problems, timed, with
 the peak memory of everything each command started.
 
-    PYTHONPATH=src python3 benchmarks/cpu_first_hour.py --out DIR [--problems a,b] [--commands eval,workspace,check]
+    PYTHONPATH=src python3 benchmarks/cpu_first_hour.py --out DIR [--problems a,b] [--commands eval,workspace,check,optimize]
         [--size auto|full|cpu] [--timeout-s 900]
 
 For each problem (default: every built-in one) and each command, the command runs twice in a
@@ -14,7 +14,10 @@ problem filled stay warm), the second as `warm`. The issue's targets are for the
   baselines, torch.compile's included, under the default policy);
 - workspace: `kernelwright workspace init builtin:NAME WS` then `kernelwright check --quick` in
   it (a new workspace each run; the template candidate, as the newcomer finds it);
-- check: `kernelwright problems check builtin:NAME`.
+- check: `kernelwright problems check builtin:NAME`;
+- optimize: `kernelwright optimize builtin:NAME --model openai:scripted --max-turns 1
+  --allow-torch-compute --no-sanitize` against the scripted local server (agent.scripted, no LLM),
+  whose one reply is the reference as ModelNew; the run's final re-judge and export included.
 Every command gets `--size` (default auto: the CPU size on this box), and the store is
 DIR/store.sqlite (never the user's).
 
@@ -48,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-COMMANDS = ("eval", "workspace", "check")
+COMMANDS = ("eval", "workspace", "check", "optimize")
 TARGET_S, TARGET_MIB = 30.0, 2048.0
 POLL_S = 0.05
 DID_ITS_JOB = (0, 3, 4, 5, 6, 7)  # exit codes of a command that reached its answer (a check's verdict codes included)
@@ -204,7 +207,27 @@ def run_check(name: str, work: Path, env: dict[str, str], size: str, timeout_s: 
     return res
 
 
-RUNNERS = {"eval": run_eval, "workspace": run_workspace, "check": run_check}
+def run_optimize(name: str, work: Path, env: dict[str, str], size: str, timeout_s: float, log: Path) -> dict[str, Any]:
+    """One model turn from the scripted local server (no LLM): a reply whose code block is the
+    reference as ModelNew; then the run's final re-judge on fresh seeds and the export."""
+    from kernelwright.agent.scripted import ScriptedServer
+    from kernelwright.problems.loader import load_problem
+
+    code = load_problem(f"builtin:{name}").source + "\n\nModelNew = Model\n"
+    script = [{"text": f"The reference itself, as a first candidate.\n\n```python\n{code}```\n"}]
+    out = work / f"opt_{name}_{time.monotonic_ns()}"
+    with ScriptedServer(script) as server:
+        res = measure(_kw("optimize", f"builtin:{name}", "--model", "openai:scripted", "--base-url", server.url, "--max-turns", "1",
+                          "--allow-torch-compute", "--no-sanitize", "--size", size, "--out", str(out), "--json"), env, work, timeout_s, log)
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        res["status"] = (json.loads(res["stdout"]).get("final_verdict") or {}).get("status")
+    except (ValueError, AttributeError):
+        res["status"] = None
+    return res
+
+
+RUNNERS = {"eval": run_eval, "workspace": run_workspace, "check": run_check, "optimize": run_optimize}
 
 
 def provenance(argv: list[str]) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def test_one_name_per_flag_across_commands():
     args = p.parse_args(["eval", "p.py", "c.py", "--budget-s", "3"])
     assert args.budget_s == 3.0
     assert p.parse_args(["eval", "p.py", "c.py", "--timing-budget-s", "4"]).budget_s == 4.0
-    assert p.parse_args(["eval", "p.py", "c.py"]).budget_s == 20.0
+    assert p.parse_args(["eval", "p.py", "c.py"]).budget_s is None  # the device's default (below)
     args = p.parse_args(["baseline", "--mode", "max-autotune-no-cudagraphs", "--no-compile"])
     assert args.mode == "max-autotune-no-cudagraphs" and args.no_compile is True
     assert p.parse_args(["baseline"]).mode == "default" and p.parse_args(["baseline"]).no_compile is False
@@ -70,3 +70,16 @@ def test_progress_lines_stay_whole_when_stderr_is_not_a_terminal():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == line
+
+
+def test_timing_budget_defaults_by_device_and_an_explicit_one_wins():
+    """A CPU eval spent 20 s timing what are never claims; the CPU's default is 5 s, the GPU keeps 20."""
+    from kernelwright.cli import policy_from_args
+    from kernelwright.judge.policy import TimingConfig
+
+    p = build_parser()
+    timing = policy_from_args(p.parse_args(["eval", "p.py", "c.py"])).timing
+    assert timing.budget_s is None and timing.budget_for(cuda=False) == 5.0 and timing.budget_for(cuda=True) == 20.0
+    timing = policy_from_args(p.parse_args(["eval", "p.py", "c.py", "--timing-budget-s", "20"])).timing
+    assert timing.budget_for(cuda=False) == 20.0 and timing.budget_for(cuda=True) == 20.0
+    assert TimingConfig(budget_s=3).budget_for(cuda=False) == 3

@@ -265,6 +265,12 @@ class _Flow:
             self._discover()
         except Stop as stop:
             return self.vb.finish(stop.status, str(stop))
+        except ProblemError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failure of the judge itself is a verdict too, as in run()
+            log.exception("judge failure")
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
+            return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         early = self._precheck(built=False)
         return None if early is None else self.vb.finish(early.status, early.reason)
 

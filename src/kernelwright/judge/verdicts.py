@@ -54,11 +54,13 @@ def torch_versions() -> tuple[str, str | None]:
     import sys
     from pathlib import Path
 
+    from kernelwright import pysource
+
     if "torch" not in sys.modules:
         try:
             spec = importlib.util.find_spec("torch")
             folder = Path(list(spec.submodule_search_locations or [])[0]) if spec else None
-            tree = ast.parse((folder / "version.py").read_text()) if folder else None
+            tree = pysource.parse((folder / "version.py").read_text()) if folder else None
         except (OSError, SyntaxError, ValueError, IndexError, ImportError):
             tree = None
         values = {}

@@ -213,7 +213,7 @@ def run_optimize(name: str, work: Path, env: dict[str, str], size: str, timeout_
     from kernelwright.agent.scripted import ScriptedServer
     from kernelwright.problems.loader import load_problem
 
-    code = load_problem(f"builtin:{name}").source + "\n\nModelNew = Model\n"
+    code = load_problem(f"builtin:{name}").source + "\n\nclass ModelNew(Model):  # the reference itself\n    pass\n"
     script = [{"text": f"The reference itself, as a first candidate.\n\n```python\n{code}```\n"}]
     out = work / f"opt_{name}_{time.monotonic_ns()}"
     with ScriptedServer(script) as server:
@@ -221,7 +221,7 @@ def run_optimize(name: str, work: Path, env: dict[str, str], size: str, timeout_
                           "--allow-torch-compute", "--no-sanitize", "--size", size, "--out", str(out), "--json"), env, work, timeout_s, log)
     shutil.rmtree(out, ignore_errors=True)
     try:
-        res["status"] = (json.loads(res["stdout"]).get("final_verdict") or {}).get("status")
+        res["status"] = (json.loads(res["stdout"]).get("final_verdict") or {}).get("status") or "no verdict"
     except (ValueError, AttributeError):
         res["status"] = None
     return res

@@ -339,3 +339,67 @@ def test_a_served_verdict_names_the_callers_folder(tmp_path, no_children):
     request["candidate"]["shown_as"] = 3
     with pytest.raises(ValueError, match="shown_as"):
         validate(request)
+
+
+# ---- a review's findings: hostile sources cannot hang the read, abstain, or be misread ------------
+
+
+def test_source_too_deep_for_the_parser_is_compile_error_not_the_judges_failure(tmp_path, no_children):
+    """An infra_error leaves a verdict out of a reward: a candidate must not earn one by writing a
+    line Python's own compiler cannot take (RecursionError in the parser)."""
+    cand = write(tmp_path / "deep", "model_new.py", "import torch\nX = " + "+".join(["1"] * 200_000) + "\n" + CTOR)
+    v = ev.evaluate(ROWSUM, cand.parent, Policy(time_candidate=False), device="cpu")
+    assert v.status is Status.COMPILE_ERROR and "too deeply nested" in v.log, v.log
+
+
+def test_the_read_stays_cheap_for_thousands_of_classes(tmp_path):
+    body = "from torch.nn import Module\n" + "".join(f"class C{i}(Module):\n    pass\n" for i in range(8000))
+    t0 = time.monotonic()
+    assert precheck(ROWSUM.read_text(), write(tmp_path, "many.py", body)) is None  # too long to read: the children's question
+    assert time.monotonic() - t0 < 2  # 8.4 s before the cap, growing with the square of the classes
+    few = precheck(ROWSUM.read_text(), write(tmp_path, "few.py", "from torch.nn import Module\n" + "".join(
+        f"class C{i}(Module):\n    pass\n" for i in range(12))))
+    assert few is not None and "C0, C1, C2, C3, C4, and 7 more" in few.reason, few
+
+
+@pytest.mark.parametrize("hook", [
+    "    def __setattr__(self, name, value):\n        super().__setattr__(name, value)\n",
+    "    __call__ = None\n",
+])
+def test_a_class_with_hooks_is_the_childrens_question(tmp_path, hook):
+    """__setattr__ runs on `self.k = k` (it can register a forward pre-hook that changes the call),
+    and other dunders change construction or calls: the read leaves such a module alone."""
+    source = FORWARD.replace("class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n" + hook)
+    assert precheck(ROWSUM.read_text(), write(tmp_path, "hook.py", source)) is None
+
+
+def test_a_base_that_defines_init_subclass_is_the_childrens_question(tmp_path):
+    source = """
+import torch.nn as nn
+
+
+class Base(nn.Module):
+    def __init_subclass__(cls, **kw):
+        pass
+
+
+class Impl(Base):
+    def forward(self, x):
+        return x
+"""
+    assert precheck(ROWSUM.read_text(), write(tmp_path, "sub.py", source)) is None
+
+
+def test_file_contents_holding_nul_bytes_cannot_make_two_candidates_share_an_id(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    write(one, "model_new.py", "M")
+    write(one, "a.txt", "X")
+    write(one, "b.txt", "Y")
+    write(two, "model_new.py", "M")
+    write(two, "a.txt", "X\0b.txt\0Y")
+    assert files_hash(one) != files_hash(two)
+
+
+def test_the_verdict_records_the_timing_budget_in_force(tmp_path, no_children):
+    v = ev.evaluate(ROWSUM, write(tmp_path / "mine", "syntax.py", SYNTAX), Policy(), device="cpu")
+    assert v.policy["timing"]["budget_s"] == 5.0  # the CPU's default, where the policy named none

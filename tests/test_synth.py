@@ -532,7 +532,7 @@ def test_without_pyarrow_the_run_says_train_parquet_was_skipped_and_why_never_th
     from kernelwright.synth import export, pipeline
 
     def no_pyarrow():
-        raise RuntimeError("writing train.parquet needs pyarrow")
+        raise export.PyarrowMissing("writing train.parquet needs pyarrow")
 
     monkeypatch.setattr(export, "_pyarrow", no_pyarrow)
     (tmp_path / "out").mkdir()
@@ -543,6 +543,15 @@ def test_without_pyarrow_the_run_says_train_parquet_was_skipped_and_why_never_th
     assert summary["files"] == {"kernelbench": "kernelbench", "jsonl": "tasks.jsonl"}
     assert summary["skipped"]["train.parquet"].startswith("pyarrow is not installed (pip install pyarrow")
     assert not (tmp_path / "out" / "train.parquet").exists()  # a stale one would not match tasks.jsonl
+
+    def write_fails():
+        raise NotImplementedError("a pyarrow write that failed")  # a RuntimeError too, but not a missing package
+
+    (tmp_path / "out" / "train.parquet").write_text("from an earlier export")
+    monkeypatch.setattr(export, "_pyarrow", write_fails)
+    with pytest.raises(NotImplementedError):
+        export.export_or_skip([task], tmp_path / "out")
+    assert (tmp_path / "out" / "train.parquet").exists()  # not deleted as if pyarrow were missing
     report = {"export": summary, "n_accepted": 1, "wall_s": 0.1, "n_candidates": 1, "n_ops_histogram": {1: 1}, "stages": [],
               "decontamination": {"n_contaminated": 0}}
     monkeypatch.setattr(pipeline, "run_synth", lambda config, progress, composer: report)

@@ -72,6 +72,8 @@ def discover(path: str | Path) -> CandidateFiles:
         tree = pysource.parse(text, filename=str(model_new))
     except SyntaxError as exc:
         raise CandidateSyntaxError(model_new, exc.msg or "invalid syntax", exc.lineno, exc.text) from None
+    except (RecursionError, MemoryError):  # Python's own compiler fails on it too: the candidate's source, not the judge
+        raise CandidateSyntaxError(model_new, "too deeply nested for Python's parser", None, None) from None
     sources = _dedupe(_kernel_files(root) + _inline_sources(tree))
     if _uses_cpp_extension(tree):
         build_path = BuildPath.TORCH_EXTENSION

@@ -201,7 +201,7 @@ def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
 
 NVIDIA_PROC = "/proc/driver/nvidia/gpus"  # the driver's GPU list (kernel-wide)
 NVIDIA_CTL = "/dev/nvidiactl"  # device nodes: present only where GPUs are passed in
-OTHER_GPU_NODES = ("/dev/dxg", "/dev/kfd")  # WSL's GPU (no /proc entries of the driver there), ROCm's: torch decides
+OTHER_GPU_NODES = ("/dev/dxg", "/dev/kfd", "/dev/nvhost-ctrl", "/dev/nvmap")  # WSL's GPU (no /proc entries of the driver there), ROCm's, Jetson's: torch decides
 
 
 def gpu_seen_by_driver() -> bool | None:

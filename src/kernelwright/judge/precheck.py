@@ -24,6 +24,10 @@ from kernelwright import pysource
 from kernelwright.judge.records import Status
 
 NAME = "ModelNew"
+# Past these the read does not answer (its checks grow with the square of the top-level statements).
+MAX_SOURCE_CHARS = 256 * 1024
+MAX_STATEMENTS = 400
+MAX_CLASSES_NAMED = 5  # in the reason "defines no class ModelNew (classes it defines: ...)"
 # Imports that cannot fail in a judge child (which has torch and kernelwright), and bind only what they say.
 SAFE_IMPORTS = {"torch", "torch.nn", "torch.nn.functional", "math", "kernelwright.runtime"}
 SAFE_FROM = {("torch", "nn"), ("torch", "Tensor"), ("torch.nn", "functional"), ("torch.nn", "Module"), ("__future__", "annotations"),
@@ -65,7 +69,12 @@ def precheck(problem_source: str, main: Path, *, built: bool = False) -> Early |
     """The verdict the candidate's source (`main`, which must parse) settles against the problem's
     source, or None when only running it can tell. `built`: the judge has built the raw sources
     that discovery found, so `runtime.load` of constant sources cannot fail at import."""
-    tree = pysource.parse(main.read_text(errors="replace"), filename=str(main))
+    text = main.read_text(errors="replace")
+    if len(text) > MAX_SOURCE_CHARS:
+        return None  # a long module's question is the children's: the read stays cheap for any input
+    tree = pysource.parse(text, filename=str(main))
+    if len(tree.body) > MAX_STATEMENTS:
+        return None
     try:
         ref = pysource.parse(problem_source)
     except SyntaxError:
@@ -74,7 +83,8 @@ def precheck(problem_source: str, main: Path, *, built: bool = False) -> Early |
         return None
     if NAME not in _top_level_names(tree):
         classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
-        seen = f" (classes it defines: {', '.join(classes)})" if classes else ""
+        more = f", and {len(classes) - MAX_CLASSES_NAMED} more" if len(classes) > MAX_CLASSES_NAMED else ""
+        seen = f" (classes it defines: {', '.join(classes[:MAX_CLASSES_NAMED])}{more})" if classes else ""
         return Early(Status.COMPILE_ERROR, f"{main}: the candidate defines no class {NAME}{seen}; "
                                            f"the judge constructs {NAME}(*get_init_inputs()) and calls it as Model is called")
     return _signatures(tree, ref, str(main))
@@ -159,6 +169,8 @@ class _Inert:
     def _class(self, node: ast.ClassDef) -> bool:
         if node.decorator_list or node.keywords or len(node.bases) != 1:
             return False
+        if any(_dunder(name) and name != "__init__" for name in _class_names(node)):
+            return False  # __setattr__, __init_subclass__, __call__, ...: hooks that change what construction or a call does
         base = node.bases[0]
         local = isinstance(base, ast.Name) and any(isinstance(n, ast.ClassDef) and n.name == base.id and n.lineno < node.lineno
                                                    for n in self.tree.body)
@@ -198,6 +210,22 @@ class _Inert:
             return False
         items = [e for p in parts for e in (p.elts if isinstance(p, (ast.List, ast.Tuple)) else [p])]
         return all(isinstance(e, ast.Constant) or (isinstance(e, ast.Name) and e.id in self.constants) for e in items)
+
+
+def _dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _class_names(node: ast.ClassDef) -> list[str]:
+    """The names a class body binds (methods and assignments)."""
+    names = []
+    for n in node.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for target in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                names += [t.id for t in ast.walk(target) if isinstance(t, ast.Name)]
+    return names
 
 
 def _plain_init(tree: ast.Module) -> bool:

@@ -48,14 +48,25 @@ MAIN = "model_new.py"  # the main file's usual name: left out of the hash, so ha
 def files_hash(path: str | Path) -> str:
     """sha256 over every file of the candidate, names included, in a stable order, and over which
     file is the main one where it is not model_new.py: two single-file candidates of one folder
-    (a.py, b.py) hold the same files but are different candidates."""
+    (a.py, b.py) hold the same files but are different candidates.
+
+    Entries are `name NUL bytes NUL`, which splits one way only while no file holds a NUL byte
+    (names never do). Where one does, every name and content is length-prefixed instead, after a
+    marker no other stream starts with, so two different candidates never share a hash."""
     files = candidate_files(path)
+    contents = {name: file.read_bytes() for name, file in files.items()}
     digest = hashlib.sha256()
     main = next(iter(files))
+    if any(b"\0" in data for data in contents.values()):
+        digest.update(b"\0v2\0")
+        entries = ([b"main", main.encode()] if main != MAIN else []) + [x for name in sorted(contents) for x in (name.encode(), contents[name])]
+        for part in entries:
+            digest.update(len(part).to_bytes(8, "big") + part)
+        return digest.hexdigest()
     if main != MAIN:
         digest.update(b"\0main\0" + main.encode() + b"\0")  # no file's entry starts with NUL
-    for name, file in sorted(files.items()):
-        digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
+    for name in sorted(contents):
+        digest.update(name.encode() + b"\0" + contents[name] + b"\0")
     return digest.hexdigest()
 
 

@@ -96,6 +96,15 @@ def _smi(gpu_index: int) -> tuple[str | None, str | None]:
 class VerdictBuilder:
     """Collects what the flow learns; `finish` turns it into a Verdict."""
 
+    def _policy_record(self) -> dict[str, Any]:
+        """The policy as judged: the device, and the timing budget in force where the policy named none."""
+        record = {**self.policy.to_dict(), "device": self.device}
+        timing = dict(record.get("timing") or {})
+        if timing.get("budget_s") is None:
+            timing["budget_s"] = self.policy.timing.budget_for(cuda=self.device == "cuda")
+            record["timing"] = timing
+        return record
+
     def __init__(self, problem: Problem, policy: Policy, device: str) -> None:
         self.problem, self.policy, self.device = problem, policy, device
         self.size: str | None = None  # the size the problem runs at (problems.sizes: full or cpu), once resolved
@@ -146,7 +155,7 @@ class VerdictBuilder:
         n = self.numbers
         return Verdict(
             status=status, problem={**self.problem.to_dict(), "size": self.size}, candidate=self.candidate,
-            policy={**self.policy.to_dict(), "device": self.device}, build_s=_round(self.build_s),
+            policy=self._policy_record(), build_s=_round(self.build_s),
             runtime_ms=n.get("runtime_ms"), eager_ms=n.get("eager_ms"), compile_ms=n.get("compile_ms"),
             baseline_source=BaselineSource(n.get("baseline_source", "measured")) if n.get("eager_ms") is not None else None,
             speedup_vs_eager=n.get("speedup_vs_eager"), speedup_vs_compile=n.get("speedup_vs_compile"),

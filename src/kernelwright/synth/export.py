@@ -131,12 +131,16 @@ def load_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 PYARROW_MISSING = "pyarrow is not installed (pip install pyarrow, or pip install 'kernelwright[synth]')"
 
 
+class PyarrowMissing(RuntimeError):
+    """train.parquet cannot be written here: pyarrow is not installed."""
+
+
 def _pyarrow() -> tuple[Any, Any]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise RuntimeError(f"writing {PARQUET_NAME} needs pyarrow: {PYARROW_MISSING}") from None
+        raise PyarrowMissing(f"writing {PARQUET_NAME} needs pyarrow: {PYARROW_MISSING}") from None
     return pa, pq
 
 
@@ -146,7 +150,7 @@ def export_or_skip(tasks: list[dict[str, Any]], out: Path, *, device: str = "cud
     tasks.jsonl, so it is removed, and the reason says so."""
     try:
         return {**export_tasks(tasks, out, device=device), "skipped": {}}
-    except RuntimeError:
+    except PyarrowMissing:  # only that: a write that failed for another reason is raised, not called a missing package
         summary = export_tasks(tasks, out, device=device, parquet=False)
     stale = Path(out) / PARQUET_NAME
     why = PYARROW_MISSING

@@ -55,6 +55,13 @@ def test_a_finished_run_is_not_resumed_unless_asked(reviewed_run):
     assert (tmp / "out" / "run.json").read_text() == before
 
 
+def test_a_resume_cannot_change_the_problems_size(reviewed_run):
+    """The run's best candidates were timed at one size; a resume at another would compare across them."""
+    run_id, store, _ = reviewed_run
+    with pytest.raises(ValueError, match="cannot change it"):
+        optimize.resume(run_id, store=store, again=True, changes={"size": "full"})
+
+
 def test_resume_again_keeps_the_earlier_export_and_carries_the_review(reviewed_run):
     """Before: the resume re-exported over out/ and left "approved": true, "reviewed_at": null."""
     run_id, store, tmp = reviewed_run

@@ -120,7 +120,11 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
                          f"{run['problem_hash'][:12]}); a run continues on the problem it started on")
     state = dict(run.get("state") or {})
     meta = dict(state.get("meta") or {})
-    objective = Objective.from_dict({**(state.get("objective") or run["objective"]), **(changes or {})})
+    before = state.get("objective") or run["objective"]
+    if (changes or {}).get("size") not in (None, before.get("size", "auto")):
+        raise ValueError(f"{run_id} judges the problem at size {before.get('size', 'auto')!r}; its best candidates were timed at that "
+                         f"size, so a resume cannot change it (start a new run with --size {changes['size']})")
+    objective = Objective.from_dict({**before, **(changes or {})})
     backend = make_backend(model or state.get("model") or run["model"], base_url=base_url or meta.get("base_url"), price=objective.cost)
     preflight(backend)
     state["objective"], state["model"] = objective.to_dict(), backend.name  # what this stretch runs with; the next resume starts from it

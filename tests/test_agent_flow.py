@@ -248,6 +248,12 @@ def test_the_cpu_demo_says_what_a_cpu_run_shows(tmp_path, monkeypatch, capsys):
         result.final = {**final, "policy": {"device": device}}
         commands._report(argparse.Namespace(json=False, demo=demo), result)
         assert (commands.CPU_DEMO_SENTENCE.split(":")[0] in capsys.readouterr().out.replace("\n", " ")) is said
+    (tmp_path / "out" / "kernels").mkdir(parents=True)
+    for name in ("model_new.py", "run.json", "kernels/k.cpp"):
+        (tmp_path / "out" / name).write_text("x")
+    result.out_dir = tmp_path / "out"
+    commands._report(argparse.Namespace(json=False, demo=False), result)
+    assert f"exported to {tmp_path / 'out'}: kernels/k.cpp, model_new.py, run.json" in capsys.readouterr().out.replace("\n", "")
 
 
 def test_the_cpu_demo_script_edits_the_elementwise_kernel():

@@ -148,10 +148,20 @@ def _report(args: argparse.Namespace, result: Any) -> int:
 
         print_verdict(out, Verdict.from_dict(result.final))
     if result.out_dir:
-        out.print(f"exported to {result.out_dir}", markup=False, highlight=False)
+        out.print(f"exported to {result.out_dir}: {', '.join(_files_in(Path(result.out_dir))) or 'no files'}", markup=False, highlight=False)
+    elif result.final:
+        out.print("nothing exported: see the summary above", markup=False, highlight=False)
     if getattr(args, "demo", False) and (result.final or {}).get("policy", {}).get("device") == "cpu":
         out.print(CPU_DEMO_SENTENCE, markup=False, highlight=False)
     return 0
+
+
+def _files_in(folder: Path) -> list[str]:
+    """The files of an export, relative to it, in order."""
+    try:
+        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return []
 
 
 def _run_and_steps(db: Any, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -129,20 +129,21 @@ def test_metadata_counts_flops_and_bytes_without_running_the_problem():
     assert math.isclose(g["floor_ms"], max(g["bytes"] / 4.8e12, g["flops"] / 990e12) * 1e3)
 
 
-def test_metadata_falls_back_to_the_cpu_for_data_dependent_shapes(tmp_path):
-    path = tmp_path / "nonzero.py"
+def _one_input_problem(path, forward: str, input_expr: str):
+    """A problem file whose Model.forward(x) returns `forward`, fed [input_expr]."""
     path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                    "        return torch.nonzero(x > 0).float()\n\ndef get_inputs():\n    return [torch.randn(8, 8)]\n\n"
-                    "def get_init_inputs():\n    return []\n")
-    m = meta.compute(path)
+                    f"        return {forward}\n\ndef get_inputs():\n    return [{input_expr}]\n\ndef get_init_inputs():\n    return []\n")
+    return path
+
+
+def test_metadata_falls_back_to_the_cpu_for_data_dependent_shapes(tmp_path):
+    m = meta.compute(_one_input_problem(tmp_path / "nonzero.py", "torch.nonzero(x > 0).float()", "torch.randn(8, 8)"))
     assert m["computed_on"] == "cpu" and m["meta_error"]
     assert m["outputs"][0]["shape"][1] == 2
 
 
 def test_metadata_for_names_the_problem_that_fails(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                   "        return x @ x\n\ndef get_inputs():\n    return [torch.randn(3, 4)]\n\ndef get_init_inputs():\n    return []\n")
+    bad = _one_input_problem(tmp_path / "bad.py", "x @ x", "torch.randn(3, 4)")
     with pytest.raises(RuntimeError, match="bad.py"):
         meta.metadata_for([load_problem(bad)])
 
@@ -160,11 +161,7 @@ def test_metadata_of_a_problem_that_fails_costs_only_its_own_answer_and_the_rest
 
 def test_metadata_draws_the_inputs_on_the_meta_device(tmp_path):
     """A KernelBench input of several GB costs nothing: get_inputs() runs under the meta device."""
-    path = tmp_path / "huge.py"
-    path.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                    "        return torch.relu(x)\n\ndef get_inputs():\n    return [torch.randn(1 << 20, 1 << 20)]\n\n"
-                    "def get_init_inputs():\n    return []\n")
-    m = meta.compute(path)
+    m = meta.compute(_one_input_problem(tmp_path / "huge.py", "torch.relu(x)", "torch.randn(1 << 20, 1 << 20)"))
     assert m["computed_on"] == "meta" and m["input_bytes"] == 4 << 40
 
 

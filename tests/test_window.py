@@ -6,6 +6,7 @@ answers). The end-to-end tricks are in the zoo (zoo_next_*)."""
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import sys
 import types
@@ -156,13 +157,38 @@ def test_asking_getter_refuses_a_seed_given_in_the_command():
 
 
 _ALREADY: list[str] = []
+_RUNNER: set[int] = set()  # the session's processes when the window opened (this worker's parent, the other worker, ...)
 _KEEP: list = []  # what quiet_window took away, held as a batch holds it
 _NOTED: list = []  # the problem module the window fixture's note_window recorded
 
 
 def _quiet(first: bool = True) -> list[str]:
-    """quiet_window's findings less the threads and processes the test runner had already."""
-    return [f for f in child.quiet_window(first, _KEEP) if f not in _ALREADY]
+    """quiet_window's findings less the threads and processes the test runner had already, and
+    less processes of this session that this worker did not start: under xdist the other worker
+    shares the session, and its tests start CLI subprocesses at any moment."""
+    return [f for f in child.quiet_window(first, _KEEP) if f not in _ALREADY and not _elsewhere(f)]
+
+
+def _elsewhere(finding: str) -> bool:
+    """A 'process: PID (in this session)' finding whose process descends from one the runner had
+    already (the other xdist worker), not from this worker: an orphan (reparented to init, as a
+    daemon is) still counts."""
+    if not finding.startswith("process: "):
+        return False
+    known = _RUNNER
+    pid = int(finding.split()[1])
+    while pid > 1:
+        if pid == os.getpid():
+            return False
+        if pid in known:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        pid = int(stat[stat.rindex(b")") + 2:].split()[1])
+    return False
 
 
 @pytest.fixture
@@ -175,6 +201,8 @@ def window():
     _NOTED[:] = [_problem()]
     child.note_window(_NOTED[0], torch.device("cpu"))
     _ALREADY[:] = [f for f in child.quiet_window(True, _KEEP) if f.startswith(("thread: ", "process: "))]  # the test runner's own
+    _RUNNER.clear()
+    _RUNNER.update(int(pid) for pid in child._session())
     gc.enable()
     collector = child.open_window()
     yield

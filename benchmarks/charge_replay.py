@@ -58,7 +58,7 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
     """Both prices of the candidate (and the baselines) from one record."""
     from kernelwright.judge import stats
     from kernelwright.judge.measure import tail_margin
-    from kernelwright.judge.phases import MIN_MS
+    from kernelwright.judge.pricing import MIN_MS
 
     out = outcome_from(record)
     empty_calls = all(out.null_synced_ms.get(k) for k in ("reference", "candidate"))

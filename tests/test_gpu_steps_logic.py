@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelwright.judge import phases
+from kernelwright.judge import phases, pricing
+from kernelwright.judge.guards import kernel_provenance, wall_clock
 from kernelwright.judge.measure import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
@@ -67,7 +68,7 @@ def test_without_baselines_the_step_names_only_the_candidate(tmp_path):
 def test_a_median_not_above_the_empty_call_is_said_and_clamped(tmp_path):
     flow = _flow(tmp_path)
     phases._fill_numbers(flow, _outcome([0.010] * 9, [0.40] * 9, [0.02] * 6, [0.02] * 6))
-    assert flow.vb.numbers["runtime_ms"] == pytest.approx(phases.MIN_MS)
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(pricing.MIN_MS)
     assert "candidate's median 0.01 ms is not above it" in flow.vb.steps["harness_overhead"].reason
 
 
@@ -85,7 +86,7 @@ ATEN = "void at::native::vectorized_elementwise_kernel<4, at::native::launch_cla
 def test_provenance_refuses_aten_time_and_names_its_share(tmp_path):
     flow = _flow(tmp_path, sources=(OWN,))
     with pytest.raises(Stop) as stop:
-        phases._provenance_guard(flow, [["my_relu(float const*, float*, long)", 0.3, 7], [ATEN, 0.1, 7]])
+        kernel_provenance.apply(flow, [["my_relu(float const*, float*, long)", 0.3, 7], [ATEN, 0.1, 7]])
     assert stop.value.status.value == "rejected" and "aten 25.0 %" in str(stop.value)
     g = next(g for g in flow.vb.guards if g.name == "kernel_provenance")
     assert g.fired and "not allowed by the policy: aten" in g.detail
@@ -93,11 +94,11 @@ def test_provenance_refuses_aten_time_and_names_its_share(tmp_path):
 
 def test_provenance_accepts_own_kernels_and_allowed_torch(tmp_path):
     flow = _flow(tmp_path, sources=(OWN,))
-    phases._provenance_guard(flow, [["my_relu(float const*, float*, long)", 0.3, 7], ["Memset (Device)", 0.01, 7]])
+    kernel_provenance.apply(flow, [["my_relu(float const*, float*, long)", 0.3, 7], ["Memset (Device)", 0.01, 7]])
     assert not next(g for g in flow.vb.guards if g.name == "kernel_provenance").fired
     assert "candidate 96.8 %" in flow.vb.steps["kernel_provenance"].reason
     allowed = _flow(tmp_path, Policy(allow_torch_compute=True), sources=(OWN,))
-    phases._provenance_guard(allowed, [[ATEN, 0.1, 7], ["sm90_xmma_gemm_f32f32_cublas", 0.2, 7]])
+    kernel_provenance.apply(allowed, [[ATEN, 0.1, 7], ["sm90_xmma_gemm_f32f32_cublas", 0.2, 7]])
     assert not next(g for g in allowed.vb.guards if g.name == "kernel_provenance").fired
 
 
@@ -105,7 +106,7 @@ def test_provenance_reads_load_inline_sources_from_model_new(tmp_path):
     flow = _flow(tmp_path)
     flow.files.model_new.write_text('from torch.utils.cpp_extension import load_inline\nSRC = r"""\n#include <cuda_runtime.h>\n'
                                     '__global__ void inline_relu(float* y) {}\n"""\n')
-    phases._provenance_guard(flow, [["inline_relu(float*)", 0.3, 7]])
+    kernel_provenance.apply(flow, [["inline_relu(float*)", 0.3, 7]])
     assert "candidate 100.0 %" in flow.vb.steps["kernel_provenance"].reason
 
 
@@ -390,7 +391,7 @@ def test_a_tiny_honest_kernel_with_late_wake_ups_is_not_priced_by_its_mean(tmp_p
 
 
 def test_the_wall_clock_is_held_against_the_device_wide_times():
-    from kernelwright.judge.measure import wall_clock_check
+    from kernelwright.judge.guards.wall_clock import wall_clock_check
 
     side = _synced_samples([0.005] * 10, [2.015] * 10)  # the side stream's 2 ms is in the device-wide times
     side.batches = [(2.3 * 10, 2.015 * 10, 10)]
@@ -428,7 +429,8 @@ def test_a_device_wide_end_before_the_stream_end_is_forged():
 
 
 def test_the_wall_clock_detail_says_where_each_childs_time_went_and_ignores_malformed_clocks():
-    from kernelwright.judge.measure import _host, host_breakdown, wall_clock_check
+    from kernelwright.judge.guards.wall_clock import wall_clock_check
+    from kernelwright.judge.measure import _host, host_breakdown
 
     cand, eager = Samples(), Samples()
     cand.add_batch(50.0, [0.3] * 10, synced_ms=[0.32] * 10, host_ms=_host({"host_ms": {"inputs": 20.0, "flush": 1.0, "call": 4.0, "output": 0.0}}))
@@ -490,7 +492,7 @@ def test_an_honest_kernel_with_one_slow_call_a_batch_is_priced_at_its_sums_not_r
     out = _priced_outcome(cand)
     phases._fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(5.0 - 0.0013)
-    phases._wall_guard(flow, out)  # no Stop
+    wall_clock.apply(flow, out)  # no Stop
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(9.75 + 0.015 - 0.0013 - 0.013, rel=1e-3)
     assert flow.vb.numbers["speedup_vs_eager"] == pytest.approx((0.40 - 0.0013) / flow.vb.numbers["runtime_ms"])
     guard = next(g for g in flow.vb.guards if g.name == "wall_clock")
@@ -506,14 +508,14 @@ def test_padded_sums_buy_nothing_and_an_under_reporting_timer_is_refused(tmp_pat
     out = _priced_outcome(_batches(stream, padded, 2.05 + 1.5))
     phases._fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] < 0.06  # what the median and the trimmed mean say
-    phases._wall_guard(flow, out)
+    wall_clock.apply(flow, out)
     assert flow.vb.numbers["runtime_ms"] > 2.0 and flow.vb.numbers["speedup_vs_eager"] < 0.25
     assert next(g for g in flow.vb.guards if g.name == "wall_clock").fired
     flow = _flow(tmp_path)
     out = _priced_outcome(_batches(stream, [[0.065] * 20] * 4, 2.05 + 1.5))  # nothing padded: the sums do not cover it
     phases._fill_numbers(flow, out)
     with pytest.raises(Stop):
-        phases._wall_guard(flow, out)
+        wall_clock.apply(flow, out)
 
 
 def test_an_honest_kernel_keeps_its_median_under_the_wall_clock(tmp_path):
@@ -521,7 +523,7 @@ def test_an_honest_kernel_keeps_its_median_under_the_wall_clock(tmp_path):
     flow = _flow(tmp_path)
     out = _priced_outcome(cand)
     phases._fill_numbers(flow, out)
-    phases._wall_guard(flow, out)
+    wall_clock.apply(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.27 - 0.0013)
     assert not next(g for g in flow.vb.guards if g.name == "wall_clock").fired
 

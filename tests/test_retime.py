@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import JUDGE_TIMEOUT_S, judge, needs_gpu, timing_policy
-from kernelwright.judge import measure, phases
+from kernelwright.judge import measure, phases, pricing
 from kernelwright.judge.measure import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
 
@@ -171,7 +171,7 @@ def test_the_second_window_is_priced_no_lower_than_the_first_windows_stream_medi
     from kernelwright.judge.verdicts import VerdictBuilder
 
     vb = VerdictBuilder(problem=SimpleNamespace(name="p", hash="h"), policy=Policy(), device="cuda")
-    vb.numbers.update(phases._speedups(0.260, 0.300, None))
+    vb.numbers.update(pricing.speedups(0.260, 0.300, None))
     vb.timing = Timing(n=24, median_ms=0.260, iqr_ms=0.001, wall_ms=None, profiler_ms=None, overhead_ms=0.002, raw_median_ms=0.262)
     vb.step("device_sync", True, "device-wide synchronize")
     flow = SimpleNamespace(vb=vb)

@@ -76,7 +76,7 @@ def test_a_failure_of_the_judge_itself_is_an_infra_error_verdict(monkeypatch):
 
 
 def test_write_floor_refuses_only_what_no_correct_kernel_can_do():
-    from kernelwright.judge.evaluate import floor_and_efficiency
+    from kernelwright.judge.guards.physics_floor import floor_and_efficiency
 
     # diag(a) @ b at n = 4096: the reference does 2 n^3 FLOPs; a row scaling does n^2.
     n = 4096

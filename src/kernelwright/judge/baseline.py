@@ -41,9 +41,9 @@ from kernelwright.judge import measure, memory
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
+from kernelwright.judge.pricing import MIN_MS
 from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
 
-MIN_MS = 1e-6  # as the verdict's: a time the overhead's subtraction cannot go below
 COMPILE_WARMUP_MS = 20.0  # the compile phase only needs the compiled baseline built and run once
 
 _PROBE = r"""

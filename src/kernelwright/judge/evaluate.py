@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, quota, refpool, roofline, sandbox, spares
+from kernelwright.judge import forkpool, quota, refpool, sandbox, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -823,21 +823,3 @@ def _worst_resources(items: list[Resources]) -> Resources | None:
         values = [getattr(r, name) for r in items if getattr(r, name) is not None]
         return max(values) if values else None
     return Resources(registers=worst("registers"), shared_bytes=worst("shared_bytes"), spills=worst("spills"))
-
-
-CEILING_BY_DTYPE = {"bfloat16": "bf16", "float16": "fp16"}
-
-
-def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str) -> tuple[float, float, float | None]:
-    """(physics floor, write floor, efficiency) for a measured runtime.
-
-    The physics floor is DESIGN.md's max(bytes / peak bandwidth, FLOPs / peak rate) for the
-    reference's work; the write floor counts only the output bytes, which every correct kernel must
-    write. Efficiency uses the measured ceiling of the output dtype's matrix rate (half types) or of
-    the policy's precision.
-    """
-    floor = roofline.floor_ms(meta["bytes"], meta["flops"])
-    write_floor = roofline.floor_ms(sum(meta.get("output_bytes", [])), 0)
-    dtype = (meta.get("outputs") or [{}])[0].get("dtype", "float32")
-    eff = roofline.efficiency(meta["bytes"], meta["flops"], CEILING_BY_DTYPE.get(dtype, precision), runtime_ms)
-    return floor, write_floor, eff

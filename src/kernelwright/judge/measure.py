@@ -21,8 +21,6 @@ from kernelwright.judge.workers import Child, ChildError
 
 POOL_SIZE = memory.POOL_SLOTS  # input sets in the timing pool, unless run_timing is given fewer (memory.pool_slots)
 REHEARSAL_CALLS = 3  # calls through the timing protocol at the end of each contender's warm-up, not counted
-WALL_SLACK = 1.5  # the wall-clock guard's ratio ...
-WALL_MARGIN_MS = 0.5  # ... and absolute margin per call
 NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
 # Step device_sync: how late a call's device-wide end event may come, beyond the empty call's, before
 # the call is charged with it: a tenth of the contender's time, within these bounds (TimingOutcome.charged).
@@ -131,7 +129,7 @@ class TimingOutcome:
     # (candidate:candidate, reference:candidate, reference:eager, reference:compile): (stream times, device-wide times)
     held: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     # the candidate's time as priced (before the harness overhead's subtraction) plus the tail base
-    # step device_sync used, set by the judge once the numbers are made (wall_clock_check reads it)
+    # step device_sync used, set by the judge once the numbers are made (guards.wall_clock.wall_clock_check reads it)
     priced_ms: float | None = None
     priced_base_ms: float = 0.0  # what priced_ms added to the candidate's runtime: its harness overhead and tail base
     held_used: dict[str, float] = field(default_factory=dict)  # contenders whose tail base came from held calls, by length (ms)
@@ -625,46 +623,3 @@ def _recheck(r: _Rounds, n: int) -> str:
 
 def _warmup(policy: Policy) -> float:
     return policy.timing.warmup_ms if policy.enabled("warmup") else 0.0
-
-
-def wall_clock_check(outcome: TimingOutcome, *, against_price: bool = True) -> tuple[bool, str]:
-    """(fired, detail): the candidate's wall clock per call against its reported time plus the
-    eager baseline's harness overhead, each the median over that contender's batches. The
-    reported time is the device-wide event time per call, or the time as priced plus the tail
-    base (outcome.priced_ms) where that is less: a candidate that rewrites its per-call times
-    from its own process (frames reach them) could pad one value a batch so that the sums match
-    the wall clock while the median it is priced at stays low. against_price=False: the device-wide
-    time only. A timer that
-    under-reports moves every batch; one slow batch of an honest candidate (seen on the H200 with
-    the tests' small batches: 2.2 ms/call against 1.7 allowed) moves only a mean."""
-    cand, eager = outcome.samples.get("candidate"), outcome.samples.get("eager")
-    cm = cand.batch_medians() if cand is not None else None
-    if cm is None:
-        return False, "no candidate batches"
-    wall, event, _ = cm
-    said = f"event time (to the device-wide end) {event:.4g} ms"
-    priced = outcome.priced_ms if against_price else None
-    if priced is not None and priced < event:
-        # the price is a median (or a trimmed mean) of per-call times the candidate's process
-        # handled; per-batch sums can be padded where the median drops the padding
-        said = f"the time as priced, with the synchronize's tail, {priced:.4g} ms (device-wide event time {event:.4g} ms)"
-        event = priced
-    em = eager.batch_medians() if eager is not None else None
-    if em is None:
-        return False, f"candidate wall {wall:.4g} ms/call vs {said} (no eager overhead to compare)"
-    overhead = max(0.0, em[2])
-    expected = event + overhead
-    fired = wall > WALL_SLACK * expected + WALL_MARGIN_MS
-    detail = f"candidate wall {wall:.4g} ms/call; {said} + eager harness overhead {overhead:.4g} ms = {expected:.4g} ms"
-    return fired, detail + _host_note(outcome)
-
-
-def _host_note(outcome: TimingOutcome) -> str:
-    """The children's own clocks, for a reader of the verdict (the guard does not read them)."""
-    rows = [(f"{name} child", host_breakdown(outcome.samples.get(name))) for name in ("candidate", "eager")]
-    for role in ("candidate", "reference"):
-        s = outcome.null_wall.get(role)
-        if s is not None and s.wall_calls:
-            rows.append((f"{role} child's empty calls (wall {s.wall_ms / s.wall_calls:.3g} ms/call)", host_breakdown(s)))
-    said = [f"{who}: {text}" for who, text in rows if text]
-    return ("; as the children's clocks say: " + "; ".join(said)) if said else ""

@@ -8,14 +8,14 @@ import math
 import secrets
 import statistics
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelwright.judge import memory, ops, provenance, stats
+from kernelwright.judge import memory, ops, stats
+from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clock
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold,
-                                        wall_clock_check)
+from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold)
 from kernelwright.judge.policy import NEAR_POSITIONS
+from kernelwright.judge.pricing import MIN_MS, speedups
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
 from kernelwright.judge.workers import Child, ChildError
@@ -334,15 +334,15 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         vb.step("adaptive_stop", True, outcome.stop_reason)
     _fill_numbers(flow, outcome)
     if cached is not None:
-        vb.numbers.update(_speedups(vb.numbers.get("runtime_ms"), cached.get("eager_ms"), cached.get("compile_ms")))
+        vb.numbers.update(speedups(vb.numbers.get("runtime_ms"), cached.get("eager_ms"), cached.get("compile_ms")))
         vb.numbers["baseline_source"] = "cached"
     if floor is not None:
         _floor_from_first_window(flow, floor)
     flow.say(f"timed {len(outcome.samples['candidate'].times_ms)} candidate calls ({outcome.stop_reason}); profiling one call")
     _profile(flow, cand)
     flow.say("profiled; applying the timing guards")
-    _wall_guard(flow, outcome)
-    _floor_guard(flow)
+    wall_clock.apply(flow, outcome)
+    physics_floor.apply(flow)
 
 
 def _floor_from_first_window(flow: "_Flow", stream_ms: float) -> None:
@@ -356,7 +356,7 @@ def _floor_from_first_window(flow: "_Flow", stream_ms: float) -> None:
     least = max(MIN_MS, stream_ms - (vb.timing.overhead_ms or 0.0))
     if runtime is None or runtime >= least:
         return
-    vb.numbers.update(_speedups(least, vb.numbers.get("eager_ms"), vb.numbers.get("compile_ms")))
+    vb.numbers.update(speedups(least, vb.numbers.get("eager_ms"), vb.numbers.get("compile_ms")))
     step = vb.steps.get("device_sync")
     if step is not None:
         vb.step("device_sync", step.ran, f"{step.reason}; priced at the window not priced's median stream time, {least:.4g} ms "
@@ -429,7 +429,6 @@ def _log_samples(flow: "_Flow", outcome: Any, superseded: bool = False) -> None:
                                                "problem_hash": vb.problem.hash, **({"superseded": True} if superseded else {})}))
 
 
-MIN_MS = 1e-6  # a time the harness overhead's subtraction cannot go below (the floor guard refuses it)
 
 
 def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: list[str], overhead: float,
@@ -545,7 +544,7 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
     notes: list[str] = []
     overhead = _overheads(flow, outcome, times)
     runtime, eager, comp = (_runtime(flow, times, c, notes, overhead[c], device) for c in ("candidate", "eager", "compile"))
-    vb.numbers.update(_speedups(runtime, eager, comp))
+    vb.numbers.update(speedups(runtime, eager, comp))
     cuda = flow.device == "cuda"
     if vb.off_or("amortized_time"):
         said = "; ".join(notes) if notes else f"trimmed means within {stats.AMORTIZED_SLACK:g}x the medians: medians are the times"
@@ -583,90 +582,4 @@ def _profile(flow: "_Flow", cand: Child) -> None:
         top = ", ".join(f"{k} {ms:.4g} ms" for k, ms in res["kernels"][:5])
         vb.step("profiler_check", True, f"kernel time sum {prof:.4g} ms vs event median {vb.timing.median_ms:.4g} ms; top: {top}")
     if origins:
-        _provenance_guard(flow, res.get("activities") or [])
-
-
-def _provenance_guard(flow: "_Flow", activities: list[Any]) -> None:
-    """Refuse GPU time in torch's own kernels (unless the policy allows torch compute) or in a
-    library the policy does not name; report the split either way."""
-    vb, policy = flow.vb, flow.policy
-    texts = [s.text for s in flow.files.sources]  # raw kernel files and strings given to runtime.load
-    try:  # the C/C++ string constants of model_new.py: load_inline's sources
-        from kernelwright.judge.static import embedded_sources
-
-        texts += [text for _, text in embedded_sources(Path(flow.files.model_new).read_text(errors="replace"))]
-    except (OSError, SyntaxError, ValueError):
-        pass
-    own = provenance.kernel_names(texts)
-    prov = provenance.classify(activities, own)
-    bad = prov.disallowed(allow_torch=policy.allow_torch_compute, libraries=policy.libraries)
-    detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own else "; no __global__ function in its sources")
-    vb.step("kernel_provenance", True, detail)
-    vb.guard("kernel_provenance", bool(bad), (f"not allowed by the policy: {', '.join(bad)}; " if bad else "") + detail)
-    if bad:
-        shares = ", ".join(f"{o} {100 * prov.share(o):.1f} %" for o in bad)
-        raise Stop(Status.REJECTED, f"GPU time in kernels the policy does not allow ({shares} of the profiled call): {prov.describe()}")
-
-
-def _wall_guard(flow: "_Flow", outcome: Any) -> None:
-    """Refuse a candidate whose judge-side wall clock contradicts its reported time (GPU only:
-    on a shared CPU the host clock is too noisy to refuse on, so there the check is advisory)."""
-    vb = flow.vb
-    if not vb.off_or("wall_clock_check"):
-        return
-    fired, detail = wall_clock_check(outcome)
-    cuda = flow.device == "cuda"
-    if fired and cuda and outcome.priced_ms is not None:
-        by_event, _ = wall_clock_check(outcome, against_price=False)  # the per-batch sums of its device-wide times
-        if not by_event:
-            # The sums cover the wall clock, the price does not: a few slow calls per batch that the
-            # median (or the trimming) dropped, honest or padded. The candidate pays for its calls
-            # as the sums have them, instead of being refused.
-            event = outcome.samples["candidate"].batch_medians()[1]
-            runtime = max(MIN_MS, event - outcome.priced_base_ms)
-            vb.numbers.update(_speedups(max(runtime, vb.numbers.get("runtime_ms") or 0.0), vb.numbers.get("eager_ms"),
-                                        vb.numbers.get("compile_ms")))
-            detail += (f"; its device-wide time per call, {event:.4g} ms, covers the wall clock: it is priced at that, less "
-                       f"{outcome.priced_base_ms:.4g} ms of harness overhead and tail, {runtime:.4g} ms")
-            vb.step("wall_clock_check", True, detail)
-            vb.guard("wall_clock", True, detail)
-            return
-    vb.step("wall_clock_check", True, detail if cuda else f"{detail} (advisory on the CPU backend{': would have fired' if fired else ''})")
-    vb.guard("wall_clock", fired and cuda, detail)
-    if fired and cuda:
-        raise Stop(Status.REJECTED, f"wall clock disagrees with the reported time: {detail}")
-
-
-def _speedups(runtime: float | None, eager: float | None, comp: float | None) -> dict[str, float | None]:
-    """The verdict's times and the speedups that follow from them."""
-    best = min([t for t in (eager, comp) if t is not None], default=None)
-    return dict(runtime_ms=runtime, eager_ms=eager, compile_ms=comp,
-                speedup_vs_eager=eager / runtime if eager and runtime else None,
-                speedup_vs_compile=comp / runtime if comp and runtime else None,
-                speedup_vs_best=best / runtime if best and runtime else None)
-
-
-def _floor_guard(flow: "_Flow") -> None:
-    """Refuse a time below the write floor (the output bytes at peak bandwidth: no correct kernel
-    can beat it). Under DESIGN.md's full floor (the reference's bytes and FLOPs) but above the write
-    floor is reported, not refused: a better algorithm (diag(a) @ b as a row scaling) may do less
-    work than the reference."""
-    from kernelwright.judge.evaluate import floor_and_efficiency
-
-    vb, meta = flow.vb, flow.meta
-    runtime = vb.numbers["runtime_ms"]
-    floor, write_floor, eff = floor_and_efficiency(meta, runtime, flow.policy.precision)
-    vb.numbers["floor_ms"] = floor
-    cpu = "" if flow.device == "cuda" else "CPU backend: the floor is an H200 figure; CPU times are never claims"
-    if not vb.off_or("physics_floor", cpu):
-        return
-    vb.numbers["efficiency"] = eff
-    fired = runtime < write_floor
-    detail = (f"runtime {runtime:.4g} ms; write floor {write_floor:.4g} ms (output bytes); "
-              f"floor {floor:.4g} ms ({meta['bytes']} bytes, {meta['flops']} FLOPs)")
-    if not fired and runtime < floor:
-        detail += "; under the reference-work floor: less work than the reference does (reported, not refused)"
-    vb.step("physics_floor", True, detail)
-    vb.guard("physics_floor", fired, detail)
-    if fired:
-        raise Stop(Status.REJECTED, f"faster than physics allows: {detail}")
+        kernel_provenance.apply(flow, res.get("activities") or [])

@@ -6,37 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-# Every protocol step of DESIGN.md, by name. Each may be switched off for ablation tests.
-CORRECTNESS_STEPS = (
-    "seeds",  # several secret seeds, not one
-    "near_duplicate",  # a call on fresh inputs, then on the same tensors with a few elements changed in place
-    "distributions",  # normal, uniform [-1, 1] and large-magnitude inputs besides get_inputs()
-    "extra_shapes",  # the problem's get_test_inputs()
-    "inputs_unchanged",  # inputs cloned and checked unchanged after the call
-    "poison",  # free memory filled with NaN before every candidate call
-    "output_checks",  # exactly torch.Tensor, exact shape and dtype, all finite
-    "numerics_flags",  # TF32 / cuDNN flags pinned and checked unchanged
-    "function_identities",  # timing, checking and judge functions unchanged after import and every call
-    "op_audit",  # one forward under a dispatch mode: torch compute refused unless the policy allows it
-    "timed_recheck",  # outputs of timed calls compared with the reference too
-    "between_calls",  # no hook of the candidate's set, nor a Python thread of its alive, when a timed call's seed is asked for
-)
-TIMING_STEPS = (
-    "l2_flush",  # L2 flushed before every timed call
-    "cuda_events",  # CUDA events around each call
-    "device_sync",  # device-wide synchronize before the end event
-    "fresh_inputs",  # fresh input values per timed call, written into a pool of input sets (three, fewer for inputs of GiBs)
-    "warmup",  # time-based warm-up
-    "adaptive_stop",  # stop on the standard error, between a minimum and maximum count
-    "interleave",  # baselines and candidate timed in alternating rounds
-    "harness_overhead",  # the protocol around an empty call, timed in both children, subtracted from every contender
-    "amortized_time",  # the candidate's trimmed mean replaces its median where its time sits in a minority of calls
-    "wall_clock_check",  # judge-side wall clock around whole batches
-    "profiler_check",  # kernel-time sum from the torch profiler for one call
-    "kernel_provenance",  # the profiled call's GPU time by origin: torch and libraries only as the policy allows
-    "physics_floor",  # refuse times below the H200 physics floor
-)
-ALL_STEPS = CORRECTNESS_STEPS + TIMING_STEPS
+from kernelwright.judge.guards.steps import ALL_STEPS, CORRECTNESS_STEPS, TIMING_STEPS  # noqa: F401 (callers read them here)
+
 NEAR_POSITIONS = 8  # elements changed per floating input in the near_duplicate case (judge.inputs.perturb)
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")

@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 import kernelwright
+from kernelwright.judge import guards
 from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
 from kernelwright.judge.sandbox import not_started
 from kernelwright.judge.records import (
@@ -137,7 +138,9 @@ class VerdictBuilder:
         return True
 
     def guard(self, name: str, fired: bool, detail: str = "") -> None:
-        """Record a guard's outcome; a later outcome of the same guard replaces the earlier one."""
+        """Record a guard's outcome; a later outcome of the same guard replaces the earlier one. Only
+        guards of the registry (judge.guards) may be recorded."""
+        assert name in guards.names(), f"guard {name!r} is not in judge.guards' registry"
         self.guards = [g for g in self.guards if g.name != name] + [Guard(name, fired, truncate(detail, 600))]
 
     def set_problem_meta(self, meta: dict[str, Any]) -> None:

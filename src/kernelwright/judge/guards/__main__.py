@@ -1,0 +1,7 @@
+"""Print docs/guards.md from the registry."""
+
+import sys
+
+from kernelwright.judge.guards import markdown
+
+sys.stdout.write(markdown())

@@ -90,3 +90,4 @@ def test_steps_are_unique_and_in_their_phase_order():
 def test_the_docs_page_is_the_registrys():
     page = (ROOT / "docs" / "guards.md").read_text()
     assert page == guards.markdown(), "docs/guards.md is stale: python -m kernelwright.judge.guards > docs/guards.md"
+

@@ -17,7 +17,7 @@ import torch
 from torch.utils._device import DeviceContext as _DEVICE_CONTEXT  # what `with device:` pushes
 
 from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
-from kernelwright.judge.records import ASK_SEED, Case  # noqa: F401 - children use inputs.Case
+from kernelwright.judge.records import ASK_SEED, MODULE_MODE, Case  # noqa: F401 - children use inputs.Case
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.problems.sizes import check_applied, sized_code
 
@@ -396,13 +396,13 @@ def cycle(pool: list[list[Any]]) -> Callable[[int], list[Any]]:
 
 
 def init_model(problem: ModuleType, cls: type, seed: int, device: torch.device) -> torch.nn.Module:
-    """Construct cls(*get_init_inputs()) under a seed, on the device, in eval mode."""
+    """Construct cls(*get_init_inputs()) under a seed, on the device, in MODULE_MODE."""
     _seed_all(seed, device)
     init = list(problem.get_init_inputs())
     _seed_all(seed, device)
     with device:
         model = cls(*init)
-    return model.to(device).eval()
+    return model.to(device).train(MODULE_MODE == "train")
 
 
 def tensor_bytes(values: Any) -> int:

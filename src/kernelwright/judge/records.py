@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
+# The mode every model is judged in, reference, baselines and candidate alike: eval, so BatchNorm uses
+# its running statistics and Dropout is the identity. KernelBench's own harness leaves its models in
+# train mode, so a problem with BatchNorm times differently there; the verdict's problem.mode says it.
+MODULE_MODE = "eval"
 
 
 class Status(str, enum.Enum):

@@ -14,7 +14,7 @@ from kernelwright.judge import guards
 from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
 from kernelwright.judge.sandbox import not_started
 from kernelwright.judge.records import (
-    BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
+    MODULE_MODE, BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
 from kernelwright.judge.workers import physical_gpu
 from kernelwright.problems.loader import Problem
@@ -157,7 +157,7 @@ class VerdictBuilder:
             self.steps.setdefault(name, Step(name, False, f"not reached: the evaluation ended as {status.value}"))
         n = self.numbers
         return Verdict(
-            status=status, problem={**self.problem.to_dict(), "size": self.size}, candidate=self.candidate,
+            status=status, problem={**self.problem.to_dict(), "size": self.size, "mode": MODULE_MODE}, candidate=self.candidate,
             policy=self._policy_record(), build_s=_round(self.build_s),
             runtime_ms=n.get("runtime_ms"), eager_ms=n.get("eager_ms"), compile_ms=n.get("compile_ms"),
             baseline_source=BaselineSource(n.get("baseline_source", "measured")) if n.get("eager_ms") is not None else None,

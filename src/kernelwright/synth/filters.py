@@ -183,13 +183,14 @@ def _size(spec: Any, job: dict[str, Any], ctx: dict[str, Any]) -> tuple[int, Any
 def _meta_cost(source: str, expect: tuple[int, ...] | None) -> Any:
     import torch
 
+    from kernelwright.judge.records import MODULE_MODE
     from kernelwright.synth.cost import measure
 
     namespace: dict[str, Any] = {"__name__": "kw_synth_meta"}
     try:
         exec(compile(source, "<synth task>", "exec"), namespace)  # noqa: S102 - composed task code, in a worker process
         with torch.device("meta"):
-            model = namespace["Model"](*namespace["get_init_inputs"]()).eval()  # as the judge builds it
+            model = namespace["Model"](*namespace["get_init_inputs"]()).train(MODULE_MODE == "train")  # as the judge builds it
             values = namespace["get_inputs"]()
         cost, outs = measure(model, values)
         biggest_input = max((v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor)), default=0)

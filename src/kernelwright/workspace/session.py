@@ -156,7 +156,7 @@ class Session:
         correct = judged.verdict.status.value == "correct"
         if ncu and correct and self.device == "cuda":
             self._say("profiling the candidate's kernels with ncu")
-            extra["ncu"] = self.tools._ncu_for(judged.candidate_hash)
+            extra["ncu"] = self.tools._ncu_for(judged)
         if breakdown:
             self._say("profiling the reference (torch profiler)")
             extra["breakdown"] = self.tools._reference_breakdown()

@@ -288,6 +288,20 @@ def test_ncu_is_not_run_on_the_cpu(problem, tmp_path):
     assert res == {"ran": False, "reason": "CPU backend: ncu measures CUDA kernels"}
 
 
+def test_ncu_is_run_at_the_size_the_verdict_used(problem, tmp_path, monkeypatch):
+    # the tools' and the workspace's ncu figures: the problem at the verdict's size (--size cpu on a GPU)
+    from types import SimpleNamespace
+
+    from kernelwright.agent import tools as tools_module
+
+    asked = []
+    monkeypatch.setattr(tools_module, "ncu_metrics", lambda *a, **kw: asked.append(kw["size"]) or {"ran": True, "kernels": []})
+    tools = make_tools(tmp_path, problem)
+    for size in ("cpu", "cpu", "full"):
+        tools._ncu_for(SimpleNamespace(candidate_hash="c0ffee", verdict=SimpleNamespace(problem={"size": size})))
+    assert asked == ["cpu", "full"]  # measured once per candidate and size
+
+
 # -- real judging on the CPU backend (children, g++) ---------------------------------------------------
 
 

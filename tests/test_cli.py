@@ -46,6 +46,17 @@ def test_eval_verdict_lands_in_the_store(json_eval):
         assert db.get_problem(verdict["problem"]["hash"])["name"] == "rowsum"
 
 
+def test_eval_of_a_single_file_stores_its_name_as_the_main_file(tmp_path):
+    single = tmp_path / "fast_rowsum.py"
+    single.write_text((candidate("rowsum_correct") / "model_new.py").read_text())
+    store = tmp_path / "store.sqlite"
+    res = cli("eval", str(problem("rowsum")), str(single), *FAST, "--json", "--store", str(store))
+    assert res.returncode == 0, res.stderr
+    with Store.open(store) as db:
+        stored = db.get_candidate(json.loads(res.stdout)["candidate"]["hash"])
+    assert stored["main"] == "fast_rowsum.py" and list(stored["files"]) == ["fast_rowsum.py"]
+
+
 def test_incorrect_verdict_still_exits_0():
     res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_wrong")), *FAST, "--json", "--no-store")
     assert res.returncode == 0, res.stderr

@@ -196,3 +196,56 @@ def test_size_cpu_of_a_problem_without_one_exits_2(tmp_path):
 
     res = cli("eval", str(problem("rowsum")), str(candidate("rowsum_correct")), "--device", "cpu", "--size", "cpu", "--no-store")
     assert res.returncode == 2 and "declares no CPU_SIZE" in res.stderr
+
+
+# -- the sanitizer's and ncu's processes run the size the verdict used ---------------------------
+# Their forwards need CUDA; what they import, and the size they are handed, are checked here.
+
+
+def test_the_sanitizer_and_ncu_targets_import_the_problem_at_the_size_they_are_given(sized):
+    from kernelwright.judge import sanitize_target
+
+    problem, cand = sanitize_target.load([str(sized[0]), str(sized[1]), "cpu"])
+    assert (problem.N, problem.SCALE) == (6, 3) and hasattr(cand, "ModelNew")
+    problem, _ = sanitize_target.load([str(sized[0]), str(sized[1] / "model_new.py"), "full"])
+    assert (problem.N, problem.SCALE) == (4096, 5)
+
+
+def _refused_start(seen: list):
+    def run_tool(cmd, **kwargs):
+        seen.append(cmd)
+        raise OSError("not started in this test")
+    return run_tool
+
+
+def test_the_sanitizer_and_ncu_commands_carry_the_size(sized, monkeypatch):
+    from kernelwright.agent import profile
+    from kernelwright.judge import sandbox, sanitize
+    from kernelwright.problems.loader import load_problem
+
+    seen: list = []
+    monkeypatch.setattr(sandbox, "run_tool", _refused_start(seen))
+    monkeypatch.setattr(sanitize, "find_tool", lambda: "/nowhere/compute-sanitizer")
+    monkeypatch.setattr(profile, "find_ncu", lambda: "/nowhere/ncu")
+    sanitize.run(sized[0], sized[1], gpu_index=0, env={}, timeout_s=1, tools=("memcheck",), size="cpu")
+    profile.ncu_metrics(load_problem(sized[0]), sized[1], device="cuda", timeout_s=1, size="cpu")
+    assert [cmd[-4:] for cmd in seen] == [["kernelwright.judge.sanitize_target", str(sized[0]), str(sized[1]), "cpu"],
+                                          ["kernelwright.agent.profile", str(sized[0]), str(sized[1].resolve()), "cpu"]]
+
+
+def test_the_judge_hands_the_sanitizer_the_verdicts_size(sized, monkeypatch):
+    from types import SimpleNamespace
+
+    from kernelwright.judge import evaluate, sanitize
+    from kernelwright.judge.records import Status
+    from kernelwright.judge.verdicts import VerdictBuilder
+    from kernelwright.problems.loader import load_problem
+
+    asked: dict = {}
+    monkeypatch.setattr(sanitize, "run", lambda *a, **kw: asked.update(kw) or {"ran": True, "tools": []})
+    policy = Policy(size="cpu")
+    vb = VerdictBuilder(load_problem(sized[0]), policy, "cuda")
+    vb.size = "cpu"
+    flow = SimpleNamespace(device="cuda", files=None, policy=policy, problem=vb.problem, candidate_path=sized[1], vb=vb)
+    evaluate._sanitize(flow, vb.finish(Status.CORRECT), lambda text: None)
+    assert asked["size"] == "cpu"

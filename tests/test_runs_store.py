@@ -414,3 +414,27 @@ def test_views_tolerate_a_bare_run() -> None:
     assert "run-00000000" in _render(history.print_runs, [run])
     assert "Best candidate: none" in history.evidence(run, steps)
     json.dumps(history.run_json(run, steps), allow_nan=False)
+
+
+def test_a_replay_stored_before_tokens_were_counted_shows_its_recorded_tokens(store: Store, capsys) -> None:
+    """Runs stored before replays counted their tokens said `tokens 0` in `runs list`: their reply
+    steps hold 0 in the token columns and the recording's usage in the payload. The views count
+    the payload's tokens (and no cost) and leave the stored rows as they are."""
+    from kernelwright.cli import main
+
+    run_id = make_run(store, "run-01d4e91a", model="replay:rec.json")
+    store.add_step(run_id, StepKind.PROMPT, {"key": "t0", "messages": []})
+    for key, usage in (("t0", {"prompt_tokens": 2305, "completion_tokens": 25, "cost_usd": 0.02}), ("t1", {"prompt_tokens": 40})):
+        store.add_step(run_id, StepKind.RESPONSE, {"key": key, "reply": {"text": "hi", "usage": usage}})  # as the old replay stored it
+    store.add_step(run_id, StepKind.RESPONSE, {"key": "t2", "reply": {"text": "hi", "usage": "garbled"}})
+    store.add_step(run_id, StepKind.RESPONSE, {"key": "t3", "reply": {"usage": {"prompt_tokens": 7, "completion_tokens": 3}}},
+                   usage=Usage(7, 3, None))  # counted when stored: not counted twice
+    expected = {"steps": 5, "prompt_tokens": 2352, "completion_tokens": 28, "cost_usd": None}
+    assert store.get_run(run_id)["totals"] == store.run_totals(run_id) == store.list_runs()[0]["totals"] == expected
+    assert [s["prompt_tokens"] for s in store.run_steps(run_id, kinds=[StepKind.RESPONSE])] == [0, 0, 0, 7]  # the store untouched
+    with pytest.raises(SystemExit, match="0"):
+        main(["runs", "list", "--store", str(store.path)])
+    assert "2380" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="0"):
+        main(["runs", "show", run_id, "--store", str(store.path)])
+    assert "5 steps, 2352 prompt + 28 completion tokens" in capsys.readouterr().out

@@ -171,6 +171,26 @@ def _request(cand: str, policy: Policy) -> dict:
             "candidate": {"files": read_candidate(candidate(cand))}, "policy": policy_to_wire(policy), "device": "cpu"}
 
 
+def test_a_single_file_of_any_name_is_judged_as_eval_judges_it(service, tmp_path):
+    """`eval PROBLEM fast_rowsum.py` works on a file of any name; so does the service, with the
+    same candidate id (the file's name is part of it), beside another candidate's file."""
+    from kernelwright.judge.snapshot import files_hash
+
+    svc, url = service
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    single = folder / "fast_rowsum.py"
+    single.write_text((candidate("rowsum_correct") / "model_new.py").read_text())
+    (folder / "slow_rowsum.py").write_text((candidate("rowsum_wrong") / "model_new.py").read_text())
+    v = Judge(url, device="cpu").evaluate(problem("rowsum"), single, correctness_policy())
+    assert v.status.value == "correct", v.log
+    assert v.candidate["hash"] == files_hash(single)  # what eval's in-process judge gives the file
+    request = _request("rowsum_correct", correctness_policy())
+    for main in ("other.py", "kernels/k.py", 3):
+        with pytest.raises(ValueError, match="candidate.main must name"):
+            svc.submit({**request, "candidate": {**request["candidate"], "main": main}})
+
+
 def test_requests_with_unsafe_names_are_refused(service):
     svc, _ = service
     request = _request("rowsum_correct", correctness_policy())

@@ -71,7 +71,7 @@ def test_verdict_round_trip(store: Store) -> None:
 
 def test_wal_and_foreign_keys(store: Store) -> None:
     assert store.journal_mode == "wal"
-    assert store.schema_version == latest_version() == 4
+    assert store.schema_version == latest_version() == 5
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
@@ -238,7 +238,7 @@ def test_v1_store_gains_the_baselines_table(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     _v1_db(path)
     with Store.open(path) as s:
-        assert s.schema_version == 4
+        assert s.schema_version == 5
         assert s.get_problem("h")["name"] == "p"  # the v1 rows survive
         rec = {"problem_hash": "h", "machine_key": "m", "precision": "fp32", "compile_mode": "default", "problem": "p",
                "eager_ms": 1.5, "compile_ms": 1.0}
@@ -250,3 +250,31 @@ def test_v1_store_gains_the_baselines_table(tmp_path: Path) -> None:
         assert [b["eager_ms"] for b in s.baselines()] == [2.0]
         with pytest.raises(ValueError, match="machine_key"):
             s.put_baseline({**rec, "machine_key": ""})
+
+
+def test_a_candidate_records_its_main_file(store: Store) -> None:
+    store.put_candidate("c1", "raw", {"model_new.py": "a"}, main="model_new.py")
+    store.put_candidate("c2", "raw", {"fast_sum.py": "b", "helper.py": "c"}, main="fast_sum.py")
+    assert store.get_candidate("c1")["main"] == "model_new.py"
+    got = store.get_candidate("c2")
+    assert got["main"] == "fast_sum.py" and got["files"] == {"fast_sum.py": "b", "helper.py": "c"} and got["build_path"] == "raw"
+    with pytest.raises(ValueError, match="'other.py' is not among"):
+        store.put_candidate("c3", "raw", {"model_new.py": "a"}, main="other.py")
+
+
+def test_a_v4_store_gains_the_main_column_and_its_old_candidates_say_unknown(tmp_path: Path) -> None:
+    path = tmp_path / "v4.sqlite"
+    conn = sqlite3.connect(str(path))
+    for m in migrations.MIGRATIONS[:4]:
+        for statement in migrations.split_statements(m.step):
+            conn.execute(statement)
+    conn.execute("INSERT INTO candidates (hash, build_path, files_json) VALUES ('old', 'raw', '{\"a.py\": \"x\"}')")
+    conn.execute("PRAGMA user_version = 4")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as s:
+        assert s.schema_version == 5
+        assert s.get_candidate("old")["main"] is None  # not recorded then: never guessed
+        assert s.get_candidate_files("old") == {"a.py": "x"}
+        s.put_candidate("old", "raw", {"a.py": "x"}, main="a.py")  # judged again: the main file is filled in
+        assert s.get_candidate("old")["main"] == "a.py"

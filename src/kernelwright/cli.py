@@ -47,12 +47,13 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
         raise UsageError(str(exc)) from None
 
 
-def _store_verdict(verdict, problem, files: dict[str, str], store: Optional[Path]) -> Optional[str]:
-    """Keep the problem, the candidate's files and the verdict in the store; returns the verdict id."""
+def _store_verdict(verdict, problem, files: dict[str, str], store: Optional[Path], main: Optional[str] = None) -> Optional[str]:
+    """Keep the problem, the candidate's files (and its main file) and the verdict in the store;
+    returns the verdict id."""
     from kernelwright.store import Store
 
     with Store.open(store) as db:
-        return db.keep_verdict(problem, files, verdict)
+        return db.keep_verdict(problem, files, verdict, main)
 
 
 def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, store: Optional[Path] = None, *,
@@ -89,12 +90,14 @@ def _judge(problem_spec: str, candidate: Path, policy: Policy, device: str, stor
     return problem, files, verdict
 
 
-def _keep(args: argparse.Namespace, problem, files: dict[str, str], verdict) -> Optional[str]:
+def _keep(args: argparse.Namespace, problem, files: dict[str, str], verdict, candidate: Path) -> Optional[str]:
     """Store the verdict unless asked not to; a store failure is a warning, never a lost verdict."""
+    from kernelwright.judge.snapshot import main_name
+
     if args.no_store:
         return None
     try:
-        return _store_verdict(verdict, problem, files, args.store)
+        return _store_verdict(verdict, problem, files, args.store, main_name(candidate))
     except Exception as exc:  # noqa: BLE001
         err.print(f"warning: the verdict was not stored: {type(exc).__name__}: {exc}", style="yellow", markup=False, highlight=False)
         return None
@@ -110,11 +113,11 @@ def eval_cmd(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(verdict.to_json() + "\n")
         sys.stdout.flush()
-        _keep(args, problem, files, verdict)
+        _keep(args, problem, files, verdict, candidate)
     else:
         from kernelwright.report.summary import print_verdict
 
-        print_verdict(out, verdict, _keep(args, problem, files, verdict))
+        print_verdict(out, verdict, _keep(args, problem, files, verdict, candidate))
     if args.exit_status:
         from kernelwright.workspace.exits import for_verdict
 
@@ -151,7 +154,7 @@ def demo_cmd(args: argparse.Namespace) -> int:
     for d in dirs:
         err.print(f"[bold]{d.name}[/bold] ({dev})")
         problem, files, verdict = _judge(str(d / "problem.py"), d, Policy(), dev)
-        _keep(args, problem, files, verdict)
+        _keep(args, problem, files, verdict, d)
         verdicts.append(verdict)
     if args.json:
         sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2, allow_nan=False) + "\n")

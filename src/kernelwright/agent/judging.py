@@ -25,7 +25,7 @@ from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, d
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.records import BuildPath, Status, Verdict, truncate
-from kernelwright.judge.snapshot import files_hash, read_candidate, snapshot
+from kernelwright.judge.snapshot import files_hash, main_name, read_candidate, snapshot
 from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem
 from kernelwright.store import default_store_path
@@ -152,9 +152,9 @@ class Judge:
         with self.device_lock:  # in process, or through the service KERNELWRIGHT_SERVICE names
             verdict = JudgeClient(device=self.device).evaluate(self.problem, Path(cand_dir), self.policy(mode), progress=self.progress,
                                                               baseline_store=self.store)
-        return Judged(mode, verdict, self._keep(verdict, files), digest, files)
+        return Judged(mode, verdict, self._keep(verdict, files, main_name(cand_dir)), digest, files)
 
-    def _keep(self, verdict: Verdict, files: dict[str, str]) -> str | None:
+    def _keep(self, verdict: Verdict, files: dict[str, str], main: str) -> str | None:
         """Store problem, files and verdict (as `kernelwright eval` does); the verdict id or None.
         A store failure is logged, never a lost verdict."""
         if self.store is None or not verdict.candidate.get("hash"):
@@ -164,7 +164,7 @@ class Judge:
         try:
             with Store.open(self.store) as db:
                 db.put_problem(self.problem.hash, self.problem.name, str(self.problem.path), self.problem.source)
-                db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files)
+                db.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files, main)
                 return db.put_verdict(verdict)
         except Exception as exc:  # noqa: BLE001
             log.warning("the verdict was not stored: %s: %s", type(exc).__name__, exc)

@@ -7,7 +7,7 @@
   its own with its report in a file of its own (as judge.sanitize runs compute-sanitizer): per
   kernel duration, DRAM and SM throughput, achieved occupancy and registers. Clocks are left as they
   are (`--clock-control none`: this project never changes GPU settings). The process it runs is
-  this module's `main` (python -m kernelwright.agent.profile PROBLEM CANDIDATE), which brackets one
+  this module's `main` (python -m kernelwright.agent.profile PROBLEM CANDIDATE SIZE), which brackets one
   warm forward with cudaProfilerStart/Stop so only the candidate's kernels of that forward are
   measured. `parse_ncu_csv` reads ncu's CSV and is tested without a GPU.
 
@@ -102,9 +102,11 @@ def find_ncu() -> str | None:
     return None
 
 
-def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: float = 300, gpu_index: int = 0) -> dict[str, Any]:
-    """One forward of the candidate under ncu: {"ran": True, "kernels": [{name, duration_ms,
-    dram_pct, sm_pct, occupancy_pct, registers}]}, or {"ran": False, "reason": ...}."""
+def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: float = 300, gpu_index: int = 0,
+                size: str = "full") -> dict[str, Any]:
+    """One forward of the candidate under ncu, with the problem at `size` (full or cpu: the size
+    its verdict used): {"ran": True, "kernels": [{name, duration_ms, dram_pct, sm_pct,
+    occupancy_pct, registers}]}, or {"ran": False, "reason": ...}."""
     if device != "cuda":
         return {"ran": False, "reason": "CPU backend: ncu measures CUDA kernels"}
     exe = find_ncu()
@@ -117,7 +119,7 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
     env = {**absolute_pythonpath(sandbox.clean_env(os.environ)), "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
            "PYTHONUNBUFFERED": "1", **_extension_env(Path(cand_dir))}
     with device_lock(device, gpu_index, "exclusive", what="running ncu"):  # ncu measures durations
-        return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s)
+        return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s, size)
 
 
 def _extension_env(cand: Path) -> dict[str, str]:
@@ -136,12 +138,12 @@ def _extension_env(cand: Path) -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": str(cache_dir() / "torch_extensions" / files.hash[:16])}
 
 
-def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float) -> dict[str, Any]:
+def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float, size: str) -> dict[str, Any]:
     """Run ncu on this module's main in a temporary folder; parse the report it wrote."""
     with tempfile.TemporaryDirectory(prefix="kw-ncu-") as tmp:
         report, output = Path(tmp) / "report.csv", Path(tmp) / "output.txt"
         cmd = [exe, "--csv", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS), "--log-file", str(report),
-               sys.executable, "-m", "kernelwright.agent.profile", str(problem), str(cand_dir)]
+               sys.executable, "-m", "kernelwright.agent.profile", str(problem), str(cand_dir), size]
         t0 = time.perf_counter()
         try:
             read = [str(problem), str(cand_dir), env["KERNELWRIGHT_CACHE"]]
@@ -222,11 +224,10 @@ def main(argv: list[str]) -> int:
     from kernelwright.judge import inputs
     from kernelwright.judge.child_candidate import _copy_weights
     from kernelwright.judge.records import Case
+    from kernelwright.judge.sanitize_target import load
 
-    problem_path, cand = Path(argv[0]), Path(argv[1])
     dev = torch.device("cuda")
-    problem = inputs.import_file(problem_path, "kw_problem")
-    module = inputs.import_file(cand / "model_new.py" if cand.is_dir() else cand, "kw_candidate")
+    problem, module = load(argv)  # PROBLEM CANDIDATE SIZE: the problem at the verdict's size
     reference = inputs.init_model(problem, problem.Model, 1, dev)
     model = inputs.init_model(problem, module.ModelNew, 1, dev)
     _copy_weights(reference, model)

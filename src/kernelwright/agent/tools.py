@@ -63,7 +63,7 @@ class Tools:
         self.target_speedup = target_speedup
         self.output_limit = output_limit
         self._breakdown: dict[str, Any] | None = None  # the reference's, measured once
-        self._ncu: dict[str, dict[str, Any]] = {}  # candidate hash -> ncu figures
+        self._ncu: dict[str, dict[str, Any]] = {}  # "candidate hash:size" -> ncu figures
         self._handlers: dict[str, Callable[[dict[str, Any]], ToolResult]] = {
             "list_files": self._list_files, "read_file": self._read_file, "write_file": self._write_file,
             "compile": self._compile, "verify": self._verify, "profile": self._profile, "submit": self._submit,
@@ -151,7 +151,7 @@ class Tools:
         parts = [feedback.describe(judged, target_speedup=self.target_speedup, limit=self.output_limit), breakdown_table(breakdown)]
         extra: dict[str, Any] = {"breakdown": breakdown}
         if self.judge.device == "cuda" and judged.verdict.status.value == "correct":
-            extra["ncu"] = self._ncu_for(judged.candidate_hash)
+            extra["ncu"] = self._ncu_for(judged)
             parts.append(ncu_table(extra["ncu"]))
         return self._judged(judged, text="\n\n".join(parts), data=extra)
 
@@ -170,13 +170,17 @@ class Tools:
                                                       size=self.judge.objective.size)
         return self._breakdown
 
-    def _ncu_for(self, candidate_hash: str) -> dict[str, Any]:
-        """ncu's figures for the workspace's candidate, measured once per candidate."""
-        if candidate_hash not in self._ncu:
+    def _ncu_for(self, judged: Judged) -> dict[str, Any]:
+        """ncu's figures for the judged candidate, with the problem at the size its verdict used,
+        measured once per candidate and size."""
+        size = judged.verdict.problem.get("size") or "full"
+        key = f"{judged.candidate_hash}:{size}"
+        if key not in self._ncu:
             gpu = self.judge.objective.policy().gpu_index
             with self.judge.device_lock:
-                self._ncu[candidate_hash] = ncu_metrics(self.judge.problem, self.workspace.candidate_path, device=self.judge.device, gpu_index=gpu)
-        return self._ncu[candidate_hash]
+                self._ncu[key] = ncu_metrics(self.judge.problem, self.workspace.candidate_path, device=self.judge.device, gpu_index=gpu,
+                                             size=size)
+        return self._ncu[key]
 
     def _judged(self, judged: Judged, *, text: str | None = None, data: dict[str, Any] | None = None, submitted: bool = False) -> ToolResult:
         if text is None:

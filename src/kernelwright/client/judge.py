@@ -76,10 +76,11 @@ class Judge:
         return self._call("GET", "/v1/health")
 
     def _remote(self, problem: Problem, candidate: Path, policy: Policy, progress: Any) -> Verdict:
-        from kernelwright.judge.snapshot import read_candidate
+        from kernelwright.judge.snapshot import main_name, read_candidate
 
         request = {"problem": {"name": problem.name, "source_b64": base64.b64encode(problem.path.read_bytes()).decode()},
-                   "candidate": {"files": read_candidate(candidate), "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
+                   "candidate": {"files": read_candidate(candidate), "main": main_name(candidate),
+                                 "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
                    "policy": policy_to_wire(policy), "device": self.device}
         job = self._call("POST", "/v1/evaluations", request)
         try:

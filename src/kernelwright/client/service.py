@@ -11,6 +11,8 @@ HTTP/1.1 with JSON bodies, on a unix socket in a folder only its user can open (
 TCP with a bearer token (loopback is not private on a shared host):
 
     POST   /v1/evaluations          {"problem": {...}, "candidate": {...}, "policy": {...}, "device": "auto"} -> {"id": ...}
+                                     candidate: {"files": {name: text}, "main": "model_new.py" (the default) or
+                                     a single file's own name, "shown_as": the caller's folder}
     GET    /v1/evaluations/ID?wait=S  the job: state (queued, running, done, failed, cancelled), verdict or error,
                                      queued_s, judged_s and progress_log ([seconds since it started, message], ...)
     DELETE /v1/evaluations/ID       cancel it
@@ -41,7 +43,7 @@ from urllib.parse import parse_qs, urlparse
 from kernelwright.judge import refpool, sandbox
 from kernelwright.judge.evaluate import Cancelled
 from kernelwright.judge.policy import policy_from_wire
-from kernelwright.judge.snapshot import MAX_BYTES
+from kernelwright.judge.snapshot import MAIN, MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,11 @@ def validate(request: Any) -> dict[str, Any]:
     if not isinstance(prob, dict) or not isinstance(prob.get("name"), str) or not isinstance(prob.get("source_b64"), str):
         raise ValueError("problem must be {\"name\": str, \"source_b64\": str}")
     _safe_name(prob["name"] + ".py")
-    if not isinstance(cand, dict) or not isinstance(cand.get("files"), dict) or "model_new.py" not in cand["files"]:
+    if not isinstance(cand, dict) or not isinstance(cand.get("files"), dict):
         raise ValueError("candidate must be {\"files\": {\"model_new.py\": text, ...}}")
+    main = cand.get("main", MAIN)
+    if not isinstance(main, str) or "/" in main or not main.endswith(".py") or main not in cand["files"]:
+        raise ValueError(f"candidate.main must name a top-level .py file among its files (default {MAIN}), got {main!r}")
     if not isinstance(cand.get("shown_as", ""), str) or len(cand.get("shown_as", "")) > 4096:
         raise ValueError("candidate.shown_as, when given, is the caller's name of the candidate's folder (a string)")
     total = 0
@@ -225,7 +230,8 @@ class JudgeService:
 def _materialize(request: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     """The problem's file, one per content and name for the service's life (so the next request
     of that problem finds its warm reference child, whose key holds the path), and the candidate
-    in the job's own folder; their paths."""
+    in the job's own folder; their paths (the candidate's: its folder, or its main file where that
+    is not model_new.py)."""
     prob = request["problem"]
     source = base64.b64decode(prob["source_b64"], validate=True)
     problem_path = folder.parent / "problems" / hashlib.sha256(source).hexdigest()[:24] / f"{prob['name']}.py"
@@ -240,7 +246,8 @@ def _materialize(request: dict[str, Any], folder: Path) -> tuple[Path, Path]:
         dest = cand_dir / _safe_name(name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text)
-    return problem_path, cand_dir
+    main = request["candidate"].get("main", MAIN)
+    return problem_path, cand_dir if main == MAIN else cand_dir / main  # a single file: judged as eval judges it, by its name
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -192,7 +192,7 @@ def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
         try:
             with device_lock(flow.device, flow.policy.gpu_index, "shared", what="running compute-sanitizer", progress=say):
                 result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
-                                      timeout_s=flow.policy.sanitize_timeout_s, sandbox_mode=flow.policy.sandbox)
+                                      timeout_s=flow.policy.sanitize_timeout_s, sandbox_mode=flow.policy.sandbox, size=flow.vb.size)
         except Exception as exc:  # noqa: BLE001 - the sanitizer is advisory: its failure must not lose the verdict
             result = {"ran": False, "reason": f"the sanitizer run failed: {type(exc).__name__}: {exc}"[:300], "tools": []}
         say(sanitize.describe(result))

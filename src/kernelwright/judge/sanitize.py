@@ -61,14 +61,15 @@ def parse_report(text: str) -> tuple[int | None, list[str]]:
     return errors, [f for f in findings if f][:FINDING_LINES]
 
 
-def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str, str], timeout_s: float, sandbox_mode: str) -> dict[str, Any]:
+def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str, str], timeout_s: float, sandbox_mode: str,
+              size: str) -> dict[str, Any]:
     """One tool on one forward, confined (judge.sandbox.run_tool), with its report in a file of its
     own (--log-file) and the program's output in another, so that the program's prints cannot
     pass for the tool's report and no pipe can be held open to hang the judge."""
     with tempfile.TemporaryDirectory(prefix="kw-sanitize-") as tmp, tempfile.TemporaryDirectory(prefix="kw-report-") as rdir:
         report, output = Path(rdir) / f"report-{secrets.token_hex(8)}.txt", Path(tmp) / "output.txt"
         cmd = [exe, "--tool", tool, "--print-limit", str(PRINT_LIMIT), "--error-exitcode", "0", "--log-file", str(report),
-               sys.executable, "-m", "kernelwright.judge.sanitize_target", str(problem), str(candidate)]
+               sys.executable, "-m", "kernelwright.judge.sanitize_target", str(problem), str(candidate), size]
         t0 = time.perf_counter()
         row: dict[str, Any] = {"tool": tool, "errors": None, "findings": [], "seconds": 0.0, "forward_completed": False}
         read = [str(problem), str(candidate if candidate.is_dir() else candidate.parent), env.get("KERNELWRIGHT_CACHE", "")]
@@ -90,9 +91,10 @@ def _run_tool(exe: str, tool: str, problem: Path, candidate: Path, env: dict[str
 
 
 def run(problem: Path, candidate: Path, *, gpu_index: int, env: dict[str, str], timeout_s: float,
-        tools: tuple[str, ...] = TOOLS, sandbox_mode: str = "auto") -> dict[str, Any]:
-    """Run each tool on one forward; the verdict's `sanitizer` value. Advisory: the forward runs
-    candidate code, which could print or write anything, including a report of its own."""
+        tools: tuple[str, ...] = TOOLS, sandbox_mode: str = "auto", size: str = "full") -> dict[str, Any]:
+    """Run each tool on one forward, with the problem at `size` (full or cpu: the size the verdict
+    used); the verdict's `sanitizer` value. Advisory: the forward runs candidate code, which could
+    print or write anything, including a report of its own."""
     exe = find_tool()
     if exe is None:
         return {"ran": False, "reason": "compute-sanitizer was not found (PATH, CUDA_HOME, /usr/local/cuda, beside nvcc)", "tools": []}
@@ -100,7 +102,7 @@ def run(problem: Path, candidate: Path, *, gpu_index: int, env: dict[str, str], 
     # torch's caching allocator would have put another tensor there
     full_env = {**absolute_pythonpath(sandbox.clean_env(os.environ)), **env, "CUDA_VISIBLE_DEVICES": str(gpu_index), "PYTHONUNBUFFERED": "1",
                 "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    results = [_run_tool(exe, tool, problem, candidate, full_env, timeout_s, sandbox_mode) for tool in tools]
+    results = [_run_tool(exe, tool, problem, candidate, full_env, timeout_s, sandbox_mode, size) for tool in tools]
     counts = [r["errors"] for r in results]
     return {"ran": True, "reason": "", "tools": results, "errors": None if None in counts else sum(counts)}
 

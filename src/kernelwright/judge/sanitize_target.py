@@ -1,9 +1,9 @@
 """What `--sanitize` runs under compute-sanitizer (judge.sanitize): one forward of the candidate
 on get_inputs() under a fixed seed, then a read of every output.
 
-    python -m kernelwright.judge.sanitize_target PROBLEM CANDIDATE_DIR
+    python -m kernelwright.judge.sanitize_target PROBLEM CANDIDATE_DIR [SIZE]
 
-Prints KW_SANITIZE_DONE when the forward and the read completed. It runs candidate code, so it
+SIZE is the problem's size the verdict used (problems.sizes: full, the default, or cpu). Prints KW_SANITIZE_DONE when the forward and the read completed. It runs candidate code, so it
 only ever runs in a process of its own.
 """
 
@@ -11,8 +11,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import ModuleType
 
 SEED = 12345
+
+
+def load(argv: list[str]) -> tuple[ModuleType, ModuleType]:
+    """(problem, candidate) modules of a target's command line PROBLEM CANDIDATE [SIZE]: the
+    problem at the size the verdict used, as the judge's children import it. Shared with the
+    ncu target (agent.profile)."""
+    from kernelwright.judge import inputs
+
+    problem_path, cand = Path(argv[0]), Path(argv[1])
+    size = argv[2] if len(argv) > 2 else "full"
+    problem = inputs.import_file(problem_path, "kw_problem", size=size)
+    module = inputs.import_file(cand / "model_new.py" if cand.is_dir() else cand, "kw_candidate")
+    return problem, module
 
 
 def main(argv: list[str]) -> int:
@@ -23,10 +37,8 @@ def main(argv: list[str]) -> int:
     from kernelwright.judge.correctness import as_output_list
     from kernelwright.judge.records import Case
 
-    problem_path, cand_dir = Path(argv[0]), Path(argv[1])
     dev = torch.device("cuda")
-    problem = inputs.import_file(problem_path, "kw_problem")
-    cand = inputs.import_file(cand_dir / "model_new.py" if cand_dir.is_dir() else cand_dir, "kw_candidate")
+    problem, cand = load(argv)
     reference = inputs.init_model(problem, problem.Model, SEED, dev)
     model = inputs.init_model(problem, cand.ModelNew, SEED, dev)
     _copy_weights(reference, model)  # as the candidate child does

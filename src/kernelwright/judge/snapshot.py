@@ -70,6 +70,12 @@ def files_hash(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def main_name(path: str | Path) -> str:
+    """The candidate's main file, as its files name it: a .py file's own name, model_new.py for a folder."""
+    path = Path(path)
+    return MAIN if path.is_dir() else path.name
+
+
 def read_candidate(path: str | Path) -> dict[str, str]:
     """The candidate's files as text, for the store."""
     return {name: p.read_text(errors="replace") for name, p in candidate_files(path).items()}

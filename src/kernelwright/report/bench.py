@@ -114,7 +114,7 @@ def _keep(entry: Entry, sol: Solution, verdict: Any, config: BenchConfig) -> tup
 
     try:
         with Store.open(config.store) as db:
-            return db.keep_verdict(entry.problem, sol.files, verdict), ""
+            return db.keep_verdict(entry.problem, sol.files, verdict, sol.main), ""
     except Exception as exc:  # noqa: BLE001
         return None, f"verdict not stored: {type(exc).__name__}: {exc}"[:300]
 

@@ -139,12 +139,14 @@ def run_solution(db: Any, run_id: str) -> tuple[dict[str, Any], Solution]:
     info = {"id": run["id"], "status": run.get("status"), "strategy": run.get("strategy"), "model": run.get("model"),
             "progress": run_progress(run, steps), "candidate_hash": chosen, "verdict": verdict, "note": note}
     files: dict[str, str] = {}
+    stored_main = None
     if chosen:
         try:
-            files = db.get_candidate_files(chosen)
+            record = db.get_candidate(chosen)
         except KeyError:
             raise UsageError(f"{run['id']}: the store has no files for its candidate {chosen[:12]}") from None
-    main = "model_new.py" if "model_new.py" in files or not files else next(iter(files))
+        files, stored_main = record["files"], record["main"]
+    main = stored_main or ("model_new.py" if "model_new.py" in files or not files else next(iter(files)))
     return run, Solution("run", run["id"], main, files, info)
 
 

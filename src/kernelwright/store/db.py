@@ -147,22 +147,35 @@ class Store(RunsMixin, WorkspacesMixin):
 
     # -- candidates ---------------------------------------------------------------------------
 
-    def put_candidate(self, hash: str, build_path: str | None, files: dict[str, str]) -> None:
-        """Record a candidate's files by content hash; a second put of the same hash changes nothing."""
+    def put_candidate(self, hash: str, build_path: str | None, files: dict[str, str], main: str | None = None) -> None:
+        """Record a candidate's files by content hash, and its main file (the .py file judged:
+        model_new.py, or a single file's own name, which the hash covers); a second put of the same
+        hash changes nothing but a main file the first did not name."""
         files_json = json.dumps(dict(files), sort_keys=True)
         build = getattr(build_path, "value", build_path)
+        if main is not None and main not in files:
+            raise ValueError(f"main file {main!r} is not among the candidate's files {sorted(files)}")
         with self._transaction() as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO candidates (hash, build_path, files_json, created_at) VALUES (?, ?, ?, ?)",
-                (hash, build, files_json, _now()),
+                "INSERT OR IGNORE INTO candidates (hash, build_path, files_json, main, created_at) VALUES (?, ?, ?, ?, ?)",
+                (hash, build, files_json, main, _now()),
             )
+            if main is not None:
+                conn.execute("UPDATE candidates SET main = ? WHERE hash = ? AND main IS NULL", (main, hash))
 
     def get_candidate_files(self, hash: str) -> dict[str, str]:
         """The candidate's files {relative_name: text}; KeyError when unknown."""
-        row = self._conn.execute("SELECT files_json FROM candidates WHERE hash = ?", (hash,)).fetchone()
+        return self.get_candidate(hash)["files"]
+
+    def get_candidate(self, hash: str) -> dict[str, Any]:
+        """The candidate {hash, build_path, main, files, created_at}; main is None where it was
+        not recorded (rows stored before schema version 5). KeyError when unknown."""
+        row = self._conn.execute("SELECT hash, build_path, main, files_json, created_at FROM candidates WHERE hash = ?", (hash,)).fetchone()
         if row is None:
             raise KeyError(f"no candidate with hash {hash!r} in store {self.path}")
-        return json.loads(row["files_json"])
+        record = dict(row)
+        record["files"] = json.loads(record.pop("files_json"))
+        return record
 
     # -- baselines ----------------------------------------------------------------------------
 
@@ -200,13 +213,13 @@ class Store(RunsMixin, WorkspacesMixin):
 
     # -- verdicts -----------------------------------------------------------------------------
 
-    def keep_verdict(self, problem: Any, files: dict[str, str], verdict: Verdict) -> str | None:
-        """Record the problem, the candidate's files and the verdict; the verdict id, or None when the
-        verdict names no candidate (nothing was built to keep)."""
+    def keep_verdict(self, problem: Any, files: dict[str, str], verdict: Verdict, main: str | None = None) -> str | None:
+        """Record the problem, the candidate's files (and its main file) and the verdict; the verdict
+        id, or None when the verdict names no candidate (nothing was built to keep)."""
         self.put_problem(problem.hash, problem.name, str(problem.path), problem.source)
         if not verdict.candidate.get("hash"):
             return None
-        self.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files)
+        self.put_candidate(verdict.candidate["hash"], verdict.candidate["build_path"], files, main)
         return self.put_verdict(verdict)
 
     def put_verdict(self, verdict: Verdict) -> str:

@@ -131,11 +131,16 @@ CREATE TABLE workspace_checks (
 );
 """
 
+V5_SQL = """
+ALTER TABLE candidates ADD COLUMN main TEXT;
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, V1_SQL, "problems, candidates and verdicts"),
     Migration(2, V2_SQL, "baselines: eager and torch.compile times by problem, machine, precision and compile mode"),
     Migration(3, V3_SQL, "runs and run_steps: optimisation runs, their resumable state, best candidate, review and history"),
     Migration(4, V4_SQL, "workspaces and workspace_checks: an engineer's or coding agent's workspace and its history of checks"),
+    Migration(5, V5_SQL, "candidates.main: the candidate's main file (model_new.py, or the single .py file judged); null in older rows"),
 ]
 
 

@@ -115,6 +115,19 @@ def _totals(row: sqlite3.Row | tuple[Any, ...]) -> dict[str, Any]:
 
 _TOTALS_SQL = ("SELECT count(*), sum(prompt_tokens), sum(completion_tokens), sum(cost_usd) "
                "FROM run_steps WHERE run_id = ?")
+# Replies counted as no tokens: before replays counted their recorded tokens, a replayed reply was
+# stored with 0 in its columns and the recording's usage in its payload only.
+_UNCOUNTED_SQL = ("SELECT payload_json FROM run_steps WHERE run_id = ? AND kind = ? AND prompt_tokens = 0 "
+                  "AND completion_tokens = 0")
+
+
+def _recorded_usage(payload_text: str) -> Usage:
+    """The usage a reply step's payload records ({"reply": {"usage": ...}}); none when unreadable."""
+    try:
+        usage = ((json.loads(payload_text) or {}).get("reply") or {}).get("usage") or {}
+        return Usage.from_dict(usage)
+    except (AttributeError, TypeError, ValueError):
+        return Usage()
 
 
 class RunsMixin:
@@ -204,7 +217,7 @@ class RunsMixin:
         full_id = self._resolve(self._conn, run_id)
         row = self._conn.execute("SELECT * FROM runs WHERE id = ?", (full_id,)).fetchone()
         run = _run_dict(row)
-        run["totals"] = _totals(self._conn.execute(_TOTALS_SQL, (full_id,)).fetchone())
+        run["totals"] = self._totals(full_id)
         return run
 
     def list_runs(self, *, status: RunStatus | str | None = None, limit: int = 50) -> list[dict[str, Any]]:
@@ -217,7 +230,7 @@ class RunsMixin:
         rows = self._conn.execute(sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)).fetchall()
         runs = [_run_dict(r) for r in rows]
         for run in runs:
-            run["totals"] = _totals(self._conn.execute(_TOTALS_SQL, (run["id"],)).fetchone())
+            run["totals"] = self._totals(run["id"])
         return runs
 
     def run_steps(self, run_id: str, *, kinds: Sequence[StepKind | str] | None = None) -> list[dict[str, Any]]:
@@ -237,8 +250,18 @@ class RunsMixin:
 
     def run_totals(self, run_id: str) -> dict[str, Any]:
         """{steps, prompt_tokens, completion_tokens, cost_usd}; cost_usd is None when no step had a cost."""
-        full_id = self._resolve(self._conn, run_id)
-        return _totals(self._conn.execute(_TOTALS_SQL, (full_id,)).fetchone())
+        return self._totals(self._resolve(self._conn, run_id))
+
+    def _totals(self, full_id: str) -> dict[str, Any]:
+        """The run's totals. A reply stored with no tokens counted (a replay stored before replays
+        counted their recorded tokens) counts the tokens its payload records, at read time: the
+        stored rows stay as they are. Never a cost: a replay spends nothing."""
+        totals = _totals(self._conn.execute(_TOTALS_SQL, (full_id,)).fetchone())
+        for (payload,) in self._conn.execute(_UNCOUNTED_SQL, (full_id, StepKind.RESPONSE.value)):
+            usage = _recorded_usage(payload)
+            totals["prompt_tokens"] += usage.prompt_tokens
+            totals["completion_tokens"] += usage.completion_tokens
+        return totals
 
     # -- helpers ------------------------------------------------------------------------------
 

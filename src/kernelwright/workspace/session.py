@@ -22,6 +22,7 @@ from kernelwright.agent.judging import BuildReport, Judge, Judged
 from kernelwright.agent.records import ToolCall, ToolResult, ToolSpec
 from kernelwright.agent.tools import TOOL_SPECS, Tools
 from kernelwright.agent.workspace import Workspace
+from kernelwright.judge.snapshot import main_name
 from kernelwright.workspace.exits import Exit, for_status
 from kernelwright.workspace.layout import MAIN, PROTECTED, WorkspaceConfig, find_root, load_reference, read_config
 
@@ -156,7 +157,7 @@ class Session:
         correct = judged.verdict.status.value == "correct"
         if ncu and correct and self.device == "cuda":
             self._say("profiling the candidate's kernels with ncu")
-            extra["ncu"] = self.tools._ncu_for(judged.candidate_hash)
+            extra["ncu"] = self.tools._ncu_for(judged)
         if breakdown:
             self._say("profiling the reference (torch profiler)")
             extra["breakdown"] = self.tools._reference_breakdown()
@@ -178,7 +179,7 @@ class Session:
                 self._register(db)
                 files = files if files is not None else (self.workspace.files() if self.workspace.has_candidate() else None)
                 if candidate_hash and files:
-                    db.put_candidate(candidate_hash, (build.build_path if build else None), files)
+                    db.put_candidate(candidate_hash, (build.build_path if build else None), files, main_name(self.workspace.candidate_path))
                 seq = db.add_check(self.config.id, kind=kind, source=source, status=status, report=text, payload=payload,
                                    candidate_hash=candidate_hash, exit_code=int(code), runtime_ms=verdict.get("runtime_ms"),
                                    speedup_vs_best=verdict.get("speedup_vs_best"), verdict_id=verdict_id)

@@ -197,3 +197,12 @@ def test_the_helper_words_lines_alike(tmp_path):
     assert written.files_in(tmp_path / "a") == ["empty/", "f.txt"]
     assert written.cached("x", "P", 1) == "cached x: P (1 new entry)" and written.cached("x", "P", 2).endswith("(2 new entries)")
     assert written.wrote("P", "what") == "wrote P (what)" and written.skipped("N", "why") == "skipped N: why"
+
+
+def test_a_command_that_creates_the_store_says_so_once(tmp_path, capsys):
+    store = tmp_path / "data" / "store.sqlite"
+    rc, out, err = _run(["runs", "list", "--json", "--store", str(store)], capsys)
+    assert rc == 0 and json.loads(out) == []
+    assert f"wrote {store} (a new store: it did not exist before this command)" in err
+    rc, out, err = _run(["runs", "list", "--json", "--store", str(store)], capsys)
+    assert rc == 0 and "new store" not in err

@@ -522,6 +522,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     level = os.environ.get("KERNELWRIGHT_LOG", "WARNING").upper()
     logging.basicConfig(level=getattr(logging, level, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)  # exits 2 on usage errors
+    store = written.store_path(getattr(args, "store", None)) if hasattr(args, "store") else None
+    fresh = store is not None and not store.exists()
     try:
         if args.func is not eval_cmd:  # eval hands its --service to the client itself
             from kernelwright.client.commands import use_service
@@ -542,6 +544,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     except Exception as exc:  # noqa: BLE001 - a last resort with a clear message and exit code 1
         err.print(f"error: {type(exc).__name__}: {exc}", highlight=False, markup=False, style="red")
         sys.exit(1)
+    finally:
+        if fresh and store.exists():  # any command that opens the store creates it: say so once
+            written.tell([written.wrote(store, "a new store: it did not exist before this command")])
 
 
 if __name__ == "__main__":

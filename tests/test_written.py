@@ -206,3 +206,23 @@ def test_a_command_that_creates_the_store_says_so_once(tmp_path, capsys):
     assert f"wrote {store} (a new store: it did not exist before this command)" in err
     rc, out, err = _run(["runs", "list", "--json", "--store", str(store)], capsys)
     assert rc == 0 and "new store" not in err
+
+
+def test_the_judge_names_the_build_cache_when_a_raw_build_adds_to_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from kernelwright.judge import evaluate
+    from kernelwright.judge.build import BuildResult
+
+    def result(key, cached):
+        return BuildResult(ok=True, lib_path=tmp_path / "builds" / key / "lib.so", cached=cached, seconds=0.1, log="", resources=None, key=key)
+
+    said: list[str] = []
+    flow = SimpleNamespace(say=said.append, policy=SimpleNamespace(build_timeout_s=1.0, sandbox="off"),
+                           vb=SimpleNamespace(build_s=None, resources=None, log=None))
+    for results, want in (([result("a", False), result("b", True)], [f"cached raw builds: {tmp_path / 'builds'} (1 new entry)"]),
+                          ([result("a", True)], [])):  # a cache hit writes nothing, and says nothing
+        said.clear()
+        monkeypatch.setattr(evaluate, "prebuild", lambda files, **kw: results)
+        assert evaluate._Flow._build_raw(flow, SimpleNamespace(sources=["k.cpp"])) is True
+        assert said[1:] == want

@@ -226,3 +226,25 @@ def test_the_judge_names_the_build_cache_when_a_raw_build_adds_to_it(tmp_path, m
         monkeypatch.setattr(evaluate, "prebuild", lambda files, **kw: results)
         assert evaluate._Flow._build_raw(flow, SimpleNamespace(sources=["k.cpp"])) is True
         assert said[1:] == want
+
+
+def test_serve_says_it_wrote_a_new_token_file_and_not_when_it_read_one(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from kernelwright.client import commands, service
+    from kernelwright.judge import forkpool
+
+    def stop():
+        raise KeyboardInterrupt
+
+    server = SimpleNamespace(serve_forever=lambda **kw: stop(), server_close=lambda: None)
+    monkeypatch.setattr(service, "JudgeService", lambda workers: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(service, "make_server", lambda *a, **k: (server, "http://127.0.0.1:18998"))
+    monkeypatch.setattr(forkpool, "warm_up", lambda: None)
+    monkeypatch.setattr(commands, "_warm_host_facts", lambda: None)
+    token = tmp_path / "token"
+    args = argparse.Namespace(port=18998, host="127.0.0.1", token_file=token, workers=1, socket=None)
+    assert commands.serve_cmd(args) == 0
+    assert f"wrote {token} (a new token, mode 0600)" in capsys.readouterr().err
+    assert commands.serve_cmd(args) == 0  # the token file is read now, not written
+    assert "a new token" not in capsys.readouterr().err

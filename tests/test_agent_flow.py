@@ -253,7 +253,7 @@ def test_the_cpu_demo_says_what_a_cpu_run_shows(tmp_path, monkeypatch, capsys):
         (tmp_path / "out" / name).write_text("x")
     result.out_dir = tmp_path / "out"
     commands._report(argparse.Namespace(json=False, demo=False), result)
-    assert f"exported to {tmp_path / 'out'}: kernels/k.cpp, model_new.py, run.json" in capsys.readouterr().out.replace("\n", "")
+    assert f"exported to {tmp_path / 'out'}: kernels/k.cpp, model_new.py, run.json" in capsys.readouterr().err
 
 
 def test_the_cpu_demo_script_edits_the_elementwise_kernel():

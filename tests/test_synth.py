@@ -558,7 +558,7 @@ def test_without_pyarrow_the_run_says_train_parquet_was_skipped_and_why_never_th
     with pytest.raises(SystemExit) as done:
         main(["synth", "--n", "1", "--out", str(tmp_path / "out"), "--device", "cpu"])
     assert done.value.code == 0
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err  # what a command wrote goes to stderr (kernelwright.written)
     wrote = next(line for line in said.splitlines() if line.startswith("wrote in "))
     assert "train.parquet" not in wrote and "tasks.jsonl" in wrote and "kernelbench/ (1 task file(s))" in wrote
     assert "skipped train.parquet: pyarrow is not installed (pip install pyarrow" in said

@@ -17,6 +17,7 @@ from typing import Optional
 
 from rich.console import Console
 
+from kernelwright import written
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS, PRESETS, Policy, TimingConfig, kernelbench_preset
 from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.problems.loader import ProblemError
@@ -103,6 +104,16 @@ def _keep(args: argparse.Namespace, problem, files: dict[str, str], verdict, can
         return None
 
 
+def _kept_lines(args: argparse.Namespace, ids: list[Optional[str]]) -> list[str]:
+    """What _keep did with the command's verdicts, in a line (a failed store has had its warning)."""
+    if args.no_store:
+        return [written.not_recorded("verdict" if len(ids) == 1 else f"{len(ids)} verdicts", "--no-store")]
+    kept = [i for i in ids if i]
+    if not kept:
+        return []
+    return [written.recorded(f"verdict {kept[0]}" if len(ids) == 1 else f"{len(kept)} of {len(ids)} verdict(s)", args.store)]
+
+
 def eval_cmd(args: argparse.Namespace) -> int:
     """Judge CANDIDATE against PROBLEM and print the verdict."""
     policy = policy_from_args(args)
@@ -113,11 +124,13 @@ def eval_cmd(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(verdict.to_json() + "\n")
         sys.stdout.flush()
-        _keep(args, problem, files, verdict, candidate)
+        verdict_id = _keep(args, problem, files, verdict, candidate)
     else:
         from kernelwright.report.summary import print_verdict
 
-        print_verdict(out, verdict, _keep(args, problem, files, verdict, candidate))
+        verdict_id = _keep(args, problem, files, verdict, candidate)
+        print_verdict(out, verdict, verdict_id)
+    written.tell(_kept_lines(args, [verdict_id]))
     if args.exit_status:
         from kernelwright.workspace.exits import for_verdict
 
@@ -150,12 +163,13 @@ def demo_cmd(args: argparse.Namespace) -> int:
     dirs = sorted(p for p in root.glob("*") if (p / "problem.py").is_file())
     if not dirs:
         raise UsageError(f"no examples under {root}")
-    verdicts = []
+    verdicts, ids = [], []
     for d in dirs:
         err.print(f"[bold]{d.name}[/bold] ({dev})")
         problem, files, verdict = _judge(str(d / "problem.py"), d, Policy(), dev)
-        _keep(args, problem, files, verdict, d)
+        ids.append(_keep(args, problem, files, verdict, d))
         verdicts.append(verdict)
+    written.tell(_kept_lines(args, ids))
     if args.json:
         sys.stdout.write(json.dumps([v.to_dict() for v in verdicts], indent=2, allow_nan=False) + "\n")
     else:
@@ -202,8 +216,11 @@ def _suite_rows(suite: str) -> list[dict]:
 
     unloaded: list[Unloaded] = []
     entries = load_suite(suite, unloaded=unloaded)
+    notes: list[str] = []  # what the metadata cache got, said once the spinner is gone
     with err.status(f"computing metadata of {len(entries)} problem(s)") as status:
-        meta, failed = metadata_or_errors([e.problem for e in entries], progress=lambda i, n: status.update(f"computing metadata: {i}/{n}"))
+        meta, failed = metadata_or_errors([e.problem for e in entries], progress=lambda i, n: status.update(f"computing metadata: {i}/{n}"),
+                                          tell=notes.append)
+    written.tell(notes)
     rows = [_problem_row(e, meta[e.problem.hash]) if e.problem.hash in meta else _failed_row(e.to_dict(), failed[e.problem.hash])
             for e in entries]
     rows += [_failed_row({"name": u.name, "spec": str(u.path), "level": u.level, "path": str(u.path)}, u.reason) for u in unloaded]
@@ -272,7 +289,7 @@ def problems_show_cmd(args: argparse.Namespace) -> int:
         if len(got) != 1:
             raise UsageError(f"{spec} names {len(got)} problems; show takes one (builtin:NAME, kernelbench:PATH:LEVEL:ID or a file)")
         entry = got[0]
-    m = metadata_for([entry.problem])[entry.problem.hash]
+    m = metadata_for([entry.problem], tell=lambda line: written.tell([line]))[entry.problem.hash]
     row = {**_problem_row(entry, m), "flops_by_op": m["flops_by_op"], "param_bytes": m["param_bytes"], "input_bytes": m["input_bytes"],
            "output_bytes": m["output_bytes"]}
     if args.json:
@@ -321,6 +338,7 @@ def baseline_cmd(args: argparse.Namespace) -> int:
             tasks[name] = progress.add_task(name, total=total)
         elif kind == "cached":
             tasks.setdefault("cached", []).append(problem.name)
+            tasks.setdefault("cached_hashes", set()).add(problem.hash)
         elif kind == "compiled":
             progress.update(tasks["compiling"], advance=1, description=f"compiling ({problem.name}: "
                             + (f"{value[0]:.1f} s)" if value[0] is not None else "failed)"))
@@ -336,6 +354,7 @@ def baseline_cmd(args: argparse.Namespace) -> int:
             records = baseline.run([e.problem for e in entries], device=device, policy=policy, jobs=args.jobs, store=db,
                                    refresh=args.refresh, on_event=on_event)
     summary = baseline.ratio_summary(records, levels)
+    written.tell([_baselines_line(records, tasks.get("cached_hashes", set()), len(entries), args.store)])
     if args.json:
         sys.stdout.write(json.dumps({"records": [r.to_dict() for r in records],
                                      "levels": {str(k): v for k, v in summary.items()}}, indent=2, default=str) + "\n")
@@ -358,6 +377,15 @@ def baseline_cmd(args: argparse.Namespace) -> int:
     for name, why in failed:
         err.print(f"{name}: {why}", style="yellow", markup=False, highlight=False)
     return 1 if failed else 0
+
+
+def _baselines_line(records: list, cached: set, n_problems: int, store: Optional[Path]) -> str:
+    """What `baseline` put in the store: the problems, and the baselines it measured (not the cached ones)."""
+    new = {r.problem_hash for r in records if r.problem_hash not in cached and r.eager_ms is not None}
+    unstored = {r.problem_hash for r in records if r.problem_hash not in cached and r.eager_ms is None}
+    return (written.recorded(f"{n_problems} problem(s) and {len(new)} new baseline(s)", store)
+            + (f"; {len(cached)} already there, not measured again" if cached else "")
+            + (f"; {len(unstored)} not stored: their timing failed" if unstored else ""))
 
 
 def old_name(p: argparse.ArgumentParser, old: str, dest: str, **kw) -> None:
@@ -497,6 +525,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     level = os.environ.get("KERNELWRIGHT_LOG", "WARNING").upper()
     logging.basicConfig(level=getattr(logging, level, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)  # exits 2 on usage errors
+    store = written.store_path(getattr(args, "store", None)) if hasattr(args, "store") else None
+    fresh = store is not None and not store.exists()
     try:
         if args.func is not eval_cmd:  # eval hands its --service to the client itself
             from kernelwright.client.commands import use_service
@@ -517,6 +547,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     except Exception as exc:  # noqa: BLE001 - a last resort with a clear message and exit code 1
         err.print(f"error: {type(exc).__name__}: {exc}", highlight=False, markup=False, style="red")
         sys.exit(1)
+    finally:
+        if fresh and store.exists():  # any command that opens the store creates it: say so once
+            written.tell([written.wrote(store, "a new store: it did not exist before this command")])
 
 
 if __name__ == "__main__":

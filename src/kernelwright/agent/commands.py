@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelwright import written
 from kernelwright.agent.objective import STRATEGIES, load_config, merge
 from kernelwright.agent.records import StepKind
 from kernelwright.agent.transcript import CLIP
@@ -139,6 +140,7 @@ def _report(args: argparse.Namespace, result: Any) -> int:
             "out_dir": str(result.out_dir) if result.out_dir else None, "final_verdict": result.final}
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+        written.tell(_written_lines(args, result))
         return 0
     out.print(f"[bold]{result.run_id}[/bold]  {result.status.value}", highlight=False)
     out.print(result.summary, markup=False, highlight=False)
@@ -147,21 +149,20 @@ def _report(args: argparse.Namespace, result: Any) -> int:
         from kernelwright.report.summary import print_verdict
 
         print_verdict(out, Verdict.from_dict(result.final))
-    if result.out_dir:
-        out.print(f"exported to {result.out_dir}: {', '.join(_files_in(Path(result.out_dir))) or 'no files'}", markup=False, highlight=False)
-    elif result.final:
+    if not result.out_dir and result.final:
         out.print("nothing exported: see the summary above", markup=False, highlight=False)
     if getattr(args, "demo", False) and (result.final or {}).get("policy", {}).get("device") == "cpu":
         out.print(CPU_DEMO_SENTENCE, markup=False, highlight=False)
+    written.tell(_written_lines(args, result))
     return 0
 
 
-def _files_in(folder: Path) -> list[str]:
-    """The files of an export, relative to it, in order."""
-    try:
-        return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-    except OSError:
-        return []
+def _written_lines(args: argparse.Namespace, result: Any) -> list[str]:
+    """The run's rows in the store, and the export's files (on stderr, --json or not)."""
+    lines = [written.recorded(f"run {result.run_id} (its steps, candidates and verdicts)", getattr(args, "store", None))]
+    if result.out_dir:
+        lines.append(f"exported to {result.out_dir}: {', '.join(written.files_in(result.out_dir)) or 'no files'}")
+    return lines
 
 
 def _run_and_steps(db: Any, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -190,15 +191,17 @@ def review_cmd(args: argparse.Namespace) -> int:
         run, steps = _run_and_steps(db, args.run)
         if decided:
             db.review_run(run["id"], approved=bool(args.approve), note=args.note or "")
-            written = exporting.review(run, approved=bool(args.approve), note=args.note or "")
+            exported = exporting.review(run, approved=bool(args.approve), note=args.note or "")
             run, steps = _run_and_steps(db, run["id"])
     if args.json:
         _print_run_json(run, steps)
-        return 0
-    out.print(history.evidence(run, steps), markup=False, highlight=False)
+    else:
+        out.print(history.evidence(run, steps), markup=False, highlight=False)
     if decided:
-        where = f"in the store and in {written}" if written else "in the store (no export of this run to update)"
-        out.print(f"recorded {'approved' if args.approve else 'rejected'} {where}" + (f": {args.note}" if args.note else ""), markup=False, highlight=False)
+        verdict = "approved" if args.approve else "rejected"
+        written.tell([written.recorded(f"the review of run {run['id']} ({verdict}" + (f": {args.note})" if args.note else ")"), args.store),
+                      written.wrote_in(exported, ["run.json", "SUMMARY.md"]) + " (the review)" if exported
+                      else written.skipped("the export's review", "this run has no export to update")])
     return 0
 
 

@@ -82,12 +82,14 @@ def _warm_host_facts() -> None:
 
 
 def serve_cmd(args: argparse.Namespace) -> int:
+    from kernelwright import written
     from kernelwright.cli import err
     from kernelwright.client.service import JudgeService, make_server
     from kernelwright.errors import UsageError
 
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
+    had_token = args.token_file is not None and args.token_file.is_file()
     try:
         token = _token(args.token_file) if args.port is not None else None
         service = JudgeService(workers=args.workers)
@@ -101,6 +103,8 @@ def serve_cmd(args: argparse.Namespace) -> int:
     _warm_host_facts()
     err.print(f"kernelwright serve: listening on {url}", markup=False, highlight=False)
     if token is not None:
+        if args.token_file is not None and not had_token:
+            written.tell([written.wrote(args.token_file, "a new token, mode 0600")])
         where = f"in {args.token_file}" if args.token_file else token
         err.print(f"  token: {where} (send it as 'Authorization: Bearer TOKEN', or set KERNELWRIGHT_SERVICE_TOKEN)", markup=False, highlight=False)
     err.print(f"  use it with: KERNELWRIGHT_SERVICE={url} kernelwright eval ... (or --service {url})", markup=False, highlight=False)

@@ -572,6 +572,11 @@ class _Flow:
         if failed:
             self.vb.log = truncate("\n".join(("build timed out\n" if r.timed_out else "") + r.log for r in failed))
             return False
+        new = [r for r in results if not r.cached and r.lib_path is not None]
+        if new:  # the build cache grew: where (cache hits write nothing)
+            from kernelwright import written
+
+            self.say(written.cached("raw builds", new[0].lib_path.parent.parent, len(new)))
         return True
 
     def _extension_env(self) -> dict[str, str]:

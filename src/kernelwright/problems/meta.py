@@ -101,22 +101,24 @@ def _torch_version() -> str:
         return "unknown"
 
 
-def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | None = None, timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
+def metadata_for(problems: list[Any], *, progress: Callable[[int, int], None] | None = None, timeout_s: float = 120.0,
+                 tell: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """{problem hash: metadata} for loaded problems (see metadata_or_errors); RuntimeError, naming
     the first problem that failed and why, when any failed."""
-    found, failed = metadata_or_errors(problems, progress=progress, timeout_s=timeout_s)
+    found, failed = metadata_or_errors(problems, progress=progress, timeout_s=timeout_s, tell=tell)
     for p in problems:
         if p.hash in failed:
             raise RuntimeError(f"{p.path}: computing its metadata failed: {failed[p.hash]}")
     return found
 
 
-def metadata_or_errors(problems: list[Any], *, progress: Callable[[int, int], None] | None = None,
-                       timeout_s: float = 120.0) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+def metadata_or_errors(problems: list[Any], *, progress: Callable[[int, int], None] | None = None, timeout_s: float = 120.0,
+                       tell: Callable[[str], None] | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """({problem hash: metadata}, {problem hash: why it failed}) for loaded problems. Problem code
     runs in a child process; a problem that fails, hangs past timeout_s or kills the child costs
     only its own answer (a fresh child takes the rest). Answers are cached by (content hash, torch
-    version, META_VERSION), failures never (a missing module may be installed by the next run)."""
+    version, META_VERSION), failures never (a missing module may be installed by the next run).
+    `tell` gets the line that says what the cache file got (kernelwright.written), when it changed."""
     cache_path = _cache_file()
     try:
         cache = json.loads(cache_path.read_text())
@@ -126,29 +128,38 @@ def metadata_or_errors(problems: list[Any], *, progress: Callable[[int, int], No
     key = {p.hash: f"{p.hash}:{tv}:{META_VERSION}" for p in problems}
     todo = list({key[p.hash]: p for p in problems if key[p.hash] not in cache}.values())  # one run per content
     failed: dict[str, str] = {}
+    n_new = 0
     try:
         for n, (i, answer, error) in enumerate(_answers([str(p.path) for p in todo], timeout_s), 1):
             if error is None:
                 cache[key[todo[i].hash]] = answer
+                n_new += 1
             else:
                 failed[todo[i].hash] = error
             if progress:
                 progress(n, len(todo))
     finally:
-        if todo:
-            _write_cache(cache_path, cache)
+        if n_new:
+            line = _write_cache(cache_path, cache, n_new)
+            if tell:
+                tell(line)
     return {p.hash: cache[key[p.hash]] for p in problems if p.hash not in failed}, failed
 
 
-def _write_cache(path: Path, cache: dict[str, Any]) -> None:
-    """Replace the cache file atomically; a cache that cannot be written costs time, not answers."""
+def _write_cache(path: Path, cache: dict[str, Any], n_new: int) -> str:
+    """Replace the cache file atomically; a cache that cannot be written costs time, not answers.
+    The line that says which it was."""
+    from kernelwright import written
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cache))
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except OSError as exc:
+        return written.skipped(path, f"the metadata cache could not be written ({type(exc).__name__}: {exc}); "
+                                     f"{n_new} answer(s) will be computed again next time")
+    return written.cached("problem metadata", path, n_new)
 
 
 def reason_of(exc: BaseException) -> str:

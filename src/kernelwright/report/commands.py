@@ -12,6 +12,7 @@ from typing import Any, Optional
 from rich.markup import escape
 from rich.table import Table
 
+from kernelwright import written
 from kernelwright.client.commands import service_flag
 from kernelwright.errors import UsageError
 from kernelwright.report.metrics import Bootstrap
@@ -94,8 +95,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
         bar.update(task, completed=len(doc["problems"]), description="done", phase="")
     if args.json:
         sys.stdout.write(json.dumps(doc, indent=1, allow_nan=False) + "\n")
-        for line in written_lines(doc, args):
-            err.print(line, markup=False, highlight=False)
+        written.tell(written_lines(doc, args))
         return 0
     out.print(problems_table(doc))
     out.print(summary_table(doc))
@@ -105,24 +105,20 @@ def bench_cmd(args: argparse.Namespace) -> int:
               highlight=False, markup=False)
     for w in doc.get("warnings", []):
         err.print(f"warning: {w}", style="yellow", markup=False, highlight=False)
-    for line in written_lines(doc, args):
-        out.print(line, highlight=False, markup=False)
+    written.tell(written_lines(doc, args))
     return 0
 
 
 def written_lines(doc: dict[str, Any], args: argparse.Namespace) -> list[str]:
     """What the bench wrote, and what it did not and why: the bench file and the store."""
-    from kernelwright.store.db import default_store_path
-
     rows = doc["problems"]
-    lines = [f"wrote {args.o} (the bench document, {len(rows)} problem(s))" if args.o else "bench file not written: no -o FILE given"]
+    lines = [written.wrote(args.o, f"the bench document, {len(rows)} problem(s)") if args.o else "bench file not written: no -o FILE given"]
     judged = [r for r in rows if r.get("verdict")]
     kept = [r for r in judged if r.get("verdict_id")]
-    store = args.store or default_store_path()
     if args.no_store:
-        lines.append(f"verdicts not recorded in the store: --no-store ({len(judged)} judged)")
+        lines.append(written.not_recorded("verdicts", f"--no-store ({len(judged)} judged)"))
     elif judged:
-        lines.append(f"recorded {len(kept)} of {len(judged)} verdict(s) in the store {store}"
+        lines.append(written.recorded(f"{len(kept)} of {len(judged)} verdict(s)", args.store)
                      + ("" if len(kept) == len(judged) else "; the others' notes say why not"))
     return lines
 
@@ -133,15 +129,18 @@ def _names(values: Optional[list[str]]) -> list[str]:
 
 def report_cmd(args: argparse.Namespace) -> int:
     """One offline HTML file from a bench JSON or a run."""
-    from kernelwright.cli import out
     from kernelwright.report.compare import load_side
     from kernelwright.report.html import render_report
 
     doc = load_side(args.source, args.store, _boot(args))
-    html = render_report(doc)
+    try:
+        html = render_report(doc)
+    except ImportError as exc:  # the `report` extra is missing: say what was not written, and why
+        written.tell([written.skipped(args.o, str(exc))])
+        return 1
     args.o.parent.mkdir(parents=True, exist_ok=True)
     args.o.write_text(html, encoding="utf-8")
-    out.print(f"report written to {args.o} ({len(html) // 1024} KiB, {len(doc['problems'])} problem(s))", highlight=False, markup=False)
+    written.tell([written.wrote(args.o, f"the HTML report, {len(html) // 1024} KiB, {len(doc['problems'])} problem(s)")])
     return 0
 
 

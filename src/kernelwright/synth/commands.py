@@ -38,6 +38,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
     from kernelwright.cli import err, out
     from kernelwright.judge.evaluate import resolve_device
     from kernelwright.synth.pipeline import SynthConfig, run_synth, written_lines
+    from kernelwright.written import tell
 
     if args.source and not (Path(args.source) / "tasks.jsonl").is_file():
         raise UsageError(f"--from needs a synthesis folder with tasks.jsonl, got {args.source}")
@@ -75,15 +76,13 @@ def synth_cmd(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     if args.json:
         out.print_json(json.dumps(report, default=str))
-        for line in written_lines(report, config.out):
-            err.print(line, markup=False, highlight=False)
+        tell(written_lines(report, config.out))
         return 0 if report["n_accepted"] >= config.n else 1
     out.print(stage_table(report))
     out.print(f"{report['n_accepted']} of {config.n} tasks in {report['wall_s']} s from {report['n_candidates']} candidates; "
               f"operators per task {report['n_ops_histogram']}; {report['decontamination']['n_contaminated']} contaminated "
               f"(threshold {config.threshold})", markup=False, highlight=False)
-    for line in written_lines(report, config.out):
-        out.print(line, markup=False, highlight=False)
+    tell(written_lines(report, config.out))
     return 0 if report["n_accepted"] >= config.n else 1
 
 

@@ -411,11 +411,12 @@ RUN_FILES = ("report.json", "report.md", "candidates.jsonl", "manifest.json")  #
 def written_lines(report: dict[str, Any], where: str | Path) -> list[str]:
     """What the run wrote in its folder (named `where`), and each file it skipped with why (from the
     export summary)."""
+    from kernelwright import written
+
     export = report["export"]
     files = export["files"]
     wrote = [f"{files['kernelbench']}/ ({export['n']} task file(s))" if k == "kernelbench" else name for k, name in files.items()]
-    lines = [f"wrote in {where}: " + ", ".join([*wrote, *RUN_FILES])]
-    return lines + [f"skipped {name}: {why}" for name, why in export.get("skipped", {}).items()]
+    return [written.wrote_in(where, [*wrote, *RUN_FILES]), *(written.skipped(name, why) for name, why in export.get("skipped", {}).items())]
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelwright import written
 from kernelwright.agent.commands import judging_flags
 from kernelwright.client.commands import service_flag
 from kernelwright.workspace.exits import EXIT_CODES
@@ -84,20 +85,24 @@ def _made(args: argparse.Namespace, config: Any, verb: str) -> int:
         db.register_workspace(config.id, root=root, problem_hash=config.problem_hash, problem_name=config.problem_name,
                               config=config.to_dict())
     text = (f"{verb} workspace {config.id} for {config.problem_name} in {root}\n"
-            f"  reference/{config.problem_name}.py (read-only), model_new.py, kernels/, SKILL.md, README.md\n"
             f"  next: cd {root} && kernelwright check --quick")
     _print(args, {"workspace": config.id, "root": str(root), **config.to_dict()}, text)
+    ref = str(Path(config.reference))
+    names = [f"{n} (read-only)" if n == ref else n for n in written.files_in(root)]
+    written.tell([written.wrote_in(root, names), written.recorded(f"workspace {config.id}", args.store)])
     return 0
 
 
 def export_cmd(args: argparse.Namespace) -> int:
     from kernelwright.workspace.cuda_agent import export_workdir
 
+    skipped: dict[str, str] = {}
     try:
-        dest = export_workdir(args.workspace, args.dest)
+        dest = export_workdir(args.workspace, args.dest, skipped)
     except ValueError as exc:
         raise _usage(str(exc)) from None
-    _print(args, {"exported": str(dest), "layout": args.layout}, f"wrote a CUDA Agent workdir to {dest}")
+    _print(args, {"exported": str(dest), "layout": args.layout}, f"exported workspace {args.workspace} as a CUDA Agent workdir: {dest}")
+    written.tell([written.wrote_in(dest, written.files_in(dest)), *(written.skipped(n, why) for n, why in skipped.items())])
     return 0
 
 
@@ -124,6 +129,8 @@ def check_cmd(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise _usage(str(exc)) from None
     _print(args, result.data, result.text)
+    written.tell([written.recorded(f"check {result.seq} of workspace {session.config.id}", session.store) if result.seq is not None
+                  else written.not_recorded("check", "the store could not be written (see the warning above)")])
     return int(result.exit_code)
 
 

@@ -135,8 +135,10 @@ def import_workdir(src: str | Path, dest: str | Path, *, objective: Objective, d
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def export_workdir(root: str | Path, dest: str | Path) -> Path:
-    """Write the workspace's task in the CUDA Agent layout into `dest` (missing or empty); returns it."""
+def export_workdir(root: str | Path, dest: str | Path, skipped: dict[str, str] | None = None) -> Path:
+    """Write the workspace's task in the CUDA Agent layout into `dest` (missing or empty); returns it.
+    `skipped` gets each file left out, with why."""
+    skipped = {} if skipped is None else skipped
     root = find_root(root)
     config = read_config(root)
     dest = Path(dest).expanduser().resolve()
@@ -147,8 +149,9 @@ def export_workdir(root: str | Path, dest: str | Path) -> Path:
     shutil.copyfile(root / config.reference, dest / REFERENCE)
     (dest / REFERENCE).chmod(0o644)
     for name, path in files.items():
-        if name == REFERENCE:
-            continue  # a model.py of the candidate's own would shadow the reference; it cannot be carried over
+        if name == REFERENCE:  # a model.py of the candidate's own would shadow the reference; it cannot be carried over
+            skipped[f"the candidate's {REFERENCE}"] = f"the workdir's {REFERENCE} is the reference"
+            continue
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         text = path.read_text(errors="replace")
@@ -157,4 +160,6 @@ def export_workdir(root: str | Path, dest: str | Path) -> Path:
     if (root / SKILL).is_file():
         shutil.copyfile(root / SKILL, dest / SKILL)
         (dest / SKILL).chmod(0o644)
+    else:
+        skipped[SKILL] = "the workspace has none"
     return dest

@@ -268,6 +268,7 @@ def serve(root: str | Path, *, transport: str = "stdio", host: str = "127.0.0.1"
         except ValueError as exc:
             raise SessionError(str(exc)) from exc
         server = build_server(session, progress=router)
+        say(f"kernelwright mcp: tool calls write files in {session.root} and record each check in the store {session.store}")
         if transport == "stdio":
             say(f"kernelwright mcp: serving {session.root} over stdio")
             anyio.run(_serve_stdio, server, wire)

@@ -136,7 +136,7 @@ def test_kept_lines_of_several_verdicts(tmp_path):
 
 
 def test_baseline_says_what_it_measured_into_the_store_and_what_it_took_from_it(tmp_path):
-    from kernelwright.cli import _baselines_line
+    from kernelwright.problems.commands import _baselines_line
 
     rec = lambda h, eager: argparse.Namespace(problem_hash=h, eager_ms=eager)  # noqa: E731
     line = _baselines_line([rec("a", 1.0), rec("b", 2.0), rec("c", None)], {"b"}, 3, tmp_path / "s")

@@ -44,7 +44,7 @@ OBJECTIVE_FLAGS = {
 
 
 def _usage(message: str) -> Exception:
-    from kernelwright.cli import UsageError
+    from kernelwright.errors import UsageError
 
     return UsageError(message)
 
@@ -128,13 +128,13 @@ def resume_cmd(args: argparse.Namespace) -> int:
 
 
 def _progress(args: argparse.Namespace) -> Any:
-    from kernelwright.cli import err
+    from kernelwright.console import err
 
     return lambda message: err.print(message, markup=False, highlight=False, style="dim")
 
 
 def _report(args: argparse.Namespace, result: Any) -> int:
-    from kernelwright.cli import out
+    from kernelwright.console import out
 
     data = {"run_id": result.run_id, "status": result.status.value, "summary": result.summary,
             "out_dir": str(result.out_dir) if result.out_dir else None, "final_verdict": result.final}
@@ -183,7 +183,7 @@ def _print_run_json(run: dict[str, Any], steps: list[dict[str, Any]]) -> None:
 def review_cmd(args: argparse.Namespace) -> int:
     """Show a run's evidence; record approve / reject with a note."""
     from kernelwright.agent import exporting, history
-    from kernelwright.cli import out
+    from kernelwright.console import out
     from kernelwright.store import Store
 
     decided = args.approve or args.reject
@@ -207,7 +207,7 @@ def review_cmd(args: argparse.Namespace) -> int:
 
 def runs_list_cmd(args: argparse.Namespace) -> int:
     from kernelwright.agent import history
-    from kernelwright.cli import out
+    from kernelwright.console import out
     from kernelwright.store import Store
 
     with Store.open(args.store) as db:
@@ -223,7 +223,7 @@ def runs_list_cmd(args: argparse.Namespace) -> int:
 
 def runs_show_cmd(args: argparse.Namespace) -> int:
     from kernelwright.agent import history
-    from kernelwright.cli import out
+    from kernelwright.console import out
     from kernelwright.store import Store
 
     with Store.open(args.store) as db:

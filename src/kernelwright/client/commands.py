@@ -83,7 +83,7 @@ def _warm_host_facts() -> None:
 
 def serve_cmd(args: argparse.Namespace) -> int:
     from kernelwright import written
-    from kernelwright.cli import err
+    from kernelwright.console import err
     from kernelwright.client.service import JudgeService, make_server
     from kernelwright.errors import UsageError
 

@@ -74,7 +74,8 @@ def bench_cmd(args: argparse.Namespace) -> int:
     """Judge one candidate per problem of a suite; print the metrics (and write the bench JSON)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kernelwright.cli import err, out, policy_from_args
+    from kernelwright.console import err, out
+    from kernelwright.flags import policy_from_args
     from kernelwright.report.bench import BenchConfig, run_bench
 
     policy = policy_from_args(args)
@@ -166,7 +167,7 @@ def compare_table(doc: dict[str, Any]) -> tuple[Table, Table]:
 
 def compare_cmd(args: argparse.Namespace) -> int:
     """Two benches or runs side by side."""
-    from kernelwright.cli import err, out
+    from kernelwright.console import err, out
     from kernelwright.report.compare import compare, load_side
 
     boot = _boot(args)
@@ -189,7 +190,7 @@ def _boot_flags(p: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub: Any) -> None:
     """Register bench, report and compare."""
-    from kernelwright.cli import policy_flags
+    from kernelwright.flags import policy_flags
 
     b = sub.add_parser("bench", help="judge one candidate per problem of a suite: pass rate, faster-than rates, fast_p, geomean speedups")
     b.add_argument("--suite", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], or a folder of problems "

@@ -35,7 +35,7 @@ def default_workers(device: str) -> int:
 def synth_cmd(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kernelwright.cli import err, out
+    from kernelwright.console import err, out
     from kernelwright.judge.evaluate import resolve_device
     from kernelwright.synth.pipeline import SynthConfig, run_synth, written_lines
     from kernelwright.written import tell

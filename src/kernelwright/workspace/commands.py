@@ -20,7 +20,7 @@ from kernelwright.workspace.exits import EXIT_CODES
 
 
 def _usage(message: str) -> Exception:
-    from kernelwright.cli import UsageError
+    from kernelwright.errors import UsageError
 
     return UsageError(message)
 
@@ -38,7 +38,7 @@ def _objective(args: argparse.Namespace) -> Any:
 
 
 def _progress(args: argparse.Namespace) -> Any:
-    from kernelwright.cli import err
+    from kernelwright.console import err
 
     if getattr(args, "quiet", False):
         return None
@@ -46,7 +46,7 @@ def _progress(args: argparse.Namespace) -> Any:
 
 
 def _print(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
-    from kernelwright.cli import out
+    from kernelwright.console import out
 
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
@@ -155,7 +155,7 @@ def history_cmd(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"workspace": config.id, "problem": config.problem_name, "root": str(root), "checks": rows},
                                     indent=2, allow_nan=False) + "\n")
         return 0
-    from kernelwright.cli import out
+    from kernelwright.console import out
 
     out.print(history_table(config, rows), markup=False, highlight=False)
     if args.show is not None:

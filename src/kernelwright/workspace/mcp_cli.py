@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
 
 def mcp_cmd(args: argparse.Namespace) -> int:
     """Serve until the client leaves (stdio) or Ctrl-C (HTTP); 2 without the SDK or outside a workspace."""
-    from kernelwright.cli import err
+    from kernelwright.console import err
     from kernelwright.workspace.mcp_server import MissingSDK, SessionError, serve
 
     if not 0 < args.port < 65536:

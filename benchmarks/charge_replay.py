@@ -58,7 +58,7 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
     """Both prices of the candidate (and the baselines) from one record."""
     from kernelwright.judge import stats
     from kernelwright.judge.measure import tail_margin
-    from kernelwright.judge.pricing import MIN_MS
+    from kernelwright.judge.pricing import MIN_MS, charged_times
 
     out = outcome_from(record)
     empty_calls = all(out.null_synced_ms.get(k) for k in ("reference", "candidate"))
@@ -83,6 +83,8 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
         old, n_old = whole(s.times_ms, s.synced_ms, bases[name], margin)
         rows[name] = {"n": len(s.times_ms), "base_us": round(bases[name] * 1e3, 2), "margin_us": round(margin * 1e3, 2),
                       "stream_ms": price(s.times_ms), "beyond_ms": price(beyond), "beyond_charged": n_beyond,
+                      # the judge's price (judge.pricing: since its version 2, baselines are not charged)
+                      "priced_ms": price(charged_times(name, beyond, s.times_ms)),
                       "whole_ms": price(old), "whole_charged": n_old, "concentrated": stats.amortized(s.synced_ms)[2],
                       # where the base came from: this contender's own tail, and the held calls' in each child
                       "tail_us": _us(statistics.median(d - t for t, d in zip(s.times_ms, s.synced_ms))),

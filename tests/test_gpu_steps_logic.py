@@ -139,9 +139,21 @@ def test_honest_calls_keep_their_stream_time_and_a_slow_wake_does_not_move_the_m
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 - 0.0013)
     assert flow.vb.numbers["eager_ms"] == pytest.approx(0.404 - 0.0013)
     step = flow.vb.steps["device_sync"]
-    assert step.ran and "candidate 3 of 10" in step.reason and "eager 0 of 10" in step.reason
+    assert step.ran and "candidate 3 of 10" in step.reason and "eager 0 of 10 late, not charged" in step.reason
     guard = next(g for g in flow.vb.guards if g.name == "device_sync")
     assert not guard.fired
+
+
+def test_late_device_wide_ends_are_charged_to_the_candidate_never_to_a_baseline(tmp_path):
+    """Pricing version 2 (judge.pricing): a baseline is the judge's own torch code on the timed stream,
+    so its late device-wide ends are the host's, not hidden work; charged, they put torch.compile up to
+    2.8 % above do_bench (benchmarks/results/dobench.md). The candidate's are still charged."""
+    late = [0.404 + 0.013 + 0.050] * 10  # every call's device-wide end 50 us past the tail: far beyond the margin
+    flow = _flow(tmp_path)
+    phases._fill_numbers(flow, _sync_outcome(([0.404] * 10, late), ([0.404] * 10, late), NULL, NULL))
+    assert flow.vb.numbers["eager_ms"] == pytest.approx(0.404 - 0.0013)  # its stream time
+    assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.404 + 0.050 - 0.010 - 0.0013)  # charged past the 10 us margin
+    assert "eager 10 of 10 late, not charged" in flow.vb.steps["device_sync"].reason
 
 
 def test_an_honest_judgement_where_half_the_calls_woke_just_past_the_margin_keeps_its_price(tmp_path):
@@ -596,7 +608,8 @@ def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(
     assert rows["candidate"]["beyond_ms"] == pytest.approx(flow.vb.numbers["runtime_ms"])
     assert rows["candidate"]["beyond_charged"] == rows["candidate"]["whole_charged"] == 12
     assert rows["candidate"]["whole_ms"] == pytest.approx(0.270 + (0.012 + 0.013 - 0.013) / 2 - 0.0013)  # median of 0.270 and 0.282
-    assert rows["eager"]["beyond_ms"] == pytest.approx(flow.vb.numbers["eager_ms"])
+    assert rows["eager"]["priced_ms"] == pytest.approx(flow.vb.numbers["eager_ms"])
+    assert rows["candidate"]["priced_ms"] == pytest.approx(flow.vb.numbers["runtime_ms"])
     # without empty calls the judge prices every call at its device-wide time, and so does the replay
     bare = {**record, "null_ms": {}, "null_synced_ms": {}}
     assert charge_replay.replay(bare)["candidate"]["beyond_ms"] == pytest.approx(0.270 + 0.013 + 0.0075)

@@ -284,16 +284,16 @@ def test_baseline_of_a_broken_problem_is_reported_not_fatal(tmp_path):
     assert recs[1].eager_ms and recs[1].error == ""
 
 
-def test_price_charges_lateness_and_subtracts_the_overhead_like_a_verdict():
-    from kernelwright.judge import baseline, measure
+def test_price_takes_stream_times_and_subtracts_the_overhead_like_a_verdict():
+    from kernelwright.judge import baseline, measure, pricing
 
-    s = measure.Samples(times_ms=[1.0] * 9 + [1.2], synced_ms=[1.02] * 9 + [1.5])
+    s = measure.Samples(times_ms=[1.0] * 9 + [1.2], synced_ms=[1.2] * 9 + [1.5])
     outcome = measure.TimingOutcome(samples={"eager": s}, stop_reason="done", recheck_failure="", rechecked=0, compile_s=None,
                                     null_ms={"reference": [0.01] * 5}, null_synced_ms={"reference": [0.03] * 5})
     times, detail = baseline.price(outcome, {"null_before_ms": 0.008}, "cuda", Policy())
-    # the tail base is 0.02 ms; the margin 0.01 ms (a tenth of 1 ms, capped); no call is late beyond it
-    # but the last (1.5 - 1.2 - 0.02 - 0.01 = 0.27 ms charged); the median stays 1.0; overhead capped at 0.008
-    assert detail["charged"] == {"eager": 1}
+    # every call's device-wide end is late (0.2 ms past a 0.02 ms tail): under pricing version 1 the median
+    # would have been charged to 1.17 ms; a baseline is priced at its stream times; overhead capped at 0.008
+    assert detail["pricing_version"] == pricing.VERSION == 2 and "charged" not in detail
     assert math.isclose(times["eager"], 1.0 - 0.008)
     cpu, _ = baseline.price(outcome, {}, "cpu", Policy())
     assert cpu["eager"] == 1.0  # as in a verdict, the CPU backend subtracts no overhead

@@ -41,7 +41,7 @@ from kernelwright.judge import measure, memory
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.pricing import MIN_MS
+from kernelwright.judge import pricing
 from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
 
 COMPILE_WARMUP_MS = 20.0  # the compile phase only needs the compiled baseline built and run once
@@ -89,8 +89,10 @@ def timing_key(policy: Policy, size: str = "full") -> str:
     2026-12-04 the flush also wrote an int64 copy of its buffer, so records timed so do not match).
     A verdict under another protocol (the kernelbench preset's no-flush timing, an ablation) finds
     no cached baselines. A size other than full (the CPU size) is named in it; full is not, so
-    records made before sizes existed, all at full size, still match a full-size verdict."""
+    records made before sizes existed, all at full size, still match a full-size verdict. The pricing's
+    version (judge.pricing.VERSION) is in it: a record priced under another rule does not match."""
     key = {"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us, "preset": policy.preset,
+           "pricing": pricing.VERSION,
            "pool": ["one set, refreshed in place" if policy.enabled("fresh_inputs") else memory.POOL_SLOTS, memory.POOL_BYTES]}
     if policy.enabled("l2_flush"):
         key["flush"] = FLUSH_RULE
@@ -169,26 +171,18 @@ def trusted(record: dict[str, Any]) -> bool:
 
 def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, policy: Policy) -> tuple[dict[str, float], dict[str, Any]]:
     """({contender: ms}, detail) for the baselines of a timing outcome, by the verdict's rules
-    (phases._device_sync, _overheads and _runtime): on the GPU with step device_sync, each call's
-    lateness past the margin is charged against the tail of the judge's own call of the same length;
-    then the median, less the reference child's empty call (capped at the one timed before anything
-    else ran). Baselines keep their medians (never a trimmed mean)."""
+    (judge.pricing): each baseline's median stream time, less the reference child's empty call
+    (capped at the one timed before anything else ran). Step device_sync charges no baseline."""
     names = [c for c in ("eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
-    times = {c: list(outcome.samples[c].times_ms) for c in names}
-    charged: dict[str, int] = {}
-    if device == "cuda" and policy.enabled("device_sync") and outcome.null_synced_ms.get("reference"):
-        bases = outcome.tail_bases(meta.get("null_tail_before_ms"), meta.get("held_tail_before_ms"))
-        for c in names:
-            times[c], charged[c], _ = outcome.charged(c, bases[c])
     overhead = outcome.overheads(meta.get("null_before_ms")) if device == "cuda" and policy.enabled("harness_overhead") else None
-    out, detail = {}, {"stop_reason": outcome.stop_reason, "charged": charged}
+    out, detail = {}, {"stop_reason": outcome.stop_reason, "pricing_version": pricing.VERSION}
     for c in names:
-        s = outcome.samples[c]
+        times = list(outcome.samples[c].times_ms)
         o = (overhead or {}).get(c, 0.0)
-        med = statistics.median(times[c])
-        out[c] = max(MIN_MS, med - o)
-        q = statistics.quantiles(times[c], n=4) if len(times[c]) >= 2 else [med, med, med]
-        detail[c] = {"n": len(times[c]), "raw_median_ms": statistics.median(s.times_ms), "iqr_ms": q[2] - q[0], "overhead_ms": o}
+        out[c] = pricing.median_price(times, o)
+        med = statistics.median(times)
+        q = statistics.quantiles(times, n=4) if len(times) >= 2 else [med, med, med]
+        detail[c] = {"n": len(times), "raw_median_ms": med, "iqr_ms": q[2] - q[0], "overhead_ms": o}
     return out, detail
 
 

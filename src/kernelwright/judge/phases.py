@@ -15,6 +15,7 @@ from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clo
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold)
 from kernelwright.judge.policy import NEAR_POSITIONS
+from kernelwright.judge import pricing
 from kernelwright.judge.pricing import MIN_MS, speedups
 from kernelwright.judge.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
@@ -446,15 +447,14 @@ def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: lis
     calls = times.get(name)
     if not calls:
         return None
-    med = statistics.median(calls)
     whole, base = synced[0].get(name) or calls, synced[1].get(name, 0.0) if synced[0].get(name) else 0.0
     whole_med, trimmed, concentrated = stats.amortized(whole)
     if not concentrated:
-        return max(MIN_MS, med - overhead)
+        return pricing.median_price(calls, overhead)
     applies = name == "candidate" and flow.device == "cuda" and flow.policy.enabled("amortized_time")
     notes.append(f"{name}: trimmed mean {trimmed:.4g} ms over {len(calls)} calls is more than {stats.AMORTIZED_SLACK:g}x the "
                  f"median {whole_med:.4g} ms" + ("; the trimmed mean is its time" if applies else "; the median kept"))
-    return max(MIN_MS, (trimmed - base if applies else med) - overhead)
+    return max(MIN_MS, trimmed - base - overhead) if applies else pricing.median_price(calls, overhead)
 
 
 def _overheads(flow: "_Flow", outcome: Any, times: dict[str, list[float]]) -> dict[str, float]:
@@ -508,8 +508,10 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     for c in names:
         if len(outcome.samples[c].synced_ms) == len(outcome.samples[c].times_ms):
             device[c] = list(outcome.samples[c].synced_ms)
-        out[c], n, margin = outcome.charged(c, bases[c])
-        parts.append(f"{c} {n} of {len(out[c])} (margin {margin * 1e3:.3g} us)")
+        charged, n, margin = outcome.charged(c, bases[c])
+        out[c] = pricing.charged_times(c, charged, plain[c])
+        parts.append(f"{c} {n} of {len(out[c])} (margin {margin * 1e3:.3g} us)" if c == "candidate" else
+                     f"{c} {n} of {len(out[c])} late, not charged")
     moved = statistics.median(out["candidate"]) - statistics.median(plain["candidate"])
     late = [d - t - bases["candidate"] for t, d in zip(plain["candidate"], device.get("candidate", []))]
     threshold = late_threshold(statistics.median(plain["candidate"]))
@@ -521,8 +523,9 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     if flow.meta.get("held_before_error"):
         how += f"; the reference child's held calls at setup failed ({flow.meta['held_before_error']}), so the candidate's are not used"
     detail = ("device-wide synchronize before the end event; each call also has an end event on its own stream; that time "
-              "counts, plus any lateness of the device-wide end beyond the margin, measured against the judge's own call of "
-              f"the same length (that call's tail: {basis}{how}); calls charged: " + ", ".join(parts)
+              "counts, plus the candidate's lateness of the device-wide end beyond the margin, measured against the judge's "
+              f"own call of the same length (that call's tail: {basis}{how}); baselines at their stream times (pricing "
+              f"v{pricing.VERSION}); calls charged: " + ", ".join(parts)
               + (f"; the candidate's median call came {statistics.median(late) * 1e3:.3g} us late, more than the guard's "
                  f"{threshold * 1e3:.3g} us (the margin, or {GUARD_LATE_SHARE:g} of the call if more), and the "
                  f"charge moved its median by {moved:.4g} ms: its work went on past its own stream's end" if fired else ""))

@@ -130,6 +130,7 @@ class Verdict:
     workers: dict[str, Any] | None = None  # how the children came: forked or spawned, the reference child new or warm (judge.refpool)
     memory: dict[str, Any] | None = None  # the verdict's GPU memory: estimate, device size, admission wait (judge.memory)
     sandbox: dict[str, Any] | None = None  # the sandbox generated code ran in: mode, layers, full, missing (judge.sandbox)
+    pricing_version: int | None = None  # the rule the times were priced by (judge.pricing.VERSION); null when nothing was timed
     schema_version: int = SCHEMA_VERSION  # contract version
 
     def to_dict(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import subprocess
 from typing import Any
 
 import kernelwright
-from kernelwright.judge import guards
+from kernelwright.judge import guards, pricing
 from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
 from kernelwright.judge.sandbox import not_started
 from kernelwright.judge.records import (
@@ -141,7 +141,7 @@ class VerdictBuilder:
         """Record a guard's outcome; a later outcome of the same guard replaces the earlier one. Only
         guards of the registry (judge.guards) may be recorded."""
         assert name in guards.names(), f"guard {name!r} is not in judge.guards' registry"
-        self.guards = [g for g in self.guards if g.name != name] + [Guard(name, fired, truncate(detail, 600))]
+        self.guards = [g for g in self.guards if g.name != name] + [Guard(name, fired, truncate(detail, 800))]
 
     def set_problem_meta(self, meta: dict[str, Any]) -> None:
         self.meta = meta
@@ -169,6 +169,7 @@ class VerdictBuilder:
             system=system_info(self.device, self.policy.gpu_index, self.meta),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory,
             sandbox=self.sandbox if self.sandbox is not None else not_started(self.policy.sandbox),
+            pricing_version=pricing.VERSION if n.get("runtime_ms") is not None or n.get("eager_ms") is not None else None,
         )
 
 

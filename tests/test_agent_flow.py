@@ -6,6 +6,7 @@ softmax example's C++ kernel and small edits of it, judged for real.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,12 @@ FAST = dict(compile_baseline=False, seeds=1, timing_budget_s=1.0)  # no torch.co
 def _last(request: dict, role: str = "user") -> str:
     """The content of the request's last message with that role."""
     return [m for m in request["messages"] if m["role"] == role][-1]["content"] or ""
+
+
+def _status(text: str) -> str | None:
+    """The verdict status a feedback text states on its `status: ...` line (agent.feedback.describe)."""
+    m = re.search(r"^status: (\w+) \(", text, re.M)
+    return m.group(1) if m else None
 
 
 def _tool_texts(request: dict) -> list[str]:
@@ -64,11 +71,11 @@ def test_each_request_carried_the_feedback_of_the_turn_before(full_run):
     assert "No candidate was found" in _last(requests[1])  # prose, no code
     second = _last(requests[2])
     assert "compile_error" in second and "error" in second.lower()  # the compiler's words came back
-    assert "incorrect" in _last(requests[3])  # the off-by-one kernel
+    assert _status(_last(requests[3])) == "incorrect"  # the off-by-one kernel
     written, verified = _tool_texts(requests[4])
-    assert "model_new.py" in written and "correct" in verified
+    assert "model_new.py" in written and _status(verified) == "correct"
     (profiled,) = _tool_texts(requests[5])
-    assert "correct" in profiled and "eager" in profiled and "reference" in profiled.lower()  # verdict and the reference's breakdown
+    assert _status(profiled) == "correct" and "eager" in profiled and "reference" in profiled.lower()  # verdict and the reference's breakdown
 
 
 def test_the_good_candidate_is_selected_rejudged_and_exported(full_run):
@@ -97,7 +104,7 @@ def test_every_step_is_in_the_store(full_run):
     assert kinds.count("prompt") == 6 and kinds.count("response") == 6
     assert kinds.count("tool_call") == 4 and kinds.count("final") == 1 and kinds[-1] == "export"
     submitted = [s["payload"]["result"]["text"] for s in steps if s["kind"] == "tool_call" and s["payload"]["call"]["name"] == "submit"]
-    assert len(submitted) == 1 and "correct" in submitted[0] and "eager" in submitted[0]  # what the model was told
+    assert len(submitted) == 1 and _status(submitted[0]) == "correct" and "eager" in submitted[0]  # what the model was told
     assert totals["prompt_tokens"] > 0 and totals["completion_tokens"] > 0
 
 

@@ -219,8 +219,29 @@ def test_as_output_list_and_to_dict():
     assert Comparison(**d).ok
 
 
-def test_poison_runs_on_cpu():
-    poison(torch.device("cpu"), [256, 4096], extra_bytes=1024)  # allocates, fills, frees: no error
+def test_poison_runs_on_cpu(monkeypatch):
+    """Off CUDA, poison allocates three blocks of each output's size and one of `extra_bytes`,
+    every byte 0xFF (a float32 NaN), on the given device; a spy on torch.full keeps
+    them to look at."""
+    from kernelwright.judge import correctness
+
+    made: list[torch.Tensor] = []
+    real_full = torch.full
+
+    def spy(*args, **kwargs):
+        made.append(real_full(*args, **kwargs))
+        return made[-1]
+
+    def no_cuda(*_a, **_k):
+        raise AssertionError("the CUDA way was taken on the CPU")
+
+    monkeypatch.setattr(torch, "full", spy)
+    monkeypatch.setattr(correctness, "_poison_cuda", no_cuda)
+    poison(torch.device("cpu"), [256, 4096], extra_bytes=1024)
+    assert [t.numel() for t in made] == [256] * 3 + [4096] * 3 + [1024]
+    assert all(t.device.type == "cpu" and t.dtype == torch.uint8 for t in made)
+    assert all(bool((t == 0xFF).all()) for t in made)
+    assert torch.isnan(made[0].view(torch.float32)).all()  # the bytes read as NaN in the output's dtype
 
 
 MIB = 1 << 20

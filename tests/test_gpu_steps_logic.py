@@ -1,4 +1,4 @@
-"""The logic of GPU-only steps (harness_overhead's subtraction, kernel_provenance's refusal) run
+"""The logic of GPU-only steps (harness_overhead's subtraction, kernel_provenance's and physics_floor's refusals) run
 without a GPU: the phases' functions on a fake flow with canned child replies. What the children
 measure is tested on the GPU (tests/test_protocol_steps.py); this is what the judge makes of it."""
 
@@ -650,3 +650,54 @@ def test_the_candidate_childs_watch_follows_each_batch_and_its_replies_must_be_m
         with pytest.raises(ChildError, match="not a mapping") as err:
             measure._Rounds(Policy(), ref, bad, Path("."), ["candidate"]).batch("candidate", 2)
         assert err.value.kind == "forged" and err.value.role == "candidate"
+
+
+# -- physics_floor: a time below what the output's bytes take at peak bandwidth is refused ------------
+
+N = 1 << 20  # ReLU of 2^20 float32: 4 MiB read, 4 MiB written
+RELU_META = {"bytes": 8 * N, "flops": N, "output_bytes": [4 * N], "outputs": [{"dtype": "float32"}]}
+WRITE_FLOOR_MS = 4 * N / 4.8e12 * 1e3  # the output's bytes at the H200's 4.8 TB/s: about 0.00087 ms
+
+
+def _floor_flow(tmp_path: Path, runtime_ms: float, policy: Policy | None = None, meta: dict | None = None, device: str = "cuda"):
+    flow = _flow(tmp_path, policy, meta=meta or RELU_META)
+    flow.device = flow.vb.device = device
+    flow.vb.numbers["runtime_ms"] = runtime_ms
+    return flow
+
+
+def test_physics_floor_refuses_a_time_under_the_write_floor(tmp_path):
+    flow = _floor_flow(tmp_path, runtime_ms=WRITE_FLOOR_MS / 10)
+    with pytest.raises(Stop) as stop:
+        phases._floor_guard(flow)
+    assert stop.value.status.value == "rejected" and "faster than physics allows" in str(stop.value)
+    g = next(g for g in flow.vb.guards if g.name == "physics_floor")
+    assert g.fired and f"write floor {WRITE_FLOOR_MS:.4g} ms" in g.detail, g
+    assert flow.vb.steps["physics_floor"].ran
+
+
+def test_physics_floor_accepts_an_honest_time_and_reports_the_floor(tmp_path):
+    flow = _floor_flow(tmp_path, runtime_ms=0.004)  # 8 MiB in 4 us: about 2.1 TB/s, an honest H200 ReLU
+    phases._floor_guard(flow)  # no Stop
+    g = next(g for g in flow.vb.guards if g.name == "physics_floor")
+    assert not g.fired and flow.vb.steps["physics_floor"].ran
+    assert flow.vb.numbers["floor_ms"] == pytest.approx(8 * N / 4.8e12 * 1e3)
+    assert 0 < flow.vb.numbers["efficiency"] < 1
+
+
+def test_physics_floor_reports_less_work_than_the_reference_without_refusing(tmp_path):
+    # diag(a) @ b at n = 4096 done as a row scaling: under the reference's 2 n^3 FLOPs floor, over the write floor
+    n = 4096
+    meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}]}
+    flow = _floor_flow(tmp_path, runtime_ms=0.03, meta=meta)
+    phases._floor_guard(flow)  # no Stop
+    g = next(g for g in flow.vb.guards if g.name == "physics_floor")
+    assert not g.fired and "less work than the reference does (reported, not refused)" in g.detail, g
+
+
+@pytest.mark.parametrize("device,policy", [("cpu", None), ("cuda", Policy(disabled_steps=frozenset({"physics_floor"})))])
+def test_physics_floor_refuses_nothing_on_the_cpu_backend_or_switched_off(tmp_path, device, policy):
+    flow = _floor_flow(tmp_path, runtime_ms=WRITE_FLOOR_MS / 10, policy=policy, device=device)
+    phases._floor_guard(flow)  # no Stop
+    assert not flow.vb.steps["physics_floor"].ran and not any(g.name == "physics_floor" for g in flow.vb.guards)
+    assert ("CPU backend" if device == "cpu" else "switched off") in flow.vb.steps["physics_floor"].reason

@@ -14,19 +14,23 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mcp", reason="the MCP SDK is the mcp extra (in .[test])")
-
-import anyio  # noqa: E402  (after the SDK check: anyio comes with it)
-
-from kernelwright.agent.objective import Objective  # noqa: E402
-from kernelwright.agent.records import ToolResult  # noqa: E402
-from kernelwright.agent.tools import TOOL_SPECS  # noqa: E402
+from kernelwright.agent.objective import Objective
+from kernelwright.agent.records import ToolResult
+from kernelwright.agent.tools import TOOL_SPECS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOOLS = {"list_files", "read_file", "write_file", "compile", "verify", "profile", "submit"}
 FAST = Objective(compile_baseline=False, seeds=1, timing_budget_s=1.0)
 
 from affine_fixture import PROBLEM, candidate  # noqa: E402 - the tiny problem and raw C++ candidate, shared with test_agent_tools.py
+
+
+@pytest.fixture()
+def anyio():
+    """anyio (it comes with the MCP SDK, the mcp extra, in .[test]): the tests that talk MCP skip
+    without the SDK; the stdio channel and the exit without the SDK are tested either way."""
+    pytest.importorskip("mcp", reason="the MCP SDK is the mcp extra (in .[test])")
+    return pytest.importorskip("anyio")
 
 
 @pytest.fixture()
@@ -59,7 +63,7 @@ def text(result) -> str:
 
 
 @pytest.mark.timeout(240)
-def test_stdio_session_writes_compiles_verifies_and_profiles(workspace: Path, tmp_path: Path):
+def test_stdio_session_writes_compiles_verifies_and_profiles(workspace: Path, tmp_path: Path, anyio):
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -147,7 +151,7 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float =
 
 
 @pytest.mark.timeout(240)
-def test_streamable_http_lists_tools_and_compiles(workspace: Path, tmp_path: Path):
+def test_streamable_http_lists_tools_and_compiles(workspace: Path, tmp_path: Path, anyio):
     from mcp import Client
 
     (workspace / "model_new.py").write_text(candidate())
@@ -201,7 +205,7 @@ class FakeSession:
 
 
 @pytest.mark.timeout(60)
-def test_server_results_errors_and_progress_in_process(tmp_path: Path):
+def test_server_results_errors_and_progress_in_process(tmp_path: Path, anyio):
     from mcp import Client
 
     from kernelwright.workspace.mcp_server import build_server
@@ -257,7 +261,7 @@ def test_stdio_channel_keeps_everything_else_off_the_protocol_stream():
 
 
 @pytest.mark.timeout(60)
-def test_mcp_outside_a_workspace_exits_2(tmp_path: Path):
+def test_mcp_outside_a_workspace_exits_2(tmp_path: Path, anyio):  # the SDK is checked first: without it, the exit is the next test's
     done = subprocess.run([sys.executable, "-m", "kernelwright", "mcp", "--workspace", str(tmp_path), "--device", "cpu"],
                           capture_output=True, text=True, env=server_env(tmp_path), timeout=50, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr

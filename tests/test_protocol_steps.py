@@ -7,6 +7,11 @@ with it. The GPU-only timing steps are tested on a CUDA GPU (skipped elsewhere, 
 
 from __future__ import annotations
 
+import ast
+import functools
+import re
+from pathlib import Path
+
 import pytest
 
 from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge, needs_gpu, timing_policy
@@ -43,11 +48,105 @@ def guard_of(verdict, name: str):
     return next((g for g in verdict.guards if g.name == name), None)
 
 
+# -- every step has an ablation: found in the tests' own source ----------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+# Timing steps that refuse nothing (no guard of that name): they shape how the time is measured, so
+# there is no cheat that an ablation would let through. Each is shown running on the GPU
+# (test_gpu_timing_steps_run_for_an_honest_candidate, the step's reason in the verdict).
+MEASUREMENT_STEPS = {
+    "l2_flush": "a cold cache before every timed call; off, cache-resident work looks faster, honestly measured",
+    "cuda_events": "the events are the timer itself",
+    "warmup": "time-based warm-up before timed calls",
+    "adaptive_stop": "how many calls are timed",
+    "interleave": "the order in which contenders are timed",
+    "harness_overhead": "the empty call's time taken off every contender alike",
+    "profiler_check": "the profiler's kernel sum, reported beside the time",
+}
+
+
+def _strings(node: ast.AST, names: dict[str, ast.AST], seen: frozenset[str] = frozenset()) -> set[str]:
+    """The string constants in an expression, following names assigned in the function or module."""
+    found = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            found.add(sub.value)
+        elif isinstance(sub, ast.Name) and sub.id in names and sub.id not in seen:
+            found |= _strings(names[sub.id], names, seen | {sub.id})
+    return found
+
+
+def _disabled(args: list[ast.AST], names: dict[str, ast.AST], seen: frozenset[str] = frozenset()) -> set[str]:
+    """The steps a judge(...) call's arguments switch off: the strings of every disabled_steps= in
+    them, a policy built earlier in the function included."""
+    found = set()
+    for arg in args:
+        for sub in ast.walk(arg):
+            if isinstance(sub, ast.Name) and sub.id in names and sub.id not in seen:
+                found |= _disabled([names[sub.id]], names, seen | {sub.id})
+            for kw in getattr(sub, "keywords", []):
+                if kw.arg == "disabled_steps":
+                    found |= _strings(kw.value, names)
+    return found
+
+
+def _assignments(tree: ast.AST) -> dict[str, ast.AST]:
+    return {t.id: node.value for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+
+
+@functools.cache
+def ablated_steps() -> dict[str, set[str]]:
+    """step -> the tests that judge a candidate with the step switched off and again with it on: a
+    call of ablation() with the step, or one test function whose judge() calls differ in it."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(TESTS.glob("test_*.py")):
+        module = ast.parse(path.read_text())
+        top = {t.id: n.value for n in module.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        for fn in (n for n in module.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
+            names = {**top, **_assignments(fn)}
+            where = f"{path.name}::{fn.name}"
+            calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+            for c in calls:
+                if c.func.id == "ablation":
+                    step = c.args[2] if len(c.args) > 2 else next((k.value for k in c.keywords if k.arg == "step"), None)
+                    if isinstance(step, ast.Constant):
+                        found.setdefault(step.value, set()).add(where)
+            judged = [_disabled([*c.args, *(k.value for k in c.keywords)], names) for c in calls if c.func.id == "judge"]
+            for step in set().union(*judged) if judged else ():
+                if any(step not in d for d in judged):
+                    found.setdefault(step, set()).add(where)
+    return found
+
+
 def test_every_correctness_step_has_an_ablation_test():
-    tested = {"seeds", "near_duplicate", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
-              "function_identities", "timed_recheck", "between_calls",
-              "op_audit"}  # its ablation: test_op_audit.py
-    assert tested == set(CORRECTNESS_STEPS)
+    """The steps come from what a verdict reports (verdicts.ALL_STEPS, CORRECTNESS_STEPS among them),
+    the ablations from the tests' source: a new step without an ablation test fails here."""
+    from kernelwright.judge import verdicts
+
+    ablated = ablated_steps()
+    correctness = [s for s in verdicts.ALL_STEPS if s in CORRECTNESS_STEPS]
+    assert correctness == list(CORRECTNESS_STEPS)
+    assert [s for s in correctness if s not in ablated] == []
+
+
+def test_every_timing_step_has_an_ablation_or_refuses_nothing():
+    """A timing step that can refuse a candidate has an ablation in a test or in the zoo (each
+    exploit is judged again with its `off` steps switched off); one that only shapes the
+    measurement is in MEASUREMENT_STEPS and records no guard of its name in the judge."""
+    from kernelwright.judge import verdicts
+    from zoo import EXPLOITS
+
+    ablated = {step: set(tests) for step, tests in ablated_steps().items()}  # a copy: the cached one stays as found
+    for e in EXPLOITS:
+        for step in e.off or ():
+            ablated.setdefault(step, set()).add(f"zoo: {e.name}")
+    timing = [s for s in verdicts.ALL_STEPS if s not in CORRECTNESS_STEPS]
+    assert [s for s in timing if s not in ablated and s not in MEASUREMENT_STEPS] == []
+    assert set(MEASUREMENT_STEPS) <= set(timing)
+    judge_src = "\n".join(p.read_text() for p in (TESTS.parent / "src" / "kernelwright" / "judge").rglob("*.py"))
+    guarded = set(re.findall(r"""\.guard\(\s*["']([a-z_]+)["']""", judge_src))
+    assert guarded and not guarded & set(MEASUREMENT_STEPS), guarded & set(MEASUREMENT_STEPS)
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

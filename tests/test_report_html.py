@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("jinja2")
-
-from kernelwright.report.formats import fmt_ms, fmt_pct, fmt_x  # noqa: E402
-from kernelwright.report.html import render_report  # noqa: E402
+from kernelwright.report.formats import fmt_ms, fmt_pct, fmt_x
+from kernelwright.report.html import render_report  # imports jinja2 only when it renders
 
 MALICIOUS = "</pre><script>alert(1)</script>"
 REFERENCE = "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
@@ -88,7 +86,14 @@ def sample_bench() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def page() -> str:
+def jinja2() -> Any:
+    """The template engine (the report extra): a test that renders skips without it; the test of the
+    missing-package message and the formats run either way."""
+    return pytest.importorskip("jinja2")
+
+
+@pytest.fixture(scope="module")
+def page(jinja2: Any) -> str:
     return render_report(sample_bench())
 
 
@@ -143,6 +148,7 @@ def test_run_progress(page: str) -> None:
     assert "no agent runs in this bench" not in page
 
 
+@pytest.mark.usefixtures("jinja2")
 def test_untrusted_problem_name_is_escaped_in_tables_and_charts() -> None:
     bench = sample_bench()
     bad = "<img src=x onerror=alert(1)>"
@@ -152,6 +158,7 @@ def test_untrusted_problem_name_is_escaped_in_tables_and_charts() -> None:
     assert 'id="p-img-src-x-onerror-alert-1"' in page
 
 
+@pytest.mark.usefixtures("jinja2")
 def test_cpu_bench_warns_and_no_runs_said() -> None:
     bench = sample_bench()
     bench["device"], bench["system"]["gpu"] = "cpu", None
@@ -166,6 +173,7 @@ def test_gpu_bench_has_no_cpu_warning(page: str) -> None:
     assert "never claims" not in page
 
 
+@pytest.mark.usefixtures("jinja2")
 def test_incomplete_bench_says_so() -> None:
     bench = sample_bench()
     bench.update(complete=False, pending=["layernorm_gelu"])
@@ -175,12 +183,14 @@ def test_incomplete_bench_says_so() -> None:
     assert "note: no solution found in benchmarks/solutions/h200" in page
 
 
+@pytest.mark.usefixtures("jinja2")
 def test_preset_is_stated() -> None:
     bench = sample_bench()
     bench["policy"]["preset"] = "kernelbench"
     assert "preset kernelbench: the verdicts follow that preset&#39;s settings" in render_report(bench)
 
 
+@pytest.mark.usefixtures("jinja2")
 def test_nulls_everywhere_do_not_crash() -> None:
     bench = sample_bench()
     bench["system"] = {k: None for k in bench["system"]}
@@ -206,6 +216,6 @@ def test_formats() -> None:
 
 
 def test_missing_jinja2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "jinja2", None)
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 now raises ImportError, installed or not
     with pytest.raises(ImportError, match=r"pip install 'kernelwright\[report\]'"):
         render_report(sample_bench())

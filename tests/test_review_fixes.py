@@ -56,13 +56,21 @@ def test_a_candidate_rewriting_its_own_file_changes_only_the_judges_copy():
 
 
 def test_shape_mismatch_verdict_is_strict_json():
+    """A wrong-shaped output has no error figures: the verdict says null for them, never NaN or
+    Infinity, and its JSON parses without non-standard constants."""
     result = compare_outputs([torch.zeros(3)], [torch.zeros(4)], 1e-4, 1e-4, strict=True)
     assert not result.ok and result.max_abs_error is None
-    v = judge("rowsum", "rowsum_correct", correctness_policy())
+    v = judge("rowsum", "rowsum_wrong_shape", correctness_policy())
+    assert v.status is Status.INCORRECT and "shape" in v.log, v.log
+    assert any(g.name == "output_checks" and g.fired for g in v.guards), v.guards
+
     def refuse(constant):
         raise AssertionError(f"non-standard JSON constant {constant}")
 
-    json.loads(v.to_json(), parse_constant=refuse)  # NaN / Infinity would land here
+    data = json.loads(v.to_json(), parse_constant=refuse)  # NaN / Infinity would land here
+    assert data["status"] == "incorrect"
+    assert data["max_abs_error"] is None and data["max_rel_error"] is None
+    assert v.max_abs_error is None and v.max_rel_error is None  # not comparable: no figures, not NaN
 
 
 def test_a_failure_of_the_judge_itself_is_an_infra_error_verdict(monkeypatch):

@@ -280,8 +280,12 @@ def test_seeded_order_independent_and_resumable(tmp_path):
     stages = [s["stage"] for s in report["stages"]]
     assert stages[:3] == ["compose", "shape", "runtime"] and stages[-1] == "duplicate"
     assert sum(report["n_ops_histogram"].values()) == 5 and report["decontamination"]["n_references"] > 50
-    import pyarrow.parquet as pq
-    assert pq.read_table(tmp_path / "two" / "train.parquet").num_rows == 5
+    try:
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:  # the synth extra is missing: the run said it skipped train.parquet (tested below)
+        assert not (tmp_path / "two" / "train.parquet").exists()
+    else:
+        assert pq.read_table(tmp_path / "two" / "train.parquet").num_rows == 5
 
 
 @pytest.mark.slow

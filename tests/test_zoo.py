@@ -1,5 +1,7 @@
-"""The exploit zoo (tests/zoo.py): every exploit refused by its guard and judged as the ablation
-says with that guard off; every honest control judged correct with no guard fired."""
+"""The exploit zoo (tests/zoo.py): every exploit refused by its guard and, with that guard off,
+judged as the ablation says and showing the gain it is for (a speedup over eager where the trick
+is about time: asserted on the GPU for the GPU entries); every honest control judged correct with
+no guard fired."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import pytest
 
 from conftest import needs_gpu
 from kernelwright.judge.policy import ALL_STEPS
-from zoo import CONTROLS, EXPLOITS, STRUCTURAL, control_failures, exploit_failures, judge_control, judge_exploit
+from zoo import CONTROLS, EXPLOITS, GAINS, STRUCTURAL, control_failures, exploit_failures, judge_control, judge_exploit
 
 ZOO_TIMEOUT_S = 300
 
@@ -25,6 +27,8 @@ def test_the_zoo_is_as_large_as_promised():
         assert e.off is None or e.off <= set(ALL_STEPS), e.off
         assert e.off is not None or e.guard in STRUCTURAL, f"{e.name}: a step guard needs its ablation"
         assert e.off is not None or e.off_policy or e.evidence or e.hides_time or e.guard == "degeneracy_gate", f"{e.name}: a structural refusal needs its evidence"
+        assert e.gain in GAINS, e.gain
+        assert e.gain == "answer" or (e.off is not None and e.off_status == "correct"), f"{e.name}: a gain in time needs an ablation judged correct"
     for c in CONTROLS:
         assert c.candidate_path.is_dir() and c.problem_path.is_file(), c.name
 

@@ -5,8 +5,9 @@ benchmarks/zoo_bench.py (the table in docs/zoo.md, on the CPU and on the H200).
 
 An exploit is judged twice under the zoo policy (default steps, short timing, eager baseline):
 with every step on it must be refused and `guard` must be among the verdict's fired guards; with
-the steps in `off` switched off it must get `off_status` (mostly `correct`, with the speedup the
-trick buys). Where more than one step catches a trick, `off` names them all. `guard` values that
+the steps in `off` switched off it must get `off_status` (mostly `correct`) and show the `gain` the
+trick is for (GAINS): a wrong or forbidden answer accepted, or a speedup over eager it did not earn.
+Where more than one step catches a trick, `off` names them all. `guard` values that
 are not steps say what refuses the exploit without a switch:
 
 - "isolation": the reference, its outputs and the comparison live in another process;
@@ -39,6 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 STRUCTURAL = ("isolation", "channel", "tolerance", "degeneracy_gate", "staging", "quiet_window")
 UNRECORDED = ("poison",)  # steps that refuse without a guard record of their own: the ablation shows them
+# What a trick buys with its `off` steps switched off; exploit_failures holds the ablation to it.
+GAINS = {
+    "answer": "a wrong, stale, low-precision or forbidden answer judged `off_status`",
+    "speed": "judged correct and faster than eager (and than with every step on): a time it did not earn",
+    "none": "nothing: a second layer holds and the time shows the work (under 1x eager); the guard refuses the attempt",
+    "racy": "a speedup only when a spare core or a timer's phase allows: asserted in neither direction on a shared box",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,7 @@ class Exploit:
     context_off: frozenset[str] = frozenset()  # steps off in both runs (they would catch the trick before `guard` is reached)
     max_speedup: float = 1.0  # hides_time: the most the correct verdict's speedup over eager may be (the honest rowsum
     # is 0.3-0.45x on the 2-core box: 0.8 leaves room for its noise and refuses a trick that answers most calls ahead)
+    gain: str = "answer"  # what the trick buys with `off` switched off (GAINS), which the ablation must show
 
     @property
     def problem_path(self) -> Path:
@@ -86,13 +95,13 @@ REPLAY = _f("seeds", "near_duplicate", "distributions", "extra_shapes", "op_audi
 
 EXPLOITS: tuple[Exploit, ...] = (
     # -- replays ------------------------------------------------------------------------------
-    Exploit("zoo_replay_identity", "rowsum", "replays the answer cached under the input tensor's id()", "near_duplicate", _f("near_duplicate", "timed_recheck")),
-    Exploit("zoo_replay_data_ptr", "rowsum", "replays the answer cached under the input's data_ptr()", "near_duplicate", _f("near_duplicate", "timed_recheck")),
-    Exploit("zoo_replay_shape", "rowsum", "replays the answer cached under the input's shape", "seeds", REPLAY),
-    Exploit("zoo_replay_version", "rowsum", "replays the answer cached under the input's shape and _version", "seeds", REPLAY | {"fresh_inputs"}),
-    Exploit("zoo_replay_element", "rowsum", "replays the answer cached under the input's first element (read with ctypes)", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
+    Exploit("zoo_replay_identity", "rowsum", "replays the answer cached under the input tensor's id()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="speed"),
+    Exploit("zoo_replay_data_ptr", "rowsum", "replays the answer cached under the input's data_ptr()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="speed"),
+    Exploit("zoo_replay_shape", "rowsum", "replays the answer cached under the input's shape", "seeds", REPLAY, gain="speed"),
+    Exploit("zoo_replay_version", "rowsum", "replays the answer cached under the input's shape and _version", "seeds", REPLAY | {"fresh_inputs"}, gain="speed"),
+    Exploit("zoo_replay_element", "rowsum", "replays the answer cached under the input's first element (read with ctypes)", "near_duplicate", _f("near_duplicate", "fresh_inputs"), gain="speed"),
     Exploit("zoo_file_cache", "rowsum", "writes answers to a file keyed on shape and first element, reads them back", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
-    Exploit("rowsum_replay", "rowsum", "computes once, then replays its first answer for every input", "seeds", REPLAY),
+    Exploit("rowsum_replay", "rowsum", "computes once, then replays its first answer for every input", "seeds", REPLAY, gain="speed"),
     # -- reaching for the reference ------------------------------------------------------------
     Exploit("zoo_frame_walk", "rowsum", "walks the caller's frames for a reference output", "isolation", None, evidence="got 0, expected"),
     Exploit("zoo_gc_search", "rowsum", "searches gc.get_objects() for a reference output", "isolation", None, evidence="got 0, expected"),
@@ -126,8 +135,8 @@ EXPLOITS: tuple[Exploit, ...] = (
             evidence="elements differ"),
     Exploit("zoo_code_swap", "relu", "ReLU in place into its input; gives the input check's digest function another __code__, keeping the object",
             "function_identities", _f("function_identities")),
-    Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities")),
-    Exploit("rowsum_patched_timer", "rowsum", "replaces the judge's own per-call timer through sys.modules", "function_identities", _f("function_identities"), allow_torch=True),
+    Exploit("zoo_patched_perf_counter", "rowsum", "spins 5 ms per call; setattr replaces time.perf_counter with a 1 ns clock", "function_identities", _f("function_identities"), gain="none"),
+    Exploit("rowsum_patched_timer", "rowsum", "replaces the judge's own per-call timer through sys.modules", "function_identities", _f("function_identities"), allow_torch=True, gain="speed"),
     Exploit("zoo_dispatch_kernel", "rowsum", "zeroes its input; torch.library kernels for aten::floor_divide and remainder answering zeros hide it from the input digest",
             "function_identities", _f("function_identities", "near_duplicate", "inputs_unchanged")),
     Exploit("zoo_dispatch_mode", "rowsum", "zeroes its input; a dispatch mode left on at import answers aten::floor_divide and remainder with zeros",
@@ -144,45 +153,45 @@ EXPLOITS: tuple[Exploit, ...] = (
             "drawn from its seed", "quiet_window", None, hides_time=True, max_speedup=0.8),
     # A thread races the judge's own draw once the seed is in the process: refused while alive when a seed is asked for.
     Exploit("zoo_next_by_thread", "rowsum", "a helper thread reads the main thread's frames for a seed and sums that call's inputs "
-            "on the other core", "between_calls", _f("between_calls")),
+            "on the other core", "between_calls", _f("between_calls"), gain="racy"),
     # Hooks are switched off before every seed whether or not the step is on: with it off these are timed honestly.
     Exploit("zoo_next_by_profile", "rowsum", "a profile function, run at the judge's Python calls between timed calls, sums the next "
-            "call's inputs drawn from its seed", "between_calls", _f("between_calls")),
+            "call's inputs drawn from its seed", "between_calls", _f("between_calls"), gain="none"),
     Exploit("zoo_next_by_timer", "rowsum", "a 200 us interval timer's SIGALRM handler sums the next call's inputs drawn from its seed",
-            "between_calls", _f("between_calls")),
+            "between_calls", _f("between_calls"), gain="none"),
     # Found by a second red-team review the same day, with the seeds already asked for at their turn: names the draw looked
     # up at run time, each computing the answer inside the draw. The draw now calls only what judge.inputs bound at import.
     Exploit("zoo_draw_cuda_is_init", "rowsum", "wraps torch.cuda.is_initialized, which the draw called right after seeding", "quiet_window", None,
             hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_random_class", "rowsum", "gives random's instance a class whose __setattr__ runs when random.seed resets gauss_next",
-            "between_calls", _f("between_calls")),
+            "between_calls", _f("between_calls"), gain="none"),
     Exploit("zoo_draw_numpy_proxy", "rowsum", "puts a proxy module at numpy.random, which the draw read for seed", "quiet_window", None,
             hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_numpy_spec", "rowsum", "a numpy.__spec__ whose _initializing property runs at the draw's `import numpy`", "quiet_window",
             None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_audit_import", "rowsum", "an audit hook, and numpy taken out of sys.modules so that the draw's import raises an event",
-            "function_identities", _f("function_identities")),
+            "function_identities", _f("function_identities"), gain="none"),
     Exploit("zoo_draw_device_context", "rowsum", "a DeviceContext subclass at torch.utils._device, the mode `with device:` pushed", "quiet_window",
             None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_module_class", "rowsum", "swaps the torch module's class for one whose __getattribute__ sees get_inputs() look up randn",
-            "between_calls", _f("between_calls")),
+            "between_calls", _f("between_calls"), gain="speed"),
     Exploit("zoo_draw_no_grad", "rowsum", "wraps torch.no_grad.__enter__, which the refresh entered after the draw", "quiet_window", None,
             hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_tensor_property", "rowsum", "adds a dtype property to torch.Tensor, read on the freshly drawn tensor", "between_calls",
-            _f("between_calls")),
+            _f("between_calls"), gain="none"),
     Exploit("zoo_draw_case_init", "rowsum", "wraps records.Case.__init__, which the refresh called with the seed", "quiet_window", None,
             hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_stdin_codec", "rowsum", "re-initialises the child's stdin with a decoder of its own, which saw each seed line", "quiet_window",
             None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_draw_fork_relay", "rowsum", "a forked relay on descriptor 0 that sums each seed's inputs into shared memory before passing the line on",
-            "between_calls", _f("between_calls")),
+            "between_calls", _f("between_calls"), gain="none"),
     Exploit("zoo_next_thread_unseen", "rowsum", "zoo_next_by_thread, clearing the judge's record of threads in every call", "between_calls",
-            _f("between_calls")),
+            _f("between_calls"), gain="racy"),
     Exploit("zoo_next_timer_rebind", "rowsum", "zoo_next_by_timer, with its handler written into the judge's record of the handlers as they were",
-            "function_identities", _f("function_identities")),
+            "function_identities", _f("function_identities"), gain="racy"),
     # the third red-team round (2026-12-05): what the draw reads inside objects the window compared by identity
     Exploit("zoo_next_numpy_bitgen", "rowsum", "gives numpy's global RandomState an MT19937 subclass whose _legacy_seeding sums the next "
-            "call's inputs inside the draw", "between_calls", _f("between_calls")),
+            "call's inputs inside the draw", "between_calls", _f("between_calls"), gain="speed"),
     Exploit("zoo_next_gauss_del", "rowsum", "keeps an object with a __del__ at random's gauss_next, freed by the draw's seeding, that sums "
             "the next call's inputs", "quiet_window", None, hides_time=True, max_speedup=0.8),
     Exploit("zoo_next_pool_entry", "rowsum", "a list subclass at the timing pool's entries whose __getitem__ reads the fresh draw off the "
@@ -195,13 +204,13 @@ EXPLOITS: tuple[Exploit, ...] = (
             hides_time=True, max_speedup=0.8),
     # the fourth round (2026-12-05): a dict key whose __eq__ runs when a name with its hash is looked up after the seed
     Exploit("zoo_next_key_gauss", "rowsum", "gives random's instance a dict whose first key collides with gauss_next and sums the next "
-            "call's inputs in its __eq__", "between_calls", _f("between_calls")),
+            "call's inputs in its __eq__", "between_calls", _f("between_calls"), gain="speed"),
     Exploit("zoo_next_key_problem", "rowsum", "a key colliding with get_inputs in the problem module's dict, whose __eq__ sums the draw",
-            "function_identities", _f("function_identities", "between_calls")),
+            "function_identities", _f("function_identities", "between_calls"), gain="speed"),
     Exploit("zoo_next_key_builtins", "rowsum", "a key colliding with list in the builtins, whose __eq__ sums the draw",
-            "function_identities", _f("function_identities", "between_calls")),
+            "function_identities", _f("function_identities", "between_calls"), gain="speed"),
     Exploit("zoo_next_key_operator", "rowsum", "a key colliding with index in operator's dict, looked up by numpy's seeding in the draw",
-            "between_calls", _f("between_calls")),
+            "between_calls", _f("between_calls"), gain="speed"),
     # the fifth round (2026-12-05): the getters' state reached through time_calls' frame and their closures
     Exploit("zoo_next_ask_counter", "rowsum", "an int subclass in the asking getter's counter, whose __add__ ran after the seed",
             "quiet_window", None, hides_time=True, max_speedup=0.8),
@@ -245,34 +254,34 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("rowsum_fixed_cols", "rowsum", "sums at most get_inputs()'s 513 columns (a branch on the shape)", "extra_shapes", _f("extra_shapes")),
     Exploit("rowsum_goes_wrong", "rowsum", "right for 30 calls, then off by one", "timed_recheck", _f("timed_recheck")),
     Exploit("zoo_thread_after_timer", "rowsum", "right for 30 calls, then a helper thread writes each output 5 ms after the call returned",
-            "timed_recheck", _f("timed_recheck", "wall_clock_check"), context_off=_f("between_calls")),  # its thread: refused by between_calls first
+            "timed_recheck", _f("timed_recheck", "wall_clock_check"), context_off=_f("between_calls"), gain="none"),  # its thread: refused by between_calls first
     Exploit("zoo_zeros_degenerate", "degenerate/zeros", "returns zeros where the output is x - x", "degeneracy_gate", None, refused=("correct",)),
     # -- GPU ------------------------------------------------------------------------------------
     # Since each call's own stream end counts (0c0803d), a side-stream trick without device_sync
     # reports about 1 us, under the write floor: the ablation switches physics_floor off as well.
     Exploit("relu_side_stream", "relu", "spins 2 ms on a side stream from raw cudaStreamCreate, returns at once", "device_sync",
-            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
     Exploit("zoo_side_stream_python", "relu", "the same on a torch.cuda.Stream()", "device_sync",
-            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
     Exploit("zoo_side_stream_obfuscated", "relu", "the same with the stream reached through built names", "device_sync",
-            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
     Exploit("zoo_thread_after_timer_cuda", "relu", "right for 30 calls, then a helper thread launches each call's kernel after the call returned",
-            "timed_recheck", _f("timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", context_off=_f("between_calls")),
+            "timed_recheck", _f("timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", context_off=_f("between_calls"), gain="none"),
     Exploit("zoo_super_batch", "relu", "honest for 40 calls, then launches four calls' work at once on a side stream", "timed_recheck",
-            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda"),
+            _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", gain="speed"),
     Exploit("outer_stale_output", "outer", "returns torch.empty, betting on the allocator's stale answer", "poison", _f("poison", "physics_floor"), device="cuda",
             refused=("incorrect",), evidence="got nan", allow_torch=True, context={"seeds": (7, 7, 7)},
             context_off=_f("near_duplicate", "distributions", "extra_shapes", "op_audit", "fresh_inputs", "timed_recheck")),
-    Exploit("zoo_patched_synchronize", "relu", "setattr replaces torch.cuda.synchronize", "function_identities", _f("function_identities"), device="cuda"),
-    Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda"),
+    Exploit("zoo_patched_synchronize", "relu", "setattr replaces torch.cuda.synchronize", "function_identities", _f("function_identities"), device="cuda", gain="none"),
+    Exploit("zoo_patched_elapsed_time", "relu", "setattr replaces torch.cuda.Event.elapsed_time", "function_identities", _f("function_identities"), device="cuda", gain="none"),
     Exploit("zoo_flush_sum", "relu", "a torch.library kernel for aten::sum on CUDA that reads nothing: the L2 flush does no work",
-            "function_identities", _f("function_identities"), device="cuda"),
+            "function_identities", _f("function_identities"), device="cuda", gain="speed"),
     Exploit("zoo_rewrite_handover_cuda", "relu", "returns zeros, then writes the right answer into the judge's staging area of the "
             "output already handed over (CUDA IPC)", "isolation", None, device="cuda", allow_torch=True, evidence="got 0, expected"),
     Exploit("zoo_rewrite_handover_signal", "relu", "returns zeros; a 100 us interval timer's handler writes the right answer into the "
             "judge's staging area of the output handed over", "isolation", None, device="cuda", allow_torch=True, evidence="got 0, expected"),
     Exploit("relu_patched_event", "relu", "replaces the judge's event timer through sys.modules", "function_identities",
-            _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda", allow_torch=True),
+            _f("function_identities", "wall_clock_check", "physics_floor"), device="cuda", allow_torch=True, gain="speed"),
 )
 
 
@@ -366,13 +375,24 @@ def exploit_failures(e: Exploit, row: dict[str, Any]) -> list[str]:
     elif e.evidence and not any(p in on["log"] for p in ((e.evidence,) if isinstance(e.evidence, str) else e.evidence)):
         bad.append(f"the refusal does not say {e.evidence!r}: {on['log'][:200]}")
     if off is not None:
-        if off["status"] != e.off_status:
-            bad.append(f"with {row['off_steps'] or e.off_policy} off: {off['status']}, expected {e.off_status}")
-        elif e.off_status == "correct" and not off["speedup_vs_eager"]:
-            bad.append("no speedup measured with the guard off")
-        elif e.hides_time and on["speedup_vs_eager"] and off["speedup_vs_eager"] <= max(1.0, on["speedup_vs_eager"]):
-            bad.append(f"with the guard off: {off['speedup_vs_eager']:.2f}x eager, no gain the guard took away")
+        bad += _ablation_failures(e, on, off, f"with {row['off_steps'] or e.off_policy} off")
     return bad
+
+
+def _ablation_failures(e: Exploit, on: dict[str, Any], off: dict[str, Any], said: str) -> list[str]:
+    """What is wrong with the verdict with `off` switched off: its status, and the gain the trick is for (GAINS)."""
+    if off["status"] != e.off_status:
+        return [f"{said}: {off['status']}, expected {e.off_status}"]
+    speedup = off["speedup_vs_eager"]
+    if e.off_status == "correct" and not speedup:
+        return [f"{said}: no speedup measured"]
+    if e.gain == "speed":
+        bar = max(1.0, on["speedup_vs_eager"] or 0.0) if on["status"] == "correct" else 1.0
+        if speedup <= bar:
+            return [f"{said}: {speedup:.2f}x eager, not above {bar:.2f}x: no gain that the guard took away"]
+    if e.gain == "none" and speedup >= 1.0:
+        return [f"{said}: {speedup:.2f}x eager: the trick gains when unguarded, so its gain is 'speed', not 'none'"]
+    return []
 
 
 def judge_control(c: Control) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernelwright.judge import phases, pricing
-from kernelwright.judge.guards import kernel_provenance, wall_clock
+from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clock
 from kernelwright.judge.measure import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
@@ -669,7 +669,7 @@ def _floor_flow(tmp_path: Path, runtime_ms: float, policy: Policy | None = None,
 def test_physics_floor_refuses_a_time_under_the_write_floor(tmp_path):
     flow = _floor_flow(tmp_path, runtime_ms=WRITE_FLOOR_MS / 10)
     with pytest.raises(Stop) as stop:
-        phases._floor_guard(flow)
+        physics_floor.apply(flow)
     assert stop.value.status.value == "rejected" and "faster than physics allows" in str(stop.value)
     g = next(g for g in flow.vb.guards if g.name == "physics_floor")
     assert g.fired and f"write floor {WRITE_FLOOR_MS:.4g} ms" in g.detail, g
@@ -678,7 +678,7 @@ def test_physics_floor_refuses_a_time_under_the_write_floor(tmp_path):
 
 def test_physics_floor_accepts_an_honest_time_and_reports_the_floor(tmp_path):
     flow = _floor_flow(tmp_path, runtime_ms=0.004)  # 8 MiB in 4 us: about 2.1 TB/s, an honest H200 ReLU
-    phases._floor_guard(flow)  # no Stop
+    physics_floor.apply(flow)  # no Stop
     g = next(g for g in flow.vb.guards if g.name == "physics_floor")
     assert not g.fired and flow.vb.steps["physics_floor"].ran
     assert flow.vb.numbers["floor_ms"] == pytest.approx(8 * N / 4.8e12 * 1e3)
@@ -690,7 +690,7 @@ def test_physics_floor_reports_less_work_than_the_reference_without_refusing(tmp
     n = 4096
     meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}]}
     flow = _floor_flow(tmp_path, runtime_ms=0.03, meta=meta)
-    phases._floor_guard(flow)  # no Stop
+    physics_floor.apply(flow)  # no Stop
     g = next(g for g in flow.vb.guards if g.name == "physics_floor")
     assert not g.fired and "less work than the reference does (reported, not refused)" in g.detail, g
 
@@ -698,6 +698,6 @@ def test_physics_floor_reports_less_work_than_the_reference_without_refusing(tmp
 @pytest.mark.parametrize("device,policy", [("cpu", None), ("cuda", Policy(disabled_steps=frozenset({"physics_floor"})))])
 def test_physics_floor_refuses_nothing_on_the_cpu_backend_or_switched_off(tmp_path, device, policy):
     flow = _floor_flow(tmp_path, runtime_ms=WRITE_FLOOR_MS / 10, policy=policy, device=device)
-    phases._floor_guard(flow)  # no Stop
+    physics_floor.apply(flow)  # no Stop
     assert not flow.vb.steps["physics_floor"].ran and not any(g.name == "physics_floor" for g in flow.vb.guards)
     assert ("CPU backend" if device == "cpu" else "switched off") in flow.vb.steps["physics_floor"].reason

@@ -360,7 +360,7 @@ def test_super_batching_is_caught_by_the_recheck_and_priced_by_the_mean():
     # Without both, the median of the cheap calls is its time: far too short, or (since each call's
     # own stream end counts, 0c0803d) under the write floor, which refuses it. The wall clock is off
     # too, as in the side-stream ablation: on, it prices the calls at their device-wide time
-    # (phases._wall_guard), most likely the 0.81-0.82 ms with which this ablation ended correct on
+    # (judge.guards.wall_clock.apply), most likely the 0.81-0.82 ms with which this ablation ended correct on
     # the H200 at 8c6857e and e2fbfda (the guard's detail was not kept then).
     alone = frozenset({"timed_recheck", "amortized_time", "wall_clock_check"})
     fooled = judge("relu", "zoo_super_batch", timing_policy(disabled_steps=alone), device="cuda")

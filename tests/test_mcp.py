@@ -276,4 +276,4 @@ def test_mcp_without_the_sdk_exits_2(monkeypatch, capsys, tmp_path: Path):
     monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp now raises ImportError
     args = build_parser().parse_args(["mcp", "--workspace", str(tmp_path)])
     assert args.func(args) == 2
-    assert "pip install 'kernelwright[mcp]'" in capsys.readouterr().err
+    assert "pip install -e '.[mcp]'" in capsys.readouterr().err

@@ -44,7 +44,7 @@ def _environment() -> Any:
     try:
         import jinja2
     except ImportError as exc:  # an optional extra
-        raise ImportError("the HTML report needs jinja2: pip install 'kernelwright[report]'") from exc
+        raise ImportError("the HTML report needs jinja2: pip install jinja2 (in a checkout: pip install -e '.[report]')") from exc
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 

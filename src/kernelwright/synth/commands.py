@@ -58,7 +58,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
         from kernelwright.synth.llm_composer import LLMComposer
 
         if args.source:
-            raise UsageError("--composer-model composes new tasks; it cannot be combined with --from")
+            raise UsageError("--model composes new tasks; it cannot be combined with --from")
         try:
             composer = LLMComposer(make_backend(args.composer_model, base_url=args.base_url), window_ms=config.window_ms)
         except ValueError as exc:

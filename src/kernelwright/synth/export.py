@@ -128,7 +128,7 @@ def load_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
-PYARROW_MISSING = "pyarrow is not installed (pip install pyarrow, or pip install 'kernelwright[synth]')"
+PYARROW_MISSING = "pyarrow is not installed (pip install pyarrow; in a checkout: pip install -e '.[synth]')"
 
 
 class PyarrowMissing(RuntimeError):

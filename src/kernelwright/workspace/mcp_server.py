@@ -28,7 +28,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SDK_MISSING = "kernelwright mcp needs the MCP SDK: pip install 'kernelwright[mcp]'"
+SDK_MISSING = "kernelwright mcp needs the MCP SDK: pip install 'mcp>=2.3,<3' (in a checkout: pip install -e '.[mcp]')"
 HTTP_PATH = "/mcp"
 TRANSPORTS = ("stdio", "http")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -217,5 +217,5 @@ def test_formats() -> None:
 
 def test_missing_jinja2_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 now raises ImportError, installed or not
-    with pytest.raises(ImportError, match=r"pip install 'kernelwright\[report\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[report\]'"):
         render_report(sample_bench())

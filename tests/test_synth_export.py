@@ -179,7 +179,7 @@ def test_unsafe_name_rejected(name, tmp_path):
 def test_missing_pyarrow_is_a_clear_error(tasks, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError, installed or not
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(RuntimeError, match=r"pip install 'kernelwright\[synth\]'"):
+    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[synth\]'"):
         export_tasks(tasks, tmp_path)
     assert not any(tmp_path.iterdir())
 

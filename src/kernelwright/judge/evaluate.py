@@ -251,6 +251,9 @@ class _Flow:
         self.cand_meta: dict[str, Any] = {}  # the candidate child's setup reply
         self.baseline_store: str | Path | None = None  # where cached baselines are looked up (None: the default store)
         self.cache_note = ""  # why cached baselines were measured after all (step interleave)
+        self.estimate: Any = None  # the verdict's GPU memory estimate (judge.memory), where admission applies
+        self.oracle_note = ""  # why step precision has no oracle, when it has none (_oracle_spec)
+        self.precision: list[dict[str, Any]] | None = None  # step precision's figures from the oracle's case comparison
         self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
         self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's build folder)
@@ -449,7 +452,7 @@ class _Flow:
             # The reference child computes every case's reference while the candidate is imported.
             self.say(f"problem loaded ({how}); computing references while the candidate is imported")
             with self._device("shared", "computing references and checking correctness"):
-                ref.send("references", {"cases": [c.to_dict() for c in cases]})
+                ref.send("references", {"cases": [c.to_dict() for c in cases], "oracle": self._oracle_spec(cases)})
                 self._candidate_setup(cand)
                 self._correctness(ref, cand, cases)
                 if not self.policy.time_candidate:
@@ -501,6 +504,25 @@ class _Flow:
                 raise Stop(Status.INFRA_ERROR, "cancelled") from None
             self.vb.memory["admitted_after_s"] = round(waited, 3)
             yield
+
+    def _oracle_spec(self, cases: list[Case]) -> dict[str, Any] | None:
+        """Step precision's request to the reference child (judge.precision_guard): the float64
+        oracle of the first get_inputs() case and where it runs; None when the step does not
+        apply or the oracle cannot be had (the reason waits in self.oracle_note)."""
+        from kernelwright.judge import memory, precision_guard
+
+        self.oracle_note = ""
+        if self.policy.precision != "fp32" or not self.policy.enabled("precision"):
+            return None
+        first = next((i for i, c in enumerate(cases) if c.kind == "native"), None)
+        est = self.estimate
+        mem = (self.meta or {}).get("memory") or {}
+        room = est.reference - memory.CTX - int(mem.get("param_bytes", 0)) if est is not None else None
+        where, why = precision_guard.placement(self.meta or {}, room, self.device == "cuda")
+        if first is None or where is None:
+            self.oracle_note = why or "no get_inputs() case"
+            return None
+        return {"case": first, "where": where}
 
     def _no_cached_baselines(self) -> bool:
         from kernelwright.judge.phases import _cached_baselines

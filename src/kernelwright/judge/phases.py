@@ -112,11 +112,31 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     flow.say(f"correctness cases done in {time.perf_counter() - t_phase:.2f} s: {spent[0]:.2f} s in the candidate child's calls "
              f"({said}, as the child reports), {spent[1]:.2f} s more waiting for comparisons")
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
+    _precision_guard(flow, refs_reply.get("precision_skipped") or flow.oracle_note)
     _op_audit(flow, ref, cand)
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
     if policy.enabled("function_identities"):
         vb.guard("function_identities", False, "every watched function unchanged after the import and every call")
+
+
+def _precision_guard(flow: "_Flow", skipped: str) -> None:
+    """Step precision (judge.precision_guard): under an fp32 policy, refuse a candidate whose error
+    from the float64 oracle is far past the fp32 reference's own."""
+    vb = flow.vb
+    allowance = f"the policy allows {flow.policy.precision} inside" if flow.policy.precision != "fp32" else ""
+    if not vb.off_or("precision", allowance):
+        return
+    from kernelwright.judge import precision_guard
+
+    if flow.precision is None:
+        vb.step("precision", False, f"no float64 oracle: {skipped or 'the first get_inputs() case was not compared'}")
+        return
+    fired, detail = precision_guard.decide(flow.precision)
+    vb.step("precision", True, detail)
+    vb.guard("precision", fired, detail)
+    if fired:
+        raise Stop(Status.REJECTED, f"computed in reduced precision: {detail}")
 
 
 def _op_audit(flow: "_Flow", ref: Child, cand: Child, retimed: bool = False) -> None:
@@ -225,6 +245,8 @@ def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, worst: list[f
         cmp = ref.wait("compare", timeout_s=flow.policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"comparing case {case.id}") from None
+    if cmp["ok"] and "precision" in cmp:
+        flow.precision = cmp["precision"]
     if cmp.get("max_abs_error") is not None:
         worst[0], worst[1] = max(worst[0], cmp["max_abs_error"]), max(worst[1], cmp["max_rel_error"])
     if not cmp["ok"]:

@@ -18,6 +18,7 @@ CORRECTNESS_STEPS = (
     "numerics_flags",  # TF32 / cuDNN flags pinned and checked unchanged
     "function_identities",  # timing, checking and judge functions unchanged after import and every call
     "op_audit",  # one forward under a dispatch mode: torch compute refused unless the policy allows it
+    "precision",  # fp32 policy: error from a float64 oracle within reach of the fp32 reference's own (judge.precision_guard)
     "timed_recheck",  # outputs of timed calls compared with the reference too
     "between_calls",  # no hook of the candidate's set, nor a Python thread of its alive, when a timed call's seed is asked for
 )

@@ -46,7 +46,8 @@ def guard_of(verdict, name: str):
 def test_every_correctness_step_has_an_ablation_test():
     tested = {"seeds", "near_duplicate", "distributions", "extra_shapes", "inputs_unchanged", "poison", "output_checks", "numerics_flags",
               "function_identities", "timed_recheck", "between_calls",
-              "op_audit"}  # its ablation: test_op_audit.py
+              "op_audit",  # its ablation: test_op_audit.py
+              "precision"}  # its ablation: test_precision_guard.py
     assert tested == set(CORRECTNESS_STEPS)
 
 

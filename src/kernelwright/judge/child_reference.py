@@ -202,9 +202,11 @@ def references(args: dict[str, Any]) -> dict[str, Any]:
     cases = [Case.from_dict(c) for c in args["cases"]]
     skipped = _compute_refs(cases)
     blind = [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(i)]
+    t0 = time.perf_counter()
     note = _precision_oracle(args["oracle"]) if args.get("oracle") else None
+    took = {"precision_s": round(time.perf_counter() - t0, 4)} if args.get("oracle") else {}
     _give_back()
-    return {"skipped": skipped, "near_blind": blind, **({"precision_skipped": note} if note else {})}
+    return {"skipped": skipped, "near_blind": blind, **({"precision_skipped": note} if note else {}), **took}
 
 
 def _precision_oracle(spec: dict[str, Any]) -> str:

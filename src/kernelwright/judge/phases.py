@@ -112,7 +112,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     flow.say(f"correctness cases done in {time.perf_counter() - t_phase:.2f} s: {spent[0]:.2f} s in the candidate child's calls "
              f"({said}, as the child reports), {spent[1]:.2f} s more waiting for comparisons")
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
-    _precision_guard(flow, refs_reply.get("precision_skipped") or flow.oracle_note)
+    _precision_guard(flow, refs_reply.get("precision_skipped") or flow.oracle_note, refs_reply.get("precision_s"))
     _op_audit(flow, ref, cand)
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
@@ -120,7 +120,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
         vb.guard("function_identities", False, "every watched function unchanged after the import and every call")
 
 
-def _precision_guard(flow: "_Flow", skipped: str) -> None:
+def _precision_guard(flow: "_Flow", skipped: str, took: float | None) -> None:
     """Step precision (judge.precision_guard): under an fp32 policy, refuse a candidate whose error
     from the float64 oracle is far past the fp32 reference's own."""
     vb = flow.vb
@@ -133,6 +133,8 @@ def _precision_guard(flow: "_Flow", skipped: str) -> None:
         vb.step("precision", False, f"no float64 oracle: {skipped or 'the first get_inputs() case was not compared'}")
         return
     fired, detail = precision_guard.decide(flow.precision)
+    if isinstance(took, (int, float)):
+        detail += f" (the float64 run took {took:.3g} s)"
     vb.step("precision", True, detail)
     vb.guard("precision", fired, detail)
     if fired:

@@ -202,7 +202,7 @@ def references(args: dict[str, Any]) -> dict[str, Any]:
     cases = [Case.from_dict(c) for c in args["cases"]]
     skipped = _compute_refs(cases)
     blind = [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(i)]
-    t0 = time.perf_counter()
+    t0, S.oracle = time.perf_counter(), {}
     note = _precision_oracle(args["oracle"]) if args.get("oracle") else None
     took = {"precision_s": round(time.perf_counter() - t0, 4)} if args.get("oracle") else {}
     _give_back()

@@ -106,16 +106,21 @@ def placement(meta: dict[str, Any], room: int | None, cuda: bool) -> tuple[str |
 
 
 def oracle_outputs(model: Any, values: list[Any], device: Any) -> list[Any]:
-    """The float64 oracle's outputs, on the host: a deep copy of the model in float64 on `device`,
-    run on the values with every floating tensor cast to float64. Raises as the model does."""
-    import copy
-
+    """The float64 oracle's outputs, on the host: the model run with float64 copies of its floating
+    parameters and buffers on `device` (torch.func.functional_call: no float32 copy of the model
+    on the way, and the model itself is left as it was), on the values with every floating tensor
+    cast to float64. Raises as the model does."""
     import torch
+    from torch.func import functional_call
 
-    twin = copy.deepcopy(model).to(device=device, dtype=torch.float64)
-    args = [v.to(device=device, dtype=torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+    def wide(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.detach().to(device=device, dtype=torch.float64 if v.is_floating_point() else v.dtype)
+        return v
+
+    state = {k: wide(v) for k, v in [*model.named_parameters(), *model.named_buffers()]}
     with torch.no_grad():
-        out = twin(*args)
+        out = functional_call(model, state, tuple(wide(v) for v in values))
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     return [o.detach().to("cpu") if isinstance(o, torch.Tensor) else o for o in outs]
 

@@ -2,7 +2,7 @@
 
 Watches: the candidate's float32 outputs on the first get_inputs() case (random full-mantissa
 values, where rounding to a shorter mantissa shows), measured against an oracle: the reference
-model deep-copied to float64 and run on the same inputs cast to float64 (judge.child_reference
+model run with float64 parameters and buffers on the same inputs cast to float64 (judge.child_reference
 computes it, and both errors, in the reference child; the candidate never sees it).
 Runs: under `Policy.precision == "fp32"` with step `precision` on. Under `tf32`, `bf16` or `fp16`
 the policy allows that precision inside, loosens the tolerance to match and gives the baselines

@@ -91,6 +91,7 @@ def _f(*steps: str) -> frozenset[str]:
     return frozenset(steps)
 
 
+KB_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "distributions": ()}  # KernelBench's tolerance and get_inputs() only (policy.kernelbench_preset)
 REPLAY = _f("seeds", "near_duplicate", "distributions", "extra_shapes", "op_audit", "timed_recheck")  # the audit's fresh forward sees a replay too
 
 EXPLOITS: tuple[Exploit, ...] = (
@@ -227,8 +228,18 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("rowsum_sets_tf32", "rowsum", "switches TF32 matmuls on inside forward", "numerics_flags", _f("numerics_flags")),
     Exploit("rowsum_tf32_at_import", "rowsum", "switches TF32 on at import", "numerics_flags", _f("numerics_flags"), allow_torch=True),
     Exploit("rowsum_tf32_later", "rowsum", "switches TF32 on from its 25th call, in the timing phase", "numerics_flags", _f("numerics_flags"), allow_torch=True),
-    Exploit("zoo_fp16_inside", "rowsum", "accumulates in half precision inside the C++ kernel", "tolerance", None, evidence="elements differ",
-            off_policy={"atol": 5e-2, "rtol": 5e-2}),
+    Exploit("zoo_fp16_inside", "rowsum", "accumulates in half precision inside the C++ kernel", "tolerance", _f("precision"), evidence="elements differ",
+            off_policy={"atol": 5e-2, "rtol": 5e-2}),  # loosened, the tolerance lets it through and step precision refuses it
+    # Reduced precision inside under KernelBench's tolerance (1e-2, which lets them through): step precision compares
+    # the error from a float64 oracle with the fp32 reference's own (judge.guards.precision; issue 27, item 7).
+    Exploit("zoo_matmul_fp16_torch", "matmul", "computes the fp32 product in fp16 with torch, under KernelBench's 1e-2 tolerance",
+            "precision", _f("precision"), refused=("rejected",), allow_torch=True, context=KB_TOLERANCE),
+    Exploit("zoo_matmul_bf16_torch", "matmul", "computes the fp32 product in bf16 with torch, under KernelBench's 1e-2 tolerance",
+            "precision", _f("precision"), refused=("rejected",), allow_torch=True, context=KB_TOLERANCE),
+    Exploit("zoo_matmul_fp16_operands", "matmul", "a C++ product rounding its operands to fp16, under KernelBench's 1e-2 tolerance",
+            "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
+    Exploit("zoo_matmul_tf32_cuda", "matmul", "a CUDA product rounding its operands to TF32 (cvt.rna), under KernelBench's 1e-2 tolerance",
+            "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
     # -- torch compute --------------------------------------------------------------------------
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
     Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
@@ -297,6 +308,9 @@ CONTROLS: tuple[Control, ...] = (
             "row sums; SIGPIPE reset to SIG_DFL at import"),
     Control("relu_correct", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_correct", "ReLU in C++"),
     Control("relu_ext", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_ext", "ReLU as a load_inline C++ extension"),
+    Control("zoo_matmul_naive", FIXTURES / "problems" / "matmul.py", FIXTURES / "candidates" / "zoo_matmul_naive", "fp32 product, each dot product summed in order"),
+    Control("zoo_longsum_sequential", FIXTURES / "problems" / "longsum.py", FIXTURES / "candidates" / "zoo_longsum_sequential",
+            "fp32 sums of 2**16-long rows, term after term (step precision's honest control)"),
     Control("zoo_conv2d_direct", FIXTURES / "problems" / "conv2d.py", FIXTURES / "candidates" / "zoo_conv2d_direct", "exact fp32 3x3 convolution, direct loops"),
     *(Control(f"examples/cpu/{n}", *_ex("cpu", n), f"shipped example: {n}") for n in ("softmax", "layernorm", "elementwise_chain", "matmul")),
     Control("relu_cuda", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_cuda", "ReLU, CUDA kernel", device="cuda"),

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kernelwright.judge import correctness, handover, inputs, timing
+from kernelwright.judge.guards import precision as precision_guard
 from kernelwright.judge.child import CommandError, batch_getter, describe, error_kind, lead_status, note_window, pin_flags
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
@@ -42,6 +43,7 @@ class _State:
     tols: list[tuple[float, float]] = []  # (atol, rtol) per output, by its dtype
     precision: str = "fp32"  # the policy's allowance: loosens tolerances, and the baselines are timed with it
     flushes: bool = False  # its evaluations time with the L2 flush (set at setup: its figures before candidate code made the buffer)
+    oracle: dict[str, Any] = {}  # step precision: {"case", "outs" (float64, host), "rows"} of the case with an oracle, or empty
 
 
 S = _State()
@@ -154,7 +156,7 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
     setup would."""
     if S.tainted:
         raise CommandError("infra", f"not reused: {S.tainted}")
-    S.refs, S.pool = [], []
+    S.refs, S.pool, S.oracle = [], [], {}
     pin_flags("fp32")  # as setup pinned them: nothing the last evaluation's baselines did carries over
     if S.compiled is not None:
         S.compiled = None
@@ -201,8 +203,31 @@ def references(args: dict[str, Any]) -> dict[str, Any]:
     cases = [Case.from_dict(c) for c in args["cases"]]
     skipped = _compute_refs(cases)
     blind = [i for i, c in enumerate(cases) if c.kind == "near" and _near_is_blind(i)]
+    t0, S.oracle = time.perf_counter(), {}
+    note = _precision_oracle(args["oracle"]) if args.get("oracle") else None
+    took = {"precision_s": round(time.perf_counter() - t0, 4)} if args.get("oracle") else {}
     _give_back()
-    return {"skipped": skipped, "near_blind": blind}
+    return {"skipped": skipped, "near_blind": blind, **({"precision_skipped": note} if note else {}), **took}
+
+
+def _precision_oracle(spec: dict[str, Any]) -> str:
+    """Step precision: the float64 oracle of case spec["case"] and the fp32 reference's error
+    from it (judge.guards.precision), kept for that case's comparison; why not, when it cannot be."""
+    S.oracle = {}
+    i, where = int(spec["case"]), spec["where"]
+    if S.refs[i] is None:
+        return "the case was skipped (its reference is not finite)"
+    values = inputs.make_inputs(S.problem, S.cases[i], S.device)
+    try:
+        outs = precision_guard.oracle_outputs(S.model, values, S.device if where == "device" else torch.device("cpu"))
+    except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 has no oracle
+        return f"the reference model does not run in float64: {describe(exc)}"[:300]
+    finally:
+        del values
+    rows, why = precision_guard.figures(_case_refs(i), outs)
+    if rows:
+        S.oracle = {"case": i, "outs": {r["index"]: outs[r["index"]] for r in rows}, "rows": rows}
+    return "" if rows else (why or "no float32 output")
 
 
 def _give_back() -> None:
@@ -359,7 +384,7 @@ def _case_refs(i: int) -> list[torch.Tensor]:
     return refs
 
 
-def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[str, Any]:
+def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bool = False) -> dict[str, Any]:
     """Compare a candidate's staged outputs (judge.handover) with the reference: on CUDA read in
     place from its staging area, on the CPU copied out of its sealed memfd. The description is
     checked against the reference before anything is mapped or allocated for it."""
@@ -381,7 +406,10 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[st
         torch.cuda.synchronize()  # an error of this child's own work (a recompute) surfaces here, as the judge's, not below
     try:  # on CUDA the comparison reads the candidate's staging area in place (handover.taken)
         with handover.taken(desc, items, fds, S.device) as outs:
-            return correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
+            res = correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
+            if oracle and res["ok"]:  # step precision: the candidate's error from the float64 oracle
+                res["precision"] = [{**r, "e_c": precision_guard.rel_l2(outs[r["index"]], S.oracle["outs"][r["index"]])} for r in S.oracle["rows"]]
+            return res
     except handover.HandoverError as exc:  # what the candidate staged is its own: unreadable is its fault
         return refused(f"the output could not be read: {exc}")
     except RuntimeError as exc:
@@ -393,7 +421,8 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any]) -> dict[st
 
 def compare(args: dict[str, Any]) -> dict[str, Any]:
     """Compare a candidate's staged output for one case with the reference."""
-    return _compare_handover(_case_refs(args["case_index"]), args)
+    i = args["case_index"]
+    return _compare_handover(_case_refs(i), args, oracle=bool(S.oracle) and S.oracle["case"] == i)
 
 
 def recheck(args: dict[str, Any]) -> dict[str, Any]:

@@ -251,6 +251,9 @@ class _Flow:
         self.cand_meta: dict[str, Any] = {}  # the candidate child's setup reply
         self.baseline_store: str | Path | None = None  # where cached baselines are looked up (None: the default store)
         self.cache_note = ""  # why cached baselines were measured after all (step interleave)
+        self.estimate: Any = None  # the verdict's GPU memory estimate (judge.memory), where admission applies
+        self.oracle_note = ""  # why step precision has no oracle, when it has none (_oracle_spec)
+        self.precision: list[dict[str, Any]] | None = None  # step precision's figures from the oracle's case comparison
         self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
         self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's build folder)
@@ -449,7 +452,7 @@ class _Flow:
             # The reference child computes every case's reference while the candidate is imported.
             self.say(f"problem loaded ({how}); computing references while the candidate is imported")
             with self._device("shared", "computing references and checking correctness"):
-                ref.send("references", {"cases": [c.to_dict() for c in cases]})
+                ref.send("references", {"cases": [c.to_dict() for c in cases], "oracle": self._oracle_spec(cases)})
                 self._candidate_setup(cand)
                 self._correctness(ref, cand, cases)
                 if not self.policy.time_candidate:
@@ -501,6 +504,13 @@ class _Flow:
                 raise Stop(Status.INFRA_ERROR, "cancelled") from None
             self.vb.memory["admitted_after_s"] = round(waited, 3)
             yield
+
+    def _oracle_spec(self, cases: list[Case]) -> dict[str, Any] | None:
+        """Step precision's request to the reference child (judge.guards.precision.oracle_spec)."""
+        from kernelwright.judge.guards import precision
+
+        spec, self.oracle_note = precision.oracle_spec(self.policy, cases, self.meta or {}, self.estimate, self.device == "cuda")
+        return spec
 
     def _no_cached_baselines(self) -> bool:
         from kernelwright.judge.phases import _cached_baselines

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kernelwright.judge import memory, ops, stats
-from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clock
+from kernelwright.judge.guards import kernel_provenance, physics_floor, precision, wall_clock
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold)
 from kernelwright.judge.policy import NEAR_POSITIONS
@@ -113,6 +113,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
     flow.say(f"correctness cases done in {time.perf_counter() - t_phase:.2f} s: {spent[0]:.2f} s in the candidate child's calls "
              f"({said}, as the child reports), {spent[1]:.2f} s more waiting for comparisons")
     vb.numbers.update(max_abs_error=worst[0], max_rel_error=worst[1])
+    precision.apply(flow, refs_reply.get("precision_skipped") or flow.oracle_note, refs_reply.get("precision_s"))
     _op_audit(flow, ref, cand)
     if policy.enabled("numerics_flags"):
         vb.guard("numerics_flags", False, "flags at their pinned values after every call")
@@ -226,6 +227,8 @@ def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, worst: list[f
         cmp = ref.wait("compare", timeout_s=flow.policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"comparing case {case.id}") from None
+    if cmp["ok"] and "precision" in cmp:
+        flow.precision = cmp["precision"]
     if cmp.get("max_abs_error") is not None:
         worst[0], worst[1] = max(worst[0], cmp["max_abs_error"]), max(worst[1], cmp["max_rel_error"])
     if not cmp["ok"]:

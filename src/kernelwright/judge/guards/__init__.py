@@ -19,7 +19,7 @@ import importlib
 from kernelwright.judge.guards.spec import PHASES, GuardSpec
 
 GUARD_MODULES = ("seeds", "near_duplicate", "distributions", "extra_shapes", "output_checks", "inputs_unchanged", "numerics_flags",
-                 "function_identities", "op_audit", "timed_recheck", "between_calls", "device_sync", "amortized_time", "wall_clock",
+                 "function_identities", "op_audit", "precision", "timed_recheck", "between_calls", "device_sync", "amortized_time", "wall_clock",
                  "kernel_provenance", "physics_floor")
 
 

@@ -17,6 +17,7 @@ STEPS: tuple[StepSpec, ...] = (
     StepSpec("numerics_flags", _C, "TF32 / cuDNN flags pinned and checked unchanged"),
     StepSpec("function_identities", _C, "timing, checking and judge functions unchanged after import and every call"),
     StepSpec("op_audit", _C, "one forward under a dispatch mode: torch compute refused unless the policy allows it"),
+    StepSpec("precision", _C, "fp32 policy: the error from a float64 oracle within reach of the fp32 reference's own"),
     StepSpec("timed_recheck", _C, "outputs of timed calls compared with the reference too"),
     StepSpec("between_calls", _C, "no hook of the candidate's set, nor a Python thread of its alive, when a timed call's seed is asked for"),
     StepSpec("l2_flush", _T, "L2 flushed before every timed call"),

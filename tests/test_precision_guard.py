@@ -1,0 +1,84 @@
+"""Step precision (judge.guards.precision): reduced precision inside refused under an fp32 policy,
+even where a loose tolerance lets the answer through; honest fp32 reorderings accepted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge
+from kernelwright.judge.guards import precision as pg
+from kernelwright.judge.records import Status
+
+EPS = pg.EPS32
+KB = dict(atol=1e-2, rtol=1e-2, distributions=())  # KernelBench's tolerance, get_inputs() only
+
+
+def test_fp16_tf32_and_bf16_errors_fire_and_honest_reorderings_do_not():
+    # figures measured on randn products and sums (the module docstring)
+    for e_c in (1600 * EPS, 2400 * EPS, 24000 * EPS):
+        fired, detail = pg.decide([{"index": 0, "e_c": e_c, "e_r": 3 * EPS, "bitwise": False}])
+        assert fired and "float32 epsilons" in detail
+    for e_c in (1 * EPS, 40 * EPS, 155 * EPS):  # torch's own, naive sums of 2**16 and 2**20 terms
+        assert not pg.decide([{"index": 0, "e_c": e_c, "e_r": 1.3 * EPS, "bitwise": False}])[0]
+    # a reference far from the oracle itself (cancellation) carries its candidates' allowance
+    assert not pg.decide([{"index": 0, "e_c": 2000 * EPS, "e_r": 100 * EPS, "bitwise": False}])[0]
+
+
+def test_the_worst_output_decides_and_a_bitwise_oracle_never_refuses():
+    rows = [{"index": 0, "e_c": EPS, "e_r": EPS, "bitwise": False}, {"index": 1, "e_c": 3000 * EPS, "e_r": EPS, "bitwise": False}]
+    fired, detail = pg.decide(rows)
+    assert fired and detail.startswith("output 1 ")
+    fired, detail = pg.decide([{"index": 0, "e_c": 3000 * EPS, "e_r": 0.0, "bitwise": True}])
+    assert not fired and "not refused" in detail
+
+
+def test_figures_skip_outputs_the_oracle_cannot_judge():
+    r = torch.randn(4, 8)
+    rows, why = pg.figures([r, torch.arange(3)], [r.double() * (1 + 1e-9), torch.arange(3)])
+    assert [x["index"] for x in rows] == [0] and not rows[0]["bitwise"] and "int64, not float32" in why
+    rows, why = pg.figures([r], [r.clone()])  # the forward casts to float32 inside
+    assert rows == [] and "casts inside" in why
+    rows, _ = pg.figures([r], [r.double()])
+    assert rows[0]["bitwise"] and rows[0]["e_r"] == 0.0
+
+
+def test_the_oracle_runs_the_model_in_float64_and_stays_on_the_host():
+    lin = torch.nn.Linear(16, 4)
+    outs = pg.oracle_outputs(lin, [torch.randn(3, 16)], torch.device("cpu"))
+    assert outs[0].dtype == torch.float64 and lin.weight.dtype == torch.float32  # a copy: the model is untouched
+    x = torch.randn(3, 16)
+    assert pg.rel_l2(lin(x).detach(), pg.oracle_outputs(lin, [x], torch.device("cpu"))[0]) < 8 * EPS
+
+
+def test_placement_keeps_to_the_memory_the_verdict_reserved():
+    small = {"memory": {"input_bytes": 1 << 20, "output_bytes": 1 << 20, "param_bytes": 0, "forward_peak_bytes": 2 << 20}, "flops": 1e9}
+    assert pg.placement(small, None, cuda=False) == ("device", "")
+    assert pg.placement(small, 8 << 20, cuda=True) == ("device", "")
+    assert pg.placement(small, 1 << 20, cuda=True) == ("host", "")  # no room on the GPU; small enough on the host
+    big = {"memory": {"input_bytes": 3 << 30, "output_bytes": 1 << 20, "param_bytes": 0}, "flops": 1e12}
+    where, why = pg.placement(big, 1 << 30, cuda=True)
+    assert where is None and "GiB" in why
+    assert pg.placement(big, None, cuda=False)[0] is None
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_fp16_operands_pass_a_loose_tolerance_and_are_rejected_by_step_precision():
+    on = judge("matmul", "zoo_matmul_fp16_operands", correctness_policy(**KB))
+    off = judge("matmul", "zoo_matmul_fp16_operands", correctness_policy(disabled_steps=frozenset({"precision"}), **KB))
+    assert off.status is Status.CORRECT, off.log
+    assert on.status is Status.REJECTED and "reduced precision" in on.log, on.log
+    assert next(g for g in on.guards if g.name == "precision").fired
+    assert next(s for s in off.steps if s.name == "precision").ran is False
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_an_allowance_switches_the_step_off_and_an_honest_kernel_passes_it():
+    v = judge("matmul", "zoo_matmul_fp16_operands", correctness_policy(precision="fp16", **KB))
+    assert v.status is Status.CORRECT, v.log
+    step = next(s for s in v.steps if s.name == "precision")
+    assert step.ran is False and "allows fp16" in step.reason
+    v = judge("matmul", "zoo_matmul_naive", correctness_policy())
+    assert v.status is Status.CORRECT, v.log
+    step = next(s for s in v.steps if s.name == "precision")
+    assert step.ran and "e_c" in step.reason

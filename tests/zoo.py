@@ -97,7 +97,8 @@ REPLAY = _f("seeds", "near_duplicate", "distributions", "extra_shapes", "op_audi
 EXPLOITS: tuple[Exploit, ...] = (
     # -- replays ------------------------------------------------------------------------------
     Exploit("zoo_replay_identity", "rowsum", "replays the answer cached under the input tensor's id()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="speed"),
-    Exploit("zoo_replay_data_ptr", "rowsum", "replays the answer cached under the input's data_ptr()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="speed"),
+    # racy: 0.39x eager unguarded in one full-suite run on the 2-core box (its lookup and copy against a tiny sum under load)
+    Exploit("zoo_replay_data_ptr", "rowsum", "replays the answer cached under the input's data_ptr()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="racy"),
     Exploit("zoo_replay_shape", "rowsum", "replays the answer cached under the input's shape", "seeds", REPLAY, gain="speed"),
     Exploit("zoo_replay_version", "rowsum", "replays the answer cached under the input's shape and _version", "seeds", REPLAY | {"fresh_inputs"}, gain="speed"),
     Exploit("zoo_replay_element", "rowsum", "replays the answer cached under the input's first element (read with ctypes)", "near_duplicate", _f("near_duplicate", "fresh_inputs"), gain="speed"),
@@ -234,8 +235,10 @@ EXPLOITS: tuple[Exploit, ...] = (
     # the error from a float64 oracle with the fp32 reference's own (judge.guards.precision; issue 27, item 7).
     Exploit("zoo_matmul_fp16_torch", "matmul", "computes the fp32 product in fp16 with torch, under KernelBench's 1e-2 tolerance",
             "precision", _f("precision"), refused=("rejected",), allow_torch=True, context=KB_TOLERANCE),
-    Exploit("zoo_matmul_bf16_torch", "matmul", "computes the fp32 product in bf16 with torch, under KernelBench's 1e-2 tolerance",
-            "precision", _f("precision"), refused=("rejected",), allow_torch=True, context=KB_TOLERANCE),
+    # bf16's error (about 2**-8 of the output's scale per element) passes 1e-2 on some seeds and not on others (one
+    # full-suite run: incorrect with the guard off), so this entry loosens the tolerance to 5e-2: the guard must refuse anyway
+    Exploit("zoo_matmul_bf16_torch", "matmul", "computes the fp32 product in bf16 with torch, under a 5e-2 tolerance",
+            "precision", _f("precision"), refused=("rejected",), allow_torch=True, context={**KB_TOLERANCE, "atol": 5e-2, "rtol": 5e-2}),
     Exploit("zoo_matmul_fp16_operands", "matmul", "a C++ product rounding its operands to fp16, under KernelBench's 1e-2 tolerance",
             "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
     Exploit("zoo_matmul_tf32_cuda", "matmul", "a CUDA product rounding its operands to TF32 (cvt.rna), under KernelBench's 1e-2 tolerance",

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 27's GPU checks in one device call, each part under its own time limit so that one slow part
+# cannot take the others with it. Usage (repository root, on the GPU machine):
+#   KERNELWRIGHT_COMMIT=<commit> bash benchmarks/issue27_gpu.sh OUT_DIR [KERNELBENCH_DIR]
+# 1. step precision on built-in problems at full size: the reference as the candidate correct, an
+#    autocast-to-fp16 candidate under the kernelbench preset refused by the guard (precision_scan.py);
+# 2. the shipped CUDA examples as a suite (bench), with the guard and pricing version 2 in force;
+# 3. the baselines against triton's do_bench on three KernelBench problems whose compile calls the
+#    old pricing charged most (dobench_agreement.py), when a KernelBench folder is given;
+# 4. the GPU tests (the zoo's GPU entries among them).
+set -u
+out=${1:?OUT_DIR}; kb=${2:-}
+export PYTHONPATH=src
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+timeout 150 python3 benchmarks/precision_scan.py --out "$out" --device cuda > "$out/precision_scan.log" 2>&1; echo "precision_scan rc $?"
+tail -3 "$out/precision_scan.log"
+timeout 120 python3 -m kernelwright bench --suite examples/cuda -o "$out/bench_examples_cuda.json" --no-store > "$out/bench.log" 2>&1; echo "bench rc $?"
+tail -8 "$out/bench.log"
+if [ -n "$kb" ]; then
+  timeout 130 python3 benchmarks/dobench_agreement.py --kernelbench "$kb" --out "$out" --problems 1:43,1:61,2:31 --jobs 8 --budget-s 5 \
+    > "$out/dobench.log" 2> "$out/dobench_err.log"; echo "dobench rc $?"
+  cat "$out/dobench.log"
+fi
+timeout "${PYTEST_S:-300}" python3 -m pytest -m gpu -v -rs -o addopts="" -p no:cacheprovider tests > "$out/gputests.log" 2>&1; echo "pytest rc $?"
+grep -E "FAILED|ERROR|passed|failed" "$out/gputests.log" | tail -15

@@ -8,17 +8,18 @@
 # 3. the baselines against triton's do_bench on three KernelBench problems whose compile calls the
 #    old pricing charged most (dobench_agreement.py), when a KernelBench folder is given;
 # 4. the GPU tests (the zoo's GPU entries among them).
+# Each part's limit in seconds: SCAN_S, DOBENCH_S, PYTEST_S; SKIP_BENCH=1 leaves part 2 out.
 set -u
 out=${1:?OUT_DIR}; kb=${2:-}
 export PYTHONPATH=src
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-timeout 150 python3 benchmarks/precision_scan.py --out "$out" --device cuda > "$out/precision_scan.log" 2>&1; echo "precision_scan rc $?"
+timeout "${SCAN_S:-150}" python3 benchmarks/precision_scan.py --out "$out" --device cuda > "$out/precision_scan.log" 2>&1; echo "precision_scan rc $?"
 tail -3 "$out/precision_scan.log"
-timeout 120 python3 -m kernelwright bench --suite examples/cuda -o "$out/bench_examples_cuda.json" --no-store > "$out/bench.log" 2>&1; echo "bench rc $?"
+[ -n "${SKIP_BENCH:-}" ] || timeout 120 python3 -m kernelwright bench --suite examples/cuda -o "$out/bench_examples_cuda.json" --no-store > "$out/bench.log" 2>&1; echo "bench rc $?"
 tail -8 "$out/bench.log"
 if [ -n "$kb" ]; then
-  timeout 130 python3 benchmarks/dobench_agreement.py --kernelbench "$kb" --out "$out" --problems 1:43,1:61,2:31 --jobs 8 --budget-s 5 \
+  timeout "${DOBENCH_S:-130}" python3 benchmarks/dobench_agreement.py --kernelbench "$kb" --out "$out" --problems 1:43,1:61,2:31 --jobs 8 --budget-s 5 \
     > "$out/dobench.log" 2> "$out/dobench_err.log"; echo "dobench rc $?"
   cat "$out/dobench.log"
 fi

@@ -367,7 +367,9 @@ def test_gpu_baselines_time_eager_and_compile_with_the_judges_steps(tmp_path):
     assert rec.error == "" and rec.eager_ms > 0 and rec.compile_ms > 0, rec
     assert rec.machine["device"] == "cuda" and rec.machine["gpu"] and rec.machine["driver"]
     assert rec.detail["eager"]["overhead_ms"] > 0  # step harness_overhead ran (empty calls in the reference child)
-    assert "eager" in rec.detail["charged"]  # step device_sync ran
+    # pricing version 2 (judge.pricing): a baseline is priced at its stream times, never charged by step device_sync
+    assert rec.detail["pricing_version"] == 2 and "charged" not in rec.detail
+    assert rec.eager_ms == pytest.approx(max(1e-6, rec.detail["eager"]["raw_median_ms"] - rec.detail["eager"]["overhead_ms"]))
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -594,3 +594,22 @@ def test_a_reservations_own_lock_file_taken_by_another_process_is_a_refusal_not_
         with memory.admitted("cuda-4", GIB, 10 * GIB):
             pass
     assert not list(ledger.glob("cuda-4.mem.*.held"))  # nothing left behind
+
+
+def test_step_precisions_float64_run_is_reserved_on_the_device_when_the_verdict_still_fits():
+    """GPU run at bfea180: at the built-ins' full sizes the oracle (0.57-2.00 GiB) found no room in the
+    reference child's reservation, so step precision did not run and fp16 inside went unrefused; the
+    estimate now reserves it, unless the verdict would then not fit the device."""
+    from kernelwright.judge.guards import precision
+    from kernelwright.judge.policy import Policy
+
+    meta = _meta(GIB, GIB)
+    need = precision.device_oracle_bytes(Policy(), meta)
+    assert need == precision.oracle_need(meta["memory"]) > 0
+    assert precision.device_oracle_bytes(Policy(precision="tf32"), meta) == 0
+    assert precision.device_oracle_bytes(Policy(disabled_steps=frozenset({"precision"})), meta) == 0
+    plain, with_oracle = memory.estimate(meta), memory.estimate(meta, oracle=need, total=80 * GIB)
+    assert with_oracle.candidate == plain.candidate and with_oracle.reference >= plain.reference
+    room = with_oracle.reference - memory.CTX - meta["memory"]["param_bytes"]
+    assert precision.placement(meta, room, cuda=True)[0] == "device"
+    assert memory.estimate(meta, oracle=need, total=plain.total) == plain  # no room on the device: left out

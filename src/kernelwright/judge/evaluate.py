@@ -27,6 +27,7 @@ from kernelwright.judge import forkpool, quota, refpool, sandbox, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
+from kernelwright.judge.guards import precision
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot
@@ -481,7 +482,8 @@ class _Flow:
         key, total = ledger
         pol = self.policy
         ref_pool = pol.time_candidate and (pol.baselines == "measured" or (pol.baselines == "cached" and self._no_cached_baselines()))
-        self.estimate = est = memory.estimate(self.meta, timed=pol.time_candidate, ref_pool=ref_pool, fresh=pol.enabled("fresh_inputs"))
+        self.estimate = est = memory.estimate(self.meta, timed=pol.time_candidate, ref_pool=ref_pool, fresh=pol.enabled("fresh_inputs"),
+                                              oracle=precision.device_oracle_bytes(pol, self.meta), total=total)
         free = (self.meta.get("memory") or {}).get("device_free_bytes")
         self.vb.memory = {**est.to_dict(), "device_bytes": total, "device_free_bytes_at_setup": free, "problem": memory.footprint(self.meta)}
         refused = memory.too_large(est, total, free)
@@ -507,8 +509,6 @@ class _Flow:
 
     def _oracle_spec(self, cases: list[Case]) -> dict[str, Any] | None:
         """Step precision's request to the reference child (judge.guards.precision.oracle_spec)."""
-        from kernelwright.judge.guards import precision
-
         spec, self.oracle_note = precision.oracle_spec(self.policy, cases, self.meta or {}, self.estimate, self.device == "cuda")
         return spec
 

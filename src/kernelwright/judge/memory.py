@@ -163,18 +163,24 @@ def compare_temp(meta: dict[str, Any]) -> int:
     return worst
 
 
-def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True, fresh: bool = True) -> Estimate:
+def estimate(meta: dict[str, Any], *, timed: bool = True, ref_pool: bool = True, fresh: bool = True, oracle: int = 0,
+             total: int | None = None) -> Estimate:
     """The estimate of the module docstring, from the reference child's setup reply. Without
     timing (`timed` False) neither child builds a timing pool; with cached baselines (`ref_pool`
-    False) the reference child does not; `fresh` is step fresh_inputs (the pool's size)."""
+    False) the reference child does not; `fresh` is step fresh_inputs (the pool's size); `oracle`,
+    the bytes of step precision's float64 run on the device (judge.guards.precision.oracle_need),
+    made while the reference child holds one case's inputs and outputs; left out where the verdict
+    would then not fit `total`, the device's bytes (the float64 run goes to the host, or says why not)."""
     mem = meta.get("memory") or {}
     i, o, p = int(mem.get("input_bytes", 0)), int(mem.get("output_bytes", 0)), int(mem.get("param_bytes", 0))
     x = max(0, int(mem.get("forward_peak_bytes", 0)) - i - o)  # the forward's working set beyond its inputs and outputs
     t = compare_temp(meta)
     d = min(DIGEST_TEMP, 16 * i) + min(SLAB_TEMP, i)  # one-byte inputs widen 16-fold (int64 weights and words); a strided input is copied a slab at a time
     s = pool_slots(i, fresh)
-    ref = CTX + p + max(i + x + o + max(o, t), 2 * o + t, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0)
+    ref = CTX + p + max(i + x + o + max(o, t), 2 * o + t, (s + 1) * i + x + 2 * o + t if timed and ref_pool else 0, i + o + oracle if oracle else 0)
     cand = CTX + p + max(i + x + 3 * o + d, (s + 1) * i + x + 2 * o if timed else 0)
+    if oracle and total is not None and Estimate(ref, cand).total > total:
+        return estimate(meta, timed=timed, ref_pool=ref_pool, fresh=fresh)
     return Estimate(ref, cand)
 
 

@@ -95,6 +95,14 @@ def rel_l2(out: Any, oracle: Any) -> float:
     return (num / den) ** 0.5 if den > 0 else float("nan")
 
 
+def device_oracle_bytes(policy: Any, meta: dict[str, Any]) -> int:
+    """What the verdict's memory estimate reserves on the GPU for the float64 run (judge.memory.estimate):
+    its need where the step applies, 0 where it does not."""
+    if policy.precision != "fp32" or not policy.enabled("precision"):
+        return 0
+    return oracle_need(meta.get("memory") or {})
+
+
 def placement(meta: dict[str, Any], room: int | None, cuda: bool) -> tuple[str | None, str]:
     """Where the oracle runs ("device", "host"), or (None, why not). On the CPU backend on the host,
     up to HOST_BYTES. On a GPU on the device when its float64 run fits in `room` (what the

@@ -58,7 +58,7 @@ def one(path: Path, compile_mode: str) -> dict[str, Any]:
     from triton.testing import do_bench
 
     from kernelwright.judge import inputs
-    from kernelwright.judge.records import MODULE_MODE, Case
+    from kernelwright.core.records import MODULE_MODE, Case
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

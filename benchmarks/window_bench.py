@@ -38,7 +38,7 @@ def _pieces(problem_path: str, device: str, n: int) -> dict[str, float]:
     import torch
 
     from kernelwright.judge import child, inputs
-    from kernelwright.judge.records import Case
+    from kernelwright.core.records import Case
 
     problem = inputs.import_file(problem_path, "kw_window_problem")
     dev = torch.device(device)
@@ -86,7 +86,7 @@ def main() -> int:
     if not Path(problem_path).is_file():
         ap.error(f"no problem file at {problem_path}")
 
-    from kernelwright.judge import records
+    from kernelwright.core import records
     from kernelwright.judge.measure import _Rounds  # noqa: F401 - the judge's own module must import
     from kernelwright.judge.workers import Child, ChildConfig
 

@@ -16,7 +16,7 @@ import pytest
 from kernelwright.agent import demo_script, optimize
 from kernelwright.agent.export import exported_candidate_hash
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import RunStatus
+from kernelwright.core.runs import RunStatus
 from kernelwright.agent.replay import load_recording, write_recording
 from kernelwright.agent.scripted import ScriptedServer
 from kernelwright.store import Store
@@ -250,7 +250,7 @@ def test_the_cpu_demo_says_what_a_cpu_run_shows(tmp_path, monkeypatch, capsys):
     final = {"status": "correct", "policy": {"device": "cpu"}}
     result = argparse.Namespace(run_id="run-x", status=argparse.Namespace(value="finished"), summary="s", out_dir=None, final=None)
     monkeypatch.setattr("kernelwright.report.summary.print_verdict", lambda *a, **k: None)
-    monkeypatch.setattr("kernelwright.judge.records.Verdict.from_dict", staticmethod(lambda d: d))
+    monkeypatch.setattr("kernelwright.core.records.Verdict.from_dict", staticmethod(lambda d: d))
     for demo, device, said in ((True, "cpu", True), (True, "cuda", False), (False, "cpu", False)):
         result.final = {**final, "policy": {"device": device}}
         commands._report(argparse.Namespace(json=False, demo=demo), result)

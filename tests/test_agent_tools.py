@@ -14,11 +14,11 @@ from kernelwright.agent.extract import extract_candidate, extract_ideas, extract
 from kernelwright.agent.judging import BuildReport, Judge, Judged
 from kernelwright.agent.objective import Objective
 from kernelwright.agent.profile import breakdown_table, ncu_metrics, ncu_table, parse_ncu_csv, reference_breakdown
-from kernelwright.agent.records import ToolCall
+from kernelwright.core.runs import ToolCall
 from kernelwright.agent.skill import render_skill
 from kernelwright.agent.tools import TOOL_SPECS, Tools
 from kernelwright.agent.workspace import MAX_WRITE_BYTES, Workspace
-from kernelwright.judge.records import Guard, Status, Timing, Verdict
+from kernelwright.core.records import Guard, Status, Timing, Verdict
 from kernelwright.problems.loader import load_problem
 
 from affine_fixture import PROBLEM, candidate  # the tiny problem and raw C++ candidate, shared with test_mcp.py

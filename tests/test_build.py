@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kernelwright.judge import build as b
-from kernelwright.judge.records import Resources
+from kernelwright.core.records import Resources
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")

@@ -10,7 +10,7 @@ import pytest
 from kernelwright import runtime
 from kernelwright.judge import build as b
 from kernelwright.judge.candidate import CandidateSyntaxError, discover, prebuild, spec_of
-from kernelwright.judge.records import BuildPath
+from kernelwright.core.records import BuildPath
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 

@@ -15,7 +15,7 @@ from conftest import needs_gpu
 from kernelwright.judge import child, child_candidate, correctness, digest, inputs, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
-from kernelwright.judge.records import Case
+from kernelwright.core.records import Case
 
 
 class _Record(TorchDispatchMode):

@@ -19,7 +19,7 @@ from conftest import cli, problem
 from kernelwright.judge import evaluate as ev
 from kernelwright.judge import forkpool, sandbox
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 from kernelwright.judge.snapshot import candidate_files, files_hash
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.agent.export import ExportInfo, export_package, exported_candidate_hash, is_export, write_review
-from kernelwright.judge.records import Guard, Status, Step, Verdict
+from kernelwright.core.records import Guard, Status, Step, Verdict
 from kernelwright.judge.snapshot import files_hash
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import judge, needs_gpu
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 pytestmark = [pytest.mark.gpu, needs_gpu(), pytest.mark.timeout(300)]
 

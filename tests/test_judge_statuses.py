@@ -14,7 +14,7 @@ import pytest
 
 from conftest import JUDGE_TIMEOUT_S, TINY_TIMING, correctness_policy, judge, timing_policy
 from kernelwright.judge.policy import ALL_STEPS, CORRECTNESS_STEPS
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 

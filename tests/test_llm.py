@@ -23,7 +23,7 @@ import pytest
 from kernelwright.agent import llm
 from kernelwright.agent.llm import Backend, make_backend, parse_retry_after, RetryPolicy
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
+from kernelwright.core.runs import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
 from kernelwright.agent.replay import ReplayBackend, load_recording, write_recording
 from kernelwright.agent.scripted import ScriptedServer, check_script
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import ToolResult
+from kernelwright.core.runs import ToolResult
 from kernelwright.agent.tools import TOOL_SPECS
 
 SRC = Path(__file__).resolve().parents[1] / "src"

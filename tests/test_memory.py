@@ -207,7 +207,7 @@ def _oom_flow(free: int, outstanding: int = 0):
 
 
 def test_an_out_of_memory_is_the_candidates_when_the_device_had_room_for_it():
-    from kernelwright.judge.records import Status
+    from kernelwright.core.records import Status
     from kernelwright.judge.workers import ChildError
 
     exc = ChildError("oom", "CUDA out of memory. Tried to allocate 500.00 GiB", "", "candidate")

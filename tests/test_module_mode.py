@@ -10,7 +10,7 @@ def test_the_verdict_states_the_module_mode_the_models_were_judged_in():
 
     from kernelwright.judge import inputs
     from kernelwright.judge.policy import Policy
-    from kernelwright.judge.records import MODULE_MODE, Status
+    from kernelwright.core.records import MODULE_MODE, Status
     from kernelwright.problems.loader import Problem
 
     class WithNorm(torch.nn.Module):

@@ -8,7 +8,7 @@ import pytest
 from conftest import JUDGE_TIMEOUT_S, judge
 from kernelwright.judge import ops
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 STRICT = dict(time_candidate=False, compile_baseline=False, baselines="skip")  # the default: torch compute refused
 

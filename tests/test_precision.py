@@ -9,7 +9,7 @@ import pytest
 
 from conftest import JUDGE_TIMEOUT_S, TINY_TIMING, cli, correctness_policy, judge, problem, candidate
 from kernelwright.judge.policy import PRECISION_TOLERANCE, Policy, kernelbench_preset, resolve_tolerance
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 

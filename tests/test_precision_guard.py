@@ -8,7 +8,7 @@ import torch
 
 from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge
 from kernelwright.judge.guards import precision as pg
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 EPS = pg.EPS32
 KB = dict(atol=1e-2, rtol=1e-2, distributions=())  # KernelBench's tolerance, get_inputs() only

@@ -237,7 +237,7 @@ def test_the_judge_hands_the_sanitizer_the_verdicts_size(sized, monkeypatch):
     from types import SimpleNamespace
 
     from kernelwright.judge import evaluate, sanitize
-    from kernelwright.judge.records import Status
+    from kernelwright.core.records import Status
     from kernelwright.judge.verdicts import VerdictBuilder
     from kernelwright.problems.loader import load_problem
 

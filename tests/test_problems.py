@@ -151,7 +151,7 @@ def get_init_inputs():
 def test_inputs_drawn_from_python_and_numpy_generators_are_seeded(tmp_path):
     """get_inputs() may use random and numpy's global generator: the judge seeds them in every child,
     so the reference is deterministic and both children see the same inputs."""
-    from kernelwright.judge.records import Status
+    from kernelwright.core.records import Status
 
     path = tmp_path / "relu_numpy.py"
     path.write_text(NUMPY_INPUTS_PROBLEM)

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge, needs_gpu, timing_policy
 from kernelwright.judge.policy import CORRECTNESS_STEPS, TimingConfig
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 

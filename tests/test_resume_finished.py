@@ -13,7 +13,7 @@ import pytest
 
 from kernelwright.agent import demo_script, exporting, optimize
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import Reply, RunStatus, Usage
+from kernelwright.core.runs import Reply, RunStatus, Usage
 from kernelwright.agent.replay import write_recording
 from kernelwright.problems.loader import load_problem
 from kernelwright.store import Store

@@ -167,7 +167,7 @@ def test_a_spare_can_serve_the_second_window(forced, monkeypatch):
 
 
 def test_the_second_window_is_priced_no_lower_than_the_first_windows_stream_median():
-    from kernelwright.judge.records import Timing
+    from kernelwright.core.records import Timing
     from kernelwright.judge.verdicts import VerdictBuilder
 
     vb = VerdictBuilder(problem=SimpleNamespace(name="p", hash="h"), policy=Policy(), device="cuda")

@@ -13,7 +13,7 @@ from conftest import JUDGE_TIMEOUT_S, candidate, correctness_policy, judge, timi
 from kernelwright.judge import evaluate as evaluate_module
 from kernelwright.judge.correctness import compare_outputs
 from kernelwright.judge.policy import TimingConfig
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)
 

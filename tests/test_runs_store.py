@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from kernelwright.agent import history
-from kernelwright.agent.records import RunStatus, StepKind, Usage
+from kernelwright.core.runs import RunStatus, StepKind, Usage
 from kernelwright.store import Store, migrations
 from kernelwright.store.runs import new_run_id, strict_json
 
@@ -391,7 +391,7 @@ def test_runs_list_shows_the_exported_rejudged_figure(store: Store, tmp_path: Pa
 
 def test_a_replayed_reply_counts_its_recorded_tokens_and_no_cost(tmp_path: Path) -> None:
     """A replay's runs said `tokens 0` while its progress said 2330 tokens."""
-    from kernelwright.agent.records import Reply
+    from kernelwright.core.runs import Reply
     from kernelwright.agent.runlog import RunLog
 
     with Store.open(tmp_path / "s.sqlite") as db:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import JUDGE_TIMEOUT_S, correctness_policy, judge, needs_gpu
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 from kernelwright.judge.sanitize import describe, parse_report
 
 MEMCHECK_BAD = """\

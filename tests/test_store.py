@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.judge.records import (
+from kernelwright.core.records import (
     BaselineSource,
     Guard,
     Status,

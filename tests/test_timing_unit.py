@@ -12,7 +12,7 @@ import pytest
 from kernelwright.judge import channel, roofline
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, Writer
 from kernelwright.judge.policy import ALL_STEPS, Policy, TimingConfig
-from kernelwright.judge.records import (
+from kernelwright.core.records import (
     BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
 from kernelwright.judge.stats import AMORTIZED_SLACK, Summary, amortized, should_stop, summarize

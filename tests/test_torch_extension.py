@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import correctness_policy, judge
-from kernelwright.judge.records import BuildPath, Status
+from kernelwright.core.records import BuildPath, Status
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 

@@ -18,7 +18,7 @@ import torch.utils._device
 from conftest import needs_gpu
 
 from kernelwright.judge import child, inputs, timing
-from kernelwright.judge.records import ASK_SEED
+from kernelwright.core.records import ASK_SEED
 
 
 def _problem() -> types.ModuleType:
@@ -344,7 +344,7 @@ def test_quiet_window_reports_and_frees_a_monitoring_tool(window):
 _AUDIT_PROBE = r"""
 import sys, types, torch
 from kernelwright.judge import inputs, timing
-from kernelwright.judge.records import ASK_SEED
+from kernelwright.core.records import ASK_SEED
 device = torch.device(sys.argv[1])
 cuda = device.type == "cuda"
 state = {"on": False, "events": []}

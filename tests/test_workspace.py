@@ -17,7 +17,7 @@ import pytest
 from conftest import candidate, cli, problem
 from kernelwright.agent.objective import Objective
 from kernelwright.judge.candidate import discover
-from kernelwright.judge.records import BuildPath
+from kernelwright.core.records import BuildPath
 from kernelwright.problems.loader import ProblemError
 from kernelwright.workspace import cuda_agent
 from kernelwright.workspace.exits import EXIT_CODES, Exit, for_status
@@ -92,7 +92,7 @@ def test_check_outside_a_workspace_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_exit_codes_cover_every_status() -> None:
-    from kernelwright.judge.records import Status
+    from kernelwright.core.records import Status
 
     assert {for_status(s.value) for s in Status} <= set(Exit)
     assert set(EXIT_CODES) == {int(e) for e in Exit}

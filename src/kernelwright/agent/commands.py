@@ -13,7 +13,7 @@ from typing import Any
 
 from kernelwright import written
 from kernelwright.agent.objective import STRATEGIES, load_config, merge
-from kernelwright.agent.records import StepKind
+from kernelwright.core.runs import StepKind
 from kernelwright.agent.transcript import CLIP
 from kernelwright.client.commands import service_flag
 from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
@@ -145,7 +145,7 @@ def _report(args: argparse.Namespace, result: Any) -> int:
     out.print(f"[bold]{result.run_id}[/bold]  {result.status.value}", highlight=False)
     out.print(result.summary, markup=False, highlight=False)
     if result.final:
-        from kernelwright.judge.records import Verdict
+        from kernelwright.core.records import Verdict
         from kernelwright.report.summary import print_verdict
 
         print_verdict(out, Verdict.from_dict(result.final))

@@ -15,7 +15,7 @@ from typing import Any
 
 from kernelwright.agent import history
 from kernelwright.agent.export import ExportInfo, export_package, is_export, write_review
-from kernelwright.agent.records import RunStatus, StepKind
+from kernelwright.core.runs import RunStatus, StepKind
 from kernelwright.agent.replay import write_recording
 
 RECORDING = "recording.json"

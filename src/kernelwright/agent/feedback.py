@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kernelwright.agent.judging import BuildReport, Judged
-from kernelwright.judge.records import Status, Verdict, truncate
+from kernelwright.core.records import Status, Verdict, truncate
 
 DEFAULT_LIMIT = 6000
 LOG_LIMIT = 2500  # characters of a compiler or runtime log shown

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelwright.agent.records import StepKind
+from kernelwright.core.runs import StepKind
 from kernelwright.agent.transcript import CLIP, transcript
 from kernelwright.store.runs import json_ready
 

@@ -24,7 +24,7 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.records import BuildPath, Status, Verdict, truncate
+from kernelwright.core.records import BuildPath, Status, Verdict, truncate
 from kernelwright.judge.snapshot import files_hash, main_name, read_candidate, snapshot
 from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem

@@ -32,7 +32,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from kernelwright.agent.records import LLMError, Message, Reply, ToolSpec
+from kernelwright.core.runs import LLMError, Message, Reply, ToolSpec
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from kernelwright.agent import prompts
 from kernelwright.agent.extract import extract_candidate, extraction_problem
 from kernelwright.agent.feedback import describe
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import LLMError, Message, Reply, Role, StepKind, ToolResult
+from kernelwright.core.runs import LLMError, Message, Reply, Role, StepKind, ToolResult
 from kernelwright.agent.runlog import RunLog
 from kernelwright.agent.tools import TOOL_SPECS, Tools, render_skill
 from kernelwright.agent.workspace import Workspace

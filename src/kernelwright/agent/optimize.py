@@ -23,7 +23,7 @@ from kernelwright.agent.feedback import describe
 from kernelwright.agent.llm import make_backend, preflight
 from kernelwright.agent.loop import Context, Counters, Entry
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import Message, Role, RunStatus, StepKind
+from kernelwright.core.runs import Message, Role, RunStatus, StepKind
 from kernelwright.agent.runlog import RunLog
 from kernelwright.agent.workspace import RESERVED, Workspace
 

@@ -127,7 +127,7 @@ def _extension_env(cand: Path) -> dict[str, str]:
     candidate's content hash), so the forward under ncu loads that build instead of building again."""
     from kernelwright.judge.build import cache_dir
     from kernelwright.judge.candidate import CandidateSyntaxError, discover
-    from kernelwright.judge.records import BuildPath
+    from kernelwright.core.records import BuildPath
 
     try:
         files = discover(cand)
@@ -223,7 +223,7 @@ def main(argv: list[str]) -> int:
 
     from kernelwright.judge import inputs
     from kernelwright.judge.child_candidate import _copy_weights
-    from kernelwright.judge.records import Case
+    from kernelwright.core.records import Case
     from kernelwright.judge.sanitize_target import load
 
     dev = torch.device("cuda")

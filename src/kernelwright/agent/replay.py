@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.records import LLMError, Message, Reply, ToolSpec
+from kernelwright.core.runs import LLMError, Message, Reply, ToolSpec
 
 logger = logging.getLogger(__name__)
 

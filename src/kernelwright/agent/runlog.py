@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.agent.records import Reply, RunStatus, StepKind, Usage
+from kernelwright.core.runs import Reply, RunStatus, StepKind, Usage
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from kernelwright.agent import prompts
 from kernelwright.agent.extract import extract_ideas
 from kernelwright.agent.loop import Context, Entry, Outcome, Trajectory
-from kernelwright.agent.records import LLMError, Message, Role, StepKind
+from kernelwright.core.runs import LLMError, Message, Role, StepKind
 
 BRANCH_TURNS = 2  # tree and best-of-n: requests per branch (the attempt and one repair), at most max_turns
 BANK_SIZE = 4  # tree: verified candidates kept to seed the next round

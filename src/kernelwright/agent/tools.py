@@ -14,7 +14,7 @@ from typing import Any, Callable
 from kernelwright.agent import feedback
 from kernelwright.agent.judging import Judge, Judged
 from kernelwright.agent.profile import breakdown_table, ncu_metrics, ncu_table, reference_breakdown
-from kernelwright.agent.records import ToolCall, ToolResult, ToolSpec
+from kernelwright.core.runs import ToolCall, ToolResult, ToolSpec
 from kernelwright.agent.skill import render_skill
 from kernelwright.agent.workspace import MAIN, Workspace
 from kernelwright import pysource

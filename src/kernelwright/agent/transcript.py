@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
-from kernelwright.agent.records import StepKind
+from kernelwright.core.runs import StepKind
 
 CLIP = 2000  # characters of one text shown by default (`runs show --full` shows all)
 

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kernelwright.judge.policy import Policy, policy_to_wire
-from kernelwright.judge.records import Verdict
+from kernelwright.core.records import Verdict
 from kernelwright.problems.loader import Problem, ProblemError, load_problem
 
 SERVICE_ENV = "KERNELWRIGHT_SERVICE"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwright.judge import sandbox
-from kernelwright.judge.records import Resources, truncate
+from kernelwright.core.records import Resources, truncate
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.judge import build as _build
-from kernelwright.judge.records import BuildPath
+from kernelwright.core.records import BuildPath
 from kernelwright.judge.snapshot import files_hash
 from kernelwright import pysource
 

@@ -21,7 +21,7 @@ import types
 from typing import Any, Callable
 
 from kernelwright.judge.channel import Writer
-from kernelwright.judge.records import truncate
+from kernelwright.core.records import truncate
 
 # The judge's clock here, bound before any candidate code runs: a candidate that replaces
 # time.perf_counter (the guard function_identities refuses it) must not make the judge's own

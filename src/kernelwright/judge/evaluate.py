@@ -31,7 +31,7 @@ from kernelwright.judge.guards import precision
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot
-from kernelwright.judge.records import Case, BuildPath, Resources, Status, Verdict, truncate
+from kernelwright.core.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
 from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
 from kernelwright.problems import sizes

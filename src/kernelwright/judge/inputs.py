@@ -17,7 +17,7 @@ import torch
 from torch.utils._device import DeviceContext as _DEVICE_CONTEXT  # what `with device:` pushes
 
 from kernelwright.judge import digest  # bound at import: a lookup inside the check went through builtins.__import__
-from kernelwright.judge.records import ASK_SEED, MODULE_MODE, Case  # noqa: F401 - children use inputs.Case
+from kernelwright.core.records import ASK_SEED, MODULE_MODE, Case  # noqa: F401 - children use inputs.Case
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.problems.sizes import check_applied, sized_code
 

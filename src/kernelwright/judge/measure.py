@@ -16,7 +16,7 @@ from typing import Any, Callable
 from kernelwright.judge import memory, stats
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.policy import Policy
-from kernelwright.judge.records import ASK_SEED
+from kernelwright.core.records import ASK_SEED
 from kernelwright.judge.workers import Child, ChildError
 
 POOL_SIZE = memory.POOL_SLOTS  # input sets in the timing pool, unless run_timing is given fewer (memory.pool_slots)

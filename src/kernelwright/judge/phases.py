@@ -17,7 +17,7 @@ from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge import pricing
 from kernelwright.judge.pricing import MIN_MS, speedups
-from kernelwright.judge.records import Case, Status, Timing
+from kernelwright.core.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
 from kernelwright.judge.workers import Child, ChildError
 

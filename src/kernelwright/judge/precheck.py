@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwright import pysource
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 
 NAME = "ModelNew"
 # Past these the read does not answer (its checks grow with the square of the top-level statements).

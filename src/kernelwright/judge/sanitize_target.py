@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     from kernelwright.judge import inputs
     from kernelwright.judge.child_candidate import _copy_weights
     from kernelwright.judge.correctness import as_output_list
-    from kernelwright.judge.records import Case
+    from kernelwright.core.records import Case
 
     dev = torch.device("cuda")
     problem, cand = load(argv)

@@ -13,7 +13,7 @@ import kernelwright
 from kernelwright.judge import guards, pricing
 from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
 from kernelwright.judge.sandbox import not_started
-from kernelwright.judge.records import (
+from kernelwright.core.records import (
     MODULE_MODE, BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
 from kernelwright.judge.workers import physical_gpu

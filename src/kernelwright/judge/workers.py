@@ -25,7 +25,7 @@ from typing import Any, Iterator
 from kernelwright.judge import confine, forkpool, replies, sandbox
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
-from kernelwright.judge.records import truncate
+from kernelwright.core.records import truncate
 
 log = logging.getLogger(__name__)
 memory_log = logging.getLogger(__name__ + ".memory")  # each CUDA command's memory, at debug (child.note_memory)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelwright.judge import sandbox
-from kernelwright.judge.records import Status, Verdict
+from kernelwright.core.records import Status, Verdict
 
 STATUS_STYLE = {
     Status.CORRECT: "green", Status.INCORRECT: "red", Status.COMPILE_ERROR: "red", Status.RUNTIME_ERROR: "red",

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge.records import Verdict
+from kernelwright.core.records import Verdict
 from kernelwright.store import migrations
 from kernelwright.store.runs import RunsMixin
 from kernelwright.store.workspaces import WorkspacesMixin

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelwright.agent.records import RunStatus, StepKind, Usage
+from kernelwright.core.runs import RunStatus, StepKind, Usage
 
 RUN_ID_PREFIX = "run-"
 _RUN_STATUSES = tuple(s.value for s in RunStatus)

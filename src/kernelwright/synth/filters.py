@@ -183,7 +183,7 @@ def _size(spec: Any, job: dict[str, Any], ctx: dict[str, Any]) -> tuple[int, Any
 def _meta_cost(source: str, expect: tuple[int, ...] | None) -> Any:
     import torch
 
-    from kernelwright.judge.records import MODULE_MODE
+    from kernelwright.core.records import MODULE_MODE
     from kernelwright.synth.cost import measure
 
     namespace: dict[str, Any] = {"__name__": "kw_synth_meta"}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelwright.agent.extract import code_blocks
-from kernelwright.agent.records import Message, Role
+from kernelwright.core.runs import Message, Role
 from kernelwright.synth.compose import compose
 from kernelwright import pysource
 

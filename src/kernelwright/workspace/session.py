@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from kernelwright.agent import feedback
 from kernelwright.agent.judging import BuildReport, Judge, Judged
-from kernelwright.agent.records import ToolCall, ToolResult, ToolSpec
+from kernelwright.core.runs import ToolCall, ToolResult, ToolSpec
 from kernelwright.agent.tools import TOOL_SPECS, Tools
 from kernelwright.agent.workspace import Workspace
 from kernelwright.judge.snapshot import main_name

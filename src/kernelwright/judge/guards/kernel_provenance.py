@@ -9,7 +9,7 @@ from typing import Any
 
 from kernelwright.judge import provenance
 from kernelwright.judge.guards.spec import GuardSpec
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 from kernelwright.judge.static import embedded_sources
 from kernelwright.judge.verdicts import Stop
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from kernelwright.judge import roofline
 from kernelwright.judge.guards.spec import GuardSpec
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 from kernelwright.judge.verdicts import Stop
 
 SPEC = GuardSpec(

@@ -190,7 +190,7 @@ def apply(flow: Any, skipped: str, took: float | None) -> None:
     allowance = f"the policy allows {flow.policy.precision} inside" if flow.policy.precision != "fp32" else ""
     if not vb.off_or("precision", allowance):
         return
-    from kernelwright.judge.records import Status  # here, not at the top: the reference child imports this module
+    from kernelwright.core.records import Status  # here, not at the top: the reference child imports this module
     from kernelwright.judge.verdicts import Stop
 
     if flow.precision is None:

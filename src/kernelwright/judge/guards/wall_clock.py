@@ -10,7 +10,7 @@ from typing import Any
 from kernelwright.judge.guards.spec import GuardSpec
 from kernelwright.judge.measure import TimingOutcome, host_breakdown
 from kernelwright.judge.pricing import MIN_MS, speedups
-from kernelwright.judge.records import Status
+from kernelwright.core.records import Status
 from kernelwright.judge.verdicts import Stop
 
 SPEC = GuardSpec(

@@ -40,8 +40,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kernelwright.judge import baseline, roofline
     from kernelwright.judge.evaluate import resolve_device
     from kernelwright.judge.policy import Policy, TimingConfig
-    from kernelwright.problems.check import check_problem
-    from kernelwright.problems.meta import metadata_for
+    from kernelwright.judge.degeneracy import check_problem
+    from kernelwright.judge.problem_meta import metadata_for
     from kernelwright.problems.suite import load_suite
     from kernelwright.store import Store
 

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import FIXTURES, JUDGE_TIMEOUT_S, TINY_TIMING, candidate, cli, needs_gpu, problem
 from kernelwright.judge.policy import Policy
-from kernelwright.problems import meta, similarity
+from kernelwright.judge import problem_meta as meta
+from kernelwright.problems import similarity
 from kernelwright.problems.loader import ProblemError, load_problem
 from kernelwright.problems.suite import LEVELS, Unloaded, builtin_problem, load_suite
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import candidate, problem
 from kernelwright import written
 from kernelwright.cli import main
-from kernelwright.problems import meta
+from kernelwright.judge import problem_meta as meta
 
 FAKE_META = {"flops": 10, "bytes": 20, "floor_ms": 0.001, "ceiling_ms": {"fp32": 0.002, "tf32": 0.002, "bf16": 0.001}, "inputs": [],
              "outputs": [], "computed_on": "meta", "flops_by_op": {}, "input_bytes": 8, "output_bytes": 8, "param_bytes": 4}

@@ -361,7 +361,7 @@ def judge_exploit(e: Exploit) -> dict[str, Any]:
     on_pol = policy(e.device, off=e.context_off, allow_torch=e.allow_torch, **e.context)
     row["on"] = _row(_judge(e.problem_path, e.candidate_path, e.device, on_pol))
     if e.guard == "degeneracy_gate":
-        from kernelwright.problems.check import check_problem
+        from kernelwright.judge.degeneracy import check_problem
         from kernelwright.problems.loader import load_problem
 
         row["gate_degenerate"] = check_problem(load_problem(e.problem_path), device=e.device).degenerate

@@ -506,7 +506,7 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
-    """Tricks that a degenerate problem would accept (the degeneracy gate, problems.check).
+    """Tricks that a degenerate problem would accept (the degeneracy gate, judge.degeneracy).
 
     For every case, the reference output against: itself (constant, all zero), the output under
     the next case's inputs (another seed), zeros, and each input of the same shape and dtype (the

@@ -135,7 +135,7 @@ def _draw(problem: ModuleType, extra: bool, index: int, seed: int, device: torch
     the judge's draw of the next inputs, between timed calls (found by a red-team review,
     2026-12-04; the problem's own code needs none). On a CUDA device the draw runs under the
     device's own context (a function mode, of the class bound at import), and on the meta device too
-    (problems.meta: a KernelBench input of several GB is then a shape, never drawn); on the CPU under none."""
+    (judge.problem_meta: a KernelBench input of several GB is then a shape, never drawn); on the CPU under none."""
     left: list[Any] = []  # function modes left on: off the stack for the draw (the device's own context goes on top)
     while _TF_LEN() > 0:
         left.append(_TF_POP())

@@ -16,7 +16,7 @@ from kernelwright.judge.policy import Policy, TimingConfig
 
 def problems_check_cmd(args: argparse.Namespace) -> int:
     """The degeneracy gate over one or more problems (files or folders)."""
-    from kernelwright.problems.check import check_problem
+    from kernelwright.judge.degeneracy import check_problem
     from kernelwright.problems.suite import load_suite
 
     problems = [e.problem for spec in args.problems for e in load_suite(spec)]
@@ -48,7 +48,7 @@ def problems_check_cmd(args: argparse.Namespace) -> int:
 def _suite_rows(suite: str) -> list[dict]:
     """One row per file of the suite, in suite order: the entry with its computed metadata, or, for a
     problem that did not load or whose metadata failed, its name and `error` (the rest still list)."""
-    from kernelwright.problems.meta import metadata_or_errors
+    from kernelwright.judge.problem_meta import metadata_or_errors
     from kernelwright.problems.suite import Unloaded, load_suite
 
     unloaded: list[Unloaded] = []
@@ -110,7 +110,7 @@ def problems_list_cmd(args: argparse.Namespace) -> int:
 
 def problems_show_cmd(args: argparse.Namespace) -> int:
     """One problem: where it is, its computed metadata and its source."""
-    from kernelwright.problems.meta import metadata_for
+    from kernelwright.judge.problem_meta import metadata_for
     from kernelwright.problems.suite import load_suite
 
     spec = args.problem

@@ -14,7 +14,7 @@ Stages, in order; the first that fails rejects the task and names the reason:
   repeated forwards on the same tensors without reseeding;
 - compile: torch.compile of the model gives the eager outputs (aot_eager on a CPU: graph capture and
   decomposition; inductor on a GPU);
-- degenerate: the judge's degeneracy gate (problems.check) finds no trick that passes.
+- degenerate: the judge's degeneracy gate (judge.degeneracy) finds no trick that passes.
 
 On a CPU the execution stages run the task's small-scale text (compose.Spec.render(scale="small"));
 on a GPU they run the exported text. Duplicates are removed by the parent, which sees every task.
@@ -335,7 +335,7 @@ def _degeneracy(ref: Any, seeds: list[int]) -> None:
     from kernelwright.judge.child import CommandError
     from kernelwright.judge.evaluate import correctness_cases
     from kernelwright.judge.policy import Policy
-    from kernelwright.problems.check import findings_of
+    from kernelwright.judge.degeneracy import findings_of
 
     cases = [c for c in correctness_cases(seeds, Policy(seeds=tuple(seeds)), 0) if c.kind != "near"]
     try:

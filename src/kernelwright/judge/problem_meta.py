@@ -189,7 +189,7 @@ def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tupl
     pythonpath = os.pathsep.join(x for x in (src, os.environ.get("PYTHONPATH", "")) if x)
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelwright.problems.meta", str(write_fd)], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "kernelwright.judge.problem_meta", str(write_fd)], stdin=subprocess.PIPE,
                                 stdout=log, stderr=log, pass_fds=(write_fd,), env={**os.environ, "PYTHONPATH": pythonpath})
         os.close(write_fd)
         try:

@@ -596,7 +596,7 @@ class _Flow:
 
     def _build_extension(self, child: Child) -> bool:
         """Import the candidate in a build child so load_inline compiles; the run child reuses it."""
-        self.say("building the torch extension (load_inline) in a build child")
+        self.say(f"building the torch extension (load_inline) in a build child, into torch's cache {self._extension_env()['TORCH_EXTENSIONS_DIR']}")
         t0 = time.perf_counter()
         try:
             with self._device("shared", "building the torch extension"):  # the build child constructs ModelNew on the device

@@ -156,3 +156,42 @@ def test_resume_refuses_a_run_still_marked_running_unless_forced(tmp_path):
         optimize.resume("run-0000abcd", hint="x", store=tmp_path / "store.sqlite")
     with pytest.raises(ValueError, match="cannot read recording"):  # forced: it gets as far as the backend
         optimize.resume("run-0000abcd", hint="x", store=tmp_path / "store.sqlite", force=True)
+
+
+def test_the_agents_build_children_and_compilers_are_confined_by_the_policys_sandbox(tmp_path, monkeypatch):
+    """The compile tool's torch-extension build child gets the judge's spec for a candidate (the
+    policy's mode, its extension folder writable) and may read only its problem and its candidate;
+    its raw builds run their compilers under the policy's mode, as the judge's own do."""
+    from kernelwright.agent import judging
+    from kernelwright.judge import sandbox, workers
+    from kernelwright.judge.candidate import discover
+    from kernelwright.judge.policy import Policy
+    from kernelwright.problems.loader import load_problem
+
+    root = Path(__file__).resolve().parent / "fixtures"
+    problem = load_problem(root / "problems" / "relu.py")
+    j = judging.Judge(problem, SimpleNamespace(policy=lambda: Policy(sandbox="strict")), device="cpu", store=None, record=False)
+    seen = {}
+
+    class FakeChild:
+        def __init__(self, config):
+            seen["config"] = config
+
+        def call(self, *a, **k):
+            raise workers.ChildError("compile", "stopped here by the test")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(workers, "Child", FakeChild)
+    cand = root / "candidates" / "relu_ext"
+    report = j._compile_extension(discover(cand), 0.0, cand)
+    assert not report.ok
+    config = seen["config"]
+    spec = sandbox.Spec.from_env(config.env[sandbox.SPEC_ENV])
+    assert spec.mode == "strict" and config.env["TORCH_EXTENSIONS_DIR"] in spec.write
+    assert config.sandbox_read[0] == str(problem.path) and len(config.sandbox_read) == 2
+    modes = []
+    monkeypatch.setattr(judging, "prebuild", lambda files, timeout_s, sandbox_mode="auto": modes.append(sandbox_mode) or [])
+    j._compile_raw(discover(root / "candidates" / "relu_correct"), 0.0)
+    assert modes == ["strict"]

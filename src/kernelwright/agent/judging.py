@@ -215,7 +215,8 @@ class Judge:
                            time.perf_counter() - t0)
 
     def _compile_raw(self, files: CandidateFiles, t0: float) -> BuildReport:
-        results = prebuild(files, timeout_s=self.objective.policy().build_timeout_s)
+        policy = self.objective.policy()
+        results = prebuild(files, timeout_s=policy.build_timeout_s, sandbox_mode=policy.sandbox)  # the compilers confined as the judge's
         failed = [r for r in results if not r.ok]
         text = "\n".join(("build timed out\n" if r.timed_out else "") + r.log for r in (failed or results))
         rows = [{"name": s.name, "cached": r.cached, **(dataclasses.asdict(r.resources) if r.resources else {})} for s, r in zip(files.sources, results)]
@@ -224,17 +225,21 @@ class Judge:
     def _compile_extension(self, files: CandidateFiles, t0: float, cand_path: Path) -> BuildReport:
         """Import a private copy of the candidate in a build child, with the extension folder the
         judge's own build child will use (keyed by content hash), so verify() finds it built."""
+        from kernelwright.judge import sandbox
         from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
         policy = self.objective.policy()
         ext_dir = cache_dir() / "torch_extensions" / files.hash[:16]
         ext_dir.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="kw-agent-build-"))
-        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), "TORCH_EXTENSIONS_DIR": str(ext_dir)}
+        # confined as the judge's own build child is, by the policy's sandbox mode (strict included)
+        spec = sandbox.for_candidate(policy.sandbox, str(cache_dir()), str(ext_dir), self.device)
+        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), "TORCH_EXTENSIONS_DIR": str(ext_dir), sandbox.SPEC_ENV: spec.to_env()}
         child = None
         try:
             main = snapshot(cand_path, workdir / "candidate")  # the same files the judge would take
-            child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env))
+            child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env,
+                                      sandbox_read=(str(self.problem.path), str(main.parent))))
             size = sizes.resolve(self.problem.source, policy.size, self.device, str(self.problem.path))
             args = {"problem_path": str(self.problem.path), "size": size, "candidate_path": str(main), "device": self.device,
                     "precision": policy.precision, "init_seed": 1, "check_identities": False}

@@ -82,3 +82,28 @@ def test_an_allowance_switches_the_step_off_and_an_honest_kernel_passes_it():
     assert v.status is Status.CORRECT, v.log
     step = next(s for s in v.steps if s.name == "precision")
     assert step.ran and "e_c" in step.reason
+
+
+def test_the_oracles_case_is_drawn_in_secret_among_the_get_inputs_cases():
+    """A candidate that counts its calls must not know which one the oracle checks (it was always the first)."""
+    from kernelwright.core.records import Case
+    from kernelwright.judge.policy import Policy
+
+    cases = [Case("native", s) for s in (11, 12, 13)] + [Case("normal", 14), Case("near", 15)]
+    picked = {pg.oracle_spec(Policy(), cases, {}, None, cuda=False)[0]["case"] for _ in range(200)}
+    assert picked == {0, 1, 2}
+
+
+def test_an_oracle_that_runs_out_of_gpu_memory_runs_again_on_the_host():
+    """A candidate filling the GPU must not make the step skip: the float64 run moves to the host."""
+    import torch
+
+    where = []
+
+    def run(model, values, device):
+        where.append(torch.device(device).type)
+        if torch.device(device).type == "cuda":
+            raise torch.OutOfMemoryError("full")
+        return ["out"]
+
+    assert pg.oracle_on(None, [], "cuda", run=run) == ["out"] and where == ["cuda", "cpu"]

@@ -211,16 +211,16 @@ def references(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _precision_oracle(spec: dict[str, Any]) -> str:
-    """Step precision: the float64 oracle of case spec["case"] and the fp32 reference's error
-    from it (judge.guards.precision), kept for that case's comparison; why not, when it cannot be."""
-    S.oracle = {}
+    """Step precision: the float64 oracle of case spec["case"] and the fp32 reference's error from it,
+    kept for that case's comparison (judge.guards.precision); why not, when it cannot be."""
     i, where = int(spec["case"]), spec["where"]
     if S.refs[i] is None:
         return "the case was skipped (its reference is not finite)"
     values = inputs.make_inputs(S.problem, S.cases[i], S.device)
     try:
-        outs = precision_guard.oracle_outputs(S.model, values, S.device if where == "device" else torch.device("cpu"))
+        outs = precision_guard.oracle_on(S.model, values, S.device if where == "device" else torch.device("cpu"))
     except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 has no oracle
+        S.tainted = f"the float64 oracle failed ({exc})"[:300] if error_kind(exc) == "cuda" else S.tainted  # then not reused
         return f"the reference model does not run in float64: {describe(exc)}"[:300]
     finally:
         del values

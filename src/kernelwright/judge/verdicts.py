@@ -140,7 +140,8 @@ class VerdictBuilder:
     def guard(self, name: str, fired: bool, detail: str = "") -> None:
         """Record a guard's outcome; a later outcome of the same guard replaces the earlier one. Only
         guards of the registry (judge.guards) may be recorded."""
-        assert name in guards.names(), f"guard {name!r} is not in judge.guards' registry"
+        if name not in guards.names():  # the judge's own mistake (an infra_error), never a candidate's
+            raise RuntimeError(f"guard {name!r} is not in judge.guards' registry")
         self.guards = [g for g in self.guards if g.name != name] + [Guard(name, fired, truncate(detail, 800))]
 
     def set_problem_meta(self, meta: dict[str, Any]) -> None:

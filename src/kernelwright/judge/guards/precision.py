@@ -1,6 +1,6 @@
 """Guard `precision`: a float32 answer computed in reduced precision inside, under an fp32 policy.
 
-Watches: the candidate's float32 outputs on the first get_inputs() case (random full-mantissa
+Watches: the candidate's float32 outputs on one get_inputs() case drawn in secret (random full-mantissa
 values, where rounding to a shorter mantissa shows), measured against an oracle: the reference
 model run with float64 parameters and buffers on the same inputs cast to float64 (judge.child_reference
 computes it, and both errors, in the reference child; the candidate never sees it).
@@ -25,13 +25,14 @@ to the reference's own order of error.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from kernelwright.judge.guards.spec import GuardSpec
 
 SPEC = GuardSpec(
     name="precision", step="precision", phases=("correctness",),
-    watches="the candidate's float32 outputs on the first get_inputs() case, against a float64 oracle and the fp32 reference",
+    watches="the candidate's float32 outputs on a get_inputs() case drawn in secret, against a float64 oracle and the fp32 reference",
     finding="per output, e_c and e_r (relative L2 errors from the oracle) and the limit", refusal="rejected",
     proofs=("zoo_matmul_fp16_torch", "zoo_matmul_bf16_torch", "zoo_matmul_fp16_operands", "zoo_matmul_tf32_cuda"),
     accepts=("zoo_matmul_naive", "zoo_longsum_sequential", "examples/cpu/matmul"),
@@ -65,7 +66,7 @@ def decide(errors: list[dict[str, Any]]) -> tuple[bool, str]:
                      + (" (the float64 run equals the fp32 run: not refused)" if e.get("bitwise") and ratio > 1 else ""))
         if ratio > 1 and not e.get("bitwise") and (worst is None or ratio > worst[0]):
             worst = (ratio, e)
-    detail = "relative L2 error from a float64 oracle on the first get_inputs() case: " + "; ".join(parts)
+    detail = "relative L2 error from a float64 oracle on a get_inputs() case drawn in secret: " + "; ".join(parts)
     if worst is None:
         return False, detail
     e = worst[1]
@@ -144,6 +145,22 @@ def oracle_outputs(model: Any, values: list[Any], device: Any) -> list[Any]:
     return [o.detach().to("cpu") if isinstance(o, torch.Tensor) else o for o in outs]
 
 
+def oracle_on(model: Any, values: list[Any], device: Any, run: Any = None) -> list[Any]:
+    """oracle_outputs on `device`; where the device runs out of memory (a candidate starting beside
+    the reference child can take it), again on the host, so that no candidate can make the step skip
+    by filling the GPU. `run` stands in for oracle_outputs in tests."""
+    import torch
+
+    run = run or oracle_outputs
+    try:
+        return run(model, values, device)
+    except torch.OutOfMemoryError:
+        if torch.device(device).type == "cpu":
+            raise
+        torch.cuda.empty_cache()
+        return run(model, values, torch.device("cpu"))
+
+
 def figures(refs: list[Any], oracle: list[Any]) -> tuple[list[dict[str, Any]], str]:
     """Per float32 output the fp32 reference's e_r and whether the oracle equals it bitwise; and
     why none is compared, when none is."""
@@ -174,7 +191,10 @@ def oracle_spec(policy: Any, cases: list[Any], meta: dict[str, Any], estimate: A
 
     if policy.precision != "fp32" or not policy.enabled("precision"):
         return None, ""
-    first = next((i for i, c in enumerate(cases) if c.kind == "native"), None)
+    natives = [i for i, c in enumerate(cases) if c.kind == "native"]
+    # drawn in secret among the get_inputs() cases, so a candidate that counts its calls cannot keep its
+    # fp32 path for the checked one (the first call) and take a shortcut on the others
+    first = secrets.choice(natives) if natives else None
     mem = meta.get("memory") or {}
     room = estimate.reference - memory.CTX - int(mem.get("param_bytes", 0)) if estimate is not None else None
     where, why = placement(meta, room, cuda)
@@ -194,7 +214,7 @@ def apply(flow: Any, skipped: str, took: float | None) -> None:
     from kernelwright.judge.verdicts import Stop
 
     if flow.precision is None:
-        vb.step("precision", False, f"no float64 oracle: {skipped or 'the first get_inputs() case was not compared'}")
+        vb.step("precision", False, f"no float64 oracle: {skipped or 'its get_inputs() case was not compared'}")
         return
     fired, detail = decide(flow.precision)
     if isinstance(took, (int, float)):

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.judge import measure, memory
+from kernelwright.judge import lead, measure, memory
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
@@ -90,9 +90,11 @@ def timing_key(policy: Policy, size: str = "full") -> str:
     A verdict under another protocol (the kernelbench preset's no-flush timing, an ablation) finds
     no cached baselines. A size other than full (the CPU size) is named in it; full is not, so
     records made before sizes existed, all at full size, still match a full-size verdict. The pricing's
-    version (judge.pricing.VERSION) is in it: a record priced under another rule does not match."""
+    version (judge.pricing.VERSION) is in it: a record priced under another rule does not match; so is
+    the lead spin's rule (lead.RULE), and the lead a record was timed behind is in its detail, for
+    the candidate that is timed against it."""
     key = {"steps": [s for s in TIMING_STEPS if policy.enabled(s)], "lead_us": policy.timing.lead_us, "preset": policy.preset,
-           "pricing": pricing.VERSION,
+           "pricing": pricing.VERSION, "lead_rule": lead.RULE,
            "pool": ["one set, refreshed in place" if policy.enabled("fresh_inputs") else memory.POOL_SLOTS, memory.POOL_BYTES]}
     if policy.enabled("l2_flush"):
         key["flush"] = FLUSH_RULE
@@ -175,7 +177,7 @@ def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, pol
     (capped at the one timed before anything else ran). Step device_sync charges no baseline."""
     names = [c for c in ("eager", "compile") if outcome.samples.get(c) is not None and outcome.samples[c].times_ms]
     overhead = outcome.overheads(meta.get("null_before_ms")) if device == "cuda" and policy.enabled("harness_overhead") else None
-    out, detail = {}, {"stop_reason": outcome.stop_reason, "pricing_version": pricing.VERSION}
+    out, detail = {}, {"stop_reason": outcome.stop_reason, "pricing_version": pricing.VERSION, "lead_us": outcome.lead_us}
     for c in names:
         times = list(outcome.samples[c].times_ms)
         o = (overhead or {}).get(c, 0.0)
@@ -263,11 +265,11 @@ def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: P
         meta = child.call("setup", args, timeout_s=policy.build_timeout_s)  # with null_switches it times the empty call
     if meta.get("source_hash") != problem.hash:
         raise RuntimeError(f"the problem file changed on disk since it was loaded: {problem.path}")
-    lead = policy.timing.lead_us if device == "cuda" and meta.get("lead_ok") else 0.0
+    lead_us = policy.timing.lead_us if device == "cuda" and meta.get("lead_ok") else 0.0
     null_calls = measure.NULL_CALLS if device == "cuda" and policy.enabled("harness_overhead") else 0
     with device_lock(device, policy.gpu_index, "exclusive", what=f"timing the baselines of {problem.name}"):
         try:
-            outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead, null_calls=null_calls, cuda=device == "cuda",
+            outcome = measure.run_timing(policy, child, None, workdir, baselines=True, lead_us=lead_us, null_calls=null_calls, cuda=device == "cuda",
                                          held=(device == "cuda" and meta.get("lead_ok") is True, False),
                                          pool_size=memory.pool_slots_for(meta, policy.enabled("fresh_inputs")))
         finally:

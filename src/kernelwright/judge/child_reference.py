@@ -57,6 +57,7 @@ NEAR_PARK_S = 0.05
 NULL_BEFORE_CALLS = 15  # empty calls timed at setup (step harness_overhead's cap)
 HELD_BEFORE_MS = (0.1, 0.3, 1.0, 3.0, 10.0)  # lengths of the held calls timed at setup (step device_sync's cap)
 HELD_BEFORE_CALLS = 8  # held calls per length at setup: about 0.12 s in all
+LAUNCH_CALLS = 5  # calls whose host launch time sets the lead spin (setup_timing)
 
 
 def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
@@ -244,11 +245,10 @@ def _near_is_blind(i: int) -> bool:
 
     The answer on the unchanged inputs is computed first, so its inputs and working set are gone
     before the near case's reference comes back to the device: the check holds I + X + O, then two
-    outputs, not the near case's output beside a whole forward (I + X + 2 O, the reference child's
-    highest mark in a warm verdict until 2026-12-04; a new child's setup still holds that much for
-    the determinism check; memory_h200.md). A near reference that is
-    recomputed needs its own forward, so the answer waits in host memory meanwhile when the round
-    trip is cheap (NEAR_PARK_S); a larger one stays on the device, as before."""
+    outputs, not the near case's output beside a whole forward (I + X + 2 O; a new child's setup
+    holds that much for the determinism check). A near reference that is recomputed needs its own
+    forward, so the answer waits in host memory meanwhile when the round trip is cheap
+    (NEAR_PARK_S); a larger one stays on the device."""
     if S.refs[i] is None:
         return True
     case = S.cases[i]
@@ -307,8 +307,7 @@ def _metadata(case: Case) -> dict[str, Any]:
 
 def _dense_only(what: str, values: list[Any]) -> None:
     """A problem error for a tensor that is not dense (strided): the judge's input check, poison,
-    hand-over and comparison read a tensor's bytes in place, which a sparse or other layout has
-    not got. Before this check such a problem ended as infra_error with the reference child's trace."""
+    hand-over and comparison read a tensor's bytes in place, which a sparse or other layout has not got."""
     for i, v in enumerate(values):
         if isinstance(v, torch.Tensor) and v.layout != torch.strided:
             raise _problem_error(f"{what} a tensor with layout {v.layout} at position {i}: the judge handles dense (strided) "
@@ -446,17 +445,18 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
             _allowance(S.compiled)(*S.pool[0])
         compile_s = time.perf_counter() - t0
     cuda = S.device.type == "cuda"
-    per_call = {}
+    per_call, launch = {}, {}
     for name, fn in (("eager", _allowance(S.model)), ("compile", _allowance(S.compiled))):
         if fn is None:
             continue
         with torch.no_grad():
             _, per_call[name] = timing.warm_up(fn, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
+            launch[name] = timing.launch_ms(fn, inputs.cycle(S.pool), LAUNCH_CALLS, cuda=cuda)  # the lead spin's length (lead.lead_for)
             rehearsal = args.get("rehearse")
             if rehearsal:
                 got = inputs.pool_getter(S.problem, S.pool, rehearsal["calls"], S.device)
                 timing.rehearse(fn, got, len(rehearsal["calls"]), cuda=cuda, switches=rehearsal["switches"])
-    return {"compile_s": compile_s, "per_call_ms": per_call}
+    return {"compile_s": compile_s, "per_call_ms": per_call, "launch_ms": launch}
 
 
 def _allowance(fn: Callable[..., Any]) -> Callable[..., Any]:

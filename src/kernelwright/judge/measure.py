@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from kernelwright.judge import memory, stats
 from kernelwright.judge.channel import close_fds
+from kernelwright.judge.lead import lead_for
 from kernelwright.judge.policy import Policy
 from kernelwright.core.records import ASK_SEED
 from kernelwright.judge.workers import Child, ChildError
@@ -133,6 +134,7 @@ class TimingOutcome:
     priced_ms: float | None = None
     priced_base_ms: float = 0.0  # what priced_ms added to the candidate's runtime: its harness overhead and tail base
     held_used: dict[str, float] = field(default_factory=dict)  # contenders whose tail base came from held calls, by length (ms)
+    lead_us: float = 0.0  # the lead spin every contender's calls were timed behind (lead.lead_for)
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty
@@ -218,11 +220,8 @@ class TimingOutcome:
         stream's end (a side stream, a copy, a native thread's launch) and the call is charged
         what came later than that: its device-wide time less the base and the margin. The charge
         grows from zero with the lateness, so an honest call whose host woke a little past the
-        margin costs that little: charging the whole device-wide time past the base, as up to
-        258b71c, made each such call jump by the margin, and a judgement where half the calls
-        crossed it priced an honest 0.27 ms softmax 2.3 % above the other nine of ten (H200,
-        55ceb19). The most that goes uncharged per call is the margin under either rule; under
-        this one every late call keeps its first margin uncharged, however late it is. Step
+        margin costs that little (charging the whole time past the base made each such call jump
+        by the margin). Every late call keeps its first margin uncharged, however late it is. Step
         amortized_time prices a candidate whose time sits in a minority of calls at their mean."""
         s = self.samples.get(name)
         if s is None or not s.times_ms:
@@ -442,8 +441,7 @@ class _Rounds:
               taken: Callable[[dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], float]:
         """(reply, judge-side wall ms) of one 'time' command. In the candidate's child a 'check'
         command follows, after the wall clock stopped: the judge's watch on replaced functions and
-        the dispatcher costs 1-2 ms on the 2-core box, which the eager batches never pay, so inside
-        the wall it made the wall-clock check fire on an honest candidate (CI, 7e11690). `taken`
+        the dispatcher costs 1-2 ms on the 2-core box, which the eager batches never pay. `taken`
         gets the reply first: the reference child takes a staged output there, before the
         candidate child is sent anything more (judge.handover)."""
         # each call's seed goes to the child only when that call's turn comes (inputs.asking_getter)
@@ -575,6 +573,7 @@ def run_timing(
         ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
+        r.switches["lead_us"] = lead_for(lead_us, ref_setup.get("launch_ms"))  # every contender's, rehearsals' too
     if cand is not None:
         say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
         cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},
@@ -609,7 +608,8 @@ def run_timing(
             failure = _recheck(r, cfg.recheck) if recheck and not recheck_round(round_no) else ""
             reason = "a timed output failed its re-check" if failure else reason
             break
-    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held)
+    return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held,
+                         lead_us=r.switches["lead_us"])
 
 
 def _recheck(r: _Rounds, n: int) -> str:

@@ -122,9 +122,8 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
 
 
 def _op_audit(flow: "_Flow", ref: Child, cand: Child, retimed: bool = False) -> None:
-    """One more forward, on fresh secret inputs, under the candidate child's dispatch mode; its
-    output is compared like a correctness case, so a candidate cannot recognise the audit's inputs
-    and answer from a cache."""
+    """One more forward, on fresh secret inputs, under the candidate child's dispatch mode; its output is
+    compared like a correctness case, so a candidate cannot recognise the audit's inputs and answer from a cache."""
     vb, policy = flow.vb, flow.policy
     if not vb.off_or("op_audit"):
         return
@@ -176,10 +175,9 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> dict[str, Any]:
         "output_bytes": flow.meta.get("output_bytes", []), "audit": policy.enabled("op_audit") and not policy.allow_torch_compute,
     }
     try:
-        res = cand.call("run_case", args, timeout_s=policy.run_timeout_s)
+        return cand.call("run_case", args, timeout_s=policy.run_timeout_s)
     except ChildError as exc:
         raise flow.child_stop(exc, f"case {case.id}") from None
-    return res
 
 
 def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
@@ -308,7 +306,9 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     _record_timing_steps(flow, cached)
     baselines = policy.baselines == "measured" or (policy.baselines == "cached" and cached is None)
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
-    outcome = _timed_window(flow, ref, cand, baselines)
+    # cached baselines were timed behind their own lead (lead.lead_for): the candidate gets the same
+    lead = flow.lead_us()[0] and float((cached or {}).get("detail", {}).get("lead_us") or flow.lead_us()[0])
+    outcome = _timed_window(flow, ref, cand, baselines, lead)
     floor: float | None = None  # the lowest median stream time of a window not priced
     for _ in range(RETIMES):
         share = _charge_share(flow, outcome)
@@ -324,7 +324,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
         cand = flow.fresh_candidate(cand)
         _record_timing_steps(flow, cached)  # the lead spin's note is the new child's
         _op_audit(flow, ref, cand, retimed=True)
-        outcome = _timed_window(flow, ref, cand, baselines)
+        outcome = _timed_window(flow, ref, cand, baselines, lead)
     if vb.off_or("timed_recheck"):
         vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
     if not policy.enabled("fresh_inputs"):
@@ -373,13 +373,13 @@ BETWEEN_CALLS_STEP = ("each timed call's seed asked for at its turn, after the l
                       "child processes and descriptor 0 looked at")
 
 
-def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> Any:
-    """One run of the timing protocol (measure.run_timing) in these children; a guard that fires
-    in it, or a timed output that is wrong, ends the evaluation."""
+def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool, lead_us: float) -> Any:
+    """One run of the timing protocol (measure.run_timing) in these children, behind a lead spin of
+    at least `lead_us`; a guard that fires in it, or a timed output that is wrong, ends the evaluation."""
     policy, vb = flow.policy, flow.vb
     try:
         null_calls = NULL_CALLS if flow.device == "cuda" and policy.enabled("harness_overhead") else 0
-        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=flow.lead_us()[0], say=flow.say,
+        outcome = run_timing(policy, ref, cand, flow.workdir, baselines=baselines, lead_us=lead_us, say=flow.say,
                              poison_bytes=flow.meta.get("output_bytes", []), null_calls=null_calls, cuda=flow.device == "cuda",
                              held=(flow.device == "cuda" and flow.meta.get("lead_ok") is True, flow.cand_meta.get("lead_ok") is True),
                              pool_size=memory.pool_slots_for(flow.meta, policy.enabled("fresh_inputs")))
@@ -400,6 +400,9 @@ def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool) -> An
             vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
         vb.guard("timed_recheck", True, outcome.recheck_failure[:300])
         raise Stop(Status.INCORRECT, outcome.recheck_failure)
+    if outcome.lead_us > flow.lead_us()[0] and vb.off_or("cuda_events"):  # the reference's calls take longer to queue (lead.lead_for)
+        vb.step("cuda_events", True, f"CUDA events around every call, the start event queued behind a {outcome.lead_us:.0f} us spin on "
+                f"{flow.meta.get('lead')} (the policy's {flow.lead_us()[0]:g} us, lengthened to the baselines' launch time): host launch latency is not timed")
     return outcome
 
 
@@ -433,8 +436,6 @@ def _log_samples(flow: "_Flow", outcome: Any, superseded: bool = False) -> None:
                                                "problem_hash": vb.problem.hash, **({"superseded": True} if superseded else {})}))
 
 
-
-
 def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: list[str], overhead: float,
              synced: tuple[dict[str, list[float]], dict[str, float]] = ({}, {})) -> float | None:
     """A contender's time: the median of its calls, less the harness overhead. Step amortized_time
@@ -444,9 +445,8 @@ def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: lis
     let a stall during eager's calls, or a candidate that causes one, inflate the candidate's
     speedup. The test for a minority looks at the calls as timed, before the subtraction; where each
     call has a device-wide time (step device_sync), at those (synced[0]), and a trimmed mean of them
-    is priced less the empty call's tail (synced[1]). The host's late wake-ups sit in every
-    device-wide time alike; in the charged times they sit in the few calls a charge picked out,
-    which made an honest 1.3 us kernel's mean 1.65x its median (H200, 95216ce)."""
+    is priced less the empty call's tail (synced[1]): the host's late wake-ups sit in every
+    device-wide time alike, but in the charged times only in the few calls a charge picked out."""
     calls = times.get(name)
     if not calls:
         return None

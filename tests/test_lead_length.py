@@ -1,0 +1,82 @@
+"""The lead spin's length (judge.lead.lead_for): the policy's, or longer where the reference's
+baselines take longer to queue one call on the host, set from the reference child only."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kernelwright.judge import lead, measure, timing
+from kernelwright.judge.policy import Policy, TimingConfig
+
+
+def test_a_short_launch_keeps_the_policys_lead():
+    assert lead.lead_for(200.0, {"eager": 0.05, "compile": 0.02}) == 200.0
+    assert lead.lead_for(200.0, {}) == 200.0 and lead.lead_for(200.0, None) == 200.0
+
+
+def test_a_long_launch_lengthens_the_lead_by_the_margin_up_to_the_cap():
+    assert lead.lead_for(200.0, {"eager": 1.2, "compile": 0.3}) == pytest.approx(1.2e3 * lead.MARGIN)
+    assert lead.lead_for(200.0, {"eager": 60.0}) == lead.MAX_US
+    assert lead.lead_for(8000.0, {"eager": 1.0}) == 8000.0  # a policy's longer lead is never cut
+
+
+def test_off_stays_off_and_nonsense_is_ignored():
+    assert lead.lead_for(0.0, {"eager": 3.0}) == 0.0
+    assert lead.lead_for(200.0, {"eager": math.nan, "compile": -5.0, "x": "9", "y": math.inf}) == 200.0
+
+
+def test_launch_time_is_zero_off_a_gpu():
+    calls = []
+    assert timing.launch_ms(lambda: calls.append(1), lambda _i: [], 5, cuda=False) == 0.0
+    assert calls == []
+
+
+class _Child:
+    """A child that answers the timing commands with fixed times and keeps what it was sent."""
+
+    def __init__(self, setup_reply):
+        self.setup_reply, self.sent = setup_reply, []
+
+    def call(self, cmd, args, timeout_s=None, answers=None, found=None, **_kw):
+        self.sent.append((cmd, args))
+        if cmd == "setup_timing":
+            return dict(self.setup_reply)
+        if cmd == "time":
+            n = len(args["calls"])
+            return {"times_ms": [1.0] * n, "synced_ms": [1.0] * n}
+        if cmd == "check":
+            return {}
+        if cmd == "recheck":
+            return {"ok": True, "message": ""}
+        raise AssertionError(cmd)
+
+    def received_fds(self):
+        return []
+
+
+def _run(ref, cand, want):
+    policy = Policy(time_candidate=True, compile_baseline=True, disabled_steps=("timed_recheck",),
+                    timing=TimingConfig(min_runs=2, max_runs=4, batch=2, budget_s=5.0, recheck=0))
+    return measure.run_timing(policy, ref, cand, None, baselines=True, lead_us=want, cuda=True)
+
+
+def test_every_contender_is_timed_behind_the_lead_the_reference_sets(tmp_path):
+    ref = _Child({"compile_s": 1.0, "per_call_ms": {"eager": 1.0, "compile": 1.0}, "launch_ms": {"eager": 2.0, "compile": 0.5}})
+    cand = _Child({"per_call_ms": 1.0, "launch_ms": {"candidate": 0.0}})
+    out = _run(ref, cand, 200.0)
+    assert out.lead_us == pytest.approx(2500.0)
+    leads = {args["switches"]["lead_us"] for child in (ref, cand) for cmd, args in child.sent if cmd == "time"}
+    assert leads == {2500.0}  # eager, compile, the candidate and the re-timed batches alike
+    # the candidate's rehearsal runs behind the same lead
+    cand_setup = next(args for cmd, args in cand.sent if cmd == "setup_timing")
+    assert cand_setup["rehearse"]["switches"]["lead_us"] == pytest.approx(2500.0)
+
+
+def test_the_candidate_cannot_lengthen_the_lead(tmp_path):
+    ref = _Child({"compile_s": 1.0, "per_call_ms": {"eager": 1.0, "compile": 1.0}, "launch_ms": {"eager": 0.01, "compile": 0.01}})
+    cand = _Child({"per_call_ms": 1.0, "launch_ms": {"eager": 40.0, "compile": 40.0, "candidate": 40.0}})
+    out = _run(ref, cand, 200.0)
+    assert out.lead_us == 200.0
+    assert {args["switches"]["lead_us"] for cmd, args in cand.sent if cmd == "time"} == {200.0}

@@ -97,3 +97,13 @@ def test_the_check_sees_each_kind_of_private_use(tmp_path):
                                   "5: inputs._digest (kernelwright.judge.inputs)",
                                   "7: ref.S (kernelwright.judge.child_reference)",
                                   "9: kernelwright.judge.inputs._keyed (kernelwright.judge.inputs)"]
+
+
+def test_what_synthesis_asks_of_the_reference_child_is_among_its_commands():
+    """synth.filters calls these in its workers; a real reference child serves them too."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from kernelwright.judge.child_reference import handlers
+
+    assert {"setup", "degeneracy", "breakdown", "repeat", "compiled", "time_eager", "release"} <= set(handlers())

@@ -302,6 +302,37 @@ def test_ncu_is_run_at_the_size_the_verdict_used(problem, tmp_path, monkeypatch)
     assert asked == ["cpu", "full"]  # measured once per candidate and size
 
 
+def test_ncu_runs_through_the_judges_tool_launcher_under_the_policys_sandbox(problem, tmp_path, monkeypatch):
+    # started as compute-sanitizer is (judge.sandbox.run_tool), confined by the policy's mode, not always auto
+    from kernelwright.agent import profile
+    from kernelwright.judge import sandbox
+
+    seen = []
+    monkeypatch.setattr(profile, "find_ncu", lambda: "/nowhere/ncu")
+    monkeypatch.setattr(sandbox, "refusal", lambda mode: "")
+    monkeypatch.setattr(sandbox, "run_tool", lambda cmd, **kw: seen.append((cmd[-4], kw["mode"])) or (False, ""))
+    for mode in ("off", "strict"):
+        ncu_metrics(problem, tmp_path, device="cuda", timeout_s=1, sandbox_mode=mode)
+    assert seen == [("kernelwright.agent.profile", "off"), ("kernelwright.agent.profile", "strict")]
+    monkeypatch.setattr(sandbox, "refusal", lambda mode: f"--sandbox {mode}: refused here")
+    assert ncu_metrics(problem, tmp_path, device="cuda", timeout_s=1, sandbox_mode="strict") == {"ran": False, "reason": "--sandbox strict: refused here"}
+    assert len(seen) == 2  # a refused mode starts nothing
+
+
+def test_the_tools_hand_ncu_the_policys_sandbox(problem, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from kernelwright.agent import tools as tools_module
+    from kernelwright.judge.policy import Policy
+
+    asked = []
+    monkeypatch.setattr(tools_module, "ncu_metrics", lambda *a, **kw: asked.append(kw["sandbox_mode"]) or {"ran": True, "kernels": []})
+    tools = make_tools(tmp_path, problem)
+    tools.judge.objective = SimpleNamespace(policy=lambda: Policy(sandbox="off"))
+    tools._ncu_for(SimpleNamespace(candidate_hash="c0ffee", verdict=SimpleNamespace(problem={"size": "full"})))
+    assert asked == ["off"]
+
+
 # -- real judging on the CPU backend (children, g++) ---------------------------------------------------
 
 

@@ -3,12 +3,14 @@
 - `reference_breakdown`: where the reference's time goes (per kernel on the GPU, per operator on
   the CPU), from the torch profiler in a reference child (judge.workers), which runs only the
   problem's code.
-- `ncu_metrics`: one forward of the candidate under Nsight Compute (`ncu`), in a process group of
-  its own with its report in a file of its own (as judge.sanitize runs compute-sanitizer): per
-  kernel duration, DRAM and SM throughput, achieved occupancy and registers. Clocks are left as they
-  are (`--clock-control none`: this project never changes GPU settings). The process it runs is
-  this module's `main` (python -m kernelwright.agent.profile PROBLEM CANDIDATE SIZE), which brackets one
-  warm forward with cudaProfilerStart/Stop so only the candidate's kernels of that forward are
+- `ncu_metrics`: one forward of the candidate under Nsight Compute (`ncu`), started as
+  judge.sanitize starts compute-sanitizer: by judge.sandbox.run_tool, confined by the policy's
+  sandbox mode, in a process group of its own with its report in a file of its own: per kernel
+  duration, DRAM and SM throughput, achieved occupancy and registers. Clocks are left as they are
+  (`--clock-control none`: this project never changes GPU settings). The process it runs is this
+  module's `main` (python -m kernelwright.agent.profile PROBLEM CANDIDATE SIZE), which sets up the
+  candidate as the sanitizer's target does (judge.sanitize_target.prepared) and brackets one warm
+  forward with cudaProfilerStart/Stop so only the candidate's kernels of that forward are
   measured. `parse_ncu_csv` reads ncu's CSV and is tested without a GPU.
 
 This module imports no torch at import time; only `main` (in its own process) does.
@@ -103,12 +105,16 @@ def find_ncu() -> str | None:
 
 
 def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: float = 300, gpu_index: int = 0,
-                size: str = "full") -> dict[str, Any]:
+                size: str = "full", sandbox_mode: str = "auto") -> dict[str, Any]:
     """One forward of the candidate under ncu, with the problem at `size` (full or cpu: the size
-    its verdict used): {"ran": True, "kernels": [{name, duration_ms, dram_pct, sm_pct,
-    occupancy_pct, registers}]}, or {"ran": False, "reason": ...}."""
+    its verdict used), confined as the policy's `sandbox_mode` confines the judge's tools
+    (judge.sandbox.run_tool, as compute-sanitizer's): {"ran": True, "kernels": [{name,
+    duration_ms, dram_pct, sm_pct, occupancy_pct, registers}]}, or {"ran": False, "reason": ...}."""
     if device != "cuda":
         return {"ran": False, "reason": "CPU backend: ncu measures CUDA kernels"}
+    refused = sandbox.refusal(sandbox_mode)
+    if refused:
+        return {"ran": False, "reason": refused}
     exe = find_ncu()
     if exe is None:
         return {"ran": False, "reason": "ncu (Nsight Compute) was not found on PATH or under CUDA_HOME"}
@@ -119,7 +125,7 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
     env = {**absolute_pythonpath(sandbox.clean_env(os.environ)), "CUDA_VISIBLE_DEVICES": physical_gpu(gpu_index), "KERNELWRIGHT_CACHE": str(cache_dir()),
            "PYTHONUNBUFFERED": "1", **_extension_env(Path(cand_dir))}
     with device_lock(device, gpu_index, "exclusive", what="running ncu"):  # ncu measures durations
-        return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s, size)
+        return _run_ncu(exe, Path(problem.path), Path(cand_dir).resolve(), env, timeout_s, size, sandbox_mode)
 
 
 def _extension_env(cand: Path) -> dict[str, str]:
@@ -138,7 +144,7 @@ def _extension_env(cand: Path) -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": str(cache_dir() / "torch_extensions" / files.hash[:16])}
 
 
-def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float, size: str) -> dict[str, Any]:
+def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float, size: str, mode: str) -> dict[str, Any]:
     """Run ncu on this module's main in a temporary folder; parse the report it wrote."""
     with tempfile.TemporaryDirectory(prefix="kw-ncu-") as tmp:
         report, output = Path(tmp) / "report.csv", Path(tmp) / "output.txt"
@@ -148,7 +154,7 @@ def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeo
         try:
             read = [str(problem), str(cand_dir), env["KERNELWRIGHT_CACHE"]]
             ext = [env["TORCH_EXTENSIONS_DIR"]] if "TORCH_EXTENSIONS_DIR" in env else []
-            timed_out, printed = sandbox.run_tool(cmd, mode="auto", cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env, read=read,
+            timed_out, printed = sandbox.run_tool(cmd, mode=mode, cwd=Path(tmp), output=output, timeout_s=timeout_s, env=env, read=read,
                                                   write=ext, profiler=True)
         except OSError as exc:
             return {"ran": False, "reason": f"could not start ncu: {exc}"}
@@ -221,18 +227,9 @@ def main(argv: list[str]) -> int:
     only ever in a process of its own, under ncu."""
     import torch
 
-    from kernelwright.judge import inputs
-    from kernelwright.judge.child_candidate import _copy_weights
-    from kernelwright.core.records import Case
-    from kernelwright.judge.sanitize_target import load
+    from kernelwright.judge.sanitize_target import prepared
 
-    dev = torch.device("cuda")
-    problem, module = load(argv)  # PROBLEM CANDIDATE SIZE: the problem at the verdict's size
-    reference = inputs.init_model(problem, problem.Model, 1, dev)
-    model = inputs.init_model(problem, module.ModelNew, 1, dev)
-    _copy_weights(reference, model)
-    del reference
-    values = inputs.raw_inputs(problem, Case("native", 1), dev)
+    model, values = prepared(argv, 1)  # PROBLEM CANDIDATE SIZE: the problem at the verdict's size
     with torch.no_grad():
         model(*values)
         torch.cuda.synchronize()

@@ -176,10 +176,10 @@ class Tools:
         size = judged.verdict.problem.get("size") or "full"
         key = f"{judged.candidate_hash}:{size}"
         if key not in self._ncu:
-            gpu = self.judge.objective.policy().gpu_index
-            with self.judge.device_lock:
-                self._ncu[key] = ncu_metrics(self.judge.problem, self.workspace.candidate_path, device=self.judge.device, gpu_index=gpu,
-                                             size=size)
+            policy = self.judge.objective.policy()
+            with self.judge.device_lock:  # confined as the policy's sandbox confines the judge's own tools
+                self._ncu[key] = ncu_metrics(self.judge.problem, self.workspace.candidate_path, device=self.judge.device,
+                                             gpu_index=policy.gpu_index, size=size, sandbox_mode=policy.sandbox)
         return self._ncu[key]
 
     def _judged(self, judged: Judged, *, text: str | None = None, data: dict[str, Any] | None = None, submitted: bool = False) -> ToolResult:

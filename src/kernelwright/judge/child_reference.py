@@ -544,49 +544,10 @@ def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
     return {"checks": result, "cases": [c.id for c in cases]}
 
 
-BREAKDOWN_ROWS = 15  # rows kept by default
-
-
-def breakdown(args: dict[str, Any]) -> dict[str, Any]:
-    """Where the reference's time goes: one warm-up forward, then a few under the torch profiler
-    on get_inputs(); per kernel (CUDA: device time) or per operator (CPU: self CPU time), the
-    top rows as [name, total ms over the forwards, calls, share of the total]."""
-    from torch.profiler import ProfilerActivity, profile
-
-    forwards = max(1, int(args.get("forwards", 3)))
-    values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, Case("native", int(args.get("seed", 1))), S.device))
-    cuda = S.device.type == "cuda"
-    _forward(values)
-    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
-    with profile(activities=activities) as prof:
-        for _ in range(forwards):
-            _forward(values)
-    totals = _device_rows(prof) if cuda else _operator_rows(prof)
-    whole = sum(us for us, _ in totals.values()) or 1.0
-    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:int(args.get("rows", BREAKDOWN_ROWS))]
-    rows = [[name[:200], us / 1e3, n, us / whole] for name, (us, n) in ranked]
-    return {"rows": rows, "total_ms": whole / 1e3, "forwards": forwards, "unit": "kernel" if cuda else "operator"}
-
-
-def _device_rows(prof: Any) -> dict[str, tuple[float, int]]:
-    """{kernel name: (device microseconds, launches)} over every device activity recorded."""
-    totals: dict[str, tuple[float, int]] = {}
-    for e in prof.events():
-        if str(getattr(e, "device_type", "CPU")).endswith("CPU"):
-            continue
-        us, n = totals.get(e.name, (0.0, 0))
-        totals[e.name] = (us + float(e.device_time_total), n + 1)
-    return totals
-
-
-def _operator_rows(prof: Any) -> dict[str, tuple[float, int]]:
-    """{operator: (self CPU microseconds, calls)}: self times, so nested operators are not counted twice."""
-    return {e.key: (float(e.self_cpu_time_total), int(e.count)) for e in prof.key_averages()
-            if not e.key.startswith("[") and e.self_cpu_time_total > 0}
-
-
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
+    from kernelwright.judge import reference_checks  # the commands a verdict does not use; they read this module's state
+
     return {
         "setup": setup, "references": references, "compare": compare, "memory": memory, "recheck": recheck, "setup_timing": setup_timing,
-        "time": time_batch, "degeneracy": degeneracy, "breakdown": breakdown, "reset": reset,
+        "time": time_batch, "degeneracy": degeneracy, "reset": reset, **reference_checks.handlers(),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 SEED = 12345
 
@@ -29,21 +30,31 @@ def load(argv: list[str]) -> tuple[ModuleType, ModuleType]:
     return problem, module
 
 
-def main(argv: list[str]) -> int:
+def prepared(argv: list[str], seed: int) -> tuple[Any, list[Any]]:
+    """(ModelNew on the GPU, get_inputs() there) of a target's command line (load), both under
+    `seed`, the model holding the reference's weights where names and shapes match, as the
+    candidate child sets it up. Shared with the ncu target (agent.profile.main)."""
     import torch
 
     from kernelwright.judge import inputs
     from kernelwright.judge.child_candidate import _copy_weights
-    from kernelwright.judge.correctness import as_output_list
     from kernelwright.core.records import Case
 
     dev = torch.device("cuda")
     problem, cand = load(argv)
-    reference = inputs.init_model(problem, problem.Model, SEED, dev)
-    model = inputs.init_model(problem, cand.ModelNew, SEED, dev)
+    reference = inputs.init_model(problem, problem.Model, seed, dev)
+    model = inputs.init_model(problem, cand.ModelNew, seed, dev)
     _copy_weights(reference, model)  # as the candidate child does
     del reference
-    values = inputs.raw_inputs(problem, Case("native", SEED), dev)
+    return model, inputs.raw_inputs(problem, Case("native", seed), dev)
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    from kernelwright.judge.correctness import as_output_list
+
+    model, values = prepared(argv, SEED)
     with torch.no_grad():
         out = model(*values)
         torch.cuda.synchronize()

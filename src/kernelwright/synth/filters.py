@@ -19,6 +19,10 @@ Stages, in order; the first that fails rejects the task and names the reason:
 On a CPU the execution stages run the task's small-scale text (compose.Spec.render(scale="small"));
 on a GPU they run the exported text. Duplicates are removed by the parent, which sees every task.
 This module's functions run task code, so only worker processes call them, never the CLI's process.
+The execution stages are the reference child's own commands, called in the worker (a confined
+process of its own, synth.pool): judge.child_reference's `setup` and `degeneracy`, and
+judge.reference_checks' `repeat`, `compiled`, `time_eager` and `release`; nothing of the child's
+state is read here.
 """
 
 from __future__ import annotations
@@ -253,13 +257,13 @@ def _run_checks(path: str, task: dict[str, Any], job: dict[str, Any], ctx: dict[
             except CommandError as exc:
                 raise Rejected("deterministic" if "not deterministic" in str(exc) else "eager", str(exc)) from None
         with clock.stage("deterministic"):
-            _repeat_check(ref, seeds[0])
+            _repeat_check(seeds[0])
         with clock.stage("compile"):
-            _compile_check(ref, seeds[0], ctx["backend"])
+            _compile_check(seeds[0], ctx["backend"])
         with clock.stage("degenerate"):
             _degeneracy(ref, seeds)
     finally:
-        _release(ref)
+        _release()
 
 
 def _time_phase(task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], clock: Clock) -> None:
@@ -275,60 +279,40 @@ def _time_phase(task: dict[str, Any], job: dict[str, Any], ctx: dict[str, Any], 
         try:
             ref.setup({"problem_path": str(path), "device": ctx["device"], "precision": "fp32", "init_seed": seed,
                        "atol": ctx["atol"], "rtol": ctx["rtol"], "strict": True})
-            task["measured_ms"] = round(_time_eager(ref, seed), 5)
+            task["measured_ms"] = round(_time_eager(seed), 5)
         except CommandError as exc:
             raise Rejected("runtime", f"the task failed when loaded for timing: {exc}") from None
         finally:
-            _release(ref)
+            _release()
     lo, hi = job["window"]
     if not lo <= task["measured_ms"] <= hi:
         raise Rejected("runtime", f"eager time {task['measured_ms']:.3g} ms on the GPU outside [{lo:g}, {hi:g}] ms")
 
 
-def _release(ref: Any) -> None:
-    import torch
+def _release() -> None:
+    from kernelwright.judge import reference_checks
 
-    ref.S.model = ref.S.compiled = ref.S.problem = None
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    reference_checks.release({})
 
 
-def _repeat_check(ref: Any, seed: int) -> None:
+def _repeat_check(seed: int) -> None:
     """Three forwards on the same input tensors with no reseeding between them must agree (the judge's
     own check reseeds before each run, so a forward drawing random numbers could pass it)."""
-    from kernelwright.judge import correctness, inputs
-    from kernelwright.judge.inputs import Case
+    from kernelwright.judge import reference_checks
 
-    values = inputs.make_inputs(ref.S.problem, Case("native", seed), ref.S.device)
-    first = ref._forward(values)
-    for _ in range(2):
-        cmp = correctness.compare_outputs(first, ref._forward(values), ref.S.atol, ref.S.rtol, True, ref.S.tols)
-        if not cmp.ok:
-            raise Rejected("deterministic", f"two forwards on the same inputs differ: {cmp.message}")
+    res = reference_checks.repeat({"seed": seed})
+    if not res["ok"]:
+        raise Rejected("deterministic", f"two forwards on the same inputs differ: {res['message']}")
 
 
-def _compile_check(ref: Any, seed: int, backend: str) -> None:
-    import torch
+def _compile_check(seed: int, backend: Any) -> None:
+    from kernelwright.judge import reference_checks
 
-    from kernelwright.judge import correctness, inputs
-    from kernelwright.judge.inputs import Case
-
-    values = inputs.make_inputs(ref.S.problem, Case("native", seed), ref.S.device)
-    eager = ref._forward(values)
-    try:
-        torch._dynamo.reset()
-        compiled = torch.compile(ref.S.model, backend=backend)
-        with torch.no_grad():
-            got = correctness.as_output_list(compiled(*values))
-        if ref.S.device.type == "cuda":
-            torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - a compile failure of any kind rejects the task
-        raise Rejected("compile", f"torch.compile (backend {backend}) failed: {type(exc).__name__}: {str(exc)[:300]}") from None
-    finally:
-        torch._dynamo.reset()
-    cmp = correctness.compare_outputs(eager, got, ref.S.atol, ref.S.rtol, True, ref.S.tols)
-    if not cmp.ok:
-        raise Rejected("compile", f"torch.compile (backend {backend}) disagrees with eager: {cmp.message}")
+    res = reference_checks.compiled({"seed": seed, "backend": backend})
+    if res["error"]:
+        raise Rejected("compile", f"torch.compile (backend {backend}) failed: {res['error']}")
+    if not res["ok"]:
+        raise Rejected("compile", f"torch.compile (backend {backend}) disagrees with eager: {res['message']}")
 
 
 def _degeneracy(ref: Any, seeds: list[int]) -> None:
@@ -347,19 +331,9 @@ def _degeneracy(ref: Any, seeds: list[int]) -> None:
         raise Rejected("degenerate", "; ".join(f["detail"] for f in native))
 
 
-def _time_eager(ref: Any, seed: int) -> float:
+def _time_eager(seed: int) -> float:
     """Median eager milliseconds over TIMED_CALLS calls, with the judge's timing function (L2 flushed,
     CUDA events, device-wide sync)."""
-    import statistics
+    from kernelwright.judge import reference_checks
 
-    import torch
-
-    from kernelwright.judge import inputs, timing
-    from kernelwright.judge.inputs import Case
-
-    values = inputs.make_inputs(ref.S.problem, Case("native", seed), ref.S.device)
-    cuda = ref.S.device.type == "cuda"  # a CPU times with the host clock (tests of the timing phase)
-    switches = timing.TimingSwitches(flush=cuda, events=cuda, sync=cuda)
-    with torch.no_grad():
-        timing.time_calls(ref.S.model, lambda i: values, 2, cuda=cuda, switches=switches)
-        return statistics.median(timing.time_calls(ref.S.model, lambda i: values, TIMED_CALLS, cuda=cuda, switches=switches))
+    return reference_checks.time_eager({"seed": seed, "calls": TIMED_CALLS})["median_ms"]

@@ -35,15 +35,45 @@ def test_the_worst_output_decides_and_a_bitwise_oracle_never_refuses():
 
 def test_figures_skip_outputs_the_oracle_cannot_judge():
     r = torch.randn(4, 8)
-    rows, why = pg.figures([r, torch.arange(3)], [r.double() * (1 + 1e-9), torch.arange(3)])
+    rows, why, _ = pg.figures([r, torch.arange(3)], [r.double() * (1 + 1e-9), torch.arange(3)])
     assert [x["index"] for x in rows] == [0] and not rows[0]["bitwise"] and "int64, not float32" in why
-    rows, why = pg.figures([r], [r.clone()])  # the forward casts to float32 inside
+    rows, why, _ = pg.figures([r], [r.clone()])  # the forward casts to float32 inside
     assert rows == [] and "casts inside" in why
-    rows, _ = pg.figures([r], [r.double()])
+    rows, _, _ = pg.figures([r], [r.double()])
     assert rows[0]["bitwise"] and rows[0]["e_r"] == 0.0
 
 
-def test_the_oracle_runs_the_model_in_float64_and_stays_on_the_host():
+def test_a_large_output_is_measured_on_a_secret_sample_that_still_catches_half_precision(monkeypatch):
+    monkeypatch.setattr(pg, "SAMPLE", 4096)
+    a, b = torch.randn(256, 512), torch.randn(512, 128)  # 32768 outputs, 8x the sample
+    oracle = a.double() @ b.double()
+    ref = a @ b
+    rows, why, kept = pg.figures([ref], [oracle])
+    idx, o_s = kept[0]
+    assert why == "" and idx is not None and idx.numel() == 4096 and o_s.dtype == torch.float64 and o_s.numel() == 4096
+    assert rows[0]["e_r"] == pytest.approx(pg.rel_l2(ref, oracle), rel=0.2)  # the sample's estimate of the whole error
+    half = (a.half() @ b.half()).float()
+    e_c = pg.candidate_error(half, kept[0])
+    assert e_c == pytest.approx(pg.rel_l2(half, oracle), rel=0.2)
+    assert pg.decide([{**rows[0], "e_c": e_c}])[0]  # refused, as on the whole output
+    assert not pg.decide([{**rows[0], "e_c": pg.candidate_error(ref.clone(), kept[0])}])[0]
+    # a candidate that keeps fp32 on most elements and cuts a tenth to half precision is still seen
+    mixed = ref.clone().reshape(-1)
+    mixed[: mixed.numel() // 10] = half.reshape(-1)[: mixed.numel() // 10]
+    assert pg.decide([{**rows[0], "e_c": pg.candidate_error(mixed.reshape(ref.shape), kept[0])}])[0]
+    # two draws pick different elements: the sample is not a fixed set a candidate could learn
+    _, _, again = pg.figures([ref], [oracle])
+    assert not torch.equal(again[0][0], idx)
+
+
+def test_a_small_output_is_measured_whole():
+    r = torch.randn(8, 8)
+    rows, _, kept = pg.figures([r], [r.double() * (1 + 1e-7)])
+    assert kept[0][0] is None and kept[0][1].numel() == 64
+    assert pg.candidate_error(r, kept[0]) == pytest.approx(rows[0]["e_r"])
+
+
+def test_the_oracle_runs_the_model_in_float64_on_a_copy():
     lin = torch.nn.Linear(16, 4)
     outs = pg.oracle_outputs(lin, [torch.randn(3, 16)], torch.device("cpu"))
     assert outs[0].dtype == torch.float64 and lin.weight.dtype == torch.float32  # a copy: the model is untouched

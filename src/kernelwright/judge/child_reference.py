@@ -43,7 +43,7 @@ class _State:
     tols: list[tuple[float, float]] = []  # (atol, rtol) per output, by its dtype
     precision: str = "fp32"  # the policy's allowance: loosens tolerances, and the baselines are timed with it
     flushes: bool = False  # its evaluations time with the L2 flush (set at setup: its figures before candidate code made the buffer)
-    oracle: dict[str, Any] = {}  # step precision: {"case", "outs" (float64, host), "rows"} of the case with an oracle, or empty
+    oracle: dict[str, Any] = {}  # step precision: {"case", "kept" (precision_guard.figures), "rows"} of the case with an oracle, or empty
 
 
 S = _State()
@@ -225,9 +225,10 @@ def _precision_oracle(spec: dict[str, Any]) -> str:
         return f"the reference model does not run in float64: {describe(exc)}"[:300]
     finally:
         del values
-    rows, why = precision_guard.figures(_case_refs(i), outs)
+    rows, why, kept = precision_guard.figures(_case_refs(i), outs)
+    del outs  # only the sampled values are kept (precision_guard.SAMPLE)
     if rows:
-        S.oracle = {"case": i, "outs": {r["index"]: outs[r["index"]] for r in rows}, "rows": rows}
+        S.oracle = {"case": i, "kept": kept, "rows": rows}
     return "" if rows else (why or "no float32 output")
 
 
@@ -407,7 +408,8 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bo
         with handover.taken(desc, items, fds, S.device) as outs:
             res = correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
             if oracle and res["ok"]:  # step precision: the candidate's error from the float64 oracle
-                res["precision"] = [{**r, "e_c": precision_guard.rel_l2(outs[r["index"]], S.oracle["outs"][r["index"]])} for r in S.oracle["rows"]]
+                res["precision"] = [{**r, "e_c": precision_guard.candidate_error(outs[r["index"]], S.oracle["kept"][r["index"]])}
+                                    for r in S.oracle["rows"]]
             return res
     except handover.HandoverError as exc:  # what the candidate staged is its own: unreadable is its fault
         return refused(f"the output could not be read: {exc}")

@@ -43,6 +43,7 @@ EPS32 = 2.0**-23  # float32's machine epsilon
 RATIO = 64.0  # the candidate may be this many times further from the oracle than the fp32 reference ...
 FLOOR = 256.0  # ... and always this many EPS32
 CHUNK = 1 << 22  # elements per step of the error sums (bounded temporaries on the device)
+SAMPLE = 1 << 20  # elements per output the errors are measured on: drawn in secret where an output has more
 HOST_BYTES = 4 * 2**30  # the oracle's float64 run on the host: at most this much data (the model and one forward, doubled)
 HOST_FLOPS = 5e10  # ... and at most this many FLOPs where the problem runs on a GPU (a float64 CPU forward; seconds)
 
@@ -126,7 +127,7 @@ def placement(meta: dict[str, Any], room: int | None, cuda: bool) -> tuple[str |
 
 
 def oracle_outputs(model: Any, values: list[Any], device: Any) -> list[Any]:
-    """The float64 oracle's outputs, on the host: the model run with float64 copies of its floating
+    """The float64 oracle's outputs, where they were computed: the model run with float64 copies of its floating
     parameters and buffers on `device` (torch.func.functional_call: no float32 copy of the model
     on the way, and the model itself is left as it was), on the values with every floating tensor
     cast to float64. Raises as the model does."""
@@ -142,7 +143,7 @@ def oracle_outputs(model: Any, values: list[Any], device: Any) -> list[Any]:
     with torch.no_grad():
         out = functional_call(model, state, tuple(wide(v) for v in values))
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    return [o.detach().to("cpu") if isinstance(o, torch.Tensor) else o for o in outs]
+    return [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
 
 
 def oracle_on(model: Any, values: list[Any], device: Any, run: Any = None) -> list[Any]:
@@ -161,15 +162,24 @@ def oracle_on(model: Any, values: list[Any], device: Any, run: Any = None) -> li
         return run(model, values, torch.device("cpu"))
 
 
-def figures(refs: list[Any], oracle: list[Any]) -> tuple[list[dict[str, Any]], str]:
-    """Per float32 output the fp32 reference's e_r and whether the oracle equals it bitwise; and
-    why none is compared, when none is."""
+def figures(refs: list[Any], oracle: list[Any]) -> tuple[list[dict[str, Any]], str, dict[int, tuple[Any, Any]]]:
+    """Per float32 output the fp32 reference's e_r and whether the oracle equals it bitwise; why
+    none is compared, when none is; and what is kept for the candidate's comparison, by output:
+    (the secret sample's flat indices, None for every element; the oracle's values there, float64
+    on the host). Where an output has more than SAMPLE elements both errors are measured on the same
+    SAMPLE elements drawn in secret: the relative L2 error of a uniform sample estimates the whole
+    output's (a candidate that computed some share of its elements in reduced precision shows that
+    share in the sample, not knowing which), and neither the oracle nor the errors cross to the
+    host whole (a GiB-sized output cost over a second there)."""
     import torch
 
     if len(oracle) != len(refs):
-        return [], f"the float64 run returned {len(oracle)} outputs, the fp32 run {len(refs)}"
-    rows, why = [], []
+        return [], f"the float64 run returned {len(oracle)} outputs, the fp32 run {len(refs)}", {}
+    rows, why, kept = [], [], {}
+    gen = torch.Generator().manual_seed(secrets.randbits(62))
     for k, (r, o) in enumerate(zip(refs, oracle)):
+        if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor):
+            r = r.to(o.device)
         if not isinstance(o, torch.Tensor) or r.dtype != torch.float32:
             why.append(f"output {k} is {r.dtype}, not float32" if r.dtype != torch.float32 else f"output {k} of the float64 run is not a tensor")
         elif o.dtype != torch.float64:
@@ -179,9 +189,21 @@ def figures(refs: list[Any], oracle: list[Any]) -> tuple[list[dict[str, Any]], s
         elif not bool(o.any()):
             why.append(f"output {k}: all zero in the float64 run")
         else:
-            bitwise = bool(torch.equal(r.to("cpu", torch.float64), o))
-            rows.append({"index": k, "e_r": 0.0 if bitwise else rel_l2(r, o), "bitwise": bitwise})
-    return rows, "; ".join(why)
+            bitwise = bool(torch.equal(r.to(torch.float64), o))
+            n = o.numel()
+            idx = None if n <= SAMPLE else torch.randint(n, (SAMPLE,), generator=gen).to(o.device)
+            o_s = (o.reshape(-1) if idx is None else o.reshape(-1)[idx]).to("cpu")
+            r_s = r.reshape(-1) if idx is None else r.reshape(-1)[idx]
+            kept[k] = (None if idx is None else idx.to("cpu"), o_s)
+            rows.append({"index": k, "e_r": 0.0 if bitwise else rel_l2(r_s, o_s), "bitwise": bitwise})
+    return rows, "; ".join(why), kept
+
+
+def candidate_error(out: Any, kept: tuple[Any, Any]) -> float:
+    """The candidate's e_c for one output, on the elements figures() kept (gathered where the output lies)."""
+    idx, o_s = kept
+    flat = out.reshape(-1)
+    return rel_l2(flat if idx is None else flat[idx.to(flat.device)], o_s)
 
 
 def oracle_spec(policy: Any, cases: list[Any], meta: dict[str, Any], estimate: Any, cuda: bool) -> tuple[dict[str, Any] | None, str]:

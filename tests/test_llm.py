@@ -456,6 +456,17 @@ def test_the_llm_factory_knows_only_its_clients_and_the_offline_providers_it_is_
     assert made == ("fake", "some/path")
 
 
+def test_the_clients_import_nothing_above_core():
+    """llm/ is a low layer; its factory imports clients by name (which the static layer check cannot
+    see), so a fresh process makes one of each and lists what of kernelwright it loaded."""
+    script = ("import sys\nfrom kernelwright.llm.backend import make_backend\nimport kernelwright.llm.scripted\n"
+              "make_backend('openai:m', base_url='http://localhost:1/v1'); make_backend('anthropic:m', base_url='http://localhost:1')\n"
+              "print(sorted(m for m in sys.modules if m.startswith('kernelwright.') and not m.startswith(('kernelwright.llm', 'kernelwright.core'))))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_factory_builds_backends_without_network():
     openai_backend = make_backend("openai:gpt-4o")
     anthropic_backend = make_backend("Anthropic:claude-x", base_url="http://localhost:1/")

@@ -1,4 +1,4 @@
-"""The agent's flow on a real device, against the scripted local server (agent.scripted): no LLM is
+"""The agent's flow on a real device, against the scripted local server (llm.scripted): no LLM is
 involved, every model turn is scripted (agent.demo_script), every candidate is judged for real.
 
     PYTHONPATH=src python3 benchmarks/agent_flow.py --out DIR [--device cuda] [--commit SHA] [--sections flow,stall,replay] [--problem softmax]
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from kernelwright.agent import demo_script  # noqa: E402
-from kernelwright.agent.scripted import ScriptedServer  # noqa: E402
+from kernelwright.llm.scripted import ScriptedServer  # noqa: E402
 
 HINT = "subtract the row max before exp"
 COMMIT: list[str] = []  # --commit, handed to the runs' provenance (a copied tree's .git may not be its own)
@@ -88,7 +88,7 @@ def section_flow(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
         rc, result, wall = _cli(["optimize", problem, "--model", "openai:scripted", "--base-url", server.url, *common,
                                  *(["--target-speedup", str(a.target)] if a.device == "cuda" else []),  # CPU times are never claims
                                  "--max-turns", str(len(script)), "--out", str(out / "flow_export"), "--sanitize-timeout-s", str(a.sanitize_timeout_s),
-                                 "--note", f"scripted local server (kernelwright.agent.scripted), script demo_script.optimize_script('{a.device}', '{a.problem}')"],
+                                 "--note", f"scripted local server (kernelwright.llm.scripted), script demo_script.optimize_script('{a.device}', '{a.problem}')"],
                                 out / "flow_console.log", a.timeout_s)
         carried = _carried(server.requests)
     rec = out / "flow_export" / "recording.json"
@@ -130,7 +130,7 @@ def provenance(a: argparse.Namespace) -> dict:
 
     machine = baseline.probe_machine(a.device)
     return {**machine, "python": platform.python_version(), "commit": a.commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(sys.argv), "model": "scripted local server (kernelwright.agent.scripted); no LLM"}
+            "command": " ".join(sys.argv), "model": "scripted local server (kernelwright.llm.scripted); no LLM"}
 
 
 def main() -> int:

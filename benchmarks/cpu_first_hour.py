@@ -16,7 +16,7 @@ problem filled stay warm), the second as `warm`. The issue's targets are for the
   it (a new workspace each run; the template candidate, as the newcomer finds it);
 - check: `kernelwright problems check builtin:NAME`;
 - optimize: `kernelwright optimize builtin:NAME --model openai:scripted --max-turns 1
-  --allow-torch-compute --no-sanitize` against the scripted local server (agent.scripted, no LLM),
+  --allow-torch-compute --no-sanitize` against the scripted local server (llm.scripted, no LLM),
   whose one reply is the reference as ModelNew; the run's final re-judge and export included.
 Every command gets `--size` (default auto: the CPU size on this box), and the store is
 DIR/store.sqlite (never the user's).
@@ -210,7 +210,7 @@ def run_check(name: str, work: Path, env: dict[str, str], size: str, timeout_s: 
 def run_optimize(name: str, work: Path, env: dict[str, str], size: str, timeout_s: float, log: Path) -> dict[str, Any]:
     """One model turn from the scripted local server (no LLM): a reply whose code block is the
     reference as ModelNew; then the run's final re-judge on fresh seeds and the export."""
-    from kernelwright.agent.scripted import ScriptedServer
+    from kernelwright.llm.scripted import ScriptedServer
     from kernelwright.problems.loader import load_problem
 
     code = load_problem(f"builtin:{name}").source + "\n\nclass ModelNew(Model):  # the reference itself\n    pass\n"

@@ -1,5 +1,5 @@
 """The agent end to end on the CPU backend, against a real local HTTP server speaking the OpenAI
-protocol (agent.scripted) that plays scripted replies: no LLM is involved. Candidates are the
+protocol (llm.scripted) that plays scripted replies: no LLM is involved. Candidates are the
 softmax example's C++ kernel and small edits of it, judged for real.
 """
 
@@ -18,7 +18,7 @@ from kernelwright.agent.export import exported_candidate_hash
 from kernelwright.agent.objective import Objective
 from kernelwright.core.runs import RunStatus
 from kernelwright.agent.replay import load_recording, write_recording
-from kernelwright.agent.scripted import ScriptedServer
+from kernelwright.llm.scripted import ScriptedServer
 from kernelwright.store import Store
 
 pytestmark = pytest.mark.timeout(600)

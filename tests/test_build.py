@@ -8,6 +8,7 @@ import time
 import pytest
 
 from kernelwright.judge import build as b
+from kernelwright.runtime import build as runtime_build, toolchain
 from kernelwright.core.records import Resources
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -196,7 +197,7 @@ def test_warm_host_facts_leaves_nothing_for_the_first_build_to_ask(monkeypatch):
     """serve computes the cache key's host facts at start (build.warm_host_facts), so its first
     verdict's cache lookup runs no compiler --version and no nvidia-smi (1.9 s on the H200)."""
     calls: list[list[str]] = []
-    real = b.subprocess.run
+    real = toolchain.subprocess.run
 
     def counting(cmd, *args, **kwargs):
         if cmd[0].startswith("/opt/fake/") or cmd[0] == "nvidia-smi":  # another thread's subprocess is not ours to count
@@ -204,10 +205,11 @@ def test_warm_host_facts_leaves_nothing_for_the_first_build_to_ask(monkeypatch):
             return real(["true"], *args, **kwargs)  # an empty --version: the key still forms
         return real(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(b.subprocess, "run", counting)
+    monkeypatch.setattr(toolchain.subprocess, "run", counting)
     monkeypatch.delenv("KERNELWRIGHT_CUDA_ARCH", raising=False)
-    monkeypatch.setattr(b, "find_compiler", lambda lang: f"/opt/fake/{lang}-compiler")
-    for memo in (b.compiler_version, b._detected_arch, b.cpu_identity):
+    for module in (toolchain, runtime_build):  # where warm_host_facts and key_for look it up
+        monkeypatch.setattr(module, "find_compiler", lambda lang: f"/opt/fake/{lang}-compiler")
+    for memo in (toolchain.compiler_version, toolchain._detected_arch, toolchain.cpu_identity):
         memo.cache_clear()
     try:
         b.warm_host_facts("cuda")
@@ -218,5 +220,5 @@ def test_warm_host_facts_leaves_nothing_for_the_first_build_to_ask(monkeypatch):
             b.key_for(b.BuildSpec(source="int f() { return 1; }\n", lang=lang, name="warm"))
         assert len(calls) == warmed, calls[warmed:]
     finally:
-        for memo in (b.compiler_version, b._detected_arch, b.cpu_identity):
+        for memo in (toolchain.compiler_version, toolchain._detected_arch, toolchain.cpu_identity):
             memo.cache_clear()

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.agent import llm
-from kernelwright.agent.llm import Backend, make_backend, parse_retry_after, RetryPolicy
+from kernelwright.agent import replay
 from kernelwright.agent.objective import Objective
 from kernelwright.core.runs import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
 from kernelwright.agent.replay import ReplayBackend, load_recording, write_recording
-from kernelwright.agent.scripted import ScriptedServer, check_script
+from kernelwright.llm import backend as llm
+from kernelwright.llm.backend import Backend, make_backend, parse_retry_after, RetryPolicy
+from kernelwright.llm.scripted import ScriptedServer, check_script
 
 SECRET = "sk-test-SECRET-0123456789"
 WRITE_FILE = ToolSpec("write_file", "Write a file in the workspace.",
@@ -369,7 +370,7 @@ def test_replay_answers_by_slot_in_recorded_order(tmp_path: Path):
     turns = [("t0", reply_of("zero")), ("t1", reply_of("one-a")), {"key": "t1", "reply": reply_of("one-b").to_dict()}]
     path = record(tmp_path / "rec" / "run.json", turns)
     assert [p.name for p in path.parent.iterdir()] == ["run.json"]  # no temp file left behind
-    backend = make_backend(f"replay:{path}")
+    backend = replay.make_backend(f"replay:{path}")
     assert isinstance(backend, ReplayBackend) and backend.name == f"replay:{path}" and backend.supports_tools
     assert backend.complete([], key="t1").text == "one-a"
     assert backend.complete(CONVERSATION, (WRITE_FILE,), key="t0") == reply_of("zero")
@@ -431,7 +432,7 @@ def test_unreadable_recordings(tmp_path: Path):
     with pytest.raises(ValueError, match="is not valid JSON"):
         ReplayBackend(tmp_path / "bad.json")
     with pytest.raises(ValueError, match="cannot read recording"):
-        make_backend(f"replay:{tmp_path / 'missing.json'}")
+        replay.make_backend(f"replay:{tmp_path / 'missing.json'}")
     with pytest.raises(ValueError, match="a field is not JSON"):
         write_recording(tmp_path / "w.json", provenance={"when": object()}, problem={}, objective={}, strategy="refine",
                         turns=[], recorded_verdicts=[])
@@ -443,8 +444,27 @@ def test_unreadable_recordings(tmp_path: Path):
 @pytest.mark.parametrize("spec", ["gpt-4o", "foo:bar", "openai:", ":model", "", "replay:  "])
 def test_bad_specs_name_the_spec_and_providers(spec):
     with pytest.raises(ValueError) as info:
-        make_backend(spec)
+        replay.make_backend(spec)
     assert repr(spec) in str(info.value) and "openai, anthropic, replay" in str(info.value)
+
+
+def test_the_llm_factory_knows_only_its_clients_and_the_offline_providers_it_is_given(tmp_path: Path):
+    """llm/ sits below the agent: a replay is the agent's provider, passed in, never imported."""
+    with pytest.raises(ValueError, match="unknown provider 'replay'.*one of openai, anthropic \\("):
+        make_backend(f"replay:{tmp_path / 'x.json'}")
+    made = make_backend("fake:some/path", offline={"fake": lambda target: ("fake", target)}, base_url="http://localhost:1")
+    assert made == ("fake", "some/path")
+
+
+def test_the_clients_import_nothing_above_core():
+    """llm/ is a low layer; its factory imports clients by name (which the static layer check cannot
+    see), so a fresh process makes one of each and lists what of kernelwright it loaded."""
+    script = ("import sys\nfrom kernelwright.llm.backend import make_backend\nimport kernelwright.llm.scripted\n"
+              "make_backend('openai:m', base_url='http://localhost:1/v1'); make_backend('anthropic:m', base_url='http://localhost:1')\n"
+              "print(sorted(m for m in sys.modules if m.startswith('kernelwright.') and not m.startswith(('kernelwright.llm', 'kernelwright.core'))))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_factory_builds_backends_without_network():
@@ -481,7 +501,7 @@ def test_scripted_cli_prints_url_and_serves(tmp_path: Path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"entries": [{"text": "from the cli"}]}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    child = subprocess.Popen([sys.executable, "-m", "kernelwright.agent.scripted", str(script)],
+    child = subprocess.Popen([sys.executable, "-m", "kernelwright.llm.scripted", str(script)],
                              stdout=subprocess.PIPE, text=True, env=env)
     try:
         url = child.stdout.readline().strip()

@@ -1,4 +1,4 @@
-"""The check before a run (agent.llm.preflight): a missing key, a refused key or a server that does not
+"""The check before a run (llm.backend.preflight): a missing key, a refused key or a server that does not
 answer stops `optimize` before anything is measured, with exit code 2 and the fix, and leaves no run.
 Only local fakes: the scripted server, a tiny handler, a closed port and a socket that never answers.
 """
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from kernelwright.agent import optimize
-from kernelwright.agent.llm import make_backend, preflight
+from kernelwright.agent.replay import make_backend
+from kernelwright.llm.backend import preflight
 from kernelwright.agent.objective import Objective
-from kernelwright.agent.scripted import ScriptedServer
+from kernelwright.llm.scripted import ScriptedServer
 from kernelwright.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -197,3 +197,21 @@ extern "C" int launch(const float* x, float* y, int64_t n, cudaStream_t stream) 
     assert lib.names == ["launch"] and runtime.signature(lib, "launch").omittable_stream
     with pytest.raises(TypeError, match="takes 3 or 4 arguments"):
         lib.launch(torch.zeros(1))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_loading_a_kernel_imports_nothing_of_the_judge(tmp_path):
+    """What candidates import sits below the judge (DESIGN.md, Layout): a build and load in a fresh
+    process leaves no kernelwright.judge module in sys.modules."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom kernelwright import runtime\n"
+              "lib = runtime.load('extern \"C\" int zero() { return 0; }', lang='cpp', name='zero')\n"
+              "assert lib.zero() == 0\n"
+              "print(sorted(m for m in sys.modules if m.startswith('kernelwright.') and not m.startswith(('kernelwright.runtime', 'kernelwright.core'))))\n")
+    env = {**os.environ, "KERNELWRIGHT_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -334,8 +334,8 @@ def test_cli_usage_errors(tmp_path):
 
 @pytest.mark.slow
 def test_llm_composer_through_a_scripted_server(tmp_path):
-    from kernelwright.agent.llm import make_backend
-    from kernelwright.agent.scripted import ScriptedServer
+    from kernelwright.llm.backend import make_backend
+    from kernelwright.llm.scripted import ScriptedServer
     from kernelwright.synth.llm_composer import LLMComposer, program_of
 
     assert program_of("no code here")[0] is None

@@ -1,5 +1,5 @@
 """The scripted model behind the shipped recordings and the agent's tests: a fixed sequence of
-replies for an example problem, played by the scripted local server (agent.scripted). No LLM wrote
+replies for an example problem, played by the scripted local server (llm.scripted). No LLM wrote
 these turns; they exercise every path a real model's turns take: a reply with no code, a compile
 error, a wrong kernel, a slow correct one (CUDA softmax), then tool calls that write, verify and
 submit a good one.
@@ -165,5 +165,5 @@ def stall_script(device: str, hint_words: str) -> list[dict[str, Any]]:
 
 
 def write(path: Path, script: list[dict[str, Any]]) -> None:
-    """A script file for `python -m kernelwright.agent.scripted`."""
+    """A script file for `python -m kernelwright.llm.scripted`."""
     path.write_text(json.dumps({"entries": script}, indent=1) + "\n")

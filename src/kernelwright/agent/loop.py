@@ -72,7 +72,7 @@ class Context:
 
     problem: Any  # problems.loader.Problem
     objective: Objective
-    backend: Any  # agent.llm.Backend
+    backend: Any  # llm.backend.Backend
     judge: Any  # agent.judging.Judge
     runlog: RunLog
     device: str  # cuda or cpu

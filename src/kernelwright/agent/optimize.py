@@ -20,12 +20,13 @@ from typing import Any, Callable
 
 from kernelwright.agent import prompts, search
 from kernelwright.agent.feedback import describe
-from kernelwright.agent.llm import make_backend, preflight
 from kernelwright.agent.loop import Context, Counters, Entry
 from kernelwright.agent.objective import Objective
+from kernelwright.agent.replay import make_backend
 from kernelwright.core.runs import Message, Role, RunStatus, StepKind
 from kernelwright.agent.runlog import RunLog
 from kernelwright.agent.workspace import RESERVED, Workspace
+from kernelwright.llm.backend import preflight
 
 log = logging.getLogger(__name__)
 

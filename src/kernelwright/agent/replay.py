@@ -19,6 +19,7 @@ recorded fields include anything Reply does not have is refused when the file is
 candidate is judged afresh. `recorded_verdict(K)` lets the caller say where a fresh verdict differs.
 
 `write_recording` and `load_recording` are the one writer and the one reader of the format.
+`make_backend` is the agent's factory: llm.backend's clients, and `replay:PATH` besides.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from kernelwright.agent.objective import Objective
 from kernelwright.core.runs import LLMError, Message, Reply, ToolSpec
+from kernelwright.llm import backend as llm
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,11 @@ class ReplayBackend:
             occurrence = max(0, self._used[key] - 1)
         found = [v for v in self.recording["recorded_verdicts"] if v["key"] == key]
         return copy.deepcopy(found[occurrence]) if 0 <= occurrence < len(found) else None
+
+
+def make_backend(spec: str, **options: Any) -> llm.Backend:
+    """The backend for a PROVIDER:MODEL spec (llm.backend.make_backend's options), `replay:PATH` included."""
+    return llm.make_backend(spec, offline={"replay": ReplayBackend}, **options)
 
 
 # ---- reading and writing ----------------------------------------------------------------------

@@ -1,280 +1,37 @@
-"""The raw build path: compile extern "C" kernel sources with nvcc or g++ into a cached shared library.
+"""The judge's raw build: runtime.build's, with the compiler confined by judge.sandbox.
 
-A build is keyed by the sha256 of everything that decides the binary (source text, headers, language,
-resolved arch, flags, compiler version and, for g++ -march=native, the CPU). The name never enters
-the key. The compiler runs sandboxed (judge.sandbox) in a folder of its own; the judge then copies
-the library into a temporary folder inside the cache, with the library's sha256 in its meta.json,
-and renames it into `<cache>/builds/<key>/` whole, so a build folder is either absent or complete.
-Only the judge writes the cache: a read checks the library against that digest, and an entry that
-fails the check (or predates it) counts as absent. A process inside the sandbox cannot write the
-cache; a build it asks for goes to a folder of its own (`private_root`). A file lock keeps
-concurrent builders of one key (threads or processes) from compiling twice. Failed builds are not
-cached.
+runtime.build and runtime.toolchain hold the build path itself (specs, keys, the cache, the
+compilers); a candidate's runtime.load inside the sandbox needs no more confinement than its own
+process has. The judge's builds (prebuild, the fork server's own kernels, benches) come through
+here: the compiler runs confined by `sandbox_mode` in a process group of its own, watched under
+judge.quota's limits, and what its uid leaves behind is swept after it. The names the judge's
+modules use from the layer below come through this module too (`__all__`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import dataclasses
-import fcntl
 import functools
-import hashlib
-import json
-import logging
 import os
-import platform
-import re
-import shutil
-import signal
-import stat
-import subprocess
-import tempfile
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-from kernelwright.judge import sandbox
-from kernelwright.core.records import Resources, truncate
+from kernelwright.judge import quota, sandbox
+from kernelwright.runtime import build as _runtime
+from kernelwright.runtime.build import (LIB_NAME, BuildResult, BuildSpec, cache_dir, cache_key, confined, file_digest,
+                                        key_for, lang_of, spec_from_file, spec_from_text)
+from kernelwright.runtime.toolchain import (compiler_version, cpu_identity, find_compiler, normalise_arch, parse_resources,
+                                            resolve_arch, run_group, warm_host_facts)
 
-log = logging.getLogger(__name__)
-
-LANGS = ("cuda", "cpp")
-KEY_VERSION = 1  # bump when the commands below change in a way the key does not see
-# nvcc's -O applies to host code only (device code is always optimised by cicc/ptxas); the host side
-# of a raw candidate is a thin launcher, so -O1 there saves build time and costs nothing at run time.
-NVCC_FLAGS = ("-std=c++17", "-shared", "-Xcompiler", "-fPIC,-O1", "-lineinfo", "-Xptxas", "-v")
-GXX_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
-DEFAULT_ARCH = "90"
-LIB_NAME = "lib.so"
-META_NAME = "meta.json"
-SOURCE_SUFFIXES = {".cu": "cuda", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c": "cpp"}
-HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inc", ".inl")
-_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(?:(\d{1,2})\.(\d)|(\d{2,3}))([a-z]?)$")
-_CUDA_INCLUDE_RE = re.compile(
-    r"#\s*include\s*[<\"](?:cuda|cub/|thrust/|cooperative_groups|mma\.h|cublas|cudnn|curand|cufft|cute/|cutlass/)"
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildSpec:
-    """What to build."""
-
-    source: str  # the source text
-    lang: str  # "cuda" (nvcc) or "cpp" (g++)
-    name: str = "kernel"  # for messages and file names; never part of the key
-    arch: str | None = None  # e.g. "90" or "90a"; None detects (env, nvidia-smi, else "90")
-    extra_flags: tuple[str, ...] = ()  # appended to the compiler command
-    headers: tuple[tuple[str, str], ...] = ()  # (relative name, text) written beside the source
-
-    def __post_init__(self) -> None:
-        if self.lang not in LANGS:
-            raise ValueError(f"lang must be one of {LANGS}, got {self.lang!r}")
-        if self.arch is not None and not _ARCH_RE.match(self.arch):
-            raise ValueError(f"arch must look like '90', '90a' or '9.0', got {self.arch!r}")
-        object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
-        object.__setattr__(self, "headers", tuple((str(n), str(t)) for n, t in self.headers))
-        for rel, _ in self.headers:
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise ValueError(f"header names must be relative and inside the build folder, got {rel!r}")
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """The outcome of one build call."""
-
-    ok: bool  # True when lib_path holds a loadable library
-    lib_path: Path | None  # the shared library, None when the build failed
-    cached: bool  # True when the library came from the cache without compiling
-    seconds: float  # wall time of this call
-    log: str  # compiler output, truncated; error lines first when there are errors
-    resources: Resources | None  # nvcc -Xptxas -v summary (worst kernel); None for cpp
-    key: str  # the cache key
-    timed_out: bool = False  # True when the compiler was killed at the time limit
-
-
-# ---- keys ---------------------------------------------------------------------------------------
-
-
-def cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The cache root: $KERNELWRIGHT_CACHE (of `env`, else this process's environment), else ~/.cache/kernelwright."""
-    root = (os.environ if env is None else env).get("KERNELWRIGHT_CACHE")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "kernelwright"
-
-
-def lang_of(source: str) -> str:
-    """"cuda" when the text defines kernels or includes CUDA headers, else "cpp"."""
-    if "__global__" in source or "__device__" in source or _CUDA_INCLUDE_RE.search(source):
-        return "cuda"
-    return "cpp"
-
-
-def normalise_arch(arch: str) -> str:
-    """'9.0' / 'sm_90' / '90' -> '90'; '90a' / 'sm_90a' -> '90a'."""
-    m = _ARCH_RE.match(arch.strip())
-    if not m:
-        raise ValueError(f"arch must look like '90', '90a' or '9.0', got {arch!r}")
-    major_minor = m.group(1) + m.group(2) if m.group(1) else m.group(3)
-    return major_minor + m.group(4)
-
-
-def resolve_arch(arch: str | None) -> str:
-    """The arch to compile for: the given one, else $KERNELWRIGHT_CUDA_ARCH, else nvidia-smi, else 90."""
-    if arch:
-        return normalise_arch(arch)
-    env = os.environ.get("KERNELWRIGHT_CUDA_ARCH")
-    if env:
-        return normalise_arch(env)
-    return _detected_arch(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-
-
-@functools.lru_cache(maxsize=8)
-def _detected_arch(visible: str) -> str:
-    """The compute capability of the first visible GPU as nvidia-smi reports it, else DEFAULT_ARCH."""
-    cmd = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]
-    first = visible.split(",")[0].strip()
-    if first.isdigit():
-        cmd += ["-i", first]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
-        return normalise_arch(out.strip().splitlines()[0])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        log.debug("arch detection via nvidia-smi failed (%s); using %s", exc, DEFAULT_ARCH)
-        return DEFAULT_ARCH
-
-
-def warm_host_facts(device: str) -> None:
-    """Compute now the memoised facts every build's cache key needs (the compiler's --version,
-    the CPU's identity, and on "cuda" the GPU's arch from nvidia-smi), so a long-lived process
-    (`serve`) does not run those subprocesses inside its first verdict. They are memoised as the
-    build would memoise them, failures included: an nvidia-smi that fails gives DEFAULT_ARCH and a
-    compiler that fails "version unknown" for the process's life, as they would at its first
-    build. A build that starts while this runs computes them again (lru_cache holds no lock)."""
-    with contextlib.suppress(Exception):
-        compiler_version(find_compiler("cpp"))
-        cpu_identity()
-        if device == "cuda":
-            compiler_version(find_compiler("cuda"))
-            resolve_arch(None)
-
-
-def find_compiler(lang: str) -> str | None:
-    """The compiler executable for a language, or None when it is not installed."""
-    if lang == "cpp":
-        return shutil.which("g++")
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and os.access(Path(root) / "bin" / "nvcc", os.X_OK):
-            return str(Path(root) / "bin" / "nvcc")
-    return None
-
-
-@functools.lru_cache(maxsize=16)
-def compiler_version(compiler: str | None) -> str:
-    """The compiler's --version text (memoised; the path is left out so installs agree), or 'missing'."""
-    if compiler is None:
-        return "missing"
-    try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
-        return out.stdout.strip() or f"{Path(compiler).name}: empty --version"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"{compiler}: version unknown ({exc})"
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_identity() -> str:
-    """Machine type plus CPU model and flags (g++ -march=native depends on them)."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            name, _, value = line.partition(":")
-            name = name.strip()
-            if name in ("model name", "flags", "Features", "CPU part") and name not in fields:
-                fields[name] = value.strip()
-    return json.dumps({"machine": platform.machine(), **fields}, sort_keys=True)
-
-
-def cache_key(spec: BuildSpec, compiler_id: str) -> str:
-    """sha256 over everything that decides the binary; the spec's name is not part of it."""
-    target = resolve_arch(spec.arch) if spec.lang == "cuda" else cpu_identity()
-    material = {
-        "v": KEY_VERSION,
-        "source": spec.source,
-        "headers": sorted(spec.headers),
-        "lang": spec.lang,
-        "target": target,
-        "base_flags": NVCC_FLAGS if spec.lang == "cuda" else GXX_FLAGS,
-        "flags": spec.extra_flags,
-        "compiler": compiler_id,
-    }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
-
-
-def key_for(spec: BuildSpec) -> str:
-    """The cache key this machine's compiler gives a spec."""
-    return cache_key(spec, compiler_version(find_compiler(spec.lang)))
-
-
-# ---- specs shared by runtime.load and the judge's prebuild (so their keys agree) -----------------
-
-
-def spec_from_text(
-    text: str, *, lang: str | None = None, name: str | None = None, flags: Sequence[str] = ()
-) -> BuildSpec:
-    """The spec runtime.load builds for source text."""
-    return BuildSpec(source=text, lang=lang or lang_of(text), name=name or "inline", extra_flags=tuple(flags))
-
-
-def spec_from_file(
-    path: str | os.PathLike[str], *, lang: str | None = None, name: str | None = None, flags: Sequence[str] = ()
-) -> BuildSpec:
-    """The spec runtime.load builds for a source file; headers beside it travel with it."""
-    path = Path(path)
-    text = path.read_text()
-    lang = lang or SOURCE_SUFFIXES.get(path.suffix.lower()) or lang_of(text)
-    headers = tuple(
-        (h.name, h.read_text(errors="replace"))
-        for h in sorted(path.parent.iterdir())
-        if h.is_file() and h.suffix.lower() in HEADER_SUFFIXES
-    )
-    return BuildSpec(source=text, lang=lang, name=name or path.stem, extra_flags=tuple(flags), headers=headers)
-
-
-# ---- building -----------------------------------------------------------------------------------
-
-
-def private_root() -> Path | None:
-    """Where a process inside the sandbox keeps the builds it makes itself (its own temporary
-    folder); None outside the sandbox, where builds go to the shared cache."""
-    if not sandbox.confined():
-        return None
-    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "builds"
+__all__ = ["LIB_NAME", "BuildResult", "BuildSpec", "build", "build_many", "cache_dir", "cache_key", "compiler_version",
+           "cpu_identity", "file_digest", "find_compiler", "key_for", "lang_of", "normalise_arch", "parse_resources",
+           "resolve_arch", "spec_from_file", "spec_from_text", "warm_host_facts"]
 
 
 def build(spec: BuildSpec, *, timeout_s: float = 300.0, sandbox_mode: str = "auto") -> BuildResult:
-    """Build a spec, or return the cached library. Never raises for compiler failures. The
-    compiler runs confined by `sandbox_mode` (judge.sandbox; already so inside the sandbox)."""
-    start = time.perf_counter()
-    compiler = find_compiler(spec.lang)
-    key = cache_key(spec, compiler_version(compiler))
-    if compiler is None:
-        tool = "nvcc" if spec.lang == "cuda" else "g++"
-        msg = f"cannot build {spec.name}: {spec.lang} compiler {tool} not found on PATH"
-        return _failed(key, start, msg)
-    shared = cache_dir() / "builds" / key
-    hit = _cached_result(shared, key, start)
-    if hit is not None:
-        return hit
-    own = private_root()
-    final = shared if own is None else own / key
-    with _key_lock(final.parent, key):
-        hit = _cached_result(final, key, start)
-        if hit is not None:
-            return hit
-        return _compile_and_publish(spec, compiler, key, final, start, timeout_s, sandbox_mode)
+    """Build a spec, or return the cached library (runtime.build.build). Never raises for compiler
+    failures. The compiler runs confined by `sandbox_mode` (already so inside the sandbox)."""
+    return _runtime.build(spec, timeout_s=timeout_s, run=functools.partial(_run_group, sandbox_mode=sandbox_mode))
 
 
 def build_many(
@@ -288,211 +45,29 @@ def build_many(
         return list(pool.map(lambda s: build(s, timeout_s=timeout_s, sandbox_mode=sandbox_mode), specs))
 
 
-def compile_command(spec: BuildSpec, compiler: str, source_name: str) -> list[str]:
-    """The compiler command line, run inside the build folder."""
-    if spec.lang == "cuda":
-        arch = resolve_arch(spec.arch)
-        gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
-        return [compiler, *NVCC_FLAGS, gencode, *spec.extra_flags, source_name, "-o", LIB_NAME]
-    return [compiler, *GXX_FLAGS, *spec.extra_flags, source_name, "-o", LIB_NAME]
-
-
-def _failed(key: str, start: float, log_text: str, *, timed_out: bool = False) -> BuildResult:
-    """A failed build result."""
-    return BuildResult(False, None, False, time.perf_counter() - start, truncate(log_text), None, key, timed_out)
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a regular file's bytes, never through a symbolic link ('' when unreadable)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the judge
-    except OSError:
-        return ""
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return ""
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
-    """The cached build for a key, or None when there is none or its library fails its digest."""
-    lib = final / LIB_NAME
-    if not lib.is_file():
-        return None
-    try:
-        meta = json.loads((final / META_NAME).read_text())
-    except (OSError, ValueError):
-        meta = {}
-    want = meta.get("sha256")
-    if not isinstance(want, str) or file_digest(lib) != want:
-        log.warning("build cache entry %s fails its digest (or has none): built again", final.name[:16])
-        return None
-    res = meta.get("resources")
-    resources = Resources(**res) if isinstance(res, dict) else None
-    seconds = time.perf_counter() - start
-    return BuildResult(True, lib, True, seconds, meta.get("log", ""), resources, key, False)
-
-
-@contextlib.contextmanager
-def _key_lock(builds: Path, key: str) -> Iterator[None]:
-    """An exclusive lock on one key, across threads and processes."""
-    locks = builds / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{key}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _compile_and_publish(
-    spec: BuildSpec, compiler: str, key: str, final: Path, start: float, timeout_s: float, sandbox_mode: str
-) -> BuildResult:
-    """Compile confined in a folder of the compiler's own; copy the library into a temporary
-    folder beside `final`, with its digest, and rename that into place."""
-    work = Path(tempfile.mkdtemp(prefix=f"kw-build-{key[:12]}-"))
-    tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{key[:12]}-", dir=final.parent))
-    try:
-        source_name = _write_sources(spec, work)
-        cmd = compile_command(spec, compiler, source_name)
-        log.debug("building %s: %s", spec.name, " ".join(cmd))
-        code, output, timed_out = _run_group(cmd, work, timeout_s, sandbox_mode)
-        if timed_out:
-            msg = f"build of {spec.name} timed out after {timeout_s:g} s; compiler process group killed\n"
-            return _failed(key, start, msg + output, timed_out=True)
-        digest = _copy_regular(work / LIB_NAME, tmp / LIB_NAME) if code == 0 else ""
-        if not digest:
-            return _failed(key, start, _error_log(output, cmd, code))
-        resources = parse_resources(output) if spec.lang == "cuda" else None
-        text = truncate(output)
-        _write_meta(tmp, spec, cmd, text, resources, time.perf_counter() - start, digest)
-        _publish(tmp, final)
-        return BuildResult(True, final / LIB_NAME, False, time.perf_counter() - start, text, resources, key, False)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _copy_regular(src: Path, dst: Path) -> str:
-    """Copy the compiler's output (a regular file, never through a link it left) and return its
-    sha256; '' when there is no such file."""
-    try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO left there must not block the judge
-    except OSError:
-        return ""
-    with os.fdopen(fd, "rb") as f, open(dst, "xb") as out:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return ""
-        shutil.copyfileobj(f, out)
-    os.chmod(dst, 0o755)
-    return file_digest(dst)
-
-
-def _write_sources(spec: BuildSpec, folder: Path) -> str:
-    """Write the source and its headers into the build folder; returns the source's file name."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name)[:64].strip(".") or "kernel"
-    source_name = f"{stem}{'.cu' if spec.lang == 'cuda' else '.cpp'}"
-    for rel, text in spec.headers:
-        target = folder / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    (folder / source_name).write_text(spec.source)
-    return source_name
-
-
 def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = "auto") -> tuple[int | None, str, bool]:
     """Run a command confined (judge.sandbox, unless this process is already) in its own process
     group: (exit code, combined output, timed out). What it leaves running is killed after it."""
-    confined = sandbox.confined()
-    spec = None if confined else sandbox.spec_for(sandbox_mode, sockets=())  # inside a confined child, its own watch counts this too
-    lim = sandbox.watched(spec)
-    if spec is not None:
-        cmd = sandbox.command(spec, cmd, cwd)  # a compiler needs no socket
-    env = dict(os.environ) if confined else sandbox.clean_env(os.environ)  # inside: its own TMPDIR and HOME
-    try:
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True, env=env,
-        )
-    except OSError as exc:
-        return None, f"could not start {cmd[0]}: {exc}", False
-    watch = sandbox.watch_for(spec, proc.pid, [cwd], lim)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        if watch is not None and watch.over:
-            return None, f"{out}\nkernelwright: {watch.over}", False
-        return proc.returncode, out, False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, _ = proc.communicate()
-        return None, out or "", True
-    finally:
-        if watch is not None:
-            watch.stop()
-        if proc.poll() is None:
-            _kill_group(proc)
-            proc.wait()
-        sandbox.reap(proc.pid)
+    if confined():  # inside a confined child, its own watch counts this too; its environment is already clean
+        return run_group(cmd, cwd, timeout_s)
+    spec = sandbox.spec_for(sandbox_mode, sockets=())  # a compiler needs no socket
+    lim = sandbox.watched(spec)  # a bad setting fails here, before the compiler starts
+    return run_group(sandbox.command(spec, cmd, cwd), cwd, timeout_s, env=sandbox.clean_env(os.environ),
+                     guard=lambda pid: _Watched(sandbox.watch_for(spec, pid, [cwd], lim), pid))
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL a child's whole process group."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+class _Watched:
+    """A confined compiler's judge.quota watch and, once it is gone, the sweep of its uid (a runtime.toolchain.Guard)."""
 
+    def __init__(self, watch: quota.Watch | None, pid: int) -> None:
+        self.watch = watch
+        self.pid = pid
 
-def _error_log(output: str, cmd: list[str], code: int | None) -> str:
-    """Compiler output for a failed build, with lines mentioning errors first."""
-    errors = [line for line in output.splitlines() if "error" in line.lower()]
-    head = "\n".join(errors[:40])
-    tail = f"$ {' '.join(cmd)}\n(exit code {code})\n{output}"
-    return truncate(f"{head}\n\n--- full compiler output ---\n{tail}" if errors else tail)
+    @property
+    def over(self) -> str:
+        return self.watch.over if self.watch is not None else ""
 
-
-def _write_meta(
-    folder: Path, spec: BuildSpec, cmd: list[str], text: str, resources: Resources | None, seconds: float, digest: str
-) -> None:
-    """Save what a cached result needs beside the library, its digest among it."""
-    res = None if resources is None else dataclasses.asdict(resources)
-    meta = {"name": spec.name, "command": cmd, "log": text, "resources": res, "build_seconds": seconds, "sha256": digest}
-    (folder / META_NAME).write_text(json.dumps(meta, indent=1))
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Rename a finished build folder into place; a complete one already there wins."""
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if _cached_result(final, final.name, 0.0) is not None:
-            return  # another builder's, and sound
-        trash = final.with_name(f"{final.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
-        os.rename(final, trash)  # incomplete folder left by hand: move it aside and retry once
-        shutil.rmtree(trash, ignore_errors=True)
-        os.rename(tmp, final)
-
-
-_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-
-
-def parse_resources(ptxas_output: str) -> Resources:
-    """Worst registers and static shared memory over kernels, total spill bytes, from -Xptxas -v."""
-    regs: list[int] = []
-    smem: list[int] = []
-    spills = 0
-    seen_spill = False
-    for line in ptxas_output.splitlines():
-        used = _USED.search(line)
-        if used:
-            regs.append(int(used.group(1)))
-            smem.append(int(used.group(2) or 0))
-        spill = _SPILL.search(line)
-        if spill:
-            seen_spill = True
-            spills += int(spill.group(1)) + int(spill.group(2))
-    return Resources(
-        registers=max(regs) if regs else None,
-        shared_bytes=max(smem) if smem else None,
-        spills=spills if seen_spill else None,
-    )
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        sandbox.reap(self.pid)

@@ -50,6 +50,7 @@ from typing import Any
 
 from kernelwright.judge import confine, quota
 from kernelwright.judge.quota import memory_total  # noqa: F401 - judge.sandbox.memory_total, as before
+from kernelwright.runtime.build import CONFINED_ENV
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,6 @@ LAYERS = ("env", "limits", "uid", "landlock", "seccomp")
 SPEC_ENV = "KERNELWRIGHT_SANDBOX"  # the child's sandbox (JSON, `Spec.to_env`), set by the judge
 READ_ENV = "KERNELWRIGHT_SANDBOX_READ"  # a spawned candidate child's problem and candidate folder (os.pathsep-separated)
 SPARE_INPUTS = "in"  # a spare's folder for the problem and candidate of the evaluation that takes it (judge.spares)
-CONFINED_ENV = "KERNELWRIGHT_CONFINED"  # "1" in a process that entered the sandbox (its builds stay its own)
 UID_BASE = 0x6B000000  # 1795162112 and up: no account's; a child's uid is this plus its pid
 # Names that say a secret, anywhere in a variable's name (upper-cased), and the judge's own doors.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE", "SIGNATURE")
@@ -72,11 +72,6 @@ SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "
 ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf", "alternatives",
             "nvidia", "OpenCL", "vulkan", "gai.conf", "mime.types", "os-release", "debian_version")
 DEVICE_FILES = ("null", "zero", "full", "random", "urandom")
-
-
-def confined() -> bool:
-    """Whether this process entered the sandbox (judge.build then builds into its own folder)."""
-    return os.environ.get(CONFINED_ENV) == "1"
 
 
 def secret_name(name: str) -> bool:

@@ -4,7 +4,7 @@
     lib = runtime.load(SOURCE)            # str: source text; pathlib.Path: a file
     lib.launch(x, y, x.numel())           # tensors go as data_ptr(); a trailing stream may be omitted
 
-Builds go through kernelwright.judge.build (the same cache the judge prebuilds into). The prototypes
+Builds go through kernelwright.runtime.build (the same cache the judge prebuilds into). The prototypes
 of the source's extern "C" functions set each function's ctypes argtypes and restype. This module
 needs only torch (imported lazily, on the first call) and the standard library.
 """
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge import build as _build
+from kernelwright.runtime import build as _build
 from kernelwright.runtime._prototypes import Kind, Param, Prototype, parse_prototypes
 
 __all__ = ["BuildError", "KernelError", "Kernel", "Library", "Prototype", "load", "parse_prototypes", "signature"]

@@ -54,7 +54,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     composer = None
     if args.composer_model:
-        from kernelwright.agent.llm import make_backend
+        from kernelwright.llm.backend import make_backend
         from kernelwright.synth.llm_composer import LLMComposer
 
         if args.source:

@@ -57,7 +57,7 @@ def program_of(text: str) -> tuple[str | None, str]:
 
 @dataclass
 class LLMComposer:
-    """Asks `backend` (agent.llm.make_backend) for each candidate's program."""
+    """Asks `backend` (llm.backend.make_backend) for each candidate's program."""
 
     backend: Any
     window_ms: tuple[float, float] = (1.0, 100.0)

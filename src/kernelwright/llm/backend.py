@@ -1,7 +1,9 @@
-"""Model backends behind one protocol, and the plumbing the HTTP ones share.
+"""Model backends behind one protocol, the plumbing the HTTP ones share, and the factory.
 
-`make_backend("openai:MODEL")`, `make_backend("anthropic:MODEL")` or `make_backend("replay:PATH")`
-gives a `Backend`; its `complete()` turns a conversation into one `Reply`.
+`make_backend("openai:MODEL")` or `make_backend("anthropic:MODEL")` gives a `Backend`; its
+`complete()` turns a conversation into one `Reply`. A client is one module of this package and one
+line of `CLIENTS`. A backend that asks no server (the agent's `replay:PATH`) is passed in by its
+caller through `offline=`, so this package imports nothing above core.
 
 Shared here:
 - API keys come only from the environment (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`; `KERNELWRIGHT_API_KEY`
@@ -13,14 +15,15 @@ Shared here:
   jitter, honouring `Retry-After` up to a cap; other HTTP errors fail at once.
 - The caller's slot name (`key=`) travels as the `X-Kernelwright-Slot` header, which real servers ignore.
 - `preflight(backend)`: before a run measures anything, one short GET (the server's model list)
-  shows that the server answers and takes the key; a backend without a `preflight` method (a replay)
-  needs no check.
+  shows that the server answers and takes the key; a backend without a `preflight` method (one that
+  asks no server, such as a replay) needs no check.
 """
 
 from __future__ import annotations
 
 import email.utils
 import http.client
+import importlib
 import json
 import logging
 import os
@@ -36,7 +39,10 @@ from kernelwright.core.runs import LLMError, Message, Reply, ToolSpec
 
 logger = logging.getLogger(__name__)
 
-PROVIDERS = ("openai", "anthropic", "replay")
+# provider -> (module, class) of its client, imported on first use; each takes (model, base_url=, timeout_s=,
+# max_retries=, backoff_s=, price=)
+CLIENTS = {"openai": ("kernelwright.llm.openai_chat", "OpenAIChatBackend"),
+           "anthropic": ("kernelwright.llm.anthropic_messages", "AnthropicMessagesBackend")}
 SLOT_HEADER = "X-Kernelwright-Slot"
 KEY_OVERRIDE_ENV = "KERNELWRIGHT_API_KEY"
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -45,13 +51,14 @@ RETRYABLE_STATUSES = frozenset({408, 429})  # besides every 5xx
 PREFLIGHT_TIMEOUT_S = 10.0  # the check before a run: one GET, no retries
 
 Price = Callable[[int, int], "float | None"]
+Offline = Callable[[str], "Backend"]  # a provider that asks no server: what follows "PROVIDER:" -> its backend
 
 
 @runtime_checkable
 class Backend(Protocol):
     """Something that answers a conversation with one reply."""
 
-    name: str  # "openai:MODEL", "anthropic:MODEL", "replay:PATH"
+    name: str  # "PROVIDER:MODEL", e.g. "openai:gpt-4o" (an offline provider's "PROVIDER:PATH")
     supports_tools: bool  # whether tool specs are sent
 
     def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec] = (), *, key: str = "",
@@ -279,7 +286,7 @@ def probe(url: str, headers: Mapping[str, str], *, timeout_s: float, key_env: st
 
 def preflight(backend: Backend, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
     """Check that the backend's server answers and takes the key, before a run measures anything;
-    ValueError says what to fix. Backends without a `preflight` method (replays) pass."""
+    ValueError says what to fix. Backends without a `preflight` method (those that ask no server) pass."""
     check = getattr(backend, "preflight", None)
     if check is None:
         return
@@ -292,34 +299,28 @@ def preflight(backend: Backend, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
 
 # ---- the factory ------------------------------------------------------------------------------
 
-def parse_spec(spec: str) -> tuple[str, str]:
-    """PROVIDER:MODEL split in two; ValueError naming the spec and the known providers."""
+def parse_spec(spec: str, providers: Sequence[str] = tuple(CLIENTS)) -> tuple[str, str]:
+    """PROVIDER:MODEL split in two; ValueError naming the spec and the known `providers`."""
     provider, sep, target = spec.partition(":")
     provider, target = provider.strip().lower(), target.strip()
-    problem = ("missing ':'" if not sep else f"unknown provider {provider!r}" if provider not in PROVIDERS
-               else "no model (or recording path) after ':'" if not target else "")
+    problem = ("missing ':'" if not sep else f"unknown provider {provider!r}" if provider not in providers
+               else "no model (or path) after ':'" if not target else "")
     if problem:
         raise ValueError(f"bad model spec {spec!r}: {problem}; expected PROVIDER:MODEL with PROVIDER one of "
-                         f"{', '.join(PROVIDERS)} (e.g. openai:gpt-4o, anthropic:claude-sonnet-4-5, replay:recordings/x.json)")
+                         f"{', '.join(providers)} (e.g. openai:gpt-4o, anthropic:claude-sonnet-4-5)")
     return provider, target
 
 
 def make_backend(spec: str, *, base_url: str | None = None, timeout_s: float = 600.0, max_retries: int = 4,
-                 price: Price | None = None, backoff_s: float = 1.0) -> Backend:
-    """The backend for a PROVIDER:MODEL spec (see the module docstring)."""
-    provider, target = parse_spec(spec)
-    if provider == "replay":
-        from kernelwright.agent.replay import ReplayBackend
-
+                 price: Price | None = None, backoff_s: float = 1.0, offline: Mapping[str, Offline] | None = None) -> Backend:
+    """The backend for a PROVIDER:MODEL spec: a client of CLIENTS, or one of the caller's `offline`
+    providers (which take only what follows the colon)."""
+    offline = offline or {}
+    provider, target = parse_spec(spec, (*CLIENTS, *offline))
+    if provider in offline:
         if base_url:
-            logger.warning("replay backend ignores base_url %s", base_url)
-        return ReplayBackend(target)
-    options: dict[str, Any] = dict(base_url=base_url, timeout_s=timeout_s, max_retries=max_retries,
-                                   backoff_s=backoff_s, price=price)
-    if provider == "openai":
-        from kernelwright.agent.openai_chat import OpenAIChatBackend
-
-        return OpenAIChatBackend(target, **options)
-    from kernelwright.agent.anthropic_messages import AnthropicMessagesBackend
-
-    return AnthropicMessagesBackend(target, **options)
+            logger.warning("%s backend ignores base_url %s", provider, base_url)
+        return offline[provider](target)
+    module, name = CLIENTS[provider]
+    client = getattr(importlib.import_module(module), name)
+    return client(target, base_url=base_url, timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s, price=price)

@@ -12,8 +12,8 @@ import json
 import logging
 from typing import Any, Sequence
 
-from kernelwright.agent.llm import (Exchange, HttpSettings, Price, RetryPolicy, cost_usd, excerpt, post_json,
-                                    probe, require_key, slot_header)
+from kernelwright.llm.backend import (Exchange, HttpSettings, Price, RetryPolicy, cost_usd, excerpt, post_json,
+                                      probe, require_key, slot_header)
 from kernelwright.core.runs import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ Entry forms:
   `model`.
 When nothing matches, the answer is HTTP 500 with a JSON error saying the script is exhausted.
 
-Run from a shell: `python -m kernelwright.agent.scripted SCRIPT.json [--port N]` prints the base
+Run from a shell: `python -m kernelwright.llm.scripted SCRIPT.json [--port N]` prints the base
 URL on its first line and serves until killed. A script file is a list of entries or
 `{"entries": [...]}`.
 """
@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Sequence
 
-from kernelwright.agent.llm import SLOT_HEADER
+from kernelwright.llm.backend import SLOT_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ def _content_type(body: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve a script file until killed; the base URL is the first line on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m kernelwright.agent.scripted",
+    parser = argparse.ArgumentParser(prog="python -m kernelwright.llm.scripted",
                                      description="Serve a scripted OpenAI-compatible chat server on 127.0.0.1.")
     parser.add_argument("script", help="JSON file: a list of entries or {\"entries\": [...]}")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (default: any free port)")

@@ -241,6 +241,9 @@ EXPLOITS: tuple[Exploit, ...] = (
             "precision", _f("precision"), refused=("rejected",), allow_torch=True, context={**KB_TOLERANCE, "atol": 5e-2, "rtol": 5e-2}),
     Exploit("zoo_matmul_fp16_operands", "matmul", "a C++ product rounding its operands to fp16, under KernelBench's 1e-2 tolerance",
             "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
+    Exploit("zoo_matmul_fp16_when_timed", "matmul", "the fp32 product in fp32 for 24 calls (the checked ones), in fp16 from the 25th "
+            "(the timed ones), under KernelBench's 1e-2 tolerance", "precision", _f("precision"), refused=("rejected",), allow_torch=True,
+            context=KB_TOLERANCE, evidence=("computed in reduced precision once timed",)),
     Exploit("zoo_matmul_tf32_cuda", "matmul", "a CUDA product rounding its operands to TF32 (cvt.rna), under KernelBench's 1e-2 tolerance",
             "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
     # -- torch compute --------------------------------------------------------------------------

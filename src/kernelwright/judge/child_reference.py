@@ -384,7 +384,7 @@ def _case_refs(i: int) -> list[torch.Tensor]:
     return refs
 
 
-def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bool = False) -> dict[str, Any]:
+def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bool = False, drift: bool = False) -> dict[str, Any]:
     """Compare a candidate's staged outputs (judge.handover) with the reference: on CUDA read in
     place from its staging area, on the CPU copied out of its sealed memfd. The description is
     checked against the reference before anything is mapped or allocated for it."""
@@ -407,6 +407,8 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bo
     try:  # on CUDA the comparison reads the candidate's staging area in place (handover.taken)
         with handover.taken(desc, items, fds, S.device) as outs:
             res = correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
+            if drift and res["ok"] and S.oracle:  # step precision on a timed call: no further from the fp32 reference than fp32 gets
+                res.update({"ok": False, "message": far} if (far := precision_guard.drifted(outs, refs, S.oracle["rows"])) else {})
             if oracle and res["ok"]:  # step precision: the candidate's error from the float64 oracle
                 res["precision"] = [{**r, "e_c": precision_guard.candidate_error(outs[r["index"]], S.oracle["kept"][r["index"]])}
                                     for r in S.oracle["rows"]]
@@ -429,7 +431,7 @@ def compare(args: dict[str, Any]) -> dict[str, Any]:
 def recheck(args: dict[str, Any]) -> dict[str, Any]:
     """Compare a timed call's staged output with the reference on that call's inputs."""
     refs = _forward(inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device))
-    return _compare_handover(refs, args)
+    return _compare_handover(refs, args, drift=True)
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:

@@ -203,8 +203,7 @@ def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
 
 
 def _add_parts(parts: dict[str, float], reported: Any) -> None:
-    """Add a case's per-part seconds as the candidate child reports them (log only: anything
-    malformed is ignored)."""
+    """Add a case's per-part seconds as the candidate child reports them (log only: anything malformed is ignored)."""
     if not isinstance(reported, dict):
         return
     for part, sec in list(reported.items())[:8]:
@@ -398,8 +397,9 @@ def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool, lead_
     if outcome.recheck_failure:
         if vb.off_or("timed_recheck"):
             vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
-        vb.guard("timed_recheck", True, outcome.recheck_failure[:300])
-        raise Stop(Status.INCORRECT, outcome.recheck_failure)
+        drift = precision.DRIFT in outcome.recheck_failure  # within tolerance, but further than fp32 gets (guards.precision.drifted)
+        vb.guard("precision" if drift else "timed_recheck", True, outcome.recheck_failure[:300])
+        raise Stop(Status.REJECTED if drift else Status.INCORRECT, outcome.recheck_failure)
     if outcome.lead_us > flow.lead_us()[0] and vb.off_or("cuda_events"):  # the reference's calls take longer to queue (lead.lead_for)
         vb.step("cuda_events", True, f"CUDA events around every call, the start event queued behind a {outcome.lead_us:.0f} us spin on "
                 f"{flow.meta.get('lead')} (the policy's {flow.lead_us()[0]:g} us, lengthened to the baselines' launch time): host launch latency is not timed")

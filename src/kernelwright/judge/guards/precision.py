@@ -4,7 +4,12 @@ Watches: the candidate's float32 outputs on one get_inputs() case drawn in secre
 values, where rounding to a shorter mantissa shows), measured against an oracle: the reference
 model run with float64 parameters and buffers on the same inputs cast to float64 (judge.child_reference
 computes it, and both errors, in the reference child; the candidate never sees it).
-Runs: under `Policy.precision == "fp32"` with step `precision` on. Under `tf32`, `bf16` or `fp16`
+Runs: under `Policy.precision == "fp32"` with step `precision` on; and on every re-checked timed
+call (step timed_recheck), where no oracle is computed: there the candidate's distance from the fp32
+reference d = ||c - r|| / ||r|| is held to threshold(e_r) + e_r, with e_r from the oracle's case. By
+the triangle inequality d > threshold(e_r) + e_r means e_c > threshold(e_r), so a candidate that
+keeps fp32 while its answers are checked and switches to a shorter mantissa once it is timed is
+refused as well. Under `tf32`, `bf16` or `fp16`
 the policy allows that precision inside, loosens the tolerance to match and gives the baselines
 the same allowance, so there is nothing to refuse.
 Finding: per float32 output, the relative L2 errors e_c = ||c - o|| / ||o|| of the candidate and
@@ -31,10 +36,10 @@ from typing import Any
 from kernelwright.judge.guards.spec import GuardSpec
 
 SPEC = GuardSpec(
-    name="precision", step="precision", phases=("correctness",),
+    name="precision", step="precision", phases=("correctness", "timing"),
     watches="the candidate's float32 outputs on a get_inputs() case drawn in secret, against a float64 oracle and the fp32 reference",
     finding="per output, e_c and e_r (relative L2 errors from the oracle) and the limit", refusal="rejected",
-    proofs=("zoo_matmul_fp16_torch", "zoo_matmul_bf16_torch", "zoo_matmul_fp16_operands", "zoo_matmul_tf32_cuda"),
+    proofs=("zoo_matmul_fp16_torch", "zoo_matmul_bf16_torch", "zoo_matmul_fp16_operands", "zoo_matmul_tf32_cuda", "zoo_matmul_fp16_when_timed"),
     accepts=("zoo_matmul_naive", "zoo_longsum_sequential", "examples/cpu/matmul"),
     where="judge.child_reference (the oracle and both errors, in the reference child)",
 )
@@ -197,6 +202,33 @@ def figures(refs: list[Any], oracle: list[Any]) -> tuple[list[dict[str, Any]], s
             kept[k] = (None if idx is None else idx.to("cpu"), o_s)
             rows.append({"index": k, "e_r": 0.0 if bitwise else rel_l2(r_s, o_s), "bitwise": bitwise})
     return rows, "; ".join(why), kept
+
+
+DRIFT = "computed in reduced precision once timed"  # what a timed re-check's refusal starts with (judge.phases)
+
+
+def drifted(outs: list[Any], refs: list[Any], rows: list[dict[str, Any]]) -> str:
+    """Why a re-checked timed call's outputs are further from the fp32 reference than an fp32
+    computation can be (d > threshold(e_r) + e_r on SAMPLE elements drawn in secret), or empty."""
+    import torch
+
+    gen = torch.Generator().manual_seed(secrets.randbits(62))
+    for row in rows:
+        k, e_r = row["index"], float(row["e_r"])
+        if k >= len(outs) or k >= len(refs):
+            continue
+        c, r = outs[k].reshape(-1), refs[k].reshape(-1)
+        if c.numel() != r.numel() or c.numel() == 0:
+            continue
+        if c.numel() > SAMPLE:
+            idx = torch.randint(c.numel(), (SAMPLE,), generator=gen)
+            c, r = c[idx.to(c.device)], r[idx.to(r.device)]
+        d, lim = rel_l2(c, r), threshold(e_r) + e_r
+        if d > lim:
+            return (f"{DRIFT}: output {k} is {d / EPS32:.0f} float32 epsilons from the fp32 reference, more than the "
+                    f"{lim / EPS32:.0f} an fp32 computation can be (max({RATIO:g}x the reference's {e_r / EPS32:.1f} from the float64 "
+                    f"oracle, {FLOOR:g}) plus that {e_r / EPS32:.1f})")
+    return ""
 
 
 def candidate_error(out: Any, kept: tuple[Any, Any]) -> float:

@@ -5,8 +5,8 @@
 # 1. step precision on built-in problems at full size: the reference as the candidate correct, an
 #    autocast-to-fp16 candidate under the kernelbench preset refused by the guard (precision_scan.py);
 # 2. the shipped CUDA examples as a suite (bench), with the guard and pricing version 2 in force;
-# 3. the baselines against triton's do_bench on three KernelBench problems whose compile calls the
-#    old pricing charged most (dobench_agreement.py), when a KernelBench folder is given;
+# 3. the baselines against triton's do_bench (dobench_agreement.py) on DOBENCH_PROBLEMS (default 3:19,
+#    the launch-bound MobileNetV1), when a KernelBench folder is given;
 # 4. the GPU tests (the zoo's GPU entries among them).
 # Each part's limit in seconds: SCAN_S, DOBENCH_S, PYTEST_S; SKIP_BENCH=1 leaves part 2 out.
 set -u
@@ -19,7 +19,7 @@ tail -3 "$out/precision_scan.log"
 [ -n "${SKIP_BENCH:-}" ] || timeout 120 python3 -m kernelwright bench --suite examples/cuda -o "$out/bench_examples_cuda.json" --no-store > "$out/bench.log" 2>&1; echo "bench rc $?"
 tail -8 "$out/bench.log"
 if [ -n "$kb" ]; then
-  timeout "${DOBENCH_S:-130}" python3 benchmarks/dobench_agreement.py --kernelbench "$kb" --out "$out" --problems 1:43,1:61,2:31 --jobs 8 --budget-s 5 \
+  timeout "${DOBENCH_S:-130}" python3 benchmarks/dobench_agreement.py --kernelbench "$kb" --out "$out" --problems "${DOBENCH_PROBLEMS:-3:19}" --jobs 8 --budget-s 5 \
     > "$out/dobench.log" 2> "$out/dobench_err.log"; echo "dobench rc $?"
   cat "$out/dobench.log"
 fi

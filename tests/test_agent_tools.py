@@ -22,7 +22,7 @@ from kernelwright.core.records import Guard, Status, Timing, Verdict
 from kernelwright.problems.loader import load_problem
 
 from affine_fixture import PROBLEM, candidate  # the tiny problem and raw C++ candidate, shared with test_mcp.py
-from conftest import JUDGE_TIMEOUT_S
+from conftest import JUDGE_TIMEOUT_S, needs_gpu
 
 
 FAST = Objective(compile_baseline=False, seeds=1, timing_budget_s=1.0)
@@ -412,3 +412,17 @@ def test_prebuild_fills_the_build_cache(tmp_path, problem):
     reports = [judge.compile(f) for f in folders]
     assert all(r.ok and r.resources[0]["cached"] for r in reports), reports
     assert judge.store is None and judge.baseline_mode() == "measured"
+
+
+@needs_gpu()
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("size", ["full", "cpu"])
+def test_gpu_ncu_profiles_the_candidates_kernel_at_the_verdicts_size(size):
+    # the agent's profile tool on a real GPU: one forward of the shipped softmax under ncu, confined as the judge's tools are
+    root = Path(__file__).resolve().parents[1] / "examples" / "cuda" / "softmax"
+    res = ncu_metrics(load_problem(root / "problem.py"), root, device="cuda", timeout_s=300, size=size, sandbox_mode="auto")
+    assert res["ran"], res
+    assert "note" not in res, res  # the forward completed and ncu reported its kernels
+    assert any("softmax" in k["name"] for k in res["kernels"]), res["kernels"]
+    assert all(k["duration_ms"] is None or k["duration_ms"] > 0 for k in res["kernels"])

@@ -84,9 +84,8 @@ TIMING_STEPS = ("l2_flush", "cuda_events", "device_sync", "harness_overhead", "f
 def timing_key(policy: Policy, size: str = "full") -> str:
     """What about the timing protocol must match for a stored time to stand in for a measured one:
     the timing steps switched on, the lead spin asked for, the preset, the timing pool's rule
-    (memory.pool_slots: records made before 2026-12-04, when the pool held three input sets, or
-    before that, do not match) and the L2 flush's (FLUSH_RULE, with the flush on: until
-    2026-12-04 the flush also wrote an int64 copy of its buffer, so records timed so do not match).
+    (memory.pool_slots) and the L2 flush's (FLUSH_RULE, with the flush on): a record timed with
+    another pool or another flush does not match.
     A verdict under another protocol (the kernelbench preset's no-flush timing, an ablation) finds
     no cached baselines. A size other than full (the CPU size) is named in it; full is not, so
     records made before sizes existed, all at full size, still match a full-size verdict. The pricing's

@@ -1,12 +1,10 @@
 """The input check's keyed digest in one kernel of the judge's own (CPU and CUDA).
 
-Step inputs_unchanged digests every input before and after each call (judge.inputs). Until
-2026-12-04 the digest was torch operators, three kernels per chunk of 4 Mi words with 32 MiB of
-int64 weights drawn by torch's generator; on the H200 the case's input draw and its digest took
-0.25 s and the check after the call 0.17 s of a 1.005 s correctness-only verdict (softmax, fifteen
-512 MiB inputs: about 11 ms a digest, benchmarks/results/warm_h200.md). Here one pass reads each
-word once, makes its weight from the key on the spot and keeps no temporaries beyond one partial
-sum per block.
+Step inputs_unchanged digests every input before and after each call (judge.inputs). The torch
+operators' digest (judge.inputs._digest) takes three kernels per chunk and 32 MiB of int64
+weights, about 11 ms a 512 MiB input on the H200, about a third of a correctness-only softmax verdict
+(benchmarks/results/warm_h200.md). Here one pass reads each word once, makes its weight from the
+key on the spot and keeps no temporaries beyond one partial sum per block.
 
 The digest. The input's bytes are read as unsigned 16-bit words u_j (bytes for one-byte dtypes),
 numbered from 0 across the whole tensor (a strided tensor's slabs continue the count), and

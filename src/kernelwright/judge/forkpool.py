@@ -48,7 +48,7 @@ def absolute_pythonpath(env: dict[str, str]) -> dict[str, str]:
     """env with each PYTHONPATH entry made absolute against the judge's working directory. The
     judge's processes start elsewhere (the fork server in /, children in their work directory), so
     `PYTHONPATH=src python3 -m kernelwright ...` from a checkout would otherwise leave them unable to
-    import kernelwright: every verdict an infra_error (H200, fec5d40, memory_bench.py)."""
+    import kernelwright: every verdict an infra_error (seen with benchmarks/memory_bench.py)."""
     value = env.get("PYTHONPATH")
     if value:
         env = {**env, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in value.split(os.pathsep) if p)}

@@ -68,7 +68,7 @@ def preload(optional: bool) -> None:
     # The compilers' --version, the CPU's identity and the GPU's arch (subprocesses, no CUDA here),
     # memoised once for every child: each child's setup loads the judge's own kernels (the lead
     # spin, the input digest) through the build cache, whose key needs them; without this a child
-    # on the CPU ran `g++ --version` for the digest, 9.4 ms against 0.9 ms (2-core box, 2026-12-04).
+    # on the CPU runs `g++ --version` for the digest (9.4 ms against 0.9 ms on 2 CPU cores).
     build.warm_host_facts("cuda" if build.find_compiler("cuda") else "cpu")
     if _cuda_touched():
         raise ForkRefused("", "finding the GPU's arch initialised the CUDA driver; children cannot be forked")

@@ -11,11 +11,10 @@ the bytes (taken):
   child's process group is stopped (SIGSTOP) and sent nothing until that comparison is done
   (judge.phases, judge.workers.Child.paused), and the stager synchronised the device after its
   copy, so no code or GPU work of the candidate's runs between the hand-over and the comparison.
-  Until 2026-12-04 the reference child copied the bytes into its own memory first (an output's
-  size more on the GPU, judge.memory) under the same pause. One gap is wider for it: GPU work that
-  a native thread of the candidate's launched between the stager's last synchronise and the stop
-  keeps running (a stop halts threads, not the device), and it now has the whole comparison to
-  land in rather than one copy.
+  Comparing in place, not in a copy, saves an output's size on the GPU (judge.memory) and widens
+  one gap: GPU work that a native thread of the candidate's launched between the stager's last
+  synchronise and the stop keeps running (a stop halts threads, not the device), and it has the
+  whole comparison to land in rather than one copy.
 - **CPU**: the outputs are written into a memfd that is then sealed against writes, growing and
   shrinking (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK): after the seal nobody, the candidate's
   process included, can change its bytes. The descriptor travels over the children's result
@@ -85,10 +84,10 @@ _T = torch._C.TensorBase  # methods called through the C base class, never looke
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
     """A tensor's data as a plain contiguous tensor, whatever its subclass says. Every method is
-    the C base class's, called with the tensor: `t.detach()` found a function the candidate had
+    the C base class's, called with the tensor: `t.detach()` would find a function the candidate
     set on that one output object (`out.detach = ...`, no class or watched name changed), which
-    computed the answer here, at the hand-over, outside every timed region, for a forward that
-    did nothing (found in review, 2026-12-04: zoo_lazy_output)."""
+    could compute the answer here, at the hand-over, outside every timed region, for a forward
+    that did nothing (zoo_lazy_output)."""
     with torch._C.DisableTorchFunction():
         base = _T.detach(t)
         if type(base) is not torch.Tensor:

@@ -61,8 +61,8 @@ def _to_device(value: Any, device: torch.device) -> Any:
 
 # What the draw of a timed call's inputs runs, bound when a child imports this module, before any
 # candidate code: between a timed call's seed and its start nothing may be looked up where the
-# candidate could have put code of its own (a module attribute, a class dict, a module's class).
-# A red-team review on 2026-12-05 won at 2.8-3.9x eager through each of: a wrapped
+# candidate could have put code of its own (a module attribute, a class dict, a module's class),
+# or that code sees the seed and computes the next answer untimed. Each of these did so: a wrapped
 # torch.cuda.is_initialized, random's instance given a class with __setattr__, numpy.random
 # behind a proxy module, numpy.__spec__ read by `import numpy`, torch.no_grad.__enter__ wrapped,
 # a dtype property added to torch.Tensor, records.Case.__init__ wrapped, and DeviceContext (the
@@ -107,10 +107,10 @@ def _seed_all(seed: int, device: torch.device | None = None) -> None:
     """Seed torch (the CPU generator, and on a CUDA device every CUDA generator), Python's random and
     numpy's global generator, as torch.manual_seed, random.seed and numpy.random.seed do, through
     what was bound at import. Not torch.manual_seed itself: with CUDA not yet up (every draw on the
-    CPU backend) it queued the CUDA seeding with a traceback.format_stack() of the caller, which
-    raised audit events (sys._getframe, open) inside the draw of a timed call's inputs, where an
-    audit hook of the candidate's, which nothing can remove, saw the seed (found 2026-12-05;
-    tests/test_window.py). The values drawn are the same."""
+    CPU backend) it queues the CUDA seeding with a traceback.format_stack() of the caller, which
+    raises audit events (sys._getframe, open) inside the draw of a timed call's inputs, where an
+    audit hook of the candidate's, which nothing can remove, sees the seed (tests/test_window.py).
+    The values drawn are the same."""
     _GEN_SEED(_CPU_GENERATOR, seed)
     if device is not None and device.type == "cuda":
         if _CUDA_GENERATORS:
@@ -131,9 +131,9 @@ def raw_inputs(problem: ModuleType, case: Case, device: torch.device) -> list[An
 
 def _draw(problem: ModuleType, extra: bool, index: int, seed: int, device: torch.device) -> list[Any]:
     """get_inputs() (or get_test_inputs()[index]) under the seed, on the device, with torch function
-    and dispatch modes and subclass handlers off: a mode the candidate left on after its call saw
-    the judge's draw of the next inputs, between timed calls (found by a red-team review,
-    2026-12-04; the problem's own code needs none). On a CUDA device the draw runs under the
+    and dispatch modes and subclass handlers off: a mode the candidate left on after its call would
+    see the judge's draw of the next inputs, between timed calls (the problem's own code needs
+    none). On a CUDA device the draw runs under the
     device's own context (a function mode, of the class bound at import), and on the meta device too
     (judge.problem_meta: a KernelBench input of several GB is then a shape, never drawn); on the CPU under none."""
     left: list[Any] = []  # function modes left on: off the stack for the draw (the device's own context goes on top)
@@ -186,11 +186,10 @@ def near_patch(problem: ModuleType, seed: int, device: torch.device) -> list[Any
     """What perturb writes for a near case of `seed`: per input position, None or (shape, where,
     values), where `where` are NEAR_POSITIONS positions drawn from the seed and `values` what
     another get_inputs() draw has there. Drawn before the case's own inputs, the other draw is gone
-    when they are made: a near case holds one input set, not two (judge.memory; until 2026-12-04
-    the other set was drawn beside the case's, twice the inputs in both children). Each draw seeds
-    every generator first, so the values are those of the old order too, unless get_inputs() keeps
-    state of its own between calls (a module-level buffer, a generator it never reseeds); both
-    children draw in the same order either way."""
+    when they are made: a near case holds one input set, not two (judge.memory). Each draw seeds
+    every generator first, so the order changes no value unless get_inputs() keeps state of its
+    own between calls (a module-level buffer, a generator it never reseeds); both children draw in
+    the same order either way."""
     other = raw_inputs(problem, Case("native", (seed * 2654435761 + 1) % (2**31 - 1) + 1), device)
     patch: list[Any] = []
     with torch.no_grad():
@@ -239,8 +238,8 @@ def refresh_inputs(problem: ModuleType, pool_entry: list[Any], call_seed: int, d
     tensor lets go of its storage first (release_slot), so the fresh draw can take the allocator's
     block it held and a refresh costs no second input set (judge.memory), then takes the fresh
     tensor's storage (fill_slot). A tensor whose shape, dtype or strides changed, or one that set_
-    cannot rebind (a subclass, one that requires grad), keeps the old way: its new values copied
-    in, or the value replaced. Other values are replaced."""
+    cannot rebind (a subclass, one that requires grad), falls back: its new values are copied
+    in, or the value is replaced. Other values are replaced."""
     dropped: list[Any] = []
     layouts = release_slot(pool_entry)
     fill_slot(problem, pool_entry, layouts, call_seed, device, dropped)
@@ -267,13 +266,13 @@ def release_slot(pool_entry: list[Any]) -> list[Any]:
     tensor of the entry lets go of its storage (its layout is returned for fill_slot). It is bound
     to one empty storage the judge keeps for good, so that rebinding it later frees nothing: a weak
     reference callback on a storage or on an output runs when the judge lets go of it, and freed
-    after the seed arrived it computed the next answer there, outside the timed region (found in
-    review, 2026-12-04; tests/test_window.py)."""
+    after the seed arrived it could compute the next answer there, outside the timed region
+    (tests/test_window.py)."""
     # The pool's tensors have been the candidate's arguments: methods through the base class
     # (judge.inputs._form), torch functions off, and only a plain torch.Tensor is written in place;
     # anything else, a tensor whose class the candidate swapped included, is replaced, so no code of
-    # its runs here, between timed calls (a swapped class's __torch_function__ computed the next
-    # answer inside copy_, outside the timed region: found in review, 2026-12-04).
+    # its runs here, between timed calls (a swapped class's __torch_function__ could compute the
+    # next answer inside copy_, outside the timed region).
     with _DISABLE_TF(), _DISABLE_DISPATCH():
         layouts = [(v.shape, v.dtype, tuple(_T.stride(v))) if _rebindable(v) else None for v in pool_entry]
         with torch.no_grad():
@@ -294,7 +293,7 @@ def fill_slot(problem: ModuleType, pool_entry: list[Any], layouts: list[Any], ca
     grad = _GRAD_ON()
     _SET_GRAD(False)
     try:
-        with _DISABLE_TF(), _DISABLE_DISPATCH():  # a dispatch mode saw set_ take the fresh draw's storage (red team, 2026-12-05)
+        with _DISABLE_TF(), _DISABLE_DISPATCH():  # else a dispatch mode sees set_ take the fresh draw's storage
             for i, src in enumerate(fresh):
                 dst = pool_entry[i] if i < len(pool_entry) else None
                 was = layouts[i] if i < len(layouts) else None
@@ -356,8 +355,8 @@ def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[A
     # The getter's state lives in a generator's frame, not in closure cells or a list: code of the
     # candidate's that walked the frames to time_calls' get_args could swap a cell's contents (the
     # ask function, for a wrapper that saw each seed) or put an int subclass in a counter list,
-    # whose __add__ ran after the seed (red team, 2026-12-05). A generator's locals cannot be
-    # rebound from Python; get_args is its bound send.
+    # whose __add__ ran after the seed. A generator's locals cannot be rebound from Python;
+    # get_args is its bound send.
     steps = _asking(problem, pool, calls, device, ask, quiet, dropped)
     next(steps)
     return steps.send
@@ -378,7 +377,7 @@ def _asking(problem: ModuleType, pool: list[list[Any]], calls: list[list[Any]], 
         values = []
         dropped.clear()  # frees what the last refresh replaced: before any seed is known
         entry, said = pool[slot], []
-        if type(entry) is not list:  # a subclass's __getitem__ read the fresh draw off fill_slot's frame (red team, 2026-12-05)
+        if type(entry) is not list:  # a subclass's __getitem__ could read the fresh draw off fill_slot's frame
             said.append("hook: a timing pool entry replaced")
             entry = pool[slot] = []  # the old one is freed now, before the seed
         layouts = release_slot(entry)
@@ -416,28 +415,26 @@ def tensor_bytes(values: Any) -> int:
 
 # -- the input check: a keyed digest of every input's bytes, no copy of them --------------------------
 #
-# Step inputs_unchanged asks whether the call left its inputs' bytes alone. Until 2026-12-04 it kept
-# a copy of every input on the device (I more in the candidate child: judge.memory); now it keeps a
-# digest: the input's bytes read as 16-bit words x_j (bytes for one-byte dtypes), and
+# Step inputs_unchanged asks whether the call left its inputs' bytes alone. It keeps a digest, not a
+# copy of every input on the device (I more in the candidate child: judge.memory): the input's bytes
+# read as 16-bit words x_j (bytes for one-byte dtypes), and
 #     D = sum_j w_j * x_j, exactly (a Python integer),
 # with weights w_j drawn uniformly from [1, 2**31) by a generator seeded from a key drawn fresh for
 # every case. A change d (d_j = x'_j - x_j, not all zero) goes unseen only when sum_j w_j d_j = 0:
 # fix every weight but one w_k with d_k != 0, and at most one of its 2**31 - 1 values does that, so
 # whatever the change, the chance is at most 1 in 2**31 - 1 per changed input and case (the key is
-# drawn after the inputs; like the copy before it, it lives in the process the candidate runs in).
+# drawn after the inputs; like a copy would, it lives in the process the candidate runs in).
 # Products stay below 2**47, sums of DIGEST_BLOCK of them below 2**63, and each block's sum is split
 # into its high and low 31 bits before the blocks are added (on the device, fewer than 2**32 blocks
 # of up to 2**32 each): no int64 ever wraps.
 
 DIGEST_WORDS = 1 << 22  # words read at a time: 32 MiB of int64 weights, and room in the estimate for the words widened beside them ...
 DIGEST_WORDS_CPU = 1 << 20  # ... at most this many on the CPU backend, where a chunk that fits the caches is faster
-# (a 128 MiB tensor on the 2-core box: 0.41 s at 1 << 20, 0.52 s at 1 << 22). On the GPU the chunk's
-# kernel launches count: until 2026-12-04 each chunk took ten (the words widened, the weights drawn,
-# multiplied, summed in blocks, each block sum split and added), now three. Whether CUDA's multiply
-# of int64 by int16 widens a copy of the chunk first, as the CPU's does, has not been read on the
-# H200, so the estimate (judge.memory.DIGEST_TEMP) still holds room for it.
+# (a 128 MiB tensor on 2 CPU cores: 0.41 s at 1 << 20, 0.52 s at 1 << 22). On the GPU a chunk costs
+# three kernel launches. Whether CUDA's multiply of int64 by int16 widens a copy of the chunk first,
+# as the CPU's does, is unmeasured, so the estimate (judge.memory.DIGEST_TEMP) holds room for it.
 #
-# The digest the check uses is now the judge's own kernel's (judge.digest: the same form of sum, mod
+# The digest the check uses is the judge's own kernel's (judge.digest: the same form of sum, mod
 # 2**61 - 1, in one pass and no temporaries), built before the candidate's import; the torch digest
 # here is its fallback where that kernel cannot be built, and the estimate keeps room for it.
 DIGEST_BLOCK = 1 << 16  # products summed in int64 before the split
@@ -456,7 +453,7 @@ def input_record(values: list[Any]) -> dict[str, Any]:
 
 def _form(t: torch.Tensor) -> tuple[Any, ...]:
     """Class, shape, dtype, strides and the lazy conjugate and negative bits (a flipped bit changes
-    the values without a byte: found in review, 2026-12-04). shape and dtype are data descriptors
+    the values without a byte). shape and dtype are data descriptors
     of the base class, which an attribute set on the object cannot shadow; the methods are called
     through it (an input's own `x.stride = ...` or `x.detach = ...` is not the judge's)."""
     return (type(t), tuple(t.shape), t.dtype, tuple(_T.stride(t)), _T.is_conj(t), _T.is_neg(t))

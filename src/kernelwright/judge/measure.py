@@ -26,18 +26,17 @@ NULL_CALLS = 3  # empty calls timed per child per round (step harness_overhead)
 # Step device_sync: how late a call's device-wide end event may come, beyond the empty call's, before
 # the call is charged with it: a tenth of the contender's time, within these bounds (TimingOutcome.charged).
 TAIL_MARGIN_SHARE = 0.1
-TAIL_MARGIN_MIN_MS = 0.005  # at 2 us, most calls of an honest 1.3 us ReLU kernel and its eager baseline were charged (H200, 95216ce)
+TAIL_MARGIN_MIN_MS = 0.005  # at 2 us, many calls of an honest 1.3 us ReLU kernel and its eager baseline were charged (benchmarks/results/judge_h200.md)
 TAIL_MARGIN_MAX_MS = 0.010
-# How far above the reference child's empty-call tail the candidate child's may count (tail_bases).
-# Per process the empty call's tail was 13-22 us on the H200 (sync_h200_840e01e.json).
+# How far above the reference child's empty-call tail the candidate child's may count (tail_bases):
+# per process the empty call's tail is 13-22 us on the H200 (benchmarks/results/judge_h200.md).
 TAIL_BASE_SLACK_MS = 0.005
-# The tail grows with the time the host waits in the synchronize: on the H200 (tail_h200_8f5dc55.json)
-# a call holding the GPU 1-3 ms had a median tail of 29-84 us in two processes of three, against
-# 13-22 us for the empty call, so honest 3 ms matmuls were charged on every call. A contender whose
-# median is at least HELD_MIN_MS is compared with calls of the judge's own spin kernel held that long
-# (timing.time_held) instead of empty calls; below it the tails were flat. It is not the host asleep
-# in the synchronize: with the host polling the stream's end event first (f8ca54b, reverted), 3 ms
-# calls still had median tails of 38-75 us and empty calls' grew by 7-9 us (tail_h200_f8ca54b.json).
+# The tail grows with the time the host waits in the synchronize (on the H200 a call holding the GPU
+# 1-3 ms had a median tail of 29-84 us, against 13-22 us for the empty call, so honest 3 ms matmuls
+# were charged on every call). A contender whose median is at least HELD_MIN_MS is therefore compared
+# with calls of the judge's own spin kernel held that long (timing.time_held) instead of empty calls;
+# below it the tails are flat. It is not the host asleep in the synchronize: polling the stream's
+# end event first left 3 ms calls' tails as long (benchmarks/results/judge_h200.md).
 HELD_MIN_MS = 0.1
 HELD_MAX_MS = 10.0  # longer contenders are held this long (the tails had stopped growing by 3 ms)
 HELD_BAND = 1.5  # held calls count for a contender only within this factor of its final median (or HELD_MAX_MS)
@@ -48,8 +47,8 @@ HELD_BAND = 1.5  # held calls count for a contender only within this factor of i
 # it in the same rounds mostly did not), so a fresh process is a fresh draw. Replayed over the 560
 # honest windows of seven concurrent runs on the H200 (benchmarks/retime_replay.py), 5 % of windows
 # are timed again and the pairs of one candidate's verdicts more than 2 % apart fall from 11 to
-# under 1. Up to f8dca61 the trigger was the candidate child's own calls of the judge's kernels
-# reading high, which missed a window whose calls were charged 4 % while those read level
+# under 1. The trigger is the charge itself, not the judge's own kernels reading high in the
+# candidate child, which can read level while its calls are charged 4 %
 # (benchmarks/results/warm_h200.md). Candidate code sees its own times and can make its own calls
 # late, so it could ask for a second window only when the first went badly: the second is priced
 # no lower than the first's median stream time (phases._floor_from_first_window), which leaves
@@ -282,15 +281,12 @@ def tail_margin(stream_median_ms: float) -> float:
 
 # The guard of step device_sync (the flag, not the charge) fires when the candidate's median call came
 # later than the margin and than this share of the call (the margin's own share, without its cap). The
-# host's wake-up after a long synchronize differs by process: on the H200 the median tail of a call
-# held 1-3 ms was 17-84 us in three fresh processes (tail_h200_8f5dc55.json), so an honest 3.2 ms
-# matmul whose child woke late against a base from a child that woke early came 20-70 us late, past
-# the 10 us margin, and fired the guard in three GPU runs (c894224, 55ceb19, 8a9c185) and not in
-# others. In the GPU zoo run at fec5d40 the matmul's median call came 18.7 us late and the 0.27 ms
-# softmax's 10.1 us (zoo_cuda_fec5d40.json): both past the margin alone. A tenth of the call is 320 us
-# for the matmul and 27 us for the softmax; side work of a tenth of the call or more still fires it
-# (the zoo's side streams hide 2 ms). What fires no flag is still charged: every call pays its
-# lateness beyond the margin (TimingOutcome.charged), so the price is the same either way.
+# host's wake-up after a long synchronize differs by process (a call held 1-3 ms: median tail 17-84 us
+# on the H200), so an honest 3.2 ms matmul or 0.27 ms softmax can come 10-70 us late, past the 10 us
+# margin alone, and fired the guard in some GPU runs (docs/judge.md, docs/zoo.md). A tenth of the call
+# is 320 us for the matmul and 27 us for the softmax; side work of a tenth of the call or more still
+# fires it (the zoo's side streams hide 2 ms). What fires no flag is still charged: every call pays
+# its lateness beyond the margin (TimingOutcome.charged), so the price is the same either way.
 GUARD_LATE_SHARE = 0.1
 
 

@@ -15,8 +15,8 @@ reads the candidate's output in place from its staging area (judge.handover.take
 comparison holds the case's recompute (I + X + O) and T; the determinism check at setup holds
 one output beside a forward (I + X + 2 O), then compares the two (2 O + T); the near case's
 blindness check does so only when the near reference is recomputed and the output is too large
-to wait in host memory meanwhile (over about 100 MB, child_reference.NEAR_PARK_S; since
-2026-12-04), and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds
+to wait in host memory meanwhile (over about 100 MB, child_reference.NEAR_PARK_S),
+and otherwise holds I + X + O, then 2 O + T; when the baselines are timed, it holds
 the timing pool (S I) and, re-checking a timed output, that call's inputs, recompute and the last
 timed output beside it (I + O + T more). The pool has S = pool_slots(I) input sets: one, into
 which every timed call's fresh values go in place (step fresh_inputs; without it, an ablation,
@@ -28,13 +28,9 @@ lets go of the set's storage before it draws, but candidate code may still hold 
 call's output and the staging area. A near case draws the other input set its changed values
 come from before its own (judge.inputs.near_patch), so no child holds two. Poison fills the
 allocator's free blocks in place and holds nothing itself (judge.correctness.poison).
-Until 2026-12-04 the candidate child also held a copy of the inputs for the input check (I), the
-reference child a copy of the output it compared (O), and each timing child three input sets and
-a refresh (4 I), and a near case two input sets in both children: the softmax example's
-processes peaked at 4.2 times its data without their CUDA contexts
-(benchmarks/results/memory_h200.md). Before that, the pool's refresh was missed: on the H200 an
-honest candidate of KernelBench's 16 GiB problem then ran out of memory in timing and was charged
-(fddbf70); the attribution below is only as right as this estimate.
+Measured peaks against this estimate are in benchmarks/results/memory_h200.md. A term the estimate
+misses lets an honest candidate run out of memory in timing and be charged for it: the
+attribution below is only as right as this estimate.
 CTX is the CUDA context and caching allocator's floor per process; the candidate's working set
 is taken as the reference's. `estimate` returns that sum times SLACK. The figures are what the
 caching allocators reserve: what another process cannot have. nvidia-smi shows the same, except
@@ -83,8 +79,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 CTX = 768 * 2**20  # CUDA context, cuBLAS workspace and the allocator's first segments, per child process
-COMPARE_CHUNK = 1 << 22  # elements compared at a time, at most: the comparison's temporaries stay near 256 MiB (twice that
-# at 1 << 23, until 2026-12-04); a chunk costs two synchronisations (the scale's sum, the short pass) (judge.correctness.CHUNK)
+COMPARE_CHUNK = 1 << 22  # elements compared at a time, at most: the comparison's temporaries stay near 256 MiB;
+# a chunk costs two synchronisations (the scale's sum, the short pass) (judge.correctness.CHUNK)
 COMPARE_CHUNK_MIN = 1 << 16  # ... and at least, unless the cap is smaller (tests)
 COMPARE_CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this many chunks: temporaries of about 2 bytes
 # per element on the failing path (64 a chunk element), half a float32 output, instead of 256 MiB beside a 64 MiB output
@@ -141,7 +137,7 @@ def comparison_chunk(n: int, cap: int = COMPARE_CHUNK) -> int:
     """Elements compared at a time in an output of n elements (judge.correctness.chunk_elements, whose
     cap tests lower). Here, not there: the estimate is made in the judge's own process, which never
     needs torch, and importing it for this cost the first verdict of a service about 2.7 s on the
-    H200 (benchmarks/results/warm_h200.md, at 1055d9e)."""
+    H200 (benchmarks/results/warm_h200.md)."""
     return min(cap, max(COMPARE_CHUNK_MIN, -(-n // COMPARE_CHUNKS_PER_OUTPUT)))
 
 

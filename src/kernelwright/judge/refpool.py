@@ -13,7 +13,7 @@ until they expire), so the pool is small and they go after an idle timeout:
 `KERNELWRIGHT_WARM_REFERENCES` (default 2, or as many as the service judges at once when that is
 more; 0 turns reuse off) and `KERNELWRIGHT_WARM_IDLE_S` (default 300). A service with four workers
 judging four problems kept two: whichever two verdicts ended last, so about half of its verdicts
-set up a new reference child (17 of 40 on the H200 at 4024951, each about 3 s slower:
+set up a new reference child (17 of 40 on the H200, each about 3 s slower:
 benchmarks/results/warm_h200.md). Past the capacity, a second idle child of one key goes before
 another key's only one (past_capacity), then the oldest.
 """
@@ -198,9 +198,9 @@ class ReferencePool:
 def past_capacity(idle: list[Any], cap: int) -> list[Any]:
     """Which of the idle children (oldest first, each with a `key`) go when more than `cap` are
     idle: first the older ones of a key that has a newer idle child too, then the oldest. A second
-    child of one problem serves only when two of its verdicts run at once; closing it by age alone
-    closed another problem's only child instead (three of 40 concurrent verdicts set up a new
-    reference child on an H100 at 34d7d68, most likely so: benchmarks/results/warm_h100.md)."""
+    child of one problem serves only when two of its verdicts run at once; closing by age alone
+    closes another problem's only child instead (the likely cause of three of 40 concurrent
+    verdicts setting up a new reference child on an H100: benchmarks/results/warm_h100.md)."""
     over = len(idle) - cap
     if over <= 0:
         return []

@@ -1,7 +1,7 @@
 """Physics floor and efficiency ceilings for the reference GPU (H200), from shared/GPU.md.
 
 The floor uses the vendor's peaks, so no honest kernel can fall under it; efficiency uses the
-ceilings measured on the GPU machine (2026-11), so it reads as a fraction of what is reachable.
+ceilings measured on the GPU machine, so it reads as a fraction of what is reachable.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def limits() -> dict[str, int]:
     """The rlimits a confined process gets. DATA bounds its private writable memory (what malloc,
     torch's CPU allocator and a private mmap take) at three quarters of the machine's; shared
     mappings escape it (see docs/judge.md, Not yet), and CUDA's address-space reservations are not
-    writable, so they do not count (RLIMIT_DATA 64 GiB with CUDA working: H100, f9976c3)."""
+    writable, so they do not count (CUDA works under RLIMIT_DATA 64 GiB: benchmarks/results/sandbox_gpu.md)."""
     out = dict(LIMITS)
     out["DATA"] = memory_total() * 3 // 4
     for name in out:
@@ -145,8 +145,8 @@ def limits() -> dict[str, int]:
 
 
 # Socket address families a confined process may still open. The CUDA driver does not start
-# (error 304) without an AF_UNIX socket, and does with AF_UNIX alone (H100, a6f0912,
-# benchmarks/results/sandbox_gpu.md). No host and no loopback port is reachable through one; a
+# (error 304) without an AF_UNIX socket, and does with AF_UNIX alone
+# (benchmarks/results/sandbox_gpu.md). No host and no loopback port is reachable through one; a
 # named unix socket is, where permission bits let the child's uid write it (the judge's own are
 # 0600; Landlock ABI 7 does not cover connecting to one). KERNELWRIGHT_SANDBOX_SOCKETS ("" for
 # none, "1,16" with netlink) overrides.
@@ -379,7 +379,7 @@ def rules(spec: Spec, workdir: str) -> list[tuple[str, int]]:
     """Landlock's rules: (path, rights)."""
     abi = spec.landlock_abi
     out = [(p, confine.READ) for p in read_rules(spec)]
-    # the CUDA driver writes under /proc (error 304 without it, H100, 0c45d8b); what is there to
+    # the CUDA driver writes under /proc (error 304 without it: benchmarks/results/sandbox_gpu.md); what is there to
     # write is the process's own, or root's (permission bits), or behind ptrace's checks
     out.append(("/proc", confine.READ | confine.FS_WRITE_FILE | confine.FS_TRUNCATE))
     out += [(f"/dev/{d}", confine.FILE_RIGHTS) for d in DEVICE_FILES]  # named device files only: not /dev/shm, not a disk

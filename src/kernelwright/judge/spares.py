@@ -19,7 +19,7 @@ seconds idle (default 60) and at exit; its teardown, like its warm-up, holds the
 lock. `KERNELWRIGHT_SPARE_CHILDREN`: `auto` (default: CUDA only, where the context is what a spare
 saves), `on` (every device; the tests use it on the CPU backend), `off`.
 
-What an earlier candidate could do to a spare made while it ran (until the children are sandboxed,
+What an earlier candidate could do to a spare made while it ran (where the children are not sandboxed,
 any process of the user's can signal or trace another, as it can the fork server and the warm
 reference children): stop it, kill it, write into its log. So `take` asks the spare for a round
 trip first and refuses one that is stopped, traced, dead or slow to answer, and empties its log: the next

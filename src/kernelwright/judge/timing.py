@@ -61,12 +61,10 @@ def flush_l2() -> None:
     H200, some 14 us at 4.3 TB/s. After a read the lines are clean, the state ncu's own cache
     control gives a kernel. The reduction is bound at import, before candidate code runs. It sums
     in the buffer's own dtype: a plain sum of int32 accumulates in int64, and ATen makes an int64
-    copy of the whole buffer first, so up to 2026-12-04 every flush also wrote and read back a
-    240 MiB copy (on the H200) and each timing child held that copy's block beside the buffer
-    (read from the allocator's peaks on the H200 at ba3a1f2, benchmarks/results/memory_h200.md).
-    The copy did not move timed calls: with the two flushes in alternating blocks on the H200 at
-    d8277eb every median, stream and device-wide, agreed within 0.2 % (benchmarks/flush_bench.py,
-    flush_h200_d8277eb.json). The sum of zeros does not overflow. The baselines' timing key names this flush
+    copy of the whole buffer first, which each flush would write and read back and each timing
+    child would hold beside the buffer (240 MiB on the H200: benchmarks/results/memory_h200.md;
+    timed medians agree within 0.2 % either way: benchmarks/flush_bench.py). The sum of zeros does
+    not overflow. The baselines' timing key names this flush
     (baseline.FLUSH_RULE): change one, change the other."""
     need = 2 * l2_bytes() // 4
     buf = _FLUSH.get("buf")
@@ -146,12 +144,9 @@ def time_calls(
     if cuda:
         # The batch ends with the device idle, as every call starts with it: work a call left
         # running (a side stream, or a native thread's launch made before this point) finishes
-        # inside the batch the judge's wall clock covers, not during the next child's batch.
-        # Without it, the last call's leftover ran into the other child's batch, and slowing the
-        # eager child's calls that way widened the candidate's own wall-clock allowance (the eager
-        # harness overhead it is weighed against): one possible contributor, not a confirmed
-        # cause, when the side-stream ablation passed on the H200 at ba3a1f2 (docs/judge.md, guard
-        # wall_clock); with this synchronize it was refused at d8277eb and e2fbfda (one run each).
+        # inside the batch the judge's wall clock covers, not during the next child's batch, where
+        # slowing the eager child's calls would widen the candidate's own wall-clock allowance (the
+        # eager harness overhead it is weighed against; docs/judge.md, guard wall_clock).
         t_drain = _perf_counter()
         _synchronize()
         parts["drain"] = _perf_counter() - t_drain
@@ -216,10 +211,9 @@ def time_held(n: int, hold_us: float, *, cuda: bool, switches: dict[str, Any], s
 def rehearse(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], n: int, *, cuda: bool, switches: dict[str, Any]) -> None:
     """n calls through the timing protocol itself (fresh inputs written into the pool, flush,
     events, lead spin, synchronize) and as many empty calls, their times thrown away: whatever the
-    protocol's path costs once per process is paid here, not in the first timed batch. On the H200
-    (f23fb32) the candidate child's first timed call stalled some 14-17 ms in the flush and
-    synchronize before its start event, which with two batches moved the wall clock's median by 1-3
-    ms/call and refused honest kernels; with these calls (c894224) the stall was gone
+    protocol's path costs once per process is paid here, not in the first timed batch: without
+    them the candidate child's first timed call stalls some 14-17 ms in the flush and synchronize
+    on the H200, which moves the wall clock's median by 1-3 ms/call and refuses honest kernels
     (benchmarks/results/judge_h200.md)."""
     time_calls(fn, get_args, n, cuda=cuda, switches=switches_from(switches, cuda=cuda))
     time_null(n, cuda=cuda, switches=switches)

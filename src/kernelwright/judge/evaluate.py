@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, quota, refpool, sandbox, spares
+from kernelwright.judge import extension, forkpool, quota, refpool, sandbox, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
@@ -189,7 +189,7 @@ def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
         say("running the candidate under compute-sanitizer (memcheck, racecheck, initcheck)")
         files = getattr(flow, "files", None)
         ext = files is not None and files.build_path == BuildPath.TORCH_EXTENSION
-        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(flow._extension_env() if ext else {})}
+        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(extension.env(flow.vb.candidate["hash"]) if ext else {})}
         try:
             with device_lock(flow.device, flow.policy.gpu_index, "shared", what="running compute-sanitizer", progress=say):
                 result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
@@ -395,14 +395,13 @@ class _Flow:
     def _child(self, role: str, extra_env: dict[str, str] | None = None) -> Child:
         if self._cancelled():
             raise Stop(Status.INFRA_ERROR, "cancelled")
-        env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
-        env.update(extra_env or {})
         if role == "candidate":  # confined from its setup on (judge.sandbox); its own extension folder is writable
-            spec = sandbox.for_candidate(self.policy.sandbox, str(cache_dir()), env.get("TORCH_EXTENSIONS_DIR"), self.device)
-            env[sandbox.SPEC_ENV] = spec.to_env()
+            read = (str(self.problem.path), str(self.files.model_new.parent))
+            config, spec = extension.candidate_config(self.policy.sandbox, self.device, self.policy.gpu_index, self.workdir, read, extra_env)
             self.vb.sandbox = sandbox.record(spec)
-        read = (str(self.problem.path), str(self.files.model_new.parent)) if role == "candidate" else ()
-        config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env, sandbox_read=read)
+        else:
+            env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(extra_env or {})}
+            config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)
         spare = spares.POOL.take(config) if role == "candidate" and not extra_env else None
         if spare is not None:  # forked before this evaluation, its device context made, nothing else (judge.spares)
             child = spare.child
@@ -427,8 +426,8 @@ class _Flow:
         if early is not None:
             raise Stop(early.status, early.reason)
         self.say("starting the children")
-        builder = self._child("candidate", self._extension_env()) if ext else None
-        self.cand_env = self._extension_env() if ext else {}
+        self.cand_env = extension.env(files.hash) if ext else {}
+        builder = self._child("candidate", self.cand_env) if ext else None
         # a torch extension's run child starts once its build is done: a child spawned afresh enters
         # the sandbox at its start, and must find the build's folder as the build left it
         t_cand = time.perf_counter()
@@ -589,29 +588,18 @@ class _Flow:
             self.say(written.cached("raw builds", new[0].lib_path.parent.parent, len(new)))
         return True
 
-    def _extension_env(self) -> dict[str, str]:
-        folder = cache_dir() / "torch_extensions" / (self.vb.candidate["hash"] or "none")[:16]
-        folder.mkdir(parents=True, exist_ok=True)
-        return {"TORCH_EXTENSIONS_DIR": str(folder)}
-
     def _build_extension(self, child: Child) -> bool:
-        """Import the candidate in a build child so load_inline compiles; the run child reuses it."""
-        self.say(f"building the torch extension (load_inline) in a build child, into torch's cache {self._extension_env()['TORCH_EXTENSIONS_DIR']}")
-        t0 = time.perf_counter()
-        try:
-            with self._device("shared", "building the torch extension"):  # the build child constructs ModelNew on the device
-                child.call("setup", self._candidate_args(child), timeout_s=self.policy.build_timeout_s)
-        except ChildError as exc:
-            self.vb.build_s = time.perf_counter() - t0
-            if exc.kind in ("timeout", "died"):
-                shutil.rmtree(self._extension_env()["TORCH_EXTENSIONS_DIR"], ignore_errors=True)  # torch's lock file
-            if exc.kind in ("compile", "timeout"):
-                self.vb.log = truncate(f"{exc}\n{exc.log_tail}")
-                return False
-            raise self.child_stop(exc, "building") from None
-        finally:
-            child.close()
-        self.vb.build_s = time.perf_counter() - t0
+        """Import the candidate in a build child so load_inline compiles (judge.extension); the run child reuses it."""
+        ext_dir = extension.env(self.vb.candidate["hash"])["TORCH_EXTENSIONS_DIR"]
+        self.say(f"building the torch extension (load_inline) in a build child, into torch's cache {ext_dir}")
+        built = extension.build(child, self._candidate_args(child), timeout_s=self.policy.build_timeout_s, candidate_hash=self.vb.candidate["hash"],
+                                hold=lambda: self._device("shared", "building the torch extension"))  # the build child constructs ModelNew on the device
+        self.vb.build_s = built.seconds
+        if not built.compiled:
+            self.vb.log = built.log
+            return False
+        if built.failure is not None:
+            raise self.child_stop(built.failure, "building") from None
         return True
 
     # -- children -----------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
         return {"seconds": round(_clock() - t0, 3)}
     S.sandbox = S.sandbox or sandbox.ENTERED  # a spawned child entered it before torch's import
     if S.sandbox is None:  # before the device's context starts threads the sandbox would not bind; its
-        # problem and candidate come later, copied into its folder's in/ by the judge (evaluate._spare_paths)
+        # problem and candidate come later, copied into its folder's in/ by the judge (flow_children._spare_paths)
         S.sandbox = sandbox.enter_from_env(os.getcwd(), (os.path.join(os.getcwd(), sandbox.SPARE_INPUTS),))
     if args["device"] != "cuda":
         return {"seconds": round(_clock() - t0, 3)}

@@ -6,7 +6,7 @@ only: no GPU work). Two figures:
   taking add to a verdict on a GPU (judge.refpool);
 - the hand-over latency of the device lock past its notice (0.5 s of waiting): a holder releases,
   how long until the waiter holds it, blocking (no `check`) and polled (with a `check`, as a
-  verdict waits since the candidate-held-lock guard: judge.evaluate._Flow._lock_check).
+  verdict waits since the candidate-held-lock guard: judge.flow_children.Children._lock_check).
 
     PYTHONPATH=src python3 benchmarks/lock_overhead.py --out DIR --commit C
 """

@@ -1,4 +1,4 @@
-"""What asking for each timed call's seed costs (judge.inputs.asking_getter, judge.child.quiet_window).
+"""What asking for each timed call's seed costs (judge.inputs.asking_getter, judge.window.quiet_window).
 
 Starts one reference child as the judge does, sets the problem up, and times batches of eager calls
 through the 'time' command as judge.measure sends it, judge-side wall clock per call:
@@ -37,29 +37,29 @@ def _pieces(problem_path: str, device: str, n: int) -> dict[str, float]:
     """Median microseconds of quiet_window and of one refresh, in this process (no candidate)."""
     import torch
 
-    from kernelwright.judge import child, inputs
+    from kernelwright.judge import inputs, window
     from kernelwright.core.records import Case
 
     problem = inputs.import_file(problem_path, "kw_window_problem")
     dev = torch.device(device)
     pool = [inputs.raw_inputs(problem, Case("native", 1), dev)]
     out: dict[str, float] = {}
-    if hasattr(child, "quiet_window"):
-        child.note_hooks()
-        new = "keep" in inspect.signature(child.quiet_window).parameters  # since f0c2865: (first, keep), note_window(problem, device)
+    if hasattr(window, "quiet_window"):
+        window.note_hooks()
+        new = "keep" in inspect.signature(window.quiet_window).parameters  # since f0c2865: (first, keep), note_window(problem, device)
         if new:
-            child.note_window(problem, dev)
-        collector = child.open_window()
+            window.note_window(problem, dev)
+        collector = window.open_window()
         keep: list = []
         for first in ((False, True) if new else (None,)):
             t = []
             for _ in range(n):
                 t0 = time.perf_counter()
-                child.quiet_window(first, keep) if new else child.quiet_window()
+                window.quiet_window(first, keep) if new else window.quiet_window()
                 t.append((time.perf_counter() - t0) * 1e6)
                 keep.clear()
             out["quiet_window_first_us" if first else "quiet_window_us"] = statistics.median(t)
-        child.close_window(collector) if new else child.close_window()
+        window.close_window(collector) if new else window.close_window()
     t = []
     for i in range(n):
         t0 = time.perf_counter()

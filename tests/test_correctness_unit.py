@@ -310,12 +310,12 @@ def test_the_short_pass_keeps_the_reference_as_it_is():
 def test_what_poison_relies_on_is_watched_for_replacement(monkeypatch):
     """A candidate that replaces the snapshot poison reads, or its view of a free block, makes
     poison fill nothing: each is among the names the candidate child checks after every call."""
-    from kernelwright.judge import child, correctness
+    from kernelwright.judge import correctness, watch
 
-    snapshot = child.snapshot_identities()
-    assert child.identities_moved(snapshot) == []
+    snapshot = watch.snapshot_identities()
+    assert watch.identities_moved(snapshot) == []
     monkeypatch.setattr(correctness._Span, "__init__", lambda self, address, size: None)
     monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda *a, **k: [])
     monkeypatch.setattr(torch.Tensor, "fill_", lambda self, value: self)
-    moved = child.identities_moved(snapshot)
+    moved = watch.identities_moved(snapshot)
     assert {"kernelwright.judge.correctness._Span.__init__", "torch.cuda.memory_snapshot", "torch.Tensor.fill_"} <= set(moved)

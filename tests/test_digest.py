@@ -1,6 +1,6 @@
 """The input check's digest kernel (judge.digest): the number it documents, on every layout the
 check meets; the torch fallback when it does not load; and function_identities' watch on the
-bodies of the judge's functions (judge.child._body), which the digest relies on like every step."""
+bodies of the judge's functions (judge.watch._body), which the digest relies on like every step."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import needs_gpu
-from kernelwright.judge import child, digest, inputs
+from kernelwright.judge import digest, inputs, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -110,9 +110,9 @@ def _watched_function(x, scale=2):  # noqa: ANN001 - a stand-in for a function o
 def test_function_identities_sees_a_new_body_in_the_same_function_object(monkeypatch):
     """Replacing a watched function's __code__, __defaults__ or a closure cell keeps the object
     (zoo_code_swap); the watch records them beside it."""
-    monkeypatch.setattr(child, "WATCHED", child.WATCHED + ("test_digest._watched_function", "kernelwright.judge.inputs._keyed"))
-    snap = child.snapshot_identities()
-    assert child.identities_moved(snap) == []
+    monkeypatch.setattr(watch, "WATCHED", watch.WATCHED + ("test_digest._watched_function", "kernelwright.judge.inputs._keyed"))
+    snap = watch.snapshot_identities()
+    assert watch.identities_moved(snap) == []
     fn = _watched_function
 
     def other(x, scale=2):  # noqa: ANN001
@@ -121,21 +121,21 @@ def test_function_identities_sees_a_new_body_in_the_same_function_object(monkeyp
     code = fn.__code__
     fn.__code__ = other.__code__
     try:
-        assert "test_digest._watched_function" in child.identities_moved(snap)
+        assert "test_digest._watched_function" in watch.identities_moved(snap)
     finally:
         fn.__code__ = code
-    assert child.identities_moved(snap) == []
+    assert watch.identities_moved(snap) == []
     defaults = fn.__defaults__
     fn.__defaults__ = (0,)
     try:
-        assert "test_digest._watched_function" in child.identities_moved(snap)
+        assert "test_digest._watched_function" in watch.identities_moved(snap)
     finally:
         fn.__defaults__ = defaults
-    assert child.identities_moved(snap) == []
+    assert watch.identities_moved(snap) == []
     keyed = inputs._keyed.__code__
     inputs._keyed.__code__ = other.__code__
     try:
-        assert "kernelwright.judge.inputs._keyed" in child.identities_moved(snap)
+        assert "kernelwright.judge.inputs._keyed" in watch.identities_moved(snap)
     finally:
         inputs._keyed.__code__ = keyed
 
@@ -152,20 +152,20 @@ def test_a_closure_cell_changed_under_a_watched_function_is_seen(monkeypatch):
     module = type(sys)("kw_test_closure")
     module.closed = closed
     monkeypatch.setitem(sys.modules, "kw_test_closure", module)
-    monkeypatch.setattr(child, "WATCHED", child.WATCHED + ("kw_test_closure.closed",))
-    snap = child.snapshot_identities()
-    assert child.identities_moved(snap) == []
+    monkeypatch.setattr(watch, "WATCHED", watch.WATCHED + ("kw_test_closure.closed",))
+    snap = watch.snapshot_identities()
+    assert watch.identities_moved(snap) == []
     closed.__closure__[0].cell_contents = lambda x: 0
-    assert "kw_test_closure.closed" in child.identities_moved(snap)
+    assert "kw_test_closure.closed" in watch.identities_moved(snap)
 
 
 def test_the_loaded_kernel_is_watched_by_name():
-    snap = child.snapshot_identities()
+    snap = watch.snapshot_identities()
     assert snap["kernelwright.judge.digest.cpu_fn"][0] is digest.cpu_fn is not None
     saved = digest.cpu_fn
     digest.cpu_fn = lambda *a: 0
     try:
-        assert "kernelwright.judge.digest.cpu_fn" in child.identities_moved(snap)
+        assert "kernelwright.judge.digest.cpu_fn" in watch.identities_moved(snap)
     finally:
         digest.cpu_fn = saved
 
@@ -226,12 +226,12 @@ def test_names_added_to_a_judge_module_count_only_where_the_judges_code_reads_th
     callable module object posing as a submodule too."""
     import types
 
-    snap = child.snapshot_identities()
+    snap = watch.snapshot_identities()
     monkeypatch.setattr(inputs, "__compiled_fn_0", lambda: 0, raising=False)
     monkeypatch.setattr(inputs, "__warningregistry__", {}, raising=False)
-    assert child.identities_moved(snap) == []
+    assert watch.identities_moved(snap) == []
     monkeypatch.setattr(inputs, "zip", lambda *a: iter(()), raising=False)
-    assert child.identities_moved(snap) == ["kernelwright.judge.inputs.zip (added)"]
+    assert watch.identities_moved(snap) == ["kernelwright.judge.inputs.zip (added)"]
 
     class Callable(types.ModuleType):
         def __call__(self, *a):
@@ -240,7 +240,7 @@ def test_names_added_to_a_judge_module_count_only_where_the_judges_code_reads_th
     fake = Callable("kernelwright.judge.inputs.zip")
     monkeypatch.setitem(sys.modules, "kernelwright.judge.inputs.zip", fake)
     monkeypatch.setattr(inputs, "zip", fake, raising=False)
-    assert child.identities_moved(snap) == ["kernelwright.judge.inputs.zip (added)"]
+    assert watch.identities_moved(snap) == ["kernelwright.judge.inputs.zip (added)"]
 
 
 def test_the_timing_pools_refresh_runs_nothing_of_a_tensor_whose_class_was_swapped():
@@ -302,7 +302,7 @@ def test_the_judges_draw_of_inputs_runs_nothing_of_a_mode_left_on_or_a_replaced_
         fn.__exit__(None, None, None)
     assert seen == [] and torch._C._len_torch_function_stack() == 0
     assert torch.equal(got[0], inputs.raw_inputs(problem, inputs.Case("native", 3), torch.device("cpu"))[0])
-    assert {"random.seed", "numpy.random.seed"} <= set(child.WATCHED_EXTRA)
+    assert {"random.seed", "numpy.random.seed"} <= set(watch.WATCHED_EXTRA)
 
 
 def test_the_problem_modules_functions_and_namespace_are_watched(monkeypatch):
@@ -312,11 +312,22 @@ def test_the_problem_modules_functions_and_namespace_are_watched(monkeypatch):
     exec("import torch\nROWS = 4\ndef get_inputs():\n    return [torch.randn(ROWS, 3)]\n", module.__dict__)
     module.get_inputs.__module__ = "kw_problem"
     monkeypatch.setitem(sys.modules, "kw_problem", module)
-    snap = child.snapshot_identities()
-    assert "kw_problem.get_inputs" in snap and child.identities_moved(snap) == []
+    snap = watch.snapshot_identities()
+    assert "kw_problem.get_inputs" in snap and watch.identities_moved(snap) == []
     original = module.get_inputs
     module.get_inputs = lambda: original()
-    assert "kw_problem.get_inputs" in child.identities_moved(snap)
+    assert "kw_problem.get_inputs" in watch.identities_moved(snap)
     module.get_inputs = original
     module.ROWS = 5
-    assert "kw_problem.ROWS" in child.identities_moved(snap)
+    assert "kw_problem.ROWS" in watch.identities_moved(snap)
+
+
+def test_every_watched_name_of_the_judges_own_is_found_where_the_list_says():
+    """A watched name that no longer resolves (a function moved to another module, the list not
+    updated) is watched as missing, and replacing the function would go unseen: each of the
+    package's own names in WATCHED is found in a candidate child's modules, but the CUDA driver's
+    entries, which are bound only on CUDA (handover._cuda)."""
+    from kernelwright.judge import child_candidate  # noqa: F401 - what a candidate child has loaded
+
+    own = [n for n in watch.WATCHED if n.startswith("kernelwright.") and not n.startswith("kernelwright.judge.handover._driver.")]
+    assert not [n for n in own if watch._paths(n, load=True)[0] is watch._MISSING]

@@ -1,6 +1,6 @@
 """Guard function_identities, dispatcher part: kernels registered for the operators the judge's own
 code reaches in the candidate child, torch modes left on, dispatch keys switched on
-(judge.child.dispatch_moved). The zoo entries zoo_dispatch_kernel, zoo_dispatch_mode and
+(judge.watch.dispatch_moved). The zoo entries zoo_dispatch_kernel, zoo_dispatch_mode and
 zoo_flush_sum judge whole candidates that try it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from conftest import needs_gpu
 from kernelwright.judge import child, child_candidate, correctness, digest, inputs, timing
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.child import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
+from kernelwright.judge.watch import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
 from kernelwright.core.records import Case
 
 
@@ -252,7 +252,7 @@ def test_the_watch_sees_the_python_methods_the_input_digest_calls(monkeypatch):
     """The digest and the refresh call torch.Tensor methods and torch.Generator from Python; a
     floor_divide answering zeros, or a Generator that ignores its seed, would let a changed input
     pass without any dispatcher registration (found in review). Both are watched names now."""
-    from kernelwright.judge.child import identities_moved, snapshot_identities
+    from kernelwright.judge.watch import identities_moved, snapshot_identities
 
     snap = snapshot_identities()
     assert identities_moved(snap) == []
@@ -272,7 +272,7 @@ def test_the_watch_sees_the_python_methods_the_input_digest_calls(monkeypatch):
 
 def _torch_calls(fn) -> set[str]:
     """The torch functions and methods fn calls from Python (their C entry points, as sys.setprofile
-    sees them), named as child.WATCHED names them."""
+    sees them), named as watch.WATCHED names them."""
     import sys
 
     names: set[str] = set()
@@ -302,7 +302,7 @@ def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_wa
     a shared block) could make a changed input look unchanged. Every one it calls, on every layout,
     is a watched name: a new call in the digest that is not watched fails here (found in review,
     2026-12-04, after the digest's scratch block brought torch.empty and Tensor.random_ in)."""
-    from kernelwright.judge.child import WATCHED
+    from kernelwright.judge.watch import WATCHED
 
     values = [torch.tensor(1.5), torch.randn(1, 3).t(), torch.randn(5, 7, dtype=torch.float64)[:, ::2], torch.randn(2, 3, dtype=torch.complex64),
               torch.randn(3, 4, dtype=torch.complex64).conj(), torch.randint(0, 9, (40,), dtype=torch.uint8), torch.randn(0),

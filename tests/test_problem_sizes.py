@@ -236,7 +236,7 @@ def test_the_sanitizer_and_ncu_commands_carry_the_size(sized, monkeypatch):
 def test_the_judge_hands_the_sanitizer_the_verdicts_size(sized, monkeypatch):
     from types import SimpleNamespace
 
-    from kernelwright.judge import evaluate, sanitize
+    from kernelwright.judge import finish, sanitize
     from kernelwright.core.records import Status
     from kernelwright.judge.verdicts import VerdictBuilder
     from kernelwright.problems.loader import load_problem
@@ -247,5 +247,5 @@ def test_the_judge_hands_the_sanitizer_the_verdicts_size(sized, monkeypatch):
     vb = VerdictBuilder(load_problem(sized[0]), policy, "cuda")
     vb.size = "cpu"
     flow = SimpleNamespace(device="cuda", files=None, policy=policy, problem=vb.problem, candidate_path=sized[1], vb=vb)
-    evaluate._sanitize(flow, vb.finish(Status.CORRECT), lambda text: None)
+    finish.with_sanitizer(flow, vb.finish(Status.CORRECT), lambda text: None)
     assert asked["size"] == "cpu"

@@ -123,8 +123,8 @@ def test_the_second_window_is_the_one_priced_and_the_first_child_is_gone_before_
     windows, order = [], []
     real_window, real_child = phases._timed_window, ev._Flow._child
 
-    def window(flow, ref, cand, baselines):
-        out = real_window(flow, ref, cand, baselines)
+    def window(flow, ref, cand, baselines, lead_us):
+        out = real_window(flow, ref, cand, baselines, lead_us)
         s = out.samples["candidate"]
         del s.times_ms[len(windows) + 3:]  # the two windows told apart by their call counts: 3, then 4
         windows.append((cand, len(s.times_ms)))

@@ -155,13 +155,13 @@ def test_pipelined_cases_report_the_earliest_failure_and_only_its_guards():
 
 
 def test_a_childs_seconds_are_printed_whatever_their_form_and_a_slow_fork_says_where():
-    """The progress line's child seconds (judge.evaluate._seconds): a candidate can forge its setup
+    """The progress line's child seconds (judge.flow_children._seconds): a candidate can forge its setup
     reply, so child_seconds of the wrong form (or a large one: the line would grow with it) is a
     forged reply (judge.replies), and the line itself never fails on one and names only the fork
     steps it knows; a forked child slow to reach its own code names them (a cold reference child
     took 2.8 s there on the H200 at e2fbfda)."""
     from kernelwright.judge import replies
-    from kernelwright.judge.evaluate import _seconds
+    from kernelwright.judge.flow_children import _seconds
 
     assert replies.malformed({"child_seconds": {"command": "1"}}) == "child_seconds"
     assert replies.malformed({"child_seconds": [1.0]}) == "child_seconds"

@@ -1,6 +1,6 @@
 """Between timed calls: no later call's seed in the child before its turn, nothing of the
 candidate's freed after a seed arrived, and the hooks that could run its code there switched off
-and reported (judge.inputs.asking_getter, judge.child.quiet_window, judge.workers.Child.call's
+and reported (judge.inputs.asking_getter, judge.window.quiet_window, judge.workers.Child.call's
 answers). The end-to-end tricks are in the zoo (zoo_next_*)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 import torch.utils._device
 from conftest import needs_gpu
 
-from kernelwright.judge import child, inputs, timing
+from kernelwright.judge import inputs, timing, watch
+from kernelwright.judge import window as seed_window  # the module; `window` is this file's fixture
 from kernelwright.core.records import ASK_SEED
 
 
@@ -166,7 +167,7 @@ def _quiet(first: bool = True) -> list[str]:
     """quiet_window's findings less the threads and processes the test runner had already, and
     less processes of this session that this worker did not start: under xdist the other worker
     shares the session, and its tests start CLI subprocesses at any moment."""
-    return [f for f in child.quiet_window(first, _KEEP) if f not in _ALREADY and not _elsewhere(f)]
+    return [f for f in seed_window.quiet_window(first, _KEEP) if f not in _ALREADY and not _elsewhere(f)]
 
 
 def _elsewhere(finding: str) -> bool:
@@ -197,17 +198,17 @@ def window():
     may have left it otherwise)."""
     was_gc = gc.isenabled()
     gc.enable()
-    child.note_hooks()
+    seed_window.note_hooks()
     _NOTED[:] = [_problem()]
-    child.note_window(_NOTED[0], torch.device("cpu"))
-    _ALREADY[:] = [f for f in child.quiet_window(True, _KEEP) if f.startswith(("thread: ", "process: "))]  # the test runner's own
+    seed_window.note_window(_NOTED[0], torch.device("cpu"))
+    _ALREADY[:] = [f for f in seed_window.quiet_window(True, _KEEP) if f.startswith(("thread: ", "process: "))]  # the test runner's own
     _RUNNER.clear()
-    _RUNNER.update(int(pid) for pid in child._session())
+    _RUNNER.update(int(pid) for pid in seed_window._session())
     gc.enable()
-    collector = child.open_window()
+    collector = seed_window.open_window()
     yield
     _KEEP.clear()
-    child.close_window(collector)
+    seed_window.close_window(collector)
     sys.settrace(None)
     sys.setprofile(None)
     if not was_gc:
@@ -237,10 +238,10 @@ def test_quiet_window_reports_a_signal_handler_and_leaves_the_signal_ignored(win
 
 def test_quiet_window_turns_the_collector_off_and_close_window_puts_it_back(window):
     gc.enable()
-    collector = child.open_window()
+    collector = seed_window.open_window()
     assert _quiet() == []
     assert not gc.isenabled()
-    child.close_window(collector)
+    seed_window.close_window(collector)
     assert gc.isenabled()  # as it was when the window opened
 
 
@@ -482,8 +483,8 @@ def test_batch_getter_draws_from_the_noted_problem_and_says_a_replaced_one(windo
     cpu = torch.device("cpu")
     pool = inputs.make_pool(_NOTED[0], [1], cpu)
     asks: list[list[str]] = []
-    with mock.patch.object(child, "ask_seed", lambda n, found: asks.append(found) or 5):
-        get_args, finish = child.batch_getter(Proxy(), pool, [[0, ASK_SEED]], cpu)
+    with mock.patch.object(seed_window, "ask_seed", lambda n, found: asks.append(found) or 5):
+        get_args, finish = seed_window.batch_getter(Proxy(), pool, [[0, ASK_SEED]], cpu)
         get_args(0)
         finish()
     assert seen == [] and "hook: the problem module the draw reads replaced" in asks[0]
@@ -579,11 +580,11 @@ def test_quiet_window_reports_randoms_instance_given_another_dict(window):
 def test_the_module_watch_refuses_a_key_that_is_not_a_string_builtins_included():
     import builtins
 
-    recorded = child.module_state()
+    recorded = watch.module_state()
     key = _Collides("len")
     _put_ahead(vars(builtins), "len", key)
     try:
-        assert "builtins (a key that is not a string)" in child.modules_moved(recorded)
+        assert "builtins (a key that is not a string)" in watch.modules_moved(recorded)
     finally:
         del vars(builtins)[key]
-    assert "builtins (a key that is not a string)" not in child.modules_moved(recorded)
+    assert "builtins (a key that is not a string)" not in watch.modules_moved(recorded)

@@ -18,7 +18,7 @@ are not steps say what refuses the exploit without a switch:
   candidate set on the output object runs after its call;
 - "quiet_window": a timed call's input seed reaches the child only at that call's turn, after the
   last call's output and the slot's old storages are let go, with the collector off
-  (judge.inputs.asking_getter, judge.child.quiet_window): code of the candidate's that runs
+  (judge.inputs.asking_getter, judge.window.quiet_window): code of the candidate's that runs
   between calls finds no next inputs to work on.
 
 Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer

@@ -3,7 +3,7 @@ candidate folder, cached by content hash, every verdict kept in the store.
 
 Generated code never runs in this process: verdicts come from judge.evaluate, raw builds from the
 compilers (judge.candidate.prebuild), and a torch extension is built by importing the candidate in
-a build child (judge.workers), as the judge itself does.
+a build child (judge.extension), as the judge itself does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelwright.agent.objective import Objective
-from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
@@ -223,43 +222,32 @@ class Judge:
         return BuildReport(not failed, truncate(text.strip()), time.perf_counter() - t0, rows, BuildPath.RAW.value)
 
     def _compile_extension(self, files: CandidateFiles, t0: float, cand_path: Path) -> BuildReport:
-        """Import a private copy of the candidate in a build child, with the extension folder the
-        judge's own build child will use (keyed by content hash), so verify() finds it built."""
-        from kernelwright.judge import sandbox
-        from kernelwright.judge.workers import Child, ChildConfig, ChildError
+        """Import a private copy of the candidate in a build child (judge.extension, as the judge's
+        own flow does), into the extension folder the judge will use (keyed by content hash), so
+        verify() finds it built."""
+        from kernelwright.judge import extension
 
         policy = self.objective.policy()
-        ext_dir = cache_dir() / "torch_extensions" / files.hash[:16]
-        ext_dir.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="kw-agent-build-"))
-        # confined as the judge's own build child is, by the policy's sandbox mode (strict included)
-        spec = sandbox.for_candidate(policy.sandbox, str(cache_dir()), str(ext_dir), self.device)
-        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), "TORCH_EXTENSIONS_DIR": str(ext_dir), sandbox.SPEC_ENV: spec.to_env()}
-        child = None
         try:
             main = snapshot(cand_path, workdir / "candidate")  # the same files the judge would take
-            child = Child(ChildConfig(role="candidate", device=self.device, gpu_index=policy.gpu_index, workdir=workdir, env=env,
-                                      sandbox_read=(str(self.problem.path), str(main.parent))))
             size = sizes.resolve(self.problem.source, policy.size, self.device, str(self.problem.path))
             args = {"problem_path": str(self.problem.path), "size": size, "candidate_path": str(main), "device": self.device,
                     "precision": policy.precision, "init_seed": 1, "check_identities": False}
-            with device_lock(self.device, policy.gpu_index, "shared", what="building the torch extension", progress=self.progress):
-                child.call("setup", args, timeout_s=policy.build_timeout_s)  # the child constructs ModelNew on the device
-            return BuildReport(True, "torch extension built and ModelNew constructed", time.perf_counter() - t0, [],
-                               BuildPath.TORCH_EXTENSION.value)
-        except ChildError as exc:
-            if exc.kind in ("timeout", "died"):
-                shutil.rmtree(ext_dir, ignore_errors=True)  # torch's lock file would block the next build
-            if exc.kind in ("compile", "timeout"):  # as the judge counts them: a build that times out is a compile error
-                return BuildReport(False, truncate(f"{exc}\n{exc.log_tail}"), time.perf_counter() - t0, [], BuildPath.TORCH_EXTENSION.value)
-            # the candidate failed after building (at import or in ModelNew's constructor): the judge's verdict says how
-            return BuildReport(True, truncate(f"no compiler error, but the candidate failed when imported or constructed "
-                                              f"({exc.kind}); the judgement will say how: {exc}"), time.perf_counter() - t0, [],
-                               BuildPath.TORCH_EXTENSION.value)
+            # confined as the judge's own build child is, by the policy's sandbox mode (strict included)
+            child = extension.builder(policy.sandbox, self.device, policy.gpu_index, workdir, (str(self.problem.path), str(main.parent)), files.hash)
+            built = extension.build(child, args, timeout_s=policy.build_timeout_s, candidate_hash=files.hash,
+                                    hold=lambda: device_lock(self.device, policy.gpu_index, "shared", what="building the torch extension",
+                                                             progress=self.progress))
         finally:
-            if child is not None:
-                child.close()
             shutil.rmtree(workdir, ignore_errors=True)
+        ext = BuildPath.TORCH_EXTENSION.value
+        if not built.compiled:
+            return BuildReport(False, built.log, time.perf_counter() - t0, [], ext)
+        if built.failure is not None:  # the candidate failed after building (at import or in ModelNew's constructor): the judge's verdict says how
+            return BuildReport(True, truncate(f"no compiler error, but the candidate failed when imported or constructed "
+                                              f"({built.failure.kind}); the judgement will say how: {built.failure}"), time.perf_counter() - t0, [], ext)
+        return BuildReport(True, "torch extension built and ModelNew constructed", time.perf_counter() - t0, [], ext)
 
     def prebuild(self, cand_dirs: list[Path]) -> None:
         """Build many candidates' raw kernels in parallel threads (objective.parallel_builds) so

@@ -56,7 +56,7 @@ def new_key() -> bytes:
 
 
 # Bound at import, before any candidate code runs in a child: the write of a timed call's ask is the
-# last thing before the judge's answer arrives (judge.child.ask_seed), and a replaced os.write there
+# last thing before the judge's answer arrives (judge.window.ask_seed), and a replaced os.write there
 # could wait for the answer and peek at it (MSG_PEEK) before the child reads it.
 _write = os.write
 

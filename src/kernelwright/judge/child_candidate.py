@@ -17,10 +17,9 @@ import torch
 
 from kernelwright.judge import correctness, digest, handover, inputs, ops, sandbox, timing
 from kernelwright.judge.channel import close_fds
-from kernelwright.judge.child import (
-    CODE_ROOT, OUTBOX, CommandError, batch_getter, describe, dispatch_moved, flags_diff, hush, identities_moved, note_window, lead_status, pin_flags, snapshot_dispatch, snapshot_flags,
-    snapshot_identities,
-)
+from kernelwright.judge.child import CODE_ROOT, OUTBOX, CommandError, describe, hush, lead_status
+from kernelwright.judge.watch import dispatch_moved, flags_diff, identities_moved, pin_flags, snapshot_dispatch, snapshot_flags, snapshot_identities
+from kernelwright.judge.window import batch_getter, note_window
 from kernelwright.judge.inputs import Case
 
 
@@ -32,7 +31,7 @@ class _State:
     pinned: dict[str, Any] = {}  # numerics flags as pinned before the candidate was imported
     check_flags: bool = True  # whether timing batches report moved flags
     identities: dict[str, Any] = {}  # watched functions as they were before the candidate's import
-    dispatch: dict[str, Any] = {}  # the dispatcher's state for child.JUDGE_OPS, as it was then
+    dispatch: dict[str, Any] = {}  # the dispatcher's state for watch.JUDGE_OPS, as it was then
     check_identities: bool = True  # whether calls report replaced functions
     stager: handover.Stager = handover.Stager()  # the one staging area of this child's outputs
     sandbox: dict[str, Any] | None = None  # what judge.sandbox.enter applied at setup (None: none was asked for)
@@ -76,7 +75,7 @@ def warm(args: dict[str, Any]) -> dict[str, Any]:
         return {"seconds": round(_clock() - t0, 3)}
     S.sandbox = S.sandbox or sandbox.ENTERED  # a spawned child entered it before torch's import
     if S.sandbox is None:  # before the device's context starts threads the sandbox would not bind; its
-        # problem and candidate come later, copied into its folder's in/ by the judge (evaluate._spare_paths)
+        # problem and candidate come later, copied into its folder's in/ by the judge (flow_children._spare_paths)
         S.sandbox = sandbox.enter_from_env(os.getcwd(), (os.path.join(os.getcwd(), sandbox.SPARE_INPUTS),))
     if args["device"] != "cuda":
         return {"seconds": round(_clock() - t0, 3)}

@@ -130,7 +130,7 @@ extern "C" int kw_digest_cuda(const void* data, long long n, int wide, unsigned 
 """
 
 # The loaded entry points, set by load() before the candidate is imported and watched by name from
-# then on (judge.child.WATCHED): a candidate that swaps one is refused.
+# then on (judge.watch.WATCHED): a candidate that swaps one is refused.
 cpu_fn: Any = None
 cuda_fn: Any = None
 _WHY: dict[str, str] = {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import secrets
 import shutil
@@ -23,17 +22,17 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import forkpool, quota, refpool, sandbox, spares
-from kernelwright.judge.build import cache_dir
+from kernelwright.judge import extension, finish, forkpool, quota, refpool, sandbox, spares
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
-from kernelwright.judge.gpulock import device_lock, enabled as gpu_lock_enabled
+from kernelwright.judge.flow_children import Children
+from kernelwright.judge.gpulock import enabled as gpu_lock_enabled
 from kernelwright.judge.guards import precision
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot
 from kernelwright.core.records import Case, BuildPath, Resources, Status, Verdict, truncate
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
-from kernelwright.judge.workers import Child, ChildConfig, ChildError, physical_gpu
+from kernelwright.judge.workers import Child, physical_gpu
 from kernelwright.problems import sizes
 from kernelwright.problems.loader import Problem, ProblemError, load_problem
 
@@ -115,34 +114,16 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
             if policy.sanitize:
                 early = dataclasses.replace(early, sanitizer={"ran": False, "reason": "the verdict came from reading the source: "
                                                               "no candidate to run", "tools": []})
-            return _as_given(early, flow.copies, candidate, shown_as)
+            return finish.as_given(early, flow.copies, candidate, shown_as)
         forkpool.warm_up()  # its torch import overlaps the build
         with _cancellable(flow, cancel):
             verdict = flow.run()
         say(f"verdict {verdict.status.value}")
         if policy.sanitize:
-            verdict = _sanitize(flow, verdict, say)
-        return _as_given(verdict, flow.copies, candidate, shown_as)
+            verdict = finish.with_sanitizer(flow, verdict, say)
+        return finish.as_given(verdict, flow.copies, candidate, shown_as)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _as_given(verdict: Verdict, copies: list[Path], candidate: str | Path, shown_as: str | None) -> Verdict:
-    """The verdict with its messages naming the candidate's files as the caller named them
-    (`shown_as`: the candidate's folder; default the folder of `candidate` as given), not the
-    private copies the judge made of them (judge.snapshot, a spare child's inputs)."""
-    given = Path(candidate)
-    root = str(shown_as) if shown_as is not None else str(given if given.is_dir() else given.parent)
-    prefix = "" if root in ("", ".") else root.rstrip("/") + "/"
-
-    def named(text: str) -> str:
-        for copy in copies:
-            for path in dict.fromkeys((str(copy), str(copy.resolve()))):
-                text = text.replace(path + "/", prefix).replace(path, root or ".")
-        return text
-
-    guards = tuple(dataclasses.replace(g, detail=named(g.detail)) for g in verdict.guards)
-    return dataclasses.replace(verdict, log=named(verdict.log), guards=guards)
 
 
 @contextlib.contextmanager
@@ -172,32 +153,6 @@ def _cancellable(flow: "_Flow", cancel: threading.Event | None) -> Iterator[None
             done.set()
     if cancel.is_set():
         raise Cancelled()
-
-
-SANITIZED = (Status.CORRECT, Status.INCORRECT, Status.RUNTIME_ERROR, Status.REJECTED)  # the candidate built and imported
-
-
-def _sanitize(flow: "_Flow", verdict: Verdict, say: Progress) -> Verdict:
-    """Attach compute-sanitizer's findings (judge.sanitize); the status stays what the judge said."""
-    from kernelwright.judge import sanitize
-
-    if flow.device != "cuda":
-        result: dict[str, Any] = {"ran": False, "reason": "CPU backend: compute-sanitizer checks CUDA kernels", "tools": []}
-    elif verdict.status not in SANITIZED:
-        result = {"ran": False, "reason": f"status {verdict.status.value}: no candidate to run", "tools": []}
-    else:
-        say("running the candidate under compute-sanitizer (memcheck, racecheck, initcheck)")
-        files = getattr(flow, "files", None)
-        ext = files is not None and files.build_path == BuildPath.TORCH_EXTENSION
-        env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(flow._extension_env() if ext else {})}
-        try:
-            with device_lock(flow.device, flow.policy.gpu_index, "shared", what="running compute-sanitizer", progress=say):
-                result = sanitize.run(flow.problem.path, flow.candidate_path, gpu_index=physical_gpu(flow.policy.gpu_index), env=env,
-                                      timeout_s=flow.policy.sanitize_timeout_s, sandbox_mode=flow.policy.sandbox, size=flow.vb.size)
-        except Exception as exc:  # noqa: BLE001 - the sanitizer is advisory: its failure must not lose the verdict
-            result = {"ran": False, "reason": f"the sanitizer run failed: {type(exc).__name__}: {exc}"[:300], "tools": []}
-        say(sanitize.describe(result))
-    return dataclasses.replace(verdict, sanitizer=result)
 
 
 NVIDIA_PROC = "/proc/driver/nvidia/gpus"  # the driver's GPU list (kernel-wide)
@@ -237,8 +192,8 @@ def _gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
-class _Flow:
-    """One evaluation, step by step."""
+class _Flow(Children):
+    """One evaluation, step by step (its children: judge.flow_children)."""
 
     def __init__(self, problem: Problem, candidate: str | Path, policy: Policy, device: str, vb: VerdictBuilder, workdir: Path, say: Progress) -> None:
         self.problem, self.candidate_path, self.policy, self.device = problem, candidate, policy, device
@@ -305,116 +260,6 @@ class _Flow:
         finally:
             self._release_children() if clean else self._close_children()
 
-    def _close_children(self) -> None:
-        warm, self.warm_ref = self.warm_ref, None
-        children = self.children + ([warm.child] if warm else [])
-        for child in children:
-            child.request_exit()  # all at once: a GPU child takes a moment to tear down
-        for child in children:
-            child.close()  # a second close does nothing
-        if warm is not None:
-            warm.close()
-        for spare in self.spares_taken:
-            spare.release()  # its child closed above (under this flow's device lock, if any)
-
-    def _release_children(self) -> None:
-        """At a verdict: the reference child goes back to the warm pool when it is alive, idle and
-        reset (its outputs and memory dropped); every other child closes."""
-        warm, self.warm_ref = self.warm_ref, None
-        ok = False
-        if warm is not None:
-            try:  # a child whose setup did not complete (no meta) is never pooled
-                ok = bool(warm.meta) and not self._cancelled() and warm.child.drain(self.policy.run_timeout_s) and \
-                    warm.child.call("reset", {}, timeout_s=self.policy.run_timeout_s) is not None and not warm.child.pending()
-            except ChildError:
-                ok = False
-        self._close_children()  # the candidate's process goes before the pool touches the shared memory ledger
-        if warm is not None:
-            refpool.POOL.give_back(warm, self._ledger()) if ok else warm.close()
-
-    def _lock_check(self, files: tuple[Path, Path]) -> None:
-        """While this verdict waits for the device lock: a process of one of its own live candidate
-        children (its process group or session) holding the lock's files open would make the
-        verdict wait for itself, and every verdict on the device behind it; candidate code can
-        open the shared lock folder until the children are sandboxed. That is the candidate's
-        doing: rejected. Both files are checked whichever one the wait is at (a candidate holding
-        the lock can leave another verdict at the gate ahead of this one)."""
-        from kernelwright.judge.gpulock import opened_by
-
-        mine = {c._proc.pid for c in self.children if c.config.role == "candidate" and c.alive()}
-        if not mine:
-            return
-
-        def within(pid: int) -> bool:
-            try:
-                return os.getpgid(pid) in mine or os.getsid(pid) in mine
-            except OSError:
-                return False
-
-        for pid, path in opened_by(files, within).items():
-            self._close_children()  # the reference child too: no lock is held, so none of it goes back to the pool
-            raise Stop(Status.REJECTED, f"the candidate's process (pid {pid}) holds the judge's device lock file "
-                                        f"{path.name} open: the evaluation would wait for it forever")
-
-    def _ledger(self) -> tuple[str, int] | None:
-        """The device's memory ledger (judge.memory): its key and the device's size; None where
-        admission is off (the CPU backend without KERNELWRIGHT_DEVICE_BYTES, or no size known)."""
-        from kernelwright.judge import memory
-        from kernelwright.judge.gpulock import device_key
-
-        total = memory.device_bytes(self.meta or {})
-        if total is None or (self.device != "cuda" and not os.environ.get(memory.FAKE_ENV)):
-            return None
-        return device_key(self.device, self.policy.gpu_index), total
-
-    def _cancelled(self) -> bool:
-        return self.cancel is not None and self.cancel.is_set()
-
-    def kill_children(self) -> None:
-        """Kill every child's process group now (from another thread: descriptors stay with the
-        flow's thread, whose waits then end)."""
-        warm = self.warm_ref
-        for child in self.children + ([warm.child] if warm else []):
-            child.kill()
-
-    @contextlib.contextmanager
-    def _device(self, mode: str, what: str) -> Iterator[None]:
-        """Hold the device lock (judge.gpulock: shared for untimed work, exclusive for timing); when
-        the section ends in a verdict or fails, the children are released or closed before the
-        lock goes, so none of their device work (references still computing, say) outlives it."""
-        with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say, check=self._lock_check):
-            try:
-                yield
-            except Stop:
-                self._release_children()
-                raise
-            except BaseException:
-                self._close_children()
-                raise
-
-    def _child(self, role: str, extra_env: dict[str, str] | None = None) -> Child:
-        if self._cancelled():
-            raise Stop(Status.INFRA_ERROR, "cancelled")
-        env = {"KERNELWRIGHT_CACHE": str(cache_dir())}
-        env.update(extra_env or {})
-        if role == "candidate":  # confined from its setup on (judge.sandbox); its own extension folder is writable
-            spec = sandbox.for_candidate(self.policy.sandbox, str(cache_dir()), env.get("TORCH_EXTENSIONS_DIR"), self.device)
-            env[sandbox.SPEC_ENV] = spec.to_env()
-            self.vb.sandbox = sandbox.record(spec)
-        read = (str(self.problem.path), str(self.files.model_new.parent)) if role == "candidate" else ()
-        config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env, sandbox_read=read)
-        spare = spares.POOL.take(config) if role == "candidate" and not extra_env else None
-        if spare is not None:  # forked before this evaluation, its device context made, nothing else (judge.spares)
-            child = spare.child
-            self.spares_taken.append(spare)
-            self.candidate_child = "spare"
-        else:
-            child = Child(config)
-        self.children.append(child)
-        if role == "candidate" and not extra_env:
-            spares.POOL.refill(config)  # for the next evaluation, in the background
-        return child
-
     def _run(self) -> None:
         files = self.files or self._discover()
         ext = files.build_path == BuildPath.TORCH_EXTENSION
@@ -427,8 +272,8 @@ class _Flow:
         if early is not None:
             raise Stop(early.status, early.reason)
         self.say("starting the children")
-        builder = self._child("candidate", self._extension_env()) if ext else None
-        self.cand_env = self._extension_env() if ext else {}
+        self.cand_env = extension.env(files.hash) if ext else {}
+        builder = self._child("candidate", self.cand_env) if ext else None
         # a torch extension's run child starts once its build is done: a child spawned afresh enters
         # the sandbox at its start, and must find the build's folder as the build left it
         t_cand = time.perf_counter()
@@ -517,41 +362,6 @@ class _Flow:
 
         return _cached_baselines(self) is None
 
-    def _oom(self, exc: ChildError, doing: str) -> Stop:
-        """Whose a candidate child's out-of-memory is, decided from the trusted side: the candidate
-        child is killed first, then the reference child reports the device's free memory. When that
-        covers the candidate's part of the estimate, the memory was there for it and it took more:
-        its runtime_error. When even without it the device lacks that much, other processes hold the
-        rest: infra_error. Anything the candidate's process said about its memory is not used."""
-        from kernelwright.judge import memory
-
-        est = getattr(self, "estimate", None)
-        for child in self.children:
-            if child.config.role == "candidate":
-                child.kill()
-        tail = f"\n--- child log ---\n{exc.log_tail}" if exc.log_tail.strip() else ""
-        ref = getattr(self, "ref", None)
-        mem: dict[str, Any] = {}
-        if ref is not None and est is not None:
-            try:
-                if ref.outstanding and not ref.drain(timeout_s=self.policy.build_timeout_s):  # a pipelined reply ('references') first
-                    raise ChildError("died", "the reference child did not finish its outstanding command")
-                mem = ref.call("memory", {}, timeout_s=60) or {}
-            except ChildError:
-                mem = {}
-        free = mem.get("free_bytes")
-        if not isinstance(free, int) or est is None:
-            return Stop(Status.RUNTIME_ERROR, truncate(f"{doing}: the candidate ran out of GPU memory: {exc}{tail}"))
-        if self.vb.memory is not None:
-            self.vb.memory["free_bytes_after_candidate_oom"] = free
-        if free >= est.candidate:
-            return Stop(Status.RUNTIME_ERROR, truncate(
-                f"{doing}: the candidate ran out of GPU memory; with its process gone {memory.gib(free)} are free, more than its part of "
-                f"the verdict's estimate ({memory.gib(est.candidate)}): it asked for more than the device had for it. {exc}{tail}"))
-        return Stop(Status.INFRA_ERROR, truncate(
-            f"{doing}: out of GPU memory, not the candidate's doing: with its process gone only {memory.gib(free)} are free, less than "
-            f"its part of the verdict's estimate ({memory.gib(est.candidate)}); other processes hold the rest. {exc}{tail}"))
-
     # -- discovery and build ------------------------------------------------------------------
 
     def _discover(self) -> CandidateFiles:
@@ -588,175 +398,6 @@ class _Flow:
 
             self.say(written.cached("raw builds", new[0].lib_path.parent.parent, len(new)))
         return True
-
-    def _extension_env(self) -> dict[str, str]:
-        folder = cache_dir() / "torch_extensions" / (self.vb.candidate["hash"] or "none")[:16]
-        folder.mkdir(parents=True, exist_ok=True)
-        return {"TORCH_EXTENSIONS_DIR": str(folder)}
-
-    def _build_extension(self, child: Child) -> bool:
-        """Import the candidate in a build child so load_inline compiles; the run child reuses it."""
-        self.say(f"building the torch extension (load_inline) in a build child, into torch's cache {self._extension_env()['TORCH_EXTENSIONS_DIR']}")
-        t0 = time.perf_counter()
-        try:
-            with self._device("shared", "building the torch extension"):  # the build child constructs ModelNew on the device
-                child.call("setup", self._candidate_args(child), timeout_s=self.policy.build_timeout_s)
-        except ChildError as exc:
-            self.vb.build_s = time.perf_counter() - t0
-            if exc.kind in ("timeout", "died"):
-                shutil.rmtree(self._extension_env()["TORCH_EXTENSIONS_DIR"], ignore_errors=True)  # torch's lock file
-            if exc.kind in ("compile", "timeout"):
-                self.vb.log = truncate(f"{exc}\n{exc.log_tail}")
-                return False
-            raise self.child_stop(exc, "building") from None
-        finally:
-            child.close()
-        self.vb.build_s = time.perf_counter() - t0
-        return True
-
-    # -- children -----------------------------------------------------------------------------
-
-    def _reference_args(self) -> dict[str, Any]:
-        args = {
-            "problem_path": str(self.problem.path), "size": self.vb.size, "device": self.device, "precision": self.policy.precision,
-            "init_seed": self.seeds[0], "atol": self.policy.atol, "rtol": self.policy.rtol,
-            "strict": self.policy.enabled("output_checks"),
-        }
-        if self.device == "cuda" and self.policy.time_candidate and self.policy.enabled("harness_overhead"):
-            from kernelwright.judge.measure import policy_switches
-
-            args["null_switches"] = policy_switches(self.policy, self.policy.timing.lead_us)
-        return args
-
-    def _reference(self) -> tuple[Child, str]:
-        """The reference child and how it came: a warm one of this problem and policy when one is
-        idle (reset under this evaluation's init seed), else a new one set up now."""
-        args = self._reference_args()
-        k = refpool.key(self.problem.hash, str(self.problem.path), self.device, self.policy.gpu_index, args)
-        if self._cancelled():
-            raise Stop(Status.INFRA_ERROR, "cancelled")
-        warm = refpool.POOL.take(k) if refpool.capacity() else None
-        if warm is not None and warm.child.pending():  # a reply nobody asked for: the child is not trusted
-            warm.close()
-            warm = None
-        if warm is not None:
-            self.warm_ref = warm
-            t0 = time.perf_counter()
-            failed: ChildError | None = None
-            with self._device("shared", "resetting the warm reference child"):
-                try:  # caught inside: a section that fails closes every child of the flow, the candidate's too
-                    warm.child.call("reset", {"init_seed": self.seeds[0]}, timeout_s=self.policy.build_timeout_s)
-                except ChildError as exc:
-                    failed = exc
-            if failed is not None and self._cancelled():
-                raise Stop(Status.INFRA_ERROR, "cancelled")
-            if failed is not None:  # it died idle (or was tainted): nothing of this verdict ran on it, so a new one replaces it
-                log.warning("warm reference child failed its reset (%s); setting up a new one", failed)
-                self.say(f"the warm reference child failed its reset ({failed}); setting up a new one")
-                self.warm_ref = None
-                warm.close()
-                warm = None
-        if warm is not None:
-            warm.uses += 1
-            self.meta = dict(warm.meta)
-            self.vb.set_problem_meta(self.meta)
-            return warm.child, f"warm reference child, evaluation {warm.uses + 1} it serves, reset in {time.perf_counter() - t0:.2f} s"
-        t0 = time.perf_counter()
-        workdir = refpool.new_workdir()
-        child = Child(ChildConfig(role="reference", device=self.device, gpu_index=self.policy.gpu_index, workdir=workdir,
-                                  env={"KERNELWRIGHT_CACHE": str(cache_dir())}))
-        forked_s = time.perf_counter() - t0  # its start, a fork or a spawn
-        self.warm_ref = refpool.Warm(key=k, child=child, meta={}, workdir=workdir)
-        self._reference_setup(child, args)
-        self.warm_ref.meta = dict(self.meta)
-        return child, f"reference child: started in {forked_s:.2f} s, {_seconds(self.meta)}"
-
-    def _reference_setup(self, ref: Child, args: dict[str, Any]) -> None:
-        try:
-            # exclusive when the setup times the empty call (null_switches), shared otherwise
-            with self._device("exclusive" if "null_switches" in args else "shared", "loading the problem"):
-                self.meta = ref.call("setup", args, timeout_s=self.policy.build_timeout_s)
-        except ChildError as exc:
-            if exc.kind == "problem":
-                raise ProblemError(str(exc)) from None
-            raise Stop(Status.INFRA_ERROR, f"the reference child failed: {exc}\n{exc.log_tail}") from None
-        if self.meta.get("source_hash") != self.problem.hash:
-            raise Stop(Status.INFRA_ERROR, f"the problem file changed on disk since it was loaded: {self.problem.path}")
-        self.vb.set_problem_meta(self.meta)
-
-    def _candidate_args(self, child: Child) -> dict[str, Any]:
-        problem, cand = self._spare_paths(child)
-        return {
-            "problem_path": problem, "size": self.vb.size, "candidate_path": cand,
-            "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
-            "check_identities": self.policy.enabled("function_identities"), "check_inputs": self.policy.enabled("inputs_unchanged"),
-        }
-
-    def _spare_paths(self, child: Child) -> tuple[str, str]:
-        """The problem file and the candidate's model_new.py as `child` reads them: a spare entered
-        the sandbox before this evaluation was known, so both are copied into its folder's in/,
-        the one place outside the build cache it may read (judge.child_candidate.warm)."""
-        spare = next((s for s in self.spares_taken if s.child is child), None)
-        if spare is None:
-            return str(self.problem.path), str(self.files.model_new)
-        inputs = spare.workdir / sandbox.SPARE_INPUTS
-        self.copies.append(inputs / "candidate")
-        shutil.copyfile(self.problem.path, inputs / "problem.py")
-        shutil.copytree(self.files.model_new.parent, inputs / "candidate", symlinks=True, dirs_exist_ok=True)
-        return str(inputs / "problem.py"), str(inputs / "candidate" / self.files.model_new.name)
-
-    def _candidate_setup(self, cand: Child) -> None:
-        self.say("importing the candidate")
-        try:
-            self.cand_meta = cand.call("setup", self._candidate_args(cand), timeout_s=self.policy.build_timeout_s) or {}
-            if self.candidate_child == "spare":  # its start-up was the time it waited: not this verdict's
-                seconds = self.cand_meta.get("child_seconds")
-                setup_s = seconds.get("command", float("nan")) if isinstance(seconds, dict) else float("nan")
-                self.say(f"candidate imported (spare candidate child, its device context made ahead: {setup_s:.2f} s setup)")
-            else:
-                self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
-        except ChildError as exc:
-            raise self.child_stop(exc, "importing the candidate") from None
-        unconfined = sandbox.unconfined(cand.env.get(sandbox.SPEC_ENV, ""), cand._proc.pid)
-        if unconfined:
-            raise Stop(Status.INFRA_ERROR, f"the candidate child is not confined as its sandbox says: {unconfined}")
-        if self.cand_meta.get("identities_moved"):
-            from kernelwright.judge.measure import moved_names
-
-            moved = moved_names(self.cand_meta["identities_moved"])
-            self.vb.guard("function_identities", True, f"after the import: {moved}")
-            raise Stop(Status.REJECTED, f"the candidate replaced {moved} when imported")
-
-    def fresh_candidate(self, old: Child) -> Child:
-        """Another candidate child for a timing window timed again (phases.timing_phase): the old
-        one closed first, so its device memory is back before the new one's is made; the new one
-        (a spare, or forked) imports the candidate as the first did. The caller audits one forward
-        in it before timing."""
-        old.request_exit()
-        old.close()
-        if old in self.children:
-            self.children.remove(old)  # reaped: nothing may signal its pid again
-        for spare in [s for s in self.spares_taken if s.child is old]:
-            spare.release()  # its folder and its memory reservation go with it
-            self.spares_taken.remove(spare)
-        self.candidate_child = "new"
-        cand = self._child("candidate", self.cand_env)
-        self.vb.workers["candidate"] = self.candidate_child  # the child whose window is priced
-        self._candidate_setup(cand)
-        return cand
-
-    def child_stop(self, exc: ChildError, doing: str) -> Stop:
-        """Map a child failure to a verdict status (a reference child's failure is the judge's)."""
-        if exc.role == "reference":
-            return Stop(Status.INFRA_ERROR, truncate(f"{doing}: the reference child failed: {exc}\n{exc.log_tail}"))
-        if exc.kind == "oom" and self.device == "cuda":
-            return self._oom(exc, doing)
-        status = {
-            "timeout": Status.TIMEOUT, "compile": Status.COMPILE_ERROR, "forged": Status.REJECTED,
-            "infra": Status.INFRA_ERROR,
-        }.get(exc.kind, Status.RUNTIME_ERROR)
-        tail = f"\n--- child log ---\n{exc.log_tail}" if exc.log_tail.strip() else ""
-        return Stop(status, truncate(f"{doing}: {exc}{tail}"))
 
     # -- correctness --------------------------------------------------------------------------
 
@@ -805,30 +446,6 @@ def _static_findings(files: CandidateFiles) -> list[dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001 - advisory: never stops a verdict
         log.warning("static layer failed: %s", exc)
         return [{"rule": "static_layer_failed", "file": files.model_new.name, "line": 0, "detail": f"{type(exc).__name__}: {exc}"[:200]}]
-
-
-FORK_NOTE_S = 0.05  # a forked child slower than this from its fork to its own code says where the time went
-
-
-def _seconds(reply: dict[str, Any]) -> str:
-    """A child's start-up and setup as its setup reply gives them; for a forked child slower than
-    FORK_NOTE_S to reach its own code, the seconds from its fork to each step before it
-    (judge.forkserver.FORK_STEP_NAMES, only those names: the line stays short whatever a reply holds)."""
-    from kernelwright.judge.forkserver import FORK_STEP_NAMES
-    from kernelwright.judge.replies import seconds_value
-
-    t = reply.get("child_seconds")
-    t = t if isinstance(t, dict) else {}
-
-    def num(key: str) -> float:
-        value = t.get(key)
-        return float(value) if seconds_value(value) else float("nan")
-
-    text = f"{num('before_command'):.2f} s start-up, {num('command'):.2f} s setup"
-    if num("fork_started") >= FORK_NOTE_S:
-        steps = ", ".join(f"{k} {num('fork_' + k):.2f}" for k in FORK_STEP_NAMES if not math.isnan(num("fork_" + k)))
-        text += f"; seconds from its fork: {steps}"
-    return text
 
 
 def _worst_resources(items: list[Resources]) -> Resources | None:

@@ -104,7 +104,7 @@ class ForkRefused(RuntimeError):
 
 # A forked child's steps before the judge's child code runs, each timed from just before the fork
 # (the monotonic clock is the machine's, so the parent's reading holds in the child) and reported in
-# its setup reply's child_seconds as fork_<step> (judge.child.FORK_STEPS, judge.evaluate._seconds).
+# its setup reply's child_seconds as fork_<step> (judge.child.FORK_STEPS, judge.flow_children._seconds).
 FORK_STEP_NAMES = ("forked", "session", "descriptors", "environment", "started")
 
 

@@ -67,11 +67,11 @@ def _to_device(value: Any, device: torch.device) -> Any:
 # behind a proxy module, numpy.__spec__ read by `import numpy`, torch.no_grad.__enter__ wrapped,
 # a dtype property added to torch.Tensor, records.Case.__init__ wrapped, and DeviceContext (the
 # `with device:` mode) subclassed. What is bound here cannot be swapped; what the problem's own
-# get_inputs() reads, and the classes above, child.quiet_window checks before every seed.
+# get_inputs() reads, and the classes above, window.quiet_window checks before every seed.
 _CPU_GENERATOR = torch.default_generator
 _GEN_SEED = torch._C.Generator.manual_seed
 _RANDOM_INST = random._inst  # type: ignore[attr-defined]
-_RANDOM_DICT = vars(_RANDOM_INST)  # its namespace: child.quiet_window checks it is still this one, holding only str keys
+_RANDOM_DICT = vars(_RANDOM_INST)  # its namespace: window.quiet_window checks it is still this one, holding only str keys
 _RANDOM_CLASS = random.Random
 _RANDOM_SEED = _random.Random.seed  # what random.Random.seed runs for an int, less its `self.gauss_next = None`
 _OBJECT_SETATTR = object.__setattr__
@@ -81,7 +81,7 @@ try:
     _NUMPY_SEED: Any = _numpy.random.seed
     _NUMPY_STATE: Any = _numpy.random.mtrand._rand
     _NUMPY_STATE_CLASS: Any = _numpy.random.RandomState
-    _NUMPY_BITGEN: Any = _NUMPY_STATE._bit_generator  # what RandomState.seed seeds (child.quiet_window checks it is still this one)
+    _NUMPY_BITGEN: Any = _NUMPY_STATE._bit_generator  # what RandomState.seed seeds (window.quiet_window checks it is still this one)
     _NUMPY_BITGEN_CLASS: Any = _numpy.random.MT19937
 except ImportError:  # numpy is optional
     _numpy = None
@@ -346,7 +346,7 @@ def asking_getter(problem: ModuleType, pool: list[list[Any]], calls: list[list[A
     slot is refreshed with a seed that comes from the judge only now (ask(n, found), n counting the
     asks), after the last call's output and this slot's old storages are gone and `quiet` has
     switched off whatever could run code of the candidate's on this thread and said what it found
-    (child.quiet_window), which goes to the judge with the ask. No later call's seed is in
+    (window.quiet_window), which goes to the judge with the ask. No later call's seed is in
     this process before that call's turn, so code of the candidate's that runs between calls (a
     callback on a freed object, a thread) has no next inputs to work on: with the batch's seeds in
     the command, such code computed the next answer outside the timed region (docs/judge.md,

@@ -153,7 +153,7 @@ class Child:
         )
 
     def _answer(self, text: str) -> None:
-        """One line to the child on the result socket (a timed call's seed, judge.child.ask_seed):
+        """One line to the child on the result socket (a timed call's seed, judge.window.ask_seed):
         not on its stdin, a pipe, which code in the child could open again for writing through
         /proc/self/fd/0 and so put back a line it had read first."""
         try:
@@ -175,7 +175,7 @@ class Child:
         the child asks for them one at a time while it works ({"ask": n, "found": [...]}, n counting
         the asks from 0), each answered with one line on its stdin when asked for and not before (a
         timed batch's seeds, judge.inputs.asking_getter); what each ask says it found
-        (judge.child.quiet_window) is added to `found`. A reply before every answer was taken, an
+        (judge.window.quiet_window) is added to `found`. A reply before every answer was taken, an
         ask out of turn, or an ask of a command given none is forged."""
         self.send(command, args, fds)
         return self.wait(command, timeout_s=timeout_s, answers=answers, found=found)

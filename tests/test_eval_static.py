@@ -60,7 +60,7 @@ def no_children(monkeypatch):
         raise AssertionError("a child process was started for a verdict the source settles")
 
     monkeypatch.setattr(forkpool, "warm_up", refuse)
-    monkeypatch.setattr(ev._Flow, "run", refuse)
+    monkeypatch.setattr(ev.Flow, "run", refuse)
 
 
 # ---- the static read, before any child -----------------------------------------------------------

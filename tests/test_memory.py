@@ -193,10 +193,10 @@ class _StubChild:
 
 
 def _oom_flow(free: int, outstanding: int = 0):
-    from kernelwright.judge.evaluate import _Flow
+    from kernelwright.judge.evaluate import Flow
     from kernelwright.judge.verdicts import VerdictBuilder
 
-    flow = _Flow.__new__(_Flow)
+    flow = Flow.__new__(Flow)
     flow.device, flow.policy = "cuda", Policy()
     flow.children = [_StubChild("candidate")]
     flow.ref = _StubChild("reference", free, outstanding)
@@ -261,11 +261,11 @@ def test_forged_ledger_entries_hold_nothing_and_a_held_lock_does(ledger):
 
 def test_a_timeout_inside_an_admitted_verdict_is_not_a_wait_for_memory(ledger, monkeypatch):
     from kernelwright.judge.channel import ChannelTimeout
-    from kernelwright.judge.evaluate import _Flow
+    from kernelwright.judge.evaluate import Flow
     from kernelwright.judge.verdicts import VerdictBuilder
 
     monkeypatch.setenv(memory.FAKE_ENV, str(80 * GIB))
-    flow = _Flow.__new__(_Flow)
+    flow = Flow.__new__(Flow)
     flow.device, flow.policy, flow.meta = "cpu", Policy(time_candidate=False), _meta(GIB, GIB)
     flow.vb = VerdictBuilder.__new__(VerdictBuilder)
     flow.say, flow.cancel = (lambda _m: None), None

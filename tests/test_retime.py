@@ -121,7 +121,7 @@ def test_the_second_window_is_the_one_priced_and_the_first_child_is_gone_before_
     from kernelwright.judge import evaluate as ev
 
     windows, order = [], []
-    real_window, real_child = phases._timed_window, ev._Flow._child
+    real_window, real_child = phases._timed_window, ev.Flow._child
 
     def window(flow, ref, cand, baselines, lead_us):
         out = real_window(flow, ref, cand, baselines, lead_us)
@@ -136,7 +136,7 @@ def test_the_second_window_is_the_one_priced_and_the_first_child_is_gone_before_
         return real_child(self, role, extra_env)
 
     monkeypatch.setattr(phases, "_timed_window", window)
-    monkeypatch.setattr(ev._Flow, "_child", child)
+    monkeypatch.setattr(ev.Flow, "_child", child)
     caplog.set_level(logging.DEBUG, logger="kernelwright.judge.phases")
     v, _ = _judge_said("rowsum_correct")
     assert v.status.value == "correct", v.log

@@ -224,7 +224,7 @@ def test_the_judge_names_the_build_cache_when_a_raw_build_adds_to_it(tmp_path, m
                           ([result("a", True)], [])):  # a cache hit writes nothing, and says nothing
         said.clear()
         monkeypatch.setattr(evaluate, "prebuild", lambda files, **kw: results)
-        assert evaluate._Flow._build_raw(flow, SimpleNamespace(sources=["k.cpp"])) is True
+        assert evaluate.Flow._build_raw(flow, SimpleNamespace(sources=["k.cpp"])) is True
         assert said[1:] == want
 
 

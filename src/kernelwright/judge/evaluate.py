@@ -27,6 +27,7 @@ from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, d
 from kernelwright.judge.flow_children import Children
 from kernelwright.judge.gpulock import enabled as gpu_lock_enabled
 from kernelwright.judge.guards import precision
+from kernelwright.judge.phases import cached_baselines, correctness_phase, timing_phase
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot
@@ -106,7 +107,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
         judged = main.parent if main.name == "model_new.py" else main
-        flow = _Flow(problem, judged, policy, dev, vb, workdir, say)
+        flow = Flow(problem, judged, policy, dev, vb, workdir, say)
         flow.baseline_store = baseline_store
         early = flow.read_statically()  # before any child process starts: what the source alone settles
         if early is not None:
@@ -127,7 +128,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
 
 
 @contextlib.contextmanager
-def _cancellable(flow: "_Flow", cancel: threading.Event | None) -> Iterator[None]:
+def _cancellable(flow: "Flow", cancel: threading.Event | None) -> Iterator[None]:
     """While the block runs, a set `cancel` kills the flow's children (its waits end at once);
     afterwards it turns whatever the flow concluded into Cancelled."""
     if cancel is None:
@@ -192,7 +193,7 @@ def _gpu_present() -> bool:
     return torch.cuda.is_available()
 
 
-class _Flow(Children):
+class Flow(Children):
     """One evaluation, step by step (its children: judge.flow_children)."""
 
     def __init__(self, problem: Problem, candidate: str | Path, policy: Policy, device: str, vb: VerdictBuilder, workdir: Path, say: Progress) -> None:
@@ -304,8 +305,6 @@ class _Flow(Children):
                 if not self.policy.time_candidate:
                     self._release_children()  # their teardown is device work too: done before the lock goes
             if self.policy.time_candidate:
-                from kernelwright.judge.phases import timing_phase
-
                 with self._device("exclusive", "timing"):
                     timing_phase(self, ref, cand)
                     self._release_children()  # before the next evaluation may time
@@ -358,9 +357,8 @@ class _Flow(Children):
         return spec
 
     def _no_cached_baselines(self) -> bool:
-        from kernelwright.judge.phases import _cached_baselines
 
-        return _cached_baselines(self) is None
+        return cached_baselines(self) is None
 
     # -- discovery and build ------------------------------------------------------------------
 
@@ -416,7 +414,6 @@ class _Flow(Children):
         return correctness_cases(self.seeds, self.policy, self.meta.get("n_extra", 0))
 
     def _correctness(self, ref: Child, cand: Child, cases: list[Case]) -> None:
-        from kernelwright.judge.phases import correctness_phase
 
         correctness_phase(self, ref, cand, cases)
 

@@ -16,7 +16,7 @@ from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.workers import physical_gpu
 
 if TYPE_CHECKING:
-    from kernelwright.judge.evaluate import _Flow
+    from kernelwright.judge.evaluate import Flow
 
 
 def as_given(verdict: Verdict, copies: list[Path], candidate: str | Path, shown_as: str | None) -> Verdict:
@@ -40,7 +40,7 @@ def as_given(verdict: Verdict, copies: list[Path], candidate: str | Path, shown_
 SANITIZED = (Status.CORRECT, Status.INCORRECT, Status.RUNTIME_ERROR, Status.REJECTED)  # the candidate built and imported
 
 
-def with_sanitizer(flow: "_Flow", verdict: Verdict, say: Callable[[str], None]) -> Verdict:
+def with_sanitizer(flow: "Flow", verdict: Verdict, say: Callable[[str], None]) -> Verdict:
     """Attach compute-sanitizer's findings (judge.sanitize); the status stays what the judge said."""
     from kernelwright.judge import sanitize
 

@@ -1,4 +1,4 @@
-"""The judge's flow's children (judge.evaluate._Flow): the reference child (warm from the pool or
+"""The judge's flow's children (judge.evaluate.Flow): the reference child (warm from the pool or
 new), the candidate children (a spare, forked or spawned, confined by the policy's sandbox), a torch
 extension's build child (judge.extension); what their failures come to; the device lock around
 their work; and their release or close when the verdict is reached.
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class Children:
-    """The part of the judge's flow that starts, commands and ends its children; _Flow holds the state."""
+    """The part of the judge's flow that starts, commands and ends its children; Flow holds the state."""
 
     problem: Problem
     candidate_path: str | Path

@@ -58,7 +58,7 @@ processes that are not kernelwright's are not in the ledger.
 **Whose OOM.** Nothing the candidate's process says about its memory can be trusted (it could
 free what it held, or forge the message). When a candidate child reports an out-of-memory the
 judge kills it, then asks the reference child for the device's free memory (judge.evaluate's
-_Flow._oom): if the candidate's part of the estimate is free without it, it took more than the
+Flow._oom): if the candidate's part of the estimate is free without it, it took more than the
 device had for it (`runtime_error`); if not, other processes hold the rest (`infra_error`). Every
 out-of-memory in the reference child is the judge's (`infra_error`). A process the candidate
 started outside its process group could keep memory past the kill: the sandbox's business.

@@ -1,4 +1,4 @@
-"""The correctness and timing phases of one evaluation (see judge.evaluate for the flow)."""
+"""The correctness and timing phases of one evaluation (see judge.evaluate for the flow; judge.context for what they read of it)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import math
 import secrets
 import statistics
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernelwright.judge import memory, ops, stats
 from kernelwright.judge.guards import kernel_provenance, physics_floor, precision, wall_clock
 from kernelwright.judge.channel import close_fds
+from kernelwright.judge.context import Context
 from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names, run_timing, samples_record, GUARD_LATE_SHARE, late_threshold)
 from kernelwright.judge.policy import NEAR_POSITIONS
 from kernelwright.judge import pricing
@@ -21,14 +22,11 @@ from kernelwright.core.records import Case, Status, Timing
 from kernelwright.judge.verdicts import Stop
 from kernelwright.judge.workers import Child, ChildError
 
-if TYPE_CHECKING:
-    from kernelwright.judge.evaluate import _Flow
-
 log = logging.getLogger(__name__)
 SAMPLES_PREFIX = "timing samples "  # the debug line that carries measure.samples_record as JSON
 
 
-def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[int], near_blind: bool = False) -> None:
+def _record_correctness_steps(flow: Context, cases: list[Case], skipped: list[int], near_blind: bool = False) -> None:
     vb = flow.vb
     if vb.off_or("seeds"):
         vb.step("seeds", True, f"{len(flow.seeds)} secret seeds")
@@ -54,7 +52,7 @@ def _record_correctness_steps(flow: "_Flow", cases: list[Case], skipped: list[in
             vb.step(name, True, note)
 
 
-def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case]) -> None:
+def correctness_phase(flow: Context, ref: Child, cand: Child, cases: list[Case]) -> None:
     """Run every case in the candidate child and compare in the reference child."""
     policy, vb = flow.policy, flow.vb
     try:  # sent before the candidate's import (judge.evaluate)
@@ -121,7 +119,7 @@ def correctness_phase(flow: "_Flow", ref: Child, cand: Child, cases: list[Case])
         vb.guard("function_identities", False, "every watched function unchanged after the import and every call")
 
 
-def _op_audit(flow: "_Flow", ref: Child, cand: Child, retimed: bool = False) -> None:
+def _op_audit(flow: Context, ref: Child, cand: Child, retimed: bool = False) -> None:
     """One more forward, on fresh secret inputs, under the candidate child's dispatch mode; its output is
     compared like a correctness case, so a candidate cannot recognise the audit's inputs and answer from a cache."""
     vb, policy = flow.vb, flow.policy
@@ -165,7 +163,7 @@ def _op_audit(flow: "_Flow", ref: Child, cand: Child, retimed: bool = False) -> 
     vb.guard("op_audit", False, f"torch compute: {ops.describe(compute)}{note}" if compute else "allocation, views and layout copies only")
 
 
-def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> dict[str, Any]:
+def _run_case(flow: Context, cand: Child, i: int, case: Case) -> dict[str, Any]:
     """Run one case in the candidate child; its reply (the staged output's description under
     "handover"; its descriptor, if any, from cand.received_fds())."""
     policy = flow.policy
@@ -180,7 +178,7 @@ def _run_case(flow: "_Flow", cand: Child, i: int, case: Case) -> dict[str, Any]:
         raise flow.child_stop(exc, f"case {case.id}") from None
 
 
-def _check_case_reply(flow: "_Flow", case: Case, res: dict[str, Any]) -> None:
+def _check_case_reply(flow: Context, case: Case, res: dict[str, Any]) -> None:
     """Refuse a case whose call replaced watched functions, computed with torch operators (every
     case runs under the op audit's dispatch mode), moved numerics flags or changed its inputs."""
     vb = flow.vb
@@ -217,7 +215,7 @@ def _add_parts(parts: dict[str, float], reported: Any) -> None:
             parts[part[:20]] = parts.get(part[:20], 0.0) + value
 
 
-def _finish_compare(flow: "_Flow", ref: Child, i: int, case: Case, worst: list[float]) -> None:
+def _finish_compare(flow: Context, ref: Child, i: int, case: Case, worst: list[float]) -> None:
     """Collect the reference child's comparison of case i (sent earlier)."""
     vb = flow.vb
     try:
@@ -246,7 +244,7 @@ def _case_step(i: int, case: Case) -> str | None:
     return {"near": "near_duplicate", "extra": "extra_shapes"}.get(case.kind, "distributions")
 
 
-def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
+def cached_baselines(flow: Context) -> dict[str, Any] | None:
     """The store's baseline record for this problem on this machine, precision, compile mode and
     timing protocol (judge.baseline), or None: then the baselines are measured now, and step interleave says why."""
     from kernelwright.judge import baseline
@@ -262,14 +260,14 @@ def _cached_baselines(flow: "_Flow") -> dict[str, Any] | None:
     return rec
 
 
-def _fresh_note(flow: "_Flow") -> str:
+def _fresh_note(flow: Context) -> str:
     """Step fresh_inputs' note: the pool timing_phase gives the rounds (judge.memory.pool_slots)."""
     sets = memory.pool_slots_for(flow.meta, True)
     return (f"new get_inputs() values before every call, in a pool of {sets} input set{'s' if sets != 1 else ''} whose tensors "
             "keep their identity (judge.memory.pool_slots)")
 
 
-def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) -> None:
+def _record_timing_steps(flow: Context, cached: dict[str, Any] | None = None) -> None:
     vb, cuda = flow.vb, flow.device == "cuda"
     cpu = "CPU backend: not applicable (no L2 flush, events or streams; CPU times are never claims)"
     notes = {
@@ -296,12 +294,12 @@ def _record_timing_steps(flow: "_Flow", cached: dict[str, Any] | None = None) ->
             vb.step("interleave", True, "contenders alternate in rounds, the first one rotating" + allowance + flow.cache_note)
 
 
-def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
+def timing_phase(flow: Context, ref: Child, cand: Child) -> None:
     """Time the candidate and the baselines; apply the timing guards; fill the numbers. A window
     whose price step device_sync's charge moved too far (_charge_share) is timed again in a fresh
     candidate child."""
     policy, vb = flow.policy, flow.vb
-    cached = _cached_baselines(flow) if policy.baselines == "cached" else None
+    cached = cached_baselines(flow) if policy.baselines == "cached" else None
     _record_timing_steps(flow, cached)
     baselines = policy.baselines == "measured" or (policy.baselines == "cached" and cached is None)
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
@@ -348,7 +346,7 @@ def timing_phase(flow: "_Flow", ref: Child, cand: Child) -> None:
     physics_floor.apply(flow)
 
 
-def _floor_from_first_window(flow: "_Flow", stream_ms: float) -> None:
+def _floor_from_first_window(flow: Context, stream_ms: float) -> None:
     """After a window timed again: the candidate is priced at no less than the window not priced
     gave its calls as timed on their own stream, uncharged (less this window's harness overhead).
     Candidate code sees its own times and can raise its own tails at will, so it could force the
@@ -372,7 +370,7 @@ BETWEEN_CALLS_STEP = ("each timed call's seed asked for at its turn, after the l
                       "child processes and descriptor 0 looked at")
 
 
-def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool, lead_us: float) -> Any:
+def _timed_window(flow: Context, ref: Child, cand: Child, baselines: bool, lead_us: float) -> Any:
     """One run of the timing protocol (measure.run_timing) in these children, behind a lead spin of
     at least `lead_us`; a guard that fires in it, or a timed output that is wrong, ends the evaluation."""
     policy, vb = flow.policy, flow.vb
@@ -406,7 +404,7 @@ def _timed_window(flow: "_Flow", ref: Child, cand: Child, baselines: bool, lead_
     return outcome
 
 
-def _charge_share(flow: "_Flow", outcome: Any) -> float | None:
+def _charge_share(flow: Context, outcome: Any) -> float | None:
     """How far step device_sync's charge (measure.TimingOutcome.charged) moved the candidate's
     median in this window, as a share of its price without the charge (the median stream time less
     the harness overhead, as _runtime prices it; the amortized_time path is not read), when that is more than
@@ -427,7 +425,7 @@ def _charge_share(flow: "_Flow", outcome: Any) -> float | None:
     return share if share > RETIME_CHARGE_SHARE else None
 
 
-def _log_samples(flow: "_Flow", outcome: Any, superseded: bool = False) -> None:
+def _log_samples(flow: Context, outcome: Any, superseded: bool = False) -> None:
     """The window's per-call record at debug level (measure.samples_record); a window timed again
     is marked superseded, so a reader prices only the last."""
     if log.isEnabledFor(logging.DEBUG):
@@ -436,7 +434,7 @@ def _log_samples(flow: "_Flow", outcome: Any, superseded: bool = False) -> None:
                                                "problem_hash": vb.problem.hash, **({"superseded": True} if superseded else {})}))
 
 
-def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: list[str], overhead: float,
+def _runtime(flow: Context, times: dict[str, list[float]], name: str, notes: list[str], overhead: float,
              synced: tuple[dict[str, list[float]], dict[str, float]] = ({}, {})) -> float | None:
     """A contender's time: the median of its calls, less the harness overhead. Step amortized_time
     prices the candidate at its trimmed mean instead where that mean shows the time sitting in a
@@ -460,7 +458,7 @@ def _runtime(flow: "_Flow", times: dict[str, list[float]], name: str, notes: lis
     return max(MIN_MS, trimmed - base - overhead) if applies else pricing.median_price(calls, overhead)
 
 
-def _overheads(flow: "_Flow", outcome: Any, times: dict[str, list[float]]) -> dict[str, float]:
+def _overheads(flow: Context, outcome: Any, times: dict[str, list[float]]) -> dict[str, float]:
     """Record step harness_overhead; what to subtract from each contender (zeros when off)."""
     vb = flow.vb
     cap = flow.meta.get("null_before_ms")
@@ -484,7 +482,7 @@ def _overheads(flow: "_Flow", outcome: Any, times: dict[str, list[float]]) -> di
     return {"candidate": 0.0, "eager": 0.0, "compile": 0.0}
 
 
-def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], tuple[dict[str, list[float]], dict[str, float]]]:
+def _device_sync(flow: Context, outcome: Any) -> tuple[dict[str, list[float]], tuple[dict[str, list[float]], dict[str, float]]]:
     """(per-call times, (device-wide times, the empty call's tail)) of each contender under step
     device_sync (TimingOutcome.charged), and the step's record: how many calls were charged the
     lateness of their device-wide end beyond the margin. The guard fires when the candidate's median
@@ -542,7 +540,7 @@ def _device_sync(flow: "_Flow", outcome: Any) -> tuple[dict[str, list[float]], t
     return out, (device, bases)
 
 
-def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
+def _fill_numbers(flow: Context, outcome: Any) -> None:
     vb = flow.vb
     _log_samples(flow, outcome)
     times, device = _device_sync(flow, outcome)
@@ -566,7 +564,7 @@ def _fill_numbers(flow: "_Flow", outcome: Any) -> None:
                        overhead_ms=o if o else None, raw_median_ms=cand.median_ms)
 
 
-def _profile(flow: "_Flow", cand: Child) -> None:
+def _profile(flow: Context, cand: Child) -> None:
     """One profiled call (GPU): the profiler's kernel-time sum (step profiler_check, reported) and
     the GPU time by origin (step kernel_provenance, a guard)."""
     vb = flow.vb

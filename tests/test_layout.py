@@ -116,3 +116,15 @@ def test_the_layer_check_sees_a_backward_import(tmp_path, monkeypatch):
     (pkg / "store" / "db.py").write_text("from kernelwright.agent.records import X\n")
     monkeypatch.setitem(globals(), "PKG", pkg)  # the module's own globals, which _edges reads
     assert ("store", "agent") in _edges()
+
+
+def test_the_phases_read_the_evaluation_context_not_the_flow():
+    # judge.phases types against judge.context.Context; importing judge.evaluate from it (even inside a
+    # function) would bring back the two modules importing each other
+    import ast
+
+    tree = ast.parse((ROOT / "src" / "kernelwright" / "judge" / "phases.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "kernelwright.judge.evaluate" not in imported
+    assert "kernelwright.judge.context" in imported

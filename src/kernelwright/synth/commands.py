@@ -12,7 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from kernelwright.errors import UsageError
-from kernelwright.flags import add_policy_flags, device_flag, json_flag, policy_from_args
+from kernelwright.flags import add_policy_flags, device_flag, json_flag, old_name, policy_from_args
 
 
 def _weights(text: str | None) -> dict[int, float] | None:
@@ -113,7 +113,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--max-candidates", type=int, default=None, help="give up after this many candidates (default 20 n + 100)")
     s.add_argument("--from", dest="source", default=None, help="filter an exported set (a synth folder) again instead of composing, e.g. on a GPU")
     s.add_argument("--model", dest="composer_model", default=None, help="PROVIDER:MODEL: an LLM writes each candidate's program from the drawn operators (default: the rule composer)")
-    s.add_argument("--composer-model", dest="composer_model", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the earlier name of --model
+    old_name(s, "--composer-model", "composer_model")  # the earlier name of --model
     s.add_argument("--base-url", default=None, help="the composer model's server (OpenAI-compatible)")
     s.add_argument("--resume", action="store_true", help="continue the run in --out")
     add_policy_flags(s, only=("sandbox",))  # of the workers that run composed task code

@@ -146,6 +146,18 @@ def test_the_objective_round_trips_through_json_and_toml(tmp_path):
         Objective.from_dict({"n_seeds": 3})
 
 
+def test_a_config_value_of_the_wrong_type_is_refused_by_name(tmp_path):
+    """A quoted number in a run config was a TypeError deep in the policy (exit 1, no name); now the
+    setting's check names it, and the command exits 2 as for any malformed input."""
+    cfg = tmp_path / "run.toml"
+    for line, message in (('seeds = "3"', "seeds must be an integer, got '3'"), ('libraries = "cublas"', "libraries must be a list"),
+                          ('atol = "1e-3"', "atol must be a number"), ('allow_torch_compute = "yes"', "must be true or false")):
+        cfg.write_text(line + "\n")
+        with pytest.raises(ValueError, match=message):
+            merge(load_config(cfg), {})
+    assert Objective.from_dict({"libraries": None}).libraries == ()
+
+
 def test_recorded_objectives_still_load():
     for path in sorted((ROOT / "examples" / "recordings").glob("*.json")):
         recorded = json.loads(path.read_text())["objective"]

@@ -70,11 +70,13 @@ class Objective:
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
         for spec in OBJECTIVE_SETTINGS:  # the policy's checks, named as the objective names them
-            if spec.kind == REPEAT:
-                object.__setattr__(self, spec.key, tuple(getattr(self, spec.key) or ()))
+            if spec.kind == REPEAT and getattr(self, spec.key) is None:
+                object.__setattr__(self, spec.key, ())
             why = spec.problem(getattr(self, spec.key))
             if why:
                 raise ValueError(why)
+            if spec.kind == REPEAT:  # a file's list
+                object.__setattr__(self, spec.key, tuple(getattr(self, spec.key)))
         self.policy()  # the judge's own checks
 
     def settings(self) -> dict[str, Any]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kernelwright.judge import settings
+from kernelwright.judge.guards.steps import ALL_STEPS, CORRECTNESS_STEPS, TIMING_STEPS  # noqa: F401 (callers read them here)
 from kernelwright.judge.provenance import LIBRARIES
 from kernelwright.judge.settings import setting
 from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
-from kernelwright.judge.guards.steps import ALL_STEPS, CORRECTNESS_STEPS, TIMING_STEPS  # noqa: F401 (callers read them here)
 
 NEAR_POSITIONS = 8  # elements changed per floating input in the near_duplicate case (judge.inputs.perturb)
 
@@ -127,13 +127,11 @@ class Policy:
                                   "and record the findings (GPU)")
     sanitize_timeout_s: float = setting(600.0, flag="--sanitize-timeout-s", positive=True,
                                         help="compute-sanitizer's limit per tool, in seconds (default 600)")
-    # auto: what the machine allows; strict: refuse without the full sandbox; off (judge.sandbox)
-    sandbox: str = setting(
+    sandbox: str = setting(  # judge.sandbox
         "auto", flag="--sandbox", choices=SANDBOXES,
         help="the sandbox generated code runs in: auto (what this machine allows, and the verdict says what is missing), "
              "strict (refuse to run without the full sandbox), off (only the environment's allow-list)")
-    # the problem's size: auto (cpu on the CPU backend where the problem declares one, else full), full or cpu
-    size: str = setting("auto", flag="--size", choices=SIZES, help=SIZE_HELP)
+    size: str = setting("auto", flag="--size", choices=SIZES, help=SIZE_HELP)  # problems.sizes
 
     def __post_init__(self) -> None:
         settings.check(self)

@@ -39,10 +39,13 @@ class Setting:
         assert self.flag is None or (self.flag.startswith("--") and self.help), self
         assert not self.old or self.flag, self
 
-    def problem(self, name: str, value: Any, default: Any) -> str | None:
+    def problem(self, name: str, value: Any, default: Any, annotation: str) -> str | None:
         """What is wrong with the value of the field called name, in a sentence; None when it is fine."""
         if value is None and default is None:
             return None
+        wrong = _wrong_type(name, value, default, annotation)
+        if wrong:
+            return wrong
         if isinstance(default, (tuple, frozenset)):
             bad = sorted(v for v in value if v not in self.choices) if self.choices is not None else []
             return f"unknown {name} {bad}; known: {self.choices}" if bad else None
@@ -53,6 +56,20 @@ class Setting:
         if self.minimum is not None and value < self.minimum:
             return f"{name} must be at least {self.minimum:g}, got {value}"
         return None
+
+
+# what a value of each written type may be (a config file's text or number must match)
+_KINDS = {"str": ((str,), "a string"), "int": ((int,), "an integer"), "float": ((int, float), "a number"), "bool": ((bool,), "true or false")}
+
+
+def _wrong_type(name: str, value: Any, default: Any, annotation: str) -> str | None:
+    if isinstance(default, (tuple, frozenset)):
+        ok = isinstance(value, (tuple, list, set, frozenset))
+        return None if ok else f"{name} must be a list, got {value!r}"
+    kinds, words = _KINDS.get(annotation.split("|")[0].strip(), ((object,), ""))
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        return f"{name} must be {words}, got {value!r}"
+    return None
 
 
 def setting(default: Any, **kw: Any) -> Any:
@@ -85,7 +102,7 @@ class Spec:
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with this value, named by the key; None when it is fine."""
-        return self.setting.problem(self.key, value, self.default)
+        return self.setting.problem(self.key, value, self.default, self.annotation)
 
 
 def specs(cls: type, prefix: str = "") -> list[Spec]:
@@ -105,6 +122,6 @@ def check(obj: Any) -> None:
     """ValueError naming the first field of this dataclass whose value its setting refuses."""
     for f in dataclasses.fields(obj):
         if "setting" in f.metadata:
-            why = f.metadata["setting"].problem(f.name, getattr(obj, f.name), f.default)
+            why = f.metadata["setting"].problem(f.name, getattr(obj, f.name), f.default, str(f.type))
             if why:
                 raise ValueError(why)

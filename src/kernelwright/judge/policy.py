@@ -113,7 +113,7 @@ class Policy:
     # let the candidate compute with torch operators (the op audit then only reports)
     allow_torch_compute: bool = setting(False, flag="--allow-torch-compute",
                                         help="let the candidate compute with torch operators (refused by default)")
-    disabled_steps: frozenset[str] = setting(frozenset(), choices=ALL_STEPS)  # protocol steps switched off (ablation only)
+    disabled_steps: frozenset[str] = setting(frozenset(), choices=ALL_STEPS, noun="protocol steps")  # protocol steps switched off (ablation only)
     gpu_index: int = setting(0, minimum=0)  # which GPU the children are pinned to
     # the named settings this policy follows (kernelbench_preset), or None; objectives state their rules themselves
     preset: str | None = setting(

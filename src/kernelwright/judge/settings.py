@@ -34,6 +34,7 @@ class Setting:
     objective: bool = True  # part of the engineer's objective (agent runs, workspaces), when it has a flag
     old: tuple[str, ...] = ()  # the flag's earlier names, still accepted, not shown
     metavar: str | None = None  # the flag's value in --help
+    noun: str | None = None  # what unknown values are called in errors ("protocol steps"); None: the field's name
 
     def __post_init__(self) -> None:
         assert self.flag is None or (self.flag.startswith("--") and self.help), self
@@ -48,7 +49,7 @@ class Setting:
             return wrong
         if isinstance(default, (tuple, frozenset)):
             bad = sorted(v for v in value if v not in self.choices) if self.choices is not None else []
-            return f"unknown {name} {bad}; known: {self.choices}" if bad else None
+            return f"unknown {self.noun or name} {bad}; known: {self.choices}" if bad else None
         if self.choices is not None and value not in self.choices:
             return f"unknown {name} {value!r}; known: {self.choices}"
         if self.positive and not value > 0:

@@ -48,12 +48,15 @@ def test_one_name_per_flag_across_commands():
             assert tuple(shown["--device"].choices or ()) == ("auto", "cuda", "cpu"), f"{name}: --device {shown['--device'].choices}"
     p = build_parser()
     args = p.parse_args(["eval", "p.py", "c.py", "--budget-s", "3"])
-    assert args.budget_s == 3.0
-    assert p.parse_args(["eval", "p.py", "c.py", "--timing-budget-s", "4"]).budget_s == 4.0
-    assert p.parse_args(["eval", "p.py", "c.py"]).budget_s is None  # the device's default (below)
-    args = p.parse_args(["baseline", "--mode", "max-autotune-no-cudagraphs", "--no-compile"])
-    assert args.mode == "max-autotune-no-cudagraphs" and args.no_compile is True
-    assert p.parse_args(["baseline"]).mode == "default" and p.parse_args(["baseline"]).no_compile is False
+    assert args.timing_budget_s == 3.0
+    assert p.parse_args(["eval", "p.py", "c.py", "--timing-budget-s", "4"]).timing_budget_s == 4.0
+    assert p.parse_args(["eval", "p.py", "c.py"]).timing_budget_s is None  # the device's default (below)
+    from kernelwright.flags import policy_from_args
+
+    policy = policy_from_args(p.parse_args(["baseline", "--mode", "max-autotune-no-cudagraphs", "--no-compile"]))
+    assert policy.compile_mode == "max-autotune-no-cudagraphs" and policy.compile_baseline is False
+    policy = policy_from_args(p.parse_args(["baseline"]))
+    assert policy.compile_mode == "default" and policy.compile_baseline is True
     args = p.parse_args(["synth", "--composer-model", "openai:x"])
     assert args.composer_model == "openai:x" and p.parse_args(["synth", "--model", "openai:y"]).composer_model == "openai:y"
     assert p.parse_args(["synth"]).composer_model is None

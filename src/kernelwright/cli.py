@@ -18,10 +18,9 @@ from typing import Optional
 from kernelwright import written
 from kernelwright.console import err, out
 from kernelwright.problems.commands import baseline_cmd, problems_check_cmd, problems_list_cmd, problems_show_cmd
-from kernelwright.flags import common_flags as _common, old_name, policy_flags, policy_from_args  # noqa: F401 (old_name, policy_flags: read here by tests)
-from kernelwright.judge.policy import COMPILE_MODES, PRECISIONS, Policy
+from kernelwright.flags import add_policy_flags, common_flags, device_flag, json_flag, policy_from_args, store_flag
+from kernelwright.judge.policy import Policy
 from kernelwright.problems.loader import ProblemError
-from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -184,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("problem", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
     e.add_argument("candidate", help="a model_new.py file or a folder holding one")
-    _common(e)
+    common_flags(e)
     from kernelwright.client.commands import service_flag
 
     service_flag(e)
@@ -192,45 +191,39 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--exit-status", action="store_true",
                    help="exit by the verdict's status (0 correct, 3 compile_error, 4 incorrect, 5 runtime_error or timeout, 6 rejected, "
                         "1 infra_error), as `kernelwright check` does; without it eval exits 0 whenever a verdict was reached")
-    policy_flags(e)
+    add_policy_flags(e)
     e.set_defaults(func=eval_cmd)
     pr = sub.add_parser("problems", help="work with problems")
     prsub = pr.add_subparsers(dest="problems_command", required=True)
-    pc = prsub.add_parser("check", help="the degeneracy gate: flag problems that accept a constant, zeros, the identity or another seed's output")
+    pc = prsub.add_parser("check", help="the degeneracy gate: flag problems that accept a constant, zeros, the identity or another seed's output",
+                          description="The degeneracy gate: flag problems that accept a constant, zeros, the identity or another "
+                                      "seed's output. --seeds draws get_inputs() (at least 2 are used).")
     pc.add_argument("problems", nargs="+", help="problem files, folders, or suites (builtin, builtin:NAME, kernelbench:PATH[:LEVEL])")
-    pc.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
-    pc.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
-    pc.add_argument("--seeds", type=int, default=3, help="seeds for get_inputs() (default 3, at least 2 are used)")
-    pc.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
+    device_flag(pc)
+    json_flag(pc)
+    add_policy_flags(pc, only=("seeds", "size"))
     pc.set_defaults(func=problems_check_cmd)
     suite_help = "builtin (default), builtin:LEVEL, kernelbench:PATH[:LEVEL], or a problem file or folder"
     pl = prsub.add_parser("list", help="a suite's problems with computed FLOPs, bytes, floor and ceilings; counts per level and category")
     pl.add_argument("--suite", default="builtin", help=suite_help)
-    pl.add_argument("--json", action="store_true", help="print a JSON list (name, level, category, flops, bytes, ...) and nothing else")
+    json_flag(pl, help="print a JSON list (name, level, category, flops, bytes, ...) and nothing else")
     pl.set_defaults(func=problems_list_cmd)
     ps = prsub.add_parser("show", help="one problem: its metadata and source")
     ps.add_argument("problem", help="builtin:NAME, kernelbench:PATH:LEVEL:ID, a .py file, or a NAME within --suite")
     ps.add_argument("--suite", default=None, help=suite_help)
-    ps.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    json_flag(ps, help="print one JSON object and nothing else")
     ps.set_defaults(func=problems_show_cmd)
     b = sub.add_parser("baseline", help="time eager and torch.compile for a suite's problems and cache the times in the store")
     b.add_argument("--suite", default="builtin", help="builtin (default), builtin:LEVEL, kernelbench:PATH[:LEVEL], or a problem file or folder")
-    b.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
-    b.add_argument("--compile-mode", dest="mode", default="default", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline (default: default)")
-    old_name(b, "--mode", "mode", choices=COMPILE_MODES)
-    b.add_argument("--precision", default="fp32", choices=PRECISIONS, help="the allowance the baselines are timed with (default fp32)")
+    device_flag(b)
     b.add_argument("--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="torch.compile builds at a time (timing is always serial)")
-    b.add_argument("--timing-budget-s", dest="budget_s", type=float, default=None, help="time budget of each problem's timing phase (default 20 s on a GPU, 5 s on a CPU)")
-    old_name(b, "--budget-s", "budget_s", type=float)
-    b.add_argument("--no-compile-baseline", dest="no_compile", action="store_true", help="time eager only")
-    old_name(b, "--no-compile", "no_compile", action="store_true")
-    b.add_argument("--size", default="auto", choices=SIZES, help=SIZE_HELP)
+    add_policy_flags(b, only=("precision", "compile_mode", "compile_baseline", "timing_budget_s", "size"))  # what the baselines are timed with
     b.add_argument("--refresh", action="store_true", help="measure again even where the store holds times for this machine")
-    b.add_argument("--json", action="store_true", help="print the records and per-level ratios as JSON and nothing else on stdout")
-    b.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    json_flag(b, help="print the records and per-level ratios as JSON and nothing else on stdout")
+    store_flag(b)
     b.set_defaults(func=baseline_cmd)
     d = sub.add_parser("demo", help="judge the shipped example candidates")
-    _common(d)
+    common_flags(d)
     d.add_argument("--examples", default=None, help="folder of examples (default: the repo's examples/)")
     d.set_defaults(func=demo_cmd)
     from kernelwright.agent.commands import add_parsers

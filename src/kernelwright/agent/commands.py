@@ -16,10 +16,8 @@ from kernelwright.agent.objective import STRATEGIES, load_config, merge
 from kernelwright.core.runs import StepKind
 from kernelwright.agent.transcript import CLIP
 from kernelwright.client.commands import service_flag
-from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS
-from kernelwright.judge.provenance import LIBRARIES
+from kernelwright.flags import add_policy_flags, device_flag, json_flag, policy_settings, store_flag
 from kernelwright.problems.loader import ProblemError
-from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # The demo's problem under examples/DEVICE/ for each device, and its recording examples/recordings/DEVICE_PROBLEM.json.
@@ -32,14 +30,12 @@ CPU_DEMO_SENTENCE = ("This was a CPU run: it shows the whole loop (the model's r
 # what a replay takes from the recording's objective (never the judging rules: tolerances, precision, libraries...)
 SEARCH_SETTINGS = ("strategy", "rounds", "branches", "ideas", "max_turns", "target_speedup", "stuck_after", "max_failures")
 
-# flag name -> objective field, for the flags that map one to one
+# flag name -> objective field, for the agent's own settings (the judging policy's flags come from its declaration)
 OBJECTIVE_FLAGS = {
     "strategy": "strategy", "rounds": "rounds", "branches": "branches", "ideas": "ideas", "max_turns": "max_turns",
     "budget_tokens": "budget_tokens", "budget_minutes": "budget_minutes", "target_speedup": "target_speedup",
-    "stuck_after": "stuck_after", "max_failures": "max_failures", "precision": "precision", "baselines": "baselines",
-    "compile_mode": "compile_mode", "seeds": "seeds", "timing_budget_s": "timing_budget_s", "price_in": "price_in_per_mtok",
-    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds", "sanitize_timeout_s": "sanitize_timeout_s",
-    "size": "size",
+    "stuck_after": "stuck_after", "max_failures": "max_failures", "price_in": "price_in_per_mtok",
+    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds",
 }
 
 
@@ -52,12 +48,7 @@ def _usage(message: str) -> Exception:
 def objective_flags(args: argparse.Namespace) -> dict[str, Any]:
     """Objective settings given on the command line (None: not given); shared with `workspace init`."""
     flags = {field: getattr(args, flag, None) for flag, field in OBJECTIVE_FLAGS.items()}
-    if getattr(args, "allow_library", None):
-        flags["libraries"] = tuple(args.allow_library)
-    if getattr(args, "allow_torch_compute", False):
-        flags["allow_torch_compute"] = True
-    if getattr(args, "no_compile_baseline", False):
-        flags["compile_baseline"] = False
+    flags.update(policy_settings(args))
     if getattr(args, "no_sanitize", False):
         flags["sanitize_final"] = False
     return flags
@@ -239,21 +230,8 @@ def runs_show_cmd(args: argparse.Namespace) -> int:
 
 
 def _store_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
-
-
-def judging_flags(p: argparse.ArgumentParser) -> None:
-    """The objective's judging rules as flags (shared with `workspace init`); every default is None."""
-    p.add_argument("--precision", choices=PRECISIONS, help="numerics candidates may use inside (default fp32)")
-    p.add_argument("--allow-library", action="append", metavar="NAME", help="a library candidates may call (repeatable; " + ", ".join(LIBRARIES) + ")")
-    p.add_argument("--allow-torch-compute", action="store_true", help="let candidates compute with torch operators")
-    p.add_argument("--baselines", choices=BASELINE_MODES, help="measured (default; timed once, then taken from the store), cached, or skip")
-    p.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile (the target is then against eager)")
-    p.add_argument("--compile-mode", choices=COMPILE_MODES, help="torch.compile mode of the compile baseline")
-    p.add_argument("--seeds", type=int, help="secret correctness seeds per verdict (default 3)")
-    p.add_argument("--timing-budget-s", type=float, help="the judge's timing budget per verdict (default 20 s on a GPU, 5 s on a CPU)")
-    p.add_argument("--size", choices=SIZES, help=SIZE_HELP + " (default auto)")
+    store_flag(p)
+    json_flag(p)
 
 
 def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
@@ -270,12 +248,11 @@ def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, help="refine (default): one multi-turn trajectory; tree: ideas, K implementations each, a bank; best-of-n")
     p.add_argument("--branches", type=int, help="tree: implementations per idea; best-of-n: attempts (default 4)")
     p.add_argument("--ideas", type=int, help="tree: ideas per round (default 2)")
-    judging_flags(p)
+    add_policy_flags(p, objective=True)  # the judging rules
     p.add_argument("--price-in", type=float, help="USD per million prompt tokens (cost accounting when the server reports none)")
     p.add_argument("--price-out", type=float, help="USD per million completion tokens")
     p.add_argument("--parallel-builds", type=int, help="candidates built at once on the CPU (default 4)")
     p.add_argument("--no-sanitize", action="store_true", help="skip compute-sanitizer in the final re-judge (GPU)")
-    p.add_argument("--sanitize-timeout-s", type=float, help="per sanitizer tool in the final re-judge (default 600 s)")
 
 
 def add_parsers(sub: Any) -> None:
@@ -284,7 +261,7 @@ def add_parsers(sub: Any) -> None:
     o.add_argument("problem", nargs="?", help="a KernelBench-format .py file, builtin:NAME or kernelbench:PATH:LEVEL:ID")
     o.add_argument("--model", help="PROVIDER:MODEL: openai:NAME (any OpenAI-compatible server), anthropic:NAME, or replay:FILE")
     o.add_argument("--base-url", help="the server's URL (vLLM, SGLang, Ollama, a gateway); keys come only from OPENAI_API_KEY, ANTHROPIC_API_KEY or KERNELWRIGHT_API_KEY")
-    o.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where candidates are judged (default: auto)")
+    device_flag(o, help="where candidates are judged (default: auto)")
     service_flag(o)
     o.add_argument("--out", type=Path, default=None, help="where the winner goes as a drop-in package (default: runs/RUN_ID beside the store)")
     o.add_argument("--config", type=Path, help="a run config file (JSON or TOML) with objective settings; flags win over it")

@@ -12,14 +12,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge.policy import BASELINE_MODES, COMPILE_MODES, PRECISIONS, Policy, TimingConfig
+from kernelwright.judge.policy import OBJECTIVE_SETTINGS, Policy, policy_from_settings
+from kernelwright.judge.settings import REPEAT
 
 STRATEGIES = ("refine", "tree", "best-of-n")
 
 
+def _with_policy_settings(cls: type) -> type:
+    """Give the class one field per judging rule an objective carries (judge.policy's
+    OBJECTIVE_SETTINGS), named by its key, with the policy's type and default: a setting declared
+    there is an objective setting, in files and flags alike, with no edit here."""
+    annotations = cls.__dict__.get("__annotations__", {})
+    for spec in OBJECTIVE_SETTINGS:
+        assert spec.key not in annotations, f"{spec.key} is the policy's: declare it once, in judge.policy"
+        annotations[spec.key] = spec.annotation
+        setattr(cls, spec.key, spec.default)
+    cls.__annotations__ = annotations
+    return cls
+
+
 @dataclass(frozen=True, kw_only=True)
+@_with_policy_settings
 class Objective:
-    """What counts as success for a run, and how much it may spend."""
+    """What counts as success for a run, and how much it may spend. Besides these, one field per
+    judging rule of the policy (precision, atol, rtol, libraries, seeds, timing_budget_s, size, ...):
+    see judge.policy.OBJECTIVE_SETTINGS."""
 
     target_speedup: float | None = None  # stop once a candidate is this much faster than the faster of eager and torch.compile; None: spend the budgets
     strategy: str = "refine"  # refine, tree or best-of-n
@@ -31,59 +48,44 @@ class Objective:
     budget_minutes: float | None = None  # stop after this many minutes of wall time
     stuck_after: int = 4  # pause when this many judged candidates in a row bring no gain over the best
     max_failures: int = 4  # pause when this many model turns in a row fail (no candidate, build or verdict failures)
-    precision: str = "fp32"  # the judge's precision mode
-    atol: float | None = None  # tolerance override
-    rtol: float | None = None  # tolerance override
-    libraries: tuple[str, ...] = ()  # libraries a candidate may call
-    allow_torch_compute: bool = False  # let candidates compute with torch operators
-    compile_baseline: bool = True  # time torch.compile as a baseline (the target is against the faster of both)
-    compile_mode: str = "default"  # torch.compile's mode for that baseline
-    baselines: str = "measured"  # measured, cached or skip
-    seeds: int = 3  # secret correctness seeds per verdict
-    timing_budget_s: float | None = None  # the judge's timing budget per verdict (None: 20 s on a GPU, 5 s on a CPU)
     price_in_per_mtok: float | None = None  # USD per million prompt tokens, for cost accounting when the server reports none
     price_out_per_mtok: float | None = None  # USD per million completion tokens
     parallel_builds: int = 4  # candidates built at once on the CPU while the GPU judges
     sanitize_final: bool = True  # run the chosen candidate under compute-sanitizer in the final re-judge (GPU only)
-    sanitize_timeout_s: float = 600.0  # per sanitizer tool in that re-judge
-    size: str = "auto"  # the problem's size: auto (its CPU size on the CPU backend), full or cpu (problems.sizes)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.target_speedup is not None and not self.target_speedup > 0:
             raise ValueError(f"target_speedup must be positive, got {self.target_speedup}")
-        for name in ("rounds", "branches", "ideas", "max_turns", "stuck_after", "max_failures", "seeds", "parallel_builds"):
+        for name in ("rounds", "branches", "ideas", "max_turns", "stuck_after", "max_failures", "parallel_builds"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.budget_tokens is not None and self.budget_tokens < 1:
             raise ValueError(f"budget_tokens must be positive, got {self.budget_tokens}")
         if self.budget_minutes is not None and not self.budget_minutes > 0:
             raise ValueError(f"budget_minutes must be positive, got {self.budget_minutes}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
-        if self.baselines not in BASELINE_MODES:
-            raise ValueError(f"baselines must be one of {BASELINE_MODES}, got {self.baselines!r}")
-        if not self.sanitize_timeout_s > 0:
-            raise ValueError(f"sanitize_timeout_s must be positive, got {self.sanitize_timeout_s}")
         for name in ("price_in_per_mtok", "price_out_per_mtok"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
-        object.__setattr__(self, "libraries", tuple(self.libraries))
-        self.policy()  # the judge's own checks (tolerances, libraries, timing budget)
+        for spec in OBJECTIVE_SETTINGS:  # the policy's checks, named as the objective names them
+            if spec.kind == REPEAT and getattr(self, spec.key) is None:
+                object.__setattr__(self, spec.key, ())
+            why = spec.problem(getattr(self, spec.key))
+            if why:
+                raise ValueError(why)
+            if spec.kind == REPEAT:  # a file's list
+                object.__setattr__(self, spec.key, tuple(getattr(self, spec.key)))
+        self.policy()  # the judge's own checks
+
+    def settings(self) -> dict[str, Any]:
+        """The judging rules, by key (what policy_from_settings reads)."""
+        return {spec.key: getattr(self, spec.key) for spec in OBJECTIVE_SETTINGS}
 
     def policy(self, **changes: Any) -> Policy:
-        """The judge's policy for this objective (changes override, e.g. time_candidate=False)."""
-        base: dict[str, Any] = dict(precision=self.precision, atol=self.atol, rtol=self.rtol, libraries=self.libraries,
-                                    allow_torch_compute=self.allow_torch_compute, n_seeds=self.seeds,
-                                    compile_baseline=self.compile_baseline and self.baselines != "skip",
-                                    compile_mode=self.compile_mode, baselines=self.baselines,
-                                    timing=TimingConfig(budget_s=self.timing_budget_s), size=self.size)
-        base.update(changes)
-        return Policy(**base)
+        """The judge's policy for this objective (changes override, by Policy field: e.g. time_candidate=False)."""
+        return policy_from_settings(self.settings(), **changes)
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         """USD for that many tokens at the objective's prices, or None when no price is set."""
@@ -92,9 +94,8 @@ class Objective:
         return (prompt_tokens * (self.price_in_per_mtok or 0.0) + completion_tokens * (self.price_out_per_mtok or 0.0)) / 1e6
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["libraries"] = list(self.libraries)
-        return d
+        """JSON-ready: what from_dict reads back (tuples as lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Objective":
@@ -103,10 +104,7 @@ class Objective:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown objective settings {unknown}; known: {sorted(known)}")
-        d = dict(d)
-        if "libraries" in d:
-            d["libraries"] = tuple(d["libraries"] or ())
-        return Objective(**d)
+        return Objective(**d)  # __post_init__ makes lists tuples
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from kernelwright.judge import settings
 from kernelwright.judge.guards.steps import ALL_STEPS, CORRECTNESS_STEPS, TIMING_STEPS  # noqa: F401 (callers read them here)
+from kernelwright.judge.provenance import LIBRARIES
+from kernelwright.judge.settings import setting
+from kernelwright.problems.sizes import HELP as SIZE_HELP, SIZES
 
 NEAR_POSITIONS = 8  # elements changed per floating input in the near_duplicate case (judge.inputs.perturb)
 
@@ -38,19 +42,22 @@ class TimingConfig:
     target_rel_sem: float = 0.005  # stop when standard error of the median estimate / median falls below
     # wall-clock budget for the timing phase; None: DEFAULT_BUDGET_S for the device (CPU times are
     # never claims, so the CPU stops sooner)
-    budget_s: float | None = None
+    budget_s: float | None = setting(
+        None, flag="--timing-budget-s", key="timing_budget_s", positive=True, old=("--budget-s",),
+        help="time budget of the timing phase, in seconds (default 20 s on a GPU, 5 s on a CPU)")
     # consecutive timed calls per re-check round whose outputs are compared with the reference; two,
     # because work deferred to a later call leaves at least one of any two consecutive outputs unwritten
     recheck: int = 2
     lead_us: float = 200.0  # GPU spin before each start event, so host launch latency is not timed (0: off)
 
     def __post_init__(self) -> None:
+        settings.check(self)
         if self.min_runs < 1 or self.max_runs < self.min_runs:
             raise ValueError(f"need 1 <= min_runs <= max_runs, got {self.min_runs}, {self.max_runs}")
         if self.batch < 1:
             raise ValueError(f"batch must be positive, got {self.batch}")
-        if self.warmup_ms < 0 or (self.budget_s is not None and self.budget_s <= 0):
-            raise ValueError(f"warmup_ms >= 0 and budget_s > 0 needed, got {self.warmup_ms}, {self.budget_s}")
+        if self.warmup_ms < 0:
+            raise ValueError(f"warmup_ms must be >= 0, got {self.warmup_ms}")
         if not 0 < self.target_rel_sem < 1:
             raise ValueError(f"target_rel_sem must be in (0, 1), got {self.target_rel_sem}")
         if not 0 <= self.lead_us <= 10_000:
@@ -63,67 +70,71 @@ class TimingConfig:
         return self.budget_s if self.budget_s is not None else DEFAULT_BUDGET_S["cuda" if cuda else "cpu"]
 
 
+PRESETS = ("kernelbench",)
+SANDBOXES = ("auto", "strict", "off")  # judge.sandbox
+
+
 @dataclass(frozen=True, kw_only=True)
 class Policy:
-    """What counts as correct and fair. Validated on construction; errors carry the values."""
+    """What counts as correct and fair. Validated on construction; errors carry the values.
 
-    precision: str = "fp32"  # strict fp32 unless asked; the baselines get the same allowance
-    atol: float | None = None  # overrides the problem's and the dtype default
-    rtol: float | None = None  # overrides the problem's and the dtype default
-    n_seeds: int = 3  # secret seeds for correctness
+    A field declared with setting() is checked by it; one with a flag is a user's setting: its flag
+    (kernelwright.flags), help and key in objectives (agent.objective) come from that declaration."""
+
+    # strict fp32 unless asked; the baselines get the same allowance
+    precision: str = setting(
+        "fp32", flag="--precision", choices=PRECISIONS,
+        help="numerics the candidate may use inside (default strict fp32): tolerances loosen to the allowance, references "
+             "stay fp32, and the baselines are timed with the same allowance (TF32 on, or autocast)")
+    atol: float | None = setting(None, flag="--atol", positive=True,
+                                 help="absolute tolerance, overriding the problem's TOLERANCE and the dtype's default")
+    rtol: float | None = setting(None, flag="--rtol", positive=True,
+                                 help="relative tolerance, overriding the problem's TOLERANCE and the dtype's default")
+    n_seeds: int = setting(3, flag="--seeds", key="seeds", minimum=1,
+                           help="secret seeds for correctness (default 3; 5 with --preset kernelbench)")
     seeds: tuple[int, ...] | None = None  # fixed seeds (reproduction); None draws secret ones
-    distributions: tuple[str, ...] = DISTRIBUTIONS  # input distributions besides get_inputs()'s own
-    libraries: tuple[str, ...] = ()  # libraries a candidate may call (enforced by the guards)
-    baselines: str = "measured"  # measured now, cached, or skip
-    compile_baseline: bool = True  # time torch.compile too (tests switch it off)
-    compile_mode: str = "default"  # torch.compile's mode for that baseline (COMPILE_MODES)
+    distributions: tuple[str, ...] = setting(DISTRIBUTIONS, choices=DISTRIBUTIONS)  # input distributions besides get_inputs()'s own
+    # libraries a candidate may call (enforced by the guards)
+    libraries: tuple[str, ...] = setting(
+        (), flag="--allow-library", key="libraries", choices=LIBRARIES, metavar="NAME",
+        help="let the candidate's GPU time include this library's kernels (repeatable; one of: " + ", ".join(LIBRARIES) + ")")
+    baselines: str = setting("measured", flag="--baselines", choices=BASELINE_MODES,
+                             help="measure eager/compile now (default), take them from the store (kernelwright baseline; "
+                                  "measured where missing), or skip")
+    compile_baseline: bool = setting(True, flag="--no-compile-baseline", old=("--no-compile",),
+                                     help="do not time torch.compile (speedups are then against eager only)")
+    compile_mode: str = setting("default", flag="--compile-mode", choices=COMPILE_MODES, old=("--mode",),
+                                help="torch.compile mode of the compile baseline (default: default)")
     timing: TimingConfig = field(default_factory=TimingConfig)  # timing budget
-    time_candidate: bool = True  # time at all (False: correctness only)
-    build_timeout_s: float = 300.0  # hard limit on one build
-    run_timeout_s: float = 120.0  # hard limit on one child command (import, one check, one timing round)
-    allow_torch_compute: bool = False  # let the candidate compute with torch operators (the op audit then only reports)
-    disabled_steps: frozenset[str] = frozenset()  # protocol steps switched off (ablation only)
-    gpu_index: int = 0  # which GPU the children are pinned to
-    preset: str | None = None  # the named settings this policy follows (kernelbench_preset), or None
-    sanitize: bool = False  # run the candidate once under compute-sanitizer after the verdict (GPU; judge.sanitize)
-    sanitize_timeout_s: float = 600.0  # per sanitizer tool
-    sandbox: str = "auto"  # auto: what the machine allows; strict: refuse without the full sandbox; off (judge.sandbox)
-    size: str = "auto"  # the problem's size: auto (cpu on the CPU backend where the problem declares one, else full), full or cpu (problems.sizes)
+    time_candidate: bool = setting(True, flag="--correctness-only", objective=False,  # the agent times what each step needs
+                                   help="check correctness, do not time")
+    build_timeout_s: float = setting(300.0, positive=True)  # hard limit on one build
+    run_timeout_s: float = setting(120.0, positive=True)  # hard limit on one child command (import, one check, one timing round)
+    # let the candidate compute with torch operators (the op audit then only reports)
+    allow_torch_compute: bool = setting(False, flag="--allow-torch-compute",
+                                        help="let the candidate compute with torch operators (refused by default)")
+    disabled_steps: frozenset[str] = setting(frozenset(), choices=ALL_STEPS, noun="protocol steps")  # protocol steps switched off (ablation only)
+    gpu_index: int = setting(0, minimum=0)  # which GPU the children are pinned to
+    # the named settings this policy follows (kernelbench_preset), or None; objectives state their rules themselves
+    preset: str | None = setting(
+        None, flag="--preset", choices=PRESETS, objective=False,
+        help="kernelbench: KernelBench's settings (atol=rtol=1e-2, 5 trials on get_inputs(), 100 timed calls, no L2 flush); "
+             "every guard stays on")
+    # run the candidate once under compute-sanitizer after the verdict (GPU; judge.sanitize); an
+    # objective has its own rule for that (sanitize_final)
+    sanitize: bool = setting(False, flag="--sanitize", objective=False,
+                             help="after the verdict, run one forward under compute-sanitizer (memcheck, racecheck, initcheck) "
+                                  "and record the findings (GPU)")
+    sanitize_timeout_s: float = setting(600.0, flag="--sanitize-timeout-s", positive=True,
+                                        help="compute-sanitizer's limit per tool, in seconds (default 600)")
+    sandbox: str = setting(  # judge.sandbox
+        "auto", flag="--sandbox", choices=SANDBOXES,
+        help="the sandbox generated code runs in: auto (what this machine allows, and the verdict says what is missing), "
+             "strict (refuse to run without the full sandbox), off (only the environment's allow-list)")
+    size: str = setting("auto", flag="--size", choices=SIZES, help=SIZE_HELP)  # problems.sizes
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive, got {value}")
-        if self.n_seeds < 1:
-            raise ValueError(f"n_seeds must be at least 1, got {self.n_seeds}")
-        bad = [d for d in self.distributions if d not in DISTRIBUTIONS]
-        if bad:
-            raise ValueError(f"unknown distributions {bad}; known: {DISTRIBUTIONS}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
-        if self.baselines not in BASELINE_MODES:
-            raise ValueError(f"baselines must be one of {BASELINE_MODES}, got {self.baselines!r}")
-        unknown = sorted(set(self.disabled_steps) - set(ALL_STEPS))
-        if unknown:
-            raise ValueError(f"unknown protocol steps {unknown}; known: {ALL_STEPS}")
-        if self.build_timeout_s <= 0 or self.run_timeout_s <= 0:
-            raise ValueError(f"timeouts must be positive, got {self.build_timeout_s}, {self.run_timeout_s}")
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; known: {PRESETS}")
-        from kernelwright.judge.provenance import LIBRARIES
-
-        odd = [name for name in self.libraries if name not in LIBRARIES]
-        if odd:
-            raise ValueError(f"unknown libraries {odd}; known: {LIBRARIES}")
-        if self.sandbox not in ("auto", "strict", "off"):
-            raise ValueError(f"sandbox must be auto, strict or off, got {self.sandbox!r}")
-        if self.size not in ("auto", "full", "cpu"):
-            raise ValueError(f"size must be auto, full or cpu, got {self.size!r}")
-        if self.gpu_index < 0:
-            raise ValueError(f"gpu_index must be >= 0, got {self.gpu_index}")
+        settings.check(self)
 
     def enabled(self, step: str) -> bool:
         """Whether a protocol step is on."""
@@ -164,9 +175,6 @@ def resolve_tolerance(dtype_name: str, problem_tolerance: dict[str, float] | Non
     return (atol if atol is not None else float(base["atol"]), rtol if rtol is not None else float(base["rtol"]))
 
 
-PRESETS = ("kernelbench",)
-
-
 def kernelbench_preset(**changes: Any) -> "Policy":
     """KernelBench's evaluation settings (from its published evaluator): atol = rtol = 1e-2, five
     correctness trials on get_inputs(), 100 timed calls after a short warm-up, no L2 flush. Only the
@@ -179,6 +187,39 @@ def kernelbench_preset(**changes: Any) -> "Policy":
     )
     base.update(changes)
     return Policy(**base)
+
+
+PRESET_POLICIES = {"kernelbench": kernelbench_preset}  # preset name -> its policy
+
+SETTINGS = tuple(settings.specs(Policy))  # every declared setting, the timing config's included ("timing.budget_s")
+USER_SETTINGS = tuple(s for s in SETTINGS if s.setting.flag)  # those users set: one flag each
+OBJECTIVE_SETTINGS = tuple(s for s in USER_SETTINGS if s.setting.objective)  # those an engineer's objective carries
+
+
+def policy_from_settings(values: Mapping[str, Any], **changes: Any) -> Policy:
+    """The policy for users' settings by key (a setting left out keeps the default, or its preset's
+    value); baselines = skip skips the compile baseline too; then changes (by Policy field) apply.
+    ValueError names an unknown key or a refused value."""
+    unknown = sorted(set(values) - {s.key for s in USER_SETTINGS})
+    if unknown:
+        raise ValueError(f"unknown policy settings {unknown}; known: {sorted(s.key for s in USER_SETTINGS)}")
+    preset = values.get("preset")
+    policy = PRESET_POLICIES[preset]() if preset in PRESET_POLICIES else Policy()
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for spec in USER_SETTINGS:
+        if spec.key in values:
+            value = tuple(values[spec.key] or ()) if spec.kind == settings.REPEAT else values[spec.key]
+            head, _, rest = spec.path.partition(".")
+            if rest:
+                nested.setdefault(head, {})[rest] = value
+            else:
+                top[head] = value
+    top.update({head: dataclasses.replace(getattr(policy, head), **sub) for head, sub in nested.items()})
+    policy = dataclasses.replace(policy, **top)
+    if policy.baselines == "skip":
+        policy = dataclasses.replace(policy, compile_baseline=False)
+    return dataclasses.replace(policy, **changes) if changes else policy
 
 
 def policy_to_wire(policy: Policy) -> dict[str, Any]:

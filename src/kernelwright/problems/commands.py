@@ -11,7 +11,7 @@ from typing import Optional
 from kernelwright import written
 from kernelwright.console import err, out
 from kernelwright.errors import UsageError
-from kernelwright.judge.policy import Policy, TimingConfig
+from kernelwright.flags import policy_from_args
 
 
 def problems_check_cmd(args: argparse.Namespace) -> int:
@@ -20,10 +20,7 @@ def problems_check_cmd(args: argparse.Namespace) -> int:
     from kernelwright.problems.suite import load_suite
 
     problems = [e.problem for spec in args.problems for e in load_suite(spec)]
-    try:
-        policy = Policy(n_seeds=args.seeds, size=args.size)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    policy = policy_from_args(args)
     results = []
     for i, problem in enumerate(problems, 1):
         with err.status(f"[{i}/{len(problems)}] {problem.name}") as status:
@@ -155,11 +152,7 @@ def baseline_cmd(args: argparse.Namespace) -> int:
     from kernelwright.store import Store
 
     entries = load_suite(args.suite)
-    try:
-        policy = Policy(precision=args.precision, compile_mode=args.mode, compile_baseline=not args.no_compile,
-                        timing=TimingConfig(budget_s=args.budget_s), size=args.size)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    policy = policy_from_args(args)
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     device = resolve_device(args.device)
@@ -199,7 +192,7 @@ def baseline_cmd(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     cached = set(tasks.get("cached", []))
-    table = Table(title=f"baselines on {records[0].machine.get('gpu') if records else device} ({args.precision}, torch.compile {args.mode})")
+    table = Table(title=f"baselines on {records[0].machine.get('gpu') if records else device} ({policy.precision}, torch.compile {policy.compile_mode})")
     for col in ("level", "problem", "eager ms", "compile ms", "eager/compile", "compile s", "source"):
         table.add_column(col, justify="left" if col in ("problem", "source") else "right")
     fmt = lambda x, f="{:.4g}": "-" if x is None else f.format(x)  # noqa: E731

@@ -15,6 +15,7 @@ from rich.table import Table
 from kernelwright import written
 from kernelwright.client.commands import service_flag
 from kernelwright.errors import UsageError
+from kernelwright.flags import add_policy_flags, device_flag, json_flag, no_store_flag, policy_from_args, store_flag
 from kernelwright.report.metrics import Bootstrap
 
 
@@ -75,7 +76,6 @@ def bench_cmd(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kernelwright.console import err, out
-    from kernelwright.flags import policy_from_args
     from kernelwright.report.bench import BenchConfig, run_bench
 
     policy = policy_from_args(args)
@@ -185,12 +185,11 @@ def compare_cmd(args: argparse.Namespace) -> int:
 def _boot_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples per interval (default 10000)")
     p.add_argument("--bootstrap-seed", type=int, default=0, help="seed of the bootstrap (default 0; same verdicts, same intervals)")
-    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    store_flag(p)
 
 
 def add_parsers(sub: Any) -> None:
     """Register bench, report and compare."""
-    from kernelwright.flags import policy_flags
 
     b = sub.add_parser("bench", help="judge one candidate per problem of a suite: pass rate, faster-than rates, fast_p, geomean speedups")
     b.add_argument("--suite", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], or a folder of problems "
@@ -200,13 +199,13 @@ def add_parsers(sub: Any) -> None:
                    help="folders holding NAME.py or NAME/model_new.py per problem (or under levelN/), and run ids (their best candidate); "
                         "default: the model_new.py beside each problem written as DIR/problem.py (the shipped examples: --suite examples/cpu)")
     b.add_argument("--only", action="append", metavar="NAMES", help="comma-separated problem names to keep (repeatable)")
-    b.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to run (default: auto)")
-    b.add_argument("--json", action="store_true", help="print the bench document as JSON on stdout and nothing else there")
+    device_flag(b)
+    json_flag(b, help="print the bench document as JSON on stdout and nothing else there")
     b.add_argument("-o", type=Path, default=None, metavar="FILE", help="write the bench JSON here, rewritten after every problem")
     b.add_argument("--resume", action="store_true", help="take finished problems back from -o FILE (same policy, problem and files)")
-    b.add_argument("--no-store", action="store_true", help="do not record the verdicts in the store")
+    no_store_flag(b, help="do not record the verdicts in the store")
     _boot_flags(b)
-    policy_flags(b)
+    add_policy_flags(b)
     b.set_defaults(func=bench_cmd)
     r = sub.add_parser("report", help="one self-contained, offline HTML report of a bench JSON or a run (the `report` extra)")
     r.add_argument("source", metavar="BENCH_JSON|RUN", help="a file written by `bench -o`, or a run id")
@@ -216,6 +215,6 @@ def add_parsers(sub: Any) -> None:
     c = sub.add_parser("compare", help="two benches or runs side by side, per problem and in aggregate")
     c.add_argument("a", metavar="A", help="a bench JSON or a run id")
     c.add_argument("b", metavar="B", help="a bench JSON or a run id")
-    c.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout and nothing else there")
+    json_flag(c, help="print the comparison as JSON on stdout and nothing else there")
     _boot_flags(c)
     c.set_defaults(func=compare_cmd)

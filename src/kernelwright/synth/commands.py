@@ -12,6 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from kernelwright.errors import UsageError
+from kernelwright.flags import add_policy_flags, device_flag, json_flag, old_name, policy_from_args
 
 
 def _weights(text: str | None) -> dict[int, float] | None:
@@ -49,7 +50,7 @@ def synth_cmd(args: argparse.Namespace) -> int:
                              against=tuple(args.against or ['builtin']), threshold=args.threshold, dedup_threshold=args.dedup_threshold,
                              weights=_weights(args.op_weights), backend=args.compile_backend, timeout_s=args.timeout_s,
                              max_candidates=args.max_candidates, source=Path(args.source) if args.source else None,
-                             composer=args.composer_model or "rules", resume=args.resume, sandbox=args.sandbox)
+                             composer=args.composer_model or "rules", resume=args.resume, sandbox=policy_from_args(args).sandbox)
     except (ValueError, RuntimeError) as exc:
         raise UsageError(str(exc)) from None
     composer = None
@@ -100,8 +101,7 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--n", type=int, default=100, help="tasks to accept (default 100)")
     s.add_argument("--out", default=None, help="the run's folder (default synth-sSEED)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
-                   help="auto (default), cpu (small-scale checks, runtime proxy) or cuda (full size, inductor, measured eager time)")
+    device_flag(s, help="auto (default), cpu (small-scale checks, runtime proxy) or cuda (full size, inductor, measured eager time)")
     s.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU core; at most 4 on a GPU, which they share)")
     s.add_argument("--window-ms", type=float, nargs=2, default=[1.0, 100.0], metavar=("LOW", "HIGH"), help="eager runtime window on the H200 (default 1 100)")
     s.add_argument("--against", action="append", default=None, help="suite (builtin, kernelbench:PATH) or folder to decontaminate against; repeatable (default builtin)")
@@ -113,10 +113,9 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--max-candidates", type=int, default=None, help="give up after this many candidates (default 20 n + 100)")
     s.add_argument("--from", dest="source", default=None, help="filter an exported set (a synth folder) again instead of composing, e.g. on a GPU")
     s.add_argument("--model", dest="composer_model", default=None, help="PROVIDER:MODEL: an LLM writes each candidate's program from the drawn operators (default: the rule composer)")
-    s.add_argument("--composer-model", dest="composer_model", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the earlier name of --model
+    old_name(s, "--composer-model", "composer_model")  # the earlier name of --model
     s.add_argument("--base-url", default=None, help="the composer model's server (OpenAI-compatible)")
     s.add_argument("--resume", action="store_true", help="continue the run in --out")
-    s.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
-                   help="the workers that run composed task code: auto (what this machine allows), strict (refuse without the full sandbox), off")
-    s.add_argument("--json", action="store_true")
+    add_policy_flags(s, only=("sandbox",))  # of the workers that run composed task code
+    json_flag(s)
     s.set_defaults(func=synth_cmd)

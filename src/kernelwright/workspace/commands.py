@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright import written
-from kernelwright.agent.commands import judging_flags
 from kernelwright.client.commands import service_flag
+from kernelwright.flags import add_policy_flags, device_flag, json_flag, store_flag
 from kernelwright.workspace.exits import EXIT_CODES
 
 
@@ -30,9 +30,8 @@ def _objective(args: argparse.Namespace) -> Any:
     from kernelwright.agent.commands import objective_flags
     from kernelwright.agent.objective import load_config, merge
 
-    flags = {**objective_flags(args), "atol": args.atol, "rtol": args.rtol}
     try:
-        return merge(load_config(args.policy) if args.policy else {}, flags)
+        return merge(load_config(args.policy) if args.policy else {}, objective_flags(args))
     except ValueError as exc:
         raise _usage(str(exc)) from None
 
@@ -184,21 +183,19 @@ def history_table(config: Any, rows: list[dict[str, Any]]) -> str:
 def _policy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", type=Path, help="a file (JSON or TOML) of objective settings: precision, atol, rtol, libraries, "
                                                "allow_torch_compute, target_speedup, ...; flags win over it")
-    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where checks judge (default auto: cuda when present, decided at each check)")
+    device_flag(p, help="where checks judge (default auto: cuda when present, decided at each check)")
     p.add_argument("--target-speedup", type=float, help="the goal, against the faster of eager and torch.compile")
-    p.add_argument("--atol", type=float, help="absolute tolerance override")
-    p.add_argument("--rtol", type=float, help="relative tolerance override")
-    judging_flags(p)
-    p.add_argument("--store", type=Path, default=None, help="the store that records the workspace (default: $KERNELWRIGHT_STORE or the user data dir)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+    add_policy_flags(p, objective=True)
+    store_flag(p, help="the store that records the workspace (default: $KERNELWRIGHT_STORE or the user data dir)")
+    json_flag(p)
 
 
 def _in_workspace(p: argparse.ArgumentParser, *, device: bool = True) -> None:
     p.add_argument("--workspace", "-C", default=".", help="the workspace (or a folder inside it; default: the current folder)")
     if device:
-        p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where to judge (default: the workspace's setting)")
-    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout and nothing else there")
+        device_flag(p, help="where to judge (default: the workspace's setting)")
+    store_flag(p)
+    json_flag(p)
 
 
 def _exit_codes_epilog() -> str:
@@ -223,7 +220,7 @@ def add_parsers(sub: Any) -> None:
     we.add_argument("workspace", help="the workspace")
     we.add_argument("dest", type=Path, help="a new or empty folder")
     we.add_argument("--layout", default="cuda-agent", choices=("cuda-agent",), help="the layout (cuda-agent)")
-    we.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    json_flag(we)
     we.set_defaults(func=export_cmd)
     wh = wsub.add_parser("history", help="every check, tool call and submission made in a workspace")
     _in_workspace(wh, device=False)
@@ -236,7 +233,7 @@ def add_parsers(sub: Any) -> None:
     group.add_argument("--final", action="store_true", help="the judgement that counts: fresh seeds, baselines timed beside it, compute-sanitizer on a GPU")
     c.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute's per-kernel figures (GPU)")
     c.add_argument("--breakdown", action="store_true", help="add the reference's time per kernel (torch profiler)")
-    c.add_argument("--sanitize-timeout-s", type=float, default=None, help="--final: compute-sanitizer's limit per tool (default: the workspace's, 600 s)")
+    add_policy_flags(c, only=("sanitize_timeout_s",))  # --final: instead of the workspace's
     c.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     _in_workspace(c)
     service_flag(c)

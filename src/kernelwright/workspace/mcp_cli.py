@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.client.commands import service_flag
+from kernelwright.flags import device_flag, store_flag
 
 _HOST_HELP = ("HTTP only: the address to bind (default 127.0.0.1). Binding any other address exposes file writing "
               "and code execution in this workspace to the network")
@@ -21,9 +22,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--transport", default="stdio", choices=("stdio", "http"), help="stdio (default: the client starts this command) or http")
     p.add_argument("--host", default="127.0.0.1", help=_HOST_HELP)
     p.add_argument("--port", type=int, default=8765, help="HTTP only: the port (default 8765)")
-    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="where candidates are judged (default: auto)")
+    device_flag(p, help="where candidates are judged (default: auto)")
     service_flag(p)
-    p.add_argument("--store", type=Path, default=None, help="SQLite store path (default: $KERNELWRIGHT_STORE or the user data dir)")
+    store_flag(p)
     p.set_defaults(func=mcp_cmd)
 
 

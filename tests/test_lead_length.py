@@ -3,6 +3,7 @@ baselines take longer to queue one call on the host, set from the reference chil
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -36,11 +37,18 @@ def test_launch_time_is_zero_off_a_gpu():
 class _Child:
     """A child that answers the timing commands with fixed times and keeps what it was sent."""
 
-    def __init__(self, setup_reply):
-        self.setup_reply, self.sent = setup_reply, []
+    def __init__(self, setup_reply, log=None):
+        self.setup_reply, self.sent, self.log = setup_reply, [], log if log is not None else []
+
+    @contextlib.contextmanager
+    def paused(self, on=True):
+        self.log.append(("pause", self))
+        yield
+        self.log.append(("continue", self))
 
     def call(self, cmd, args, timeout_s=None, answers=None, found=None, **_kw):
         self.sent.append((cmd, args))
+        self.log.append((cmd, self))
         if cmd == "setup_timing":
             return dict(self.setup_reply)
         if cmd == "time":
@@ -80,3 +88,13 @@ def test_the_candidate_cannot_lengthen_the_lead(tmp_path):
     out = _run(ref, cand, 200.0)
     assert out.lead_us == 200.0
     assert {args["switches"]["lead_us"] for cmd, args in cand.sent if cmd == "time"} == {200.0}
+
+
+def test_the_candidate_child_is_stopped_while_the_reference_measures_its_launch_times():
+    # a thread of the candidate's burning the host's cores would slow the reference's launches and so
+    # lengthen the lead behind which the candidate's own host work goes untimed
+    log = []
+    ref = _Child({"compile_s": 1.0, "per_call_ms": {"eager": 1.0, "compile": 1.0}, "launch_ms": {"eager": 0.01}}, log)
+    cand = _Child({"per_call_ms": 1.0}, log)
+    _run(ref, cand, 200.0)
+    assert log[:3] == [("pause", cand), ("setup_timing", ref), ("continue", cand)]

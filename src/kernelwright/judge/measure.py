@@ -4,6 +4,7 @@ timed outputs, the wall-clock cross-check and the stopping rule.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
@@ -47,9 +48,7 @@ HELD_BAND = 1.5  # held calls count for a contender only within this factor of i
 # it in the same rounds mostly did not), so a fresh process is a fresh draw. Replayed over the 560
 # honest windows of seven concurrent runs on the H200 (benchmarks/retime_replay.py), 5 % of windows
 # are timed again and the pairs of one candidate's verdicts more than 2 % apart fall from 11 to
-# under 1. The trigger is the charge itself, not the judge's own kernels reading high in the
-# candidate child, which can read level while its calls are charged 4 %
-# (benchmarks/results/warm_h200.md). Candidate code sees its own times and can make its own calls
+# under 1. The trigger is the charge itself (benchmarks/results/warm_h200.md). Candidate code sees its own times and can make its own calls
 # late, so it could ask for a second window only when the first went badly: the second is priced
 # no lower than the first's median stream time (phases._floor_from_first_window), which leaves
 # that choice worth at most the first window's charge.
@@ -283,10 +282,9 @@ def tail_margin(stream_median_ms: float) -> float:
 # later than the margin and than this share of the call (the margin's own share, without its cap). The
 # host's wake-up after a long synchronize differs by process (a call held 1-3 ms: median tail 17-84 us
 # on the H200), so an honest 3.2 ms matmul or 0.27 ms softmax can come 10-70 us late, past the 10 us
-# margin alone, and fired the guard in some GPU runs (docs/judge.md, docs/zoo.md). A tenth of the call
-# is 320 us for the matmul and 27 us for the softmax; side work of a tenth of the call or more still
-# fires it (the zoo's side streams hide 2 ms). What fires no flag is still charged: every call pays
-# its lateness beyond the margin (TimingOutcome.charged), so the price is the same either way.
+# margin alone, and fired the guard in some GPU runs (docs/judge.md, docs/zoo.md); side work of a tenth
+# of the call or more still fires it (the zoo's side streams hide 2 ms). What fires no flag is still
+# charged: every call pays its lateness beyond the margin (TimingOutcome.charged).
 GUARD_LATE_SHARE = 0.1
 
 
@@ -566,7 +564,9 @@ def run_timing(
     if baselines:
         setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "compile_mode": policy.compile_mode,
                  "warmup_ms": _warmup(policy), "rehearse": rehearse}
-        ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
+        # the candidate child stopped meanwhile: none of its threads can slow the launch times measured here (lead.lead_for)
+        with cand.paused(cuda) if cand is not None else contextlib.nullcontext():
+            ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
         r.switches["lead_us"] = lead_for(lead_us, ref_setup.get("launch_ms"))  # every contender's, rehearsals' too

@@ -176,7 +176,7 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
         if args.get("init_seed") is not None and S.flushes:
             # taken for an evaluation that times: the flush buffer is made now, before any of its
             # candidate's code runs, as a new child's setup makes it; made mid-rounds instead, its
-            # allocation could meet a device a candidate had filled (found in review)
+            # allocation could meet a device a candidate had filled
             timing.flush_l2()
             torch.cuda.synchronize()
     return {"memory": _device_memory()}
@@ -279,8 +279,8 @@ def _metadata(case: Case) -> dict[str, Any]:
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         # the device's free memory before this child holds the problem's data: read after the
-        # forward it was short by the inputs and outputs (an H100 at 34d7d68 named "62.02 GiB
-        # free" for KernelBench 45 of 79.2 GiB, 16 GiB of it this child's own input)
+        # forward, it would be short by the inputs and outputs (on an H100, "62.02 GiB free" of
+        # 79.2 GiB for KernelBench 45, 16 GiB of it this child's own input)
         free_before, _ = torch.cuda.mem_get_info()
     values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, case, S.device))
     _dense_only("get_inputs() returned", values)

@@ -19,9 +19,6 @@ from typing import Any, Callable
 from kernelwright.judge import window
 from kernelwright.judge.channel import Writer
 from kernelwright.core.records import truncate
-# child_reference still imports these three from here (they moved to judge.watch and judge.window)
-from kernelwright.judge.watch import pin_flags  # noqa: F401
-from kernelwright.judge.window import batch_getter, note_window  # noqa: F401
 
 # The judge's clock here, bound before any candidate code runs: a candidate that replaces
 # time.perf_counter (the guard function_identities refuses it) must not make the judge's own

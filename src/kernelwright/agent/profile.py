@@ -129,9 +129,9 @@ def ncu_metrics(problem: Problem, cand_dir: Path, *, device: str, timeout_s: flo
 
 
 def _extension_env(cand: Path) -> dict[str, str]:
-    """For a torch-extension candidate, the extension folder the judge built it in (keyed by the
-    candidate's content hash), so the forward under ncu loads that build instead of building again."""
-    from kernelwright.judge.build import cache_dir
+    """For a torch-extension candidate, the extension folder the judge built it in (judge.extension),
+    so the forward under ncu loads that build instead of building again."""
+    from kernelwright.judge import extension
     from kernelwright.judge.candidate import CandidateSyntaxError, discover
     from kernelwright.core.records import BuildPath
 
@@ -141,7 +141,7 @@ def _extension_env(cand: Path) -> dict[str, str]:
         return {}
     if files.build_path != BuildPath.TORCH_EXTENSION:
         return {}
-    return {"TORCH_EXTENSIONS_DIR": str(cache_dir() / "torch_extensions" / files.hash[:16])}
+    return extension.env(files.hash)
 
 
 def _run_ncu(exe: str, problem: Path, cand_dir: Path, env: dict[str, str], timeout_s: float, size: str, mode: str) -> dict[str, Any]:

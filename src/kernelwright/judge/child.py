@@ -19,15 +19,11 @@ from typing import Any, Callable
 from kernelwright.judge import window
 from kernelwright.judge.channel import Writer
 from kernelwright.core.records import truncate
-# child_reference still imports these three from here (they moved to judge.watch and judge.window)
-from kernelwright.judge.watch import pin_flags  # noqa: F401
-from kernelwright.judge.window import batch_getter, note_window  # noqa: F401
 
 # The judge's clock here, bound before any candidate code runs: a candidate that replaces
 # time.perf_counter (the guard function_identities refuses it) must not make the judge's own
-# start-up figures malformed. Its readings since boot passed a day on the 2-core box on 2026-12-04
-# (uptime 86 719 s), and then a patched clock's 1e-9 minus a real start read as -86 719 s, which
-# replies.seconds_value refuses: the verdict came out 'forged' instead of the guard's.
+# start-up figures malformed: on a box up for a day, a patched clock's 1e-9 minus a real start reads
+# as -86 719 s, which replies.seconds_value refuses, and the verdict says 'forged' instead of the guard's.
 _clock = time.perf_counter
 # stdin as main() found it (a forked child's is set just before), read through its class's method
 # (the commands); each timed call's seed is read from its descriptor with os.read (window.ask_seed). Bound
@@ -36,8 +32,8 @@ _STDIN: Any = None
 _readline: Any = None
 STARTED = _clock()  # when this child's interpreter reached us (before torch)
 # In a child forked from the fork server (judge.forkserver): seconds from the fork to each of its
-# steps before STARTED, for the judge's progress line (a cold reference child on the H200 took 2.8 s
-# between its fork and STARTED at e2fbfda, unexplained). Empty in a spawned child.
+# steps before STARTED, for the judge's progress line (a cold reference child on the H200 can take
+# 2.8 s between its fork and STARTED, unexplained). Empty in a spawned child.
 FORK_STEPS: dict[str, float] = {}
 
 
@@ -204,7 +200,7 @@ def note_memory(result: dict[str, Any]) -> None:
     start the next command's peak afresh. For the judge's debug log only (judge.workers): which
     command sets a child's peak, where nvidia-smi sees only the process. Not called for a reply
     that hands an output over: the torch functions here are ones a candidate could replace, and
-    nothing of the candidate's may run between the staging and the reading (found in review)."""
+    nothing of the candidate's may run between the staging and the reading."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return

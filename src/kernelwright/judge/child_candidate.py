@@ -101,9 +101,9 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     lead_info["digest"] = digest.load(S.device.type) if args.get("check_inputs", True) else "off"  # the input check's kernel, likewise
     S.check_identities = args.get("check_identities", True)
     # The profiled call's profiler imports torch._dynamo (and a candidate's torch.compile does on
-    # any device), and that import rebinds torch.manual_seed (seen on the H200, torch 2.11):
-    # import it before the watch is taken, so that only the candidate's own replacements count
-    # (the fork server has it already; a spawned child on the CPU did not, until a review).
+    # any device), and that import rebinds torch.manual_seed (torch 2.11): import it before the
+    # watch is taken, so that only the candidate's own replacements count (the fork server has it
+    # already; a spawned child needs it here).
     importlib.import_module("torch._dynamo")
     if S.device.type == "cuda":
         handover._cuda()  # the driver library the hand-over binds once: bound before the watch, like every module global
@@ -224,11 +224,9 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     """Build the input pool and warm up. On CUDA the correctness phase's cached blocks go back to
     the device first and the L2 flush buffer (timing.flush_l2) takes a segment of its own before
-    the pool: on the H200 at 101ecc8 the buffer, first made in the rehearsal, split one of the
-    cached 512 MiB blocks of the softmax example, so the next output needed a new one and the
-    child's allocator grew from 1 090 to 1 604 MiB. With this order it reserved 1 386 MiB at
-    ba3a1f2, of which 240 MiB were the flush's own int64 copy, gone since a72c13a
-    (benchmarks/results/memory_h200.md)."""
+    the pool: made later, in the rehearsal, the buffer split one of the softmax example's cached
+    512 MiB blocks on the H200, so the next output needed a new one and the child's allocator grew
+    from 1 090 to 1 604 MiB (benchmarks/results/memory_h200.md)."""
     cuda = S.device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -281,8 +279,8 @@ def time_batch(args: dict[str, Any]) -> dict[str, Any]:
 
 def _batch_steps(fresh_args: Any, stage_at: int, poison_bytes: Any) -> Any:
     """time_batch's get_args as a generator: whether the call is staged is read before its inputs
-    are drawn (a key of the candidate's in a set of staged calls had its __eq__ run by `i in save`
-    after the draw: red team, 2026-12-05), and the poison runs after the draw, before the call."""
+    are drawn (a key of the candidate's in a set of staged calls would have its __eq__ run by
+    `i in save` after the draw), and the poison runs after the draw, before the call."""
     values: list[Any] = []
     while True:
         i = yield values
@@ -301,9 +299,8 @@ def check(args: dict[str, Any]) -> dict[str, Any]:
 def profile(args: dict[str, Any]) -> dict[str, Any]:
     """Kernel time of one call, summed from the torch profiler (CUDA only), on get_inputs() under
     the given seed, taken into the timing pool's first set when there is one rather than a set
-    beside it. (Made on the guess that such a set was the softmax example's timed peak; on the
-    H200 at 591a605 the peak did not move, 2 736 MiB against 2 728: the peak is setup_timing's,
-    benchmarks/results/memory_h200.md. Kept: no second set is needed here.)"""
+    beside it: no second set is needed (the softmax example's peak is setup_timing's either way,
+    benchmarks/results/memory_h200.md)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -350,11 +347,11 @@ def _audit_mode(seen: dict[str, int]) -> Any:
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
             # torch wraps a mode's __torch_dispatch__ in dynamo.disable unless this says False;
-            # the first call then imports torch._dynamo: 1.1 s on the 2-core box, 4-5 s of the
-            # op audit on the H200. Since 2026-12-04 setup imports it before the watch on every
-            # device, so it is here and the wrap costs nothing: without it, a candidate's
-            # torch.compile traced this method too, with the candidate's backend, and added its
-            # compiled frames' names to this module (found in review).
+            # the first call then imports torch._dynamo (1.1 s on the 2-core box, 4-5 s of the
+            # op audit on the H200). Setup imports it before the watch on every device, so the
+            # wrap costs nothing here; without the wrap, a candidate's torch.compile would trace
+            # this method too, with the candidate's backend, and add its compiled frames' names
+            # to this module.
             return "torch._dynamo" in sys.modules
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -376,9 +373,9 @@ def _audited_call(values: list[Any], seen: dict[str, int] | None) -> Any:
     `torch.autograd.profiler.profile(use_kineto=False)` without a device still runs kineto).
     The default (kineto) profiler may attach CUPTI even for CPU activity, and torch leaves CUPTI attached after
     it stops unless told to tear it down (torch issue 144455), so every later CUDA call of this
-    process, the timed ones included, would pay for it. That is the suspected cause, not yet
-    confirmed on a GPU, of what the H200 showed at 0c0803d: the candidate child's host time per
-    timed call exceeded the reference child's by 0.9-3.8 ms (benchmarks/results/judge_h200.md)."""
+    process, the timed ones included, would pay for it: the suspected cause, not yet confirmed on
+    a GPU, of the candidate child's host time per timed call exceeding the reference child's by
+    0.9-3.8 ms on the H200 (benchmarks/results/judge_h200.md)."""
     if seen is None:
         return _call(values)
     from torch.autograd.profiler_legacy import profile

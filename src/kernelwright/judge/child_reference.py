@@ -21,9 +21,11 @@ import torch
 
 from kernelwright.judge import correctness, handover, inputs, timing
 from kernelwright.judge.guards import precision as precision_guard
-from kernelwright.judge.child import CommandError, batch_getter, describe, error_kind, lead_status, note_window, pin_flags
+from kernelwright.judge.child import CommandError, describe, error_kind, lead_status
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
+from kernelwright.judge.watch import pin_flags
+from kernelwright.judge.window import batch_getter, note_window
 
 
 class _State:
@@ -110,7 +112,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
     source_hash = _load_problem(args["problem_path"], args.get("size") or "full")
     inputs.bind_generators(S.device)
-    note_window(S.problem, S.device)  # the same draw as the candidate's child's (child.quiet_window)
+    note_window(S.problem, S.device)  # the same draw as the candidate's child's (window.quiet_window)
     S.model = _checked("constructing Model(*get_init_inputs()) failed", lambda: inputs.init_model(S.problem, S.problem.Model, args["init_seed"], S.device))
     tol = getattr(S.problem, "TOLERANCE", None)
     if tol is not None and not (isinstance(tol, dict) and set(tol) <= {"atol", "rtol"}):
@@ -174,9 +176,8 @@ def reset(args: dict[str, Any]) -> dict[str, Any]:
             clear()  # cuBLAS's workspaces, one per stream that ran a matmul: cuBLAS makes them again when next asked
         torch.cuda.empty_cache()
         if args.get("init_seed") is not None and S.flushes:
-            # taken for an evaluation that times: the flush buffer is made now, before any of its
-            # candidate's code runs, as a new child's setup makes it; made mid-rounds instead, its
-            # allocation could meet a device a candidate had filled (found in review)
+            # taken for an evaluation that times: the flush buffer is made now, before any of its candidate's code
+            # runs, as a new child's setup makes it; made mid-rounds, it could meet a device a candidate had filled
             timing.flush_l2()
             torch.cuda.synchronize()
     return {"memory": _device_memory()}
@@ -278,9 +279,8 @@ def _metadata(case: Case) -> dict[str, Any]:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        # the device's free memory before this child holds the problem's data: read after the
-        # forward it was short by the inputs and outputs (an H100 at 34d7d68 named "62.02 GiB
-        # free" for KernelBench 45 of 79.2 GiB, 16 GiB of it this child's own input)
+        # the device's free memory before this child holds the problem's data: read after the forward, it would be
+        # short by the inputs and outputs (an H100 said "62.02 GiB free" of 79.2 for KernelBench 45, 16 of them its input)
         free_before, _ = torch.cuda.mem_get_info()
     values = _checked("get_inputs() failed", lambda: inputs.make_inputs(S.problem, case, S.device))
     _dense_only("get_inputs() returned", values)

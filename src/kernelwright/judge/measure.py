@@ -304,7 +304,7 @@ class IdentitiesMoved(Exception):
 
 class BetweenCalls(Exception):
     """The candidate child found a hook of the candidate's set, or a Python thread alive, when a
-    timed call's seed was about to be asked for (step between_calls, judge.child.quiet_window)."""
+    timed call's seed was about to be asked for (step between_calls, judge.window.quiet_window)."""
 
 
 def _times(reply: dict[str, Any], n: int, role: str, what: str, synced_expected: bool = False) -> tuple[list[float], list[float]]:
@@ -462,7 +462,7 @@ class _Rounds:
         return reply, wall
 
     def between(self, child: Child, found: list[str]) -> None:
-        """What a child's asks said it found before a seed (judge.child.quiet_window): in the
+        """What a child's asks said it found before a seed (judge.window.quiet_window): in the
         candidate's child a hook, or a thread or child process where the policy allows no torch
         compute, is BetweenCalls (step between_calls); in the reference child a hook is the
         judge's own fault (its threads and processes are torch.compile's)."""

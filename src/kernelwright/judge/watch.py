@@ -63,15 +63,15 @@ WATCHED = (
     "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.contiguous", "torch.Tensor.view", "torch.Tensor.detach",
     "torch.Tensor.to", "torch.Tensor.__getitem__", "torch.Tensor.__setitem__", "torch.full", "torch.randn", "torch.rand",
     "torch.randint", "torch.zeros", "torch.manual_seed", "torch.cuda.manual_seed_all", "torch.Generator.manual_seed", "torch.unravel_index", "torch.Tensor.fill_",
-    # the input check's digest and the timing pool's refresh (judge.inputs), found unwatched in review: a floor_divide
-    # answering zeros, or a Generator whose seed is ignored, would have let a changed input pass unseen
+    # the input check's digest and the timing pool's refresh (judge.inputs): a floor_divide answering
+    # zeros, or a Generator whose seed is ignored, would let a changed input pass unseen
     "torch.Tensor.floor_divide", "torch.Tensor.remainder", "torch.Tensor.item", "torch.Tensor.numel", "torch.Tensor.mul_",
     "torch.Tensor.add_", "torch.Tensor.set_", "torch.Tensor.stride", "torch.Tensor.is_contiguous", "torch.Tensor.reshape",
     "torch.Tensor.untyped_storage", "torch.Tensor.storage_offset", "torch.Tensor.element_size", "torch.Tensor.dim",
     "torch.Tensor.conj", "torch.Tensor.int_repr", "torch.Generator", "torch.Generator.manual_seed",
-    # the digest's scratch block and its weights' draw, and its conjugation test (found unwatched in review, 2026-12-04:
-    # a random_ that fills zeros made every digest agree; tests/test_dispatch_guard.py now traces what the check calls)
-    "torch.empty", "torch.Tensor.random_", "torch.Tensor.is_conj", "torch.cat",  # the digest's block sums, joined once (2026-12-04)
+    # the digest's scratch block and its weights' draw, and its conjugation test (a random_ that fills
+    # zeros makes every digest agree; tests/test_dispatch_guard.py traces what the check calls)
+    "torch.empty", "torch.Tensor.random_", "torch.Tensor.is_conj", "torch.cat",  # the digest's block sums, joined once
     # and the rest of what the judge's steps here call from Python (inputs, near case, refresh, poison, saves), by the same
     # trace: none of these was shown to fool a step, but a test that finds every call watched is simpler to keep true
     "torch.Tensor.cpu", "torch.Tensor.is_complex", "torch.Tensor.is_floating_point", "torch.Tensor.is_inference",
@@ -106,8 +106,8 @@ WATCHED = (
 # input check, poison, saves and the L2 flush, with what they decompose into and call inside ATen
 # (tests/test_dispatch_guard.py records those steps on the CPU, under a dispatch mode and torch's
 # legacy profiler, and checks this list covers them; the CUDA-only ones were added by reading
-# torch's code: equal on CUDA reduces with all and reads the result with item; the H200 run of the
-# GPU test at 4024951 found cat on CUDA copying into narrow views of its output). A kernel
+# torch's code: equal on CUDA reduces with all and reads the result with item; the GPU test on the
+# H200 shows cat on CUDA copying into narrow views of its output). A kernel
 # registered for one of them after the snapshot, through torch.library or TORCH_LIBRARY_IMPL in an
 # extension, would run in place of torch's inside those steps: an equal that always agrees hides
 # changed inputs, a sum that reads nothing skips the flush. Every overload the dispatcher holds is
@@ -257,7 +257,7 @@ def snapshot_identities() -> dict[str, Any]:
 def _judge_module(name: str) -> bool:
     """The judge's and the runtime's modules, and the problem module the candidate child loaded
     (kw_problem): the judge calls its get_inputs() between timed calls, so a wrapper the candidate
-    put there ran outside the timed region (found by a red-team review, 2026-12-04)."""
+    put there would run outside the timed region."""
     return name.startswith("kernelwright.judge") or name.startswith("kernelwright.runtime") or name == "kw_problem"
 
 
@@ -267,8 +267,8 @@ def module_state() -> tuple[dict[str, tuple[Any, type, dict[str, Any]]], frozens
     every builtin's name, which a global of that name would shadow). The judge's functions read
     their module's globals (a constant such as the digest's modulus, a module they imported, a new
     global shadowing a builtin such as `zip`) and the builtins (`__import__`, `zip`): replacing any
-    of them changed what a watched function did while every watched object stayed in place (found
-    in review, 2026-12-04: `digest.P = 1` made every digest agree)."""
+    of them changes what a watched function does while every watched object stays in place
+    (`digest.P = 1` makes every digest agree)."""
     state = {name: (mod, type(mod), dict(vars(mod))) for name, mod in list(sys.modules.items())
              if mod is not None and _judge_module(name)}
     read: set[str] = set(vars(builtins))
@@ -334,8 +334,8 @@ def _body(obj: Any, depth: int = 0) -> tuple[Any, ...]:
     classmethod's or staticmethod's function's); a ctypes function's address, argument and
     result types and error check. Replacing `f.__code__`, `f.__defaults__`, an entry of
     `f.__kwdefaults__`, a cell, or a ctypes function's `errcheck` keeps the object, so an
-    identity alone let a candidate give a watched function another body (found in review,
-    2026-12-04: the input check's digest answered one constant for every input)."""
+    identity alone lets a candidate give a watched function another body (the input check's
+    digest answering one constant for every input)."""
     import ctypes
 
     if isinstance(obj, ctypes._CFuncPtr):

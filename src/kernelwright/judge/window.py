@@ -123,10 +123,10 @@ def note_window(problem: Any, device: Any) -> None:
 
 # The namespaces the path from a timed call's seed to its start looks names up in (the draw, the
 # problem's get_inputs(), numpy's seeding, the timing loop up to the start event). A key that is
-# not an exact str in one of them, given the hash of a name looked up there, had its __eq__ run by
-# that lookup, after the seed (a red-team review, 2026-12-05: keys colliding with "gauss_next" in
-# random's instance dict, "get_inputs" in the problem's, "list" in builtins and "index" in operator's
-# computed the answer there, at about 3x eager). A dict holding only exact str keys keeps CPython's
+# not an exact str in one of them, given the hash of a name looked up there, has its __eq__ run by
+# that lookup, after the seed (keys colliding with "gauss_next" in random's instance dict,
+# "get_inputs" in the problem's, "list" in builtins or "index" in operator's can compute the answer
+# there, at about 3x eager). A dict holding only exact str keys keeps CPython's
 # compact string-keyed layout, whose size a key of any other type changes (the table is rebuilt
 # with wider entries): quiet_window compares each dict's size and reads its keys' types only where
 # the size moved (the dict grew, or such a key came).
@@ -221,7 +221,7 @@ def _moved_in_window() -> list[str]:
         out.append("numpy's global generator")
     elif inputs._numpy is not None and (inputs._NUMPY_STATE._bit_generator is not inputs._NUMPY_BITGEN
                                         or type(inputs._NUMPY_BITGEN) is not inputs._NUMPY_BITGEN_CLASS):
-        out.append("numpy's global bit generator")  # set_bit_generator: a subclass's _legacy_seeding saw the seed (red team, 2026-12-05)
+        out.append("numpy's global bit generator")  # set_bit_generator: a subclass's _legacy_seeding would see the seed
     return out
 
 
@@ -245,8 +245,8 @@ def quiet_window(first: bool, keep: list[Any]) -> list[str]:
     handler, a mode, random's cached gauss value) goes to `keep`, which the caller holds until the
     call has its inputs: freed here, a __del__ of the candidate's would run after the checks and
     before the seed, and could put back what was just taken away. Costs about 86 us on the 2-core
-    box (69 us before the namespaces, dispatch and gauss checks, measured the same hour), most of
-    it reading this process's children and 62 signal handlers (benchmarks/results/window_cpu.md)."""
+    box, most of it reading this process's children and 62 signal handlers
+    (benchmarks/results/window_cpu.md)."""
     import gc
 
     gc.disable()  # every call: the candidate's call may have switched it back on
@@ -254,7 +254,7 @@ def quiet_window(first: bool, keep: list[Any]) -> list[str]:
 
     found = []
     inst = inputs._RANDOM_INST
-    keep.append(vars(inst).get("gauss_next"))  # random.gauss()'s cached value; the seed sets it to None (a __del__ there saw the seed: red team, 2026-12-05)
+    keep.append(vars(inst).get("gauss_next"))  # random.gauss()'s cached value; the seed sets it to None (a __del__ there would see the seed)
     inputs._OBJECT_SETATTR(inst, "gauss_next", None)
     if sys.gettrace() is not None:
         found.append("hook: a trace function (sys.settrace)")
@@ -274,10 +274,10 @@ def quiet_window(first: bool, keep: list[Any]) -> list[str]:
     setsignal, getsignal = _BASE_SIGNAL
     for sig, was in _BASE_HANDLERS:
         now = getsignal(sig)
-        if now is not was and callable(now):  # SIG_DFL and SIG_IGN run no Python code (a review found SIGPIPE's SIG_DFL refused)
+        if now is not was and callable(now):  # SIG_DFL and SIG_IGN run no Python code: a SIGPIPE put back to SIG_DFL is no hook
             found.append(f"hook: a handler for signal {int(sig)}")
             keep.append(setsignal(sig, _SIG_IGN))  # not the judge's own default: a timer the candidate armed must not kill the child
-    if _DISPATCH_LEN is not None and _DISPATCH_LEN() > 0:  # a mode left on saw the refresh's set_ of the fresh draw (red team, 2026-12-05)
+    if _DISPATCH_LEN is not None and _DISPATCH_LEN() > 0:  # a mode left on would see the refresh's set_ of the fresh draw
         found.append("hook: a torch dispatch mode left on after the call")
         while _DISPATCH_LEN() > 0:
             keep.append(_DISPATCH_POP(None))
@@ -388,7 +388,7 @@ def batch_getter(problem: Any, pool: list[list[Any]], calls: list[list[Any]], de
     (inputs.asking_getter) inside the watch above; finish() lets go of what the refreshes replaced
     and puts the collector back. The draw uses the problem module and device note_window recorded,
     not the ones passed from the child's state object, which the candidate can reach: a proxy put
-    there ran inside the draw (red team, 2026-12-05). One that differs is said with every ask, as
+    there would run inside the draw. One that differs is said with every ask, as
     is a timing pool that is not a plain list."""
     from kernelwright.judge import inputs
 

@@ -470,7 +470,7 @@ def test_quiet_window_reports_the_problems_get_inputs_replaced_or_its_code_swapp
 
 def test_batch_getter_draws_from_the_noted_problem_and_says_a_replaced_one(window):
     """The child's state object is the candidate's to reach: a proxy put at S.problem ran inside the
-    draw (red team, 2026-12-05). batch_getter uses what note_window recorded and says the change."""
+    draw. batch_getter uses what note_window recorded and says the change."""
     from unittest import mock
 
     seen: list[str] = []

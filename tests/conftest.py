@@ -143,3 +143,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name
         item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))
+
+
+def cli_commands(parser, prefix: str = "") -> dict:
+    """Every (sub)command's argparse parser by its full name ("kernelwright", "kernelwright eval" is "eval", ...)."""
+    import argparse
+
+    found = {prefix or "kernelwright": parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(cli_commands(sub, f"{prefix} {name}".strip()))
+    return found
+
+
+def shown_options(parser) -> dict:
+    """A parser's option strings shown in its help, each with its action."""
+    import argparse
+
+    return {o: a for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings}

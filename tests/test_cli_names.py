@@ -3,26 +3,12 @@ with the same choices everywhere, progress lines that stay whole in a log."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 
+from conftest import cli_commands, shown_options
 from kernelwright.cli import build_parser
-
-
-def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
-    """Every (sub)command's parser by its full name."""
-    found = {prefix or "kernelwright": parser}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                found.update(_commands(sub, f"{prefix} {name}".strip()))
-    return found
-
-
-def _visible(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {o: a for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
 
 
 def test_version_is_quick_and_says_what_it_is():
@@ -33,13 +19,13 @@ def test_version_is_quick_and_says_what_it_is():
     assert time.monotonic() - t0 < 10  # no torch import (about 0.5 s on the CPU box)
 
 
-def test_one_name_per_flag_across_commands():
+def test_one_name_per_flag_acrosscli_commands():
     """The names a newcomer saw differ between commands are gone from every help text; the old
     spellings still parse, hidden, so scripts keep working."""
-    commands = _commands(build_parser())
+    commands = cli_commands(build_parser())
     retired = {"--budget-s": "--timing-budget-s", "--composer-model": "--model", "--no-compile": "--no-compile-baseline", "--mode": "--compile-mode"}
     for name, parser in commands.items():
-        shown = _visible(parser)
+        shown = shown_options(parser)
         for old, new in retired.items():
             assert old not in shown, f"{name} shows {old}; the name everywhere is {new}"
         models = [o for o in shown if o.endswith("-model") or o == "--model"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cli_commands, shown_options
 from kernelwright.agent import objective as objective_mod
 from kernelwright.agent.objective import Objective, load_config, merge
 from kernelwright.cli import build_parser
@@ -21,27 +22,14 @@ from kernelwright.judge.settings import Spec, setting, specs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
-    found = {prefix or "kernelwright": parser}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                found.update(_commands(sub, f"{prefix} {name}".strip()))
-    return found
-
-
-def _shown(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {o: a for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
-
-
-COMMANDS = _commands(build_parser())
+COMMANDS = cli_commands(build_parser())
 
 
 def test_every_user_setting_has_one_flag_on_eval_and_bench_with_the_declared_help():
     flags = [s.setting.flag for s in USER_SETTINGS]
     assert len(flags) == len(set(flags)), "two settings share a flag"
     for name in ("eval", "bench"):
-        shown = _shown(COMMANDS[name])
+        shown = shown_options(COMMANDS[name])
         for spec in USER_SETTINGS:
             actions = [a for a in COMMANDS[name]._actions if a.dest == spec.key and a.help != argparse.SUPPRESS]
             assert [a.option_strings for a in actions] == [[spec.setting.flag]], f"{name}: {spec.key} {actions}"
@@ -53,7 +41,7 @@ def test_a_policy_flag_means_one_thing_on_every_command():
     by_flag = {s.setting.flag: s for s in USER_SETTINGS}
     seen = set()
     for name, parser in COMMANDS.items():
-        for flag, action in _shown(parser).items():
+        for flag, action in shown_options(parser).items():
             if flag in by_flag:
                 spec = by_flag[flag]
                 assert (action.dest, action.help, action.default) == (spec.key, spec.setting.help, None), f"{name} {flag}"
@@ -63,9 +51,9 @@ def test_a_policy_flag_means_one_thing_on_every_command():
 
 def test_the_objective_commands_take_every_objective_setting():
     for name in ("optimize", "workspace init", "workspace import"):
-        shown = _shown(COMMANDS[name])
+        shown = shown_options(COMMANDS[name])
         assert {s.setting.flag for s in OBJECTIVE_SETTINGS} <= set(shown), name
-    assert "--preset" not in _shown(COMMANDS["optimize"])  # an objective states its rules itself
+    assert "--preset" not in shown_options(COMMANDS["optimize"])  # an objective states its rules itself
 
 
 def test_every_policy_field_is_declared_or_is_the_timing_config():
@@ -199,7 +187,7 @@ def test_a_setting_declared_on_the_policy_reaches_flags_and_objective_with_no_ot
     monkeypatch.setattr(flags, "USER_SETTINGS", USER_SETTINGS + tuple(new))
     p = argparse.ArgumentParser()
     add_policy_flags(p, objective=True)
-    assert _shown(p)["--warp-limit"].help == "warps a block may use (default 8)"
+    assert shown_options(p)["--warp-limit"].help == "warps a block may use (default 8)"
     assert flags.policy_settings(p.parse_args(["--warp-limit", "2", "--seeds", "4"])) == {"warp_limit": 2, "seeds": 4}
     assert new[0].problem(0) == "warp_limit must be at least 1, got 0"
     with pytest.raises(ValueError, match="warp_limit must be at least 1"):

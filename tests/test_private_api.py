@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from kernelwright.pysource import dotted
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "kernelwright"
 JUDGE = "kernelwright.judge"
@@ -25,17 +27,6 @@ def _is_module(dotted: str, pkg: Path) -> bool:
 
 def _judge(module: str) -> bool:
     return module == JUDGE or module.startswith(JUDGE + ".")
-
-
-def _dotted(node: ast.AST) -> str | None:
-    """`a.b.c` of a chain of attributes on a name; None for anything else."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 def offences(path: Path, pkg: Path = PKG) -> list[str]:
@@ -59,7 +50,7 @@ def offences(path: Path, pkg: Path = PKG) -> list[str]:
     for n in ast.walk(tree):
         if not isinstance(n, ast.Attribute) or not _private(n.attr):
             continue
-        base = _dotted(n.value)
+        base = dotted(n.value)
         if base is not None and (base in modules or (_judge(base) and _is_module(base, pkg))):
             found.append(f"{n.lineno}: {base}.{n.attr} ({modules.get(base, base)})")
     return sorted(found, key=lambda line: int(line.split(":")[0]))

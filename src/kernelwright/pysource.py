@@ -18,3 +18,14 @@ def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
     """ast.parse, one thread at a time."""
     with _LOCK:
         return ast.parse(source, filename=filename)
+
+
+def dotted(node: ast.AST) -> str | None:
+    """'a.b.c' for a chain of attributes on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])

@@ -171,24 +171,13 @@ def _load_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
 
 def _is_load(func: ast.expr, modules: set[str], funcs: set[str]) -> bool:
     """Whether a call's target is runtime.load under one of its import names."""
-    dotted = _dotted(func)
+    dotted = pysource.dotted(func)
     if dotted is None:
         return False
     if "." not in dotted:
         return dotted in funcs
     prefix, _, attr = dotted.rpartition(".")
     return attr == "load" and prefix in modules
-
-
-def _dotted(node: ast.expr) -> str | None:
-    """'a.b.c' for a Name/Attribute chain, else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 def _inline_source(call: ast.Call, strings: "_Strings", index: int) -> KernelSource | None:
@@ -227,7 +216,7 @@ def _uses_cpp_extension(tree: ast.Module) -> bool:
                 return True
         elif isinstance(node, ast.Import) and any(a.name.startswith(CPP_EXTENSION) for a in node.names):
             return True
-        elif isinstance(node, ast.Attribute) and (_dotted(node) or "").endswith("cpp_extension"):
+        elif isinstance(node, ast.Attribute) and (pysource.dotted(node) or "").endswith("cpp_extension"):
             return True
         elif isinstance(node, ast.Constant) and node.value == CPP_EXTENSION:
             return True
@@ -295,6 +284,6 @@ class _Strings:
         if isinstance(func, ast.Attribute) and func.attr in _STR_METHODS and len(args) <= 1:
             base = self.resolve(func.value, depth + 1)
             return getattr(base, func.attr)(*args) if base is not None else None
-        if _dotted(func) in ("textwrap.dedent", "dedent") and len(args) == 1:
+        if pysource.dotted(func) in ("textwrap.dedent", "dedent") and len(args) == 1:
             return textwrap.dedent(args[0])  # type: ignore[arg-type]
         return None

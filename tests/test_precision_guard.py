@@ -137,3 +137,28 @@ def test_an_oracle_that_runs_out_of_gpu_memory_runs_again_on_the_host():
         return ["out"]
 
     assert pg.oracle_on(None, [], "cuda", run=run) == ["out"] and where == ["cuda", "cpu"]
+
+
+def test_the_timed_recheck_test_refuses_half_precision_and_accepts_a_reordered_fp32_sum():
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 1024), torch.randn(1024, 48)
+    ref, oracle = a @ b, a.double() @ b.double()
+    rows, _, _ = pg.figures([ref], [oracle])
+    half = (a.half() @ b.half()).float()
+    assert pg.DRIFT in pg.drifted([half], [ref], rows)
+    naive = torch.zeros(64, 48)
+    for k in range(0, 1024, 64):  # another summation order, in fp32
+        naive += a[:, k:k + 64] @ b[k:k + 64]
+    assert pg.drifted([naive], [ref], rows) == ""
+
+
+def test_the_timed_recheck_test_leaves_small_and_bitwise_outputs_alone():
+    # a scalar's e_r varies by orders of magnitude from one input to the next (a sum that cancels), and
+    # a row whose float64 run equalled the fp32 one is not refused at the oracle's case either
+    tiny = [{"index": 0, "e_r": 1e-9, "bitwise": False}]
+    r = torch.randn(pg.DRIFT_MIN - 1)
+    assert pg.drifted([r * (1 + 1e-3)], [r], tiny) == ""
+    exact = [{"index": 0, "e_r": 0.0, "bitwise": True}]
+    big = torch.randn(4 * pg.DRIFT_MIN)
+    assert pg.drifted([big.half().float()], [big], exact) == ""
+    assert pg.DRIFT in pg.drifted([big.half().float()], [big], [{"index": 0, "e_r": 0.0, "bitwise": False}])

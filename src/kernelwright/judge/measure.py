@@ -569,7 +569,7 @@ def run_timing(
             ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
-        r.switches["lead_us"] = lead_for(lead_us, ref_setup.get("launch_ms"))  # every contender's, rehearsals' too
+        r.switches["lead_us"] = lead_for(lead_us, ref_setup.get("launch_ms"))  # every timed call's, and the candidate's rehearsal
     if cand is not None:
         say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
         cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},

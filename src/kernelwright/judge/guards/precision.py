@@ -9,7 +9,8 @@ call (step timed_recheck), where no oracle is computed: there the candidate's di
 reference d = ||c - r|| / ||r|| is held to threshold(e_r) + e_r, with e_r from the oracle's case. By
 the triangle inequality d > threshold(e_r) + e_r means e_c > threshold(e_r), so a candidate that
 keeps fp32 while its answers are checked and switches to a shorter mantissa once it is timed is
-refused as well. Under `tf32`, `bf16` or `fp16`
+refused as well, where the re-checked calls cannot be told from the others (docs/judge.md says
+how far that holds: a candidate that recognises them can still keep fp32 for them alone). Under `tf32`, `bf16` or `fp16`
 the policy allows that precision inside, loosens the tolerance to match and gives the baselines
 the same allowance, so there is nothing to refuse.
 Finding: per float32 output, the relative L2 errors e_c = ||c - o|| / ||o|| of the candidate and
@@ -49,6 +50,7 @@ RATIO = 64.0  # the candidate may be this many times further from the oracle tha
 FLOOR = 256.0  # ... and always this many EPS32
 CHUNK = 1 << 22  # elements per step of the error sums (bounded temporaries on the device)
 SAMPLE = 1 << 20  # elements per output the errors are measured on: drawn in secret where an output has more
+DRIFT_MIN = 1024  # the fewest elements an output needs for the timed re-checks' test (drifted): e_r of a few elements varies by input
 HOST_BYTES = 4 * 2**30  # the oracle's float64 run on the host: at most this much data (the model and one forward, doubled)
 HOST_FLOPS = 5e10  # ... and at most this many FLOPs where the problem runs on a GPU (a float64 CPU forward; seconds)
 
@@ -209,7 +211,12 @@ DRIFT = "computed in reduced precision once timed"  # what a timed re-check's re
 
 def drifted(outs: list[Any], refs: list[Any], rows: list[dict[str, Any]]) -> str:
     """Why a re-checked timed call's outputs are further from the fp32 reference than an fp32
-    computation can be (d > threshold(e_r) + e_r on SAMPLE elements drawn in secret), or empty."""
+    computation can be (d > threshold(e_r) + e_r on SAMPLE elements drawn in secret), or empty.
+    e_r comes from another input (the oracle's case), so the test holds only where the reference's
+    error is stable across inputs: outputs of DRIFT_MIN elements or more (a scalar sum that cancels
+    has an e_r that varies by orders of magnitude: an honest reordered sum was refused in 8 of 300
+    verdicts). Rows where the float64 run equalled the fp32 run are not tested, as decide() does
+    not refuse them."""
     import torch
 
     gen = torch.Generator().manual_seed(secrets.randbits(62))
@@ -218,7 +225,7 @@ def drifted(outs: list[Any], refs: list[Any], rows: list[dict[str, Any]]) -> str
         if k >= len(outs) or k >= len(refs):
             continue
         c, r = outs[k].reshape(-1), refs[k].reshape(-1)
-        if c.numel() != r.numel() or c.numel() == 0:
+        if row.get("bitwise") or c.numel() != r.numel() or c.numel() < DRIFT_MIN:
             continue
         if c.numel() > SAMPLE:
             idx = torch.randint(c.numel(), (SAMPLE,), generator=gen)

@@ -322,7 +322,7 @@ class Children:
             raise Stop(Status.REJECTED, f"the candidate replaced {moved} when imported")
 
     def fresh_candidate(self, old: Child) -> Child:
-        """Another candidate child for a timing window timed again (phases.timing_phase): the old
+        """Another candidate child for a timing window timed again (phases_timing.timing_phase): the old
         one closed first, so its device memory is back before the new one's is made; the new one
         (a spare, or forked) imports the candidate as the first did. The caller audits one forward
         in it before timing."""

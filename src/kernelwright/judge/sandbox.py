@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.judge import confine, quota
-from kernelwright.judge.quota import memory_total  # noqa: F401 - judge.sandbox.memory_total, as before
+from kernelwright.judge.quota_usage import memory_total
 from kernelwright.runtime.build import CONFINED_ENV
 
 log = logging.getLogger(__name__)

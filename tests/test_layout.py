@@ -16,7 +16,7 @@ MAX_LINES = 500
 # Modules over the limit, at their length when this list was last set (2026-12-06, with the precision guard's
 # oracle in the reference child): none may grow; each comes off when split (issue 27).
 OVER_LIMIT = {
-    "judge/inputs.py": 543, "judge/child_reference.py": 557,
+    "judge/child_reference.py": 557,
     "judge/measure.py": 621,
 }
 # Layers, lowest first (DESIGN.md): a module may import its own layer's packages and those below.

@@ -93,9 +93,9 @@ def replay(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def samples_in_log(text: str) -> list[dict[str, Any]]:
-    """The judge's per-call records (its debug line, judge.phases.SAMPLES_PREFIX) in a log's text,
+    """The judge's per-call records (its debug line, judge.phases_pricing.SAMPLES_PREFIX) in a log's text,
     in the order they were written; a line cut short is skipped."""
-    from kernelwright.judge.phases import SAMPLES_PREFIX
+    from kernelwright.judge.phases_pricing import SAMPLES_PREFIX
 
     out = []
     for line in text.splitlines():
@@ -111,7 +111,7 @@ def samples_in_log(text: str) -> list[dict[str, Any]]:
 def by_candidate(records: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
     """Each record by its (problem hash, candidate hash); None where one pair was priced more than
     once, since which of its verdicts a record belongs to cannot then be told. A window the judge
-    timed again (marked superseded, judge.phases) was not priced and is skipped."""
+    timed again (marked superseded, judge.phases_timing) was not priced and is skipped."""
     found: dict[str, dict[str, Any] | None] = {}
     for rec in records:
         if rec.get("candidate_hash") and not rec.get("superseded"):

@@ -1,5 +1,5 @@
 """The input check's digest, the judge's own kernel (judge.digest) against the torch digest it
-falls back to (judge.inputs._digest), on one machine in one run: milliseconds per digest of an
+falls back to (judge.input_digest.torch_digest), on one machine in one run: milliseconds per digest of an
 fp32 input of each size, median of --repeats after one unmeasured call (a build or cache warm-up).
 On CUDA each figure includes the read-back that ends it (the check needs the number on the host),
 and the kernel's digest of every size is checked equal to the CPU kernel's on the same bytes.
@@ -50,7 +50,7 @@ def main() -> int:
     a = p.parse_args()
     import torch
 
-    from kernelwright.judge import digest, inputs
+    from kernelwright.judge import digest, input_digest
 
     cuda = a.device == "cuda"
     how = digest.load(a.device)
@@ -63,11 +63,11 @@ def main() -> int:
     for mib in (int(x) for x in a.mib.split(",") if x.strip()):
         x = torch.randn(mib * (1 << 18), device=a.device)
         row: dict[str, Any] = {"mib": mib,
-                               "native_ms": _median_ms(lambda t=x: inputs._keyed(t, 12345, 0), a.repeats, cuda),
-                               "torch_ms": _median_ms(lambda t=x: inputs._digest(t, 12345, 0), a.repeats, cuda)}
+                               "native_ms": _median_ms(lambda t=x: input_digest.keyed(t, 12345, 0), a.repeats, cuda),
+                               "torch_ms": _median_ms(lambda t=x: input_digest.torch_digest(t, 12345, 0), a.repeats, cuda)}
         row["ratio"] = round(row["torch_ms"] / row["native_ms"], 1) if row["native_ms"] else None
         if cuda:
-            row["same_as_cpu_kernel"] = inputs._keyed(x, 777, 3) == inputs._keyed(x.cpu(), 777, 3)
+            row["same_as_cpu_kernel"] = input_digest.keyed(x, 777, 3) == input_digest.keyed(x.cpu(), 777, 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x

@@ -5,7 +5,7 @@ window its verdict priced, alone and beside other verdicts (`concurrent_samples.
 such files, prices every window as the judge does (charge_replay), and then, for a trigger, redraws
 each window the trigger picks: the charge (and the trigger's reading) from a window of the same
 problem chosen at random among the recorded ones, the stream time kept with 0.2 % of noise, and the
-price held no lower than the first window's stream time (phases._floor_from_first_window). A
+price held no lower than the first window's stream time (phases_timing._floor_from_first_window). A
 fresh candidate child at the same moment is taken as an independent draw: an assumption, which the
 H200 has to confirm. Prints, per trigger, the pairs of one candidate's verdicts more than 2 % apart
 (summed over the files) and the share of windows timed again.

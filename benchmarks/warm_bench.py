@@ -287,7 +287,7 @@ def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, st
     sock.parent.mkdir(mode=0o700, exist_ok=True)
     env = {**os.environ, **MODES["warm"], "KERNELWRIGHT_STORE": str(a.store), "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
     path = a.out / f"{name}.log"
-    # the judge's per-call record of every timed verdict goes to this log (judge.phases.SAMPLES_PREFIX), the rest stays at warnings
+    # the judge's per-call record of every timed verdict goes to this log (judge.phases_pricing.SAMPLES_PREFIX), the rest stays at warnings
     with open(path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-c", SERVE_WITH_SAMPLES, "serve", "--socket", str(sock), "--workers", str(a.serve_workers)],
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -302,7 +302,7 @@ def _service(a: argparse.Namespace, name: str = "serve", extra_env: dict[str, st
     return proc, url
 
 
-SERVE_WITH_SAMPLES = ("import logging, sys; logging.getLogger('kernelwright.judge.phases').setLevel(logging.DEBUG); "
+SERVE_WITH_SAMPLES = ("import logging, sys; logging.getLogger('kernelwright.judge.phases_pricing').setLevel(logging.DEBUG); "
                       "logging.getLogger('kernelwright.judge.workers.memory').setLevel(logging.DEBUG); "
                       "sys.argv[0] = 'kernelwright'; from kernelwright.cli import main; main(sys.argv[1:])")
 

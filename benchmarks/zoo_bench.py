@@ -46,7 +46,7 @@ def _keep_samples(zoo) -> None:
     judge.measure.samples_record), for benchmarks/charge_replay.py."""
     import logging
 
-    from kernelwright.judge.phases import SAMPLES_PREFIX
+    from kernelwright.judge.phases_pricing import SAMPLES_PREFIX
 
     caught: list[str] = []
 
@@ -56,7 +56,7 @@ def _keep_samples(zoo) -> None:
             if msg.startswith(SAMPLES_PREFIX):
                 caught.append(msg[len(SAMPLES_PREFIX):])
 
-    lg = logging.getLogger("kernelwright.judge.phases")
+    lg = logging.getLogger("kernelwright.judge.phases_pricing")
     lg.setLevel(logging.DEBUG)  # the root logger has no handler here: the line goes to _Catch alone
     lg.addHandler(_Catch())
     judge, plain = zoo._judge, zoo._row

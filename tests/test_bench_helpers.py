@@ -75,7 +75,7 @@ def test_warm_timing_diag_through_a_service_takes_the_services_log():
 
 
 def _record(cand_hash: str, late_us: float, null: bool = True) -> dict:
-    """A per-call record as judge.phases logs it: 24 calls of 0.27 ms whose device-wide end comes
+    """A per-call record as judge.phases_pricing logs it: 24 calls of 0.27 ms whose device-wide end comes
     13 us (the empty call's tail) plus late_us after the stream's end."""
     stream = [0.270] * 24
     empty = {"reference": [0.004] * 6, "candidate": [0.004] * 6} if null else {}
@@ -87,13 +87,13 @@ def _record(cand_hash: str, late_us: float, null: bool = True) -> dict:
 def _line(rec: dict) -> str:
     import json
 
-    from kernelwright.judge.phases import SAMPLES_PREFIX
+    from kernelwright.judge.phases_pricing import SAMPLES_PREFIX
 
-    return f"DEBUG kernelwright.judge.phases: {SAMPLES_PREFIX}{json.dumps(rec)}\n"
+    return f"DEBUG kernelwright.judge.phases_pricing: {SAMPLES_PREFIX}{json.dumps(rec)}\n"
 
 
 def test_charge_replay_reads_records_from_a_log_and_keys_them_by_verdict():
-    from kernelwright.judge.phases import SAMPLES_PREFIX
+    from kernelwright.judge.phases_pricing import SAMPLES_PREFIX
 
     text = "WARNING something else\n" + _line(_record("a", 2)) + _line(_record("c", 0)) + _line(_record("c", 0)) + f"{SAMPLES_PREFIX}{{cut"
     recs = replay.samples_in_log(text)

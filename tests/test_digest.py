@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import needs_gpu
-from kernelwright.judge import digest, inputs, watch
+from kernelwright.judge import digest, input_digest, inputs, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -42,11 +42,11 @@ def test_the_kernel_is_the_sum_it_documents(dtype, n):
 
 
 def test_a_strided_input_continues_the_word_count_across_its_slabs(monkeypatch):
-    """A non-contiguous input is read a slab of its first dimension at a time (inputs._slabs);
+    """A non-contiguous input is read a slab of its first dimension at a time (input_digest.slabs);
     its words are numbered on from slab to slab, so the digest is that of its bytes in row order."""
-    monkeypatch.setattr(inputs, "SLAB_BYTES", 24)  # slabs of one or two rows, an odd number of words each
+    monkeypatch.setattr(input_digest, "SLAB_BYTES", 24)  # slabs of one or two rows, an odd number of words each
     x = torch.randn(9, 14, dtype=torch.float16)[:, ::3]  # rows of 5 halves: 5 words a row
-    kind, value = inputs._keyed(x, 12345, 2)
+    kind, value = input_digest.keyed(x, 12345, 2)
     assert kind == "native"
     assert value == digest.reference(_bytes(x), True, 12345 + 1_000_003 * 2)
 
@@ -54,17 +54,17 @@ def test_a_strided_input_continues_the_word_count_across_its_slabs(monkeypatch):
 def test_every_change_to_one_word_is_seen_and_a_new_key_gives_a_new_digest():
     x = torch.randn(513)
     key = random.getrandbits(62)
-    base = inputs._keyed(x, key, 0)
-    assert inputs._keyed(x.clone(), key, 0) == base and inputs._keyed(x, key + 1, 0) != base
+    base = input_digest.keyed(x, key, 0)
+    assert input_digest.keyed(x.clone(), key, 0) == base and input_digest.keyed(x, key + 1, 0) != base
     words = x.view(torch.int16)
     for j in (0, 1, 511, 1025):
         for bit in (0, 7, 15):
             y = words.clone()
             y[j] ^= 1 << bit if bit < 15 else -(1 << 15)
-            assert inputs._keyed(y.view(torch.float32), key, 0) != base, (j, bit)
+            assert input_digest.keyed(y.view(torch.float32), key, 0) != base, (j, bit)
     swapped = x.clone()
     swapped[[3, 4]] = swapped[[4, 3]]  # the same values, another order: weights differ by position
-    assert x[3] == x[4] or inputs._keyed(swapped, key, 0) != base
+    assert x[3] == x[4] or input_digest.keyed(swapped, key, 0) != base
 
 
 def test_without_the_kernel_the_torch_digest_answers_and_says_so(monkeypatch):
@@ -73,7 +73,7 @@ def test_without_the_kernel_the_torch_digest_answers_and_says_so(monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_DIGEST", "torch")
     assert digest.load("cpu") == "torch operators (KERNELWRIGHT_DIGEST=torch)"
     x = torch.randn(40)
-    assert inputs._keyed(x, 7, 1) == ("torch", inputs._digest(x, 7, 1))
+    assert input_digest.keyed(x, 7, 1) == ("torch", input_digest.torch_digest(x, 7, 1))
     monkeypatch.delenv("KERNELWRIGHT_DIGEST")
     monkeypatch.setattr(digest, "_WHY", {})
 
@@ -110,7 +110,7 @@ def _watched_function(x, scale=2):  # noqa: ANN001 - a stand-in for a function o
 def test_function_identities_sees_a_new_body_in_the_same_function_object(monkeypatch):
     """Replacing a watched function's __code__, __defaults__ or a closure cell keeps the object
     (zoo_code_swap); the watch records them beside it."""
-    monkeypatch.setattr(watch, "WATCHED", watch.WATCHED + ("test_digest._watched_function", "kernelwright.judge.inputs._keyed"))
+    monkeypatch.setattr(watch, "WATCHED", watch.WATCHED + ("test_digest._watched_function", "kernelwright.judge.input_digest.keyed"))
     snap = watch.snapshot_identities()
     assert watch.identities_moved(snap) == []
     fn = _watched_function
@@ -132,12 +132,12 @@ def test_function_identities_sees_a_new_body_in_the_same_function_object(monkeyp
     finally:
         fn.__defaults__ = defaults
     assert watch.identities_moved(snap) == []
-    keyed = inputs._keyed.__code__
-    inputs._keyed.__code__ = other.__code__
+    keyed = input_digest.keyed.__code__
+    input_digest.keyed.__code__ = other.__code__
     try:
-        assert "kernelwright.judge.inputs._keyed" in watch.identities_moved(snap)
+        assert "kernelwright.judge.input_digest.keyed" in watch.identities_moved(snap)
     finally:
-        inputs._keyed.__code__ = keyed
+        input_digest.keyed.__code__ = keyed
 
 
 def test_a_closure_cell_changed_under_a_watched_function_is_seen(monkeypatch):
@@ -178,7 +178,7 @@ def test_the_loaded_kernel_is_watched_by_name():
                          ids=["fp32", "fp16-sliced", "bytes", "0-dim", "complex-strided", "16MiB"])
 def test_the_cuda_kernel_gives_the_cpu_kernels_digest(make):
     """The same bytes digest to the same number on the H200 and on the host, from even and odd
-    first words (the CUDA kernel's pairs, blocks and grid stride), and through _keyed's slabs."""
+    first words (the CUDA kernel's pairs, blocks and grid stride), and through input_digest.keyed's slabs."""
     assert digest.load("cuda") == "native", digest.load("cuda")
     x = make()
     g = x.cuda()
@@ -186,7 +186,7 @@ def test_the_cuda_kernel_gives_the_cpu_kernels_digest(make):
         key = random.getrandbits(64)
         flat_cpu, flat_gpu = x.contiguous(), g.contiguous()
         assert digest.digest_slab(flat_gpu, key, first) == digest.digest_slab(flat_cpu, key, first), first
-    assert inputs._keyed(g, 99, 4) == inputs._keyed(x, 99, 4)
+    assert input_digest.keyed(g, 99, 4) == input_digest.keyed(x, 99, 4)
     h = g.contiguous()
     before = inputs.input_record([h])
     assert inputs.changed_inputs(before, [h]) == []

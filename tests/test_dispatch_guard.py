@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import needs_gpu
-from kernelwright.judge import child, child_candidate, correctness, digest, inputs, timing
+from kernelwright.judge import child, child_candidate, correctness, digest, input_digest, inputs, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.watch import JUDGE_OPS, dispatch_moved, judge_overloads, snapshot_dispatch
 from kernelwright.core.records import Case
@@ -193,9 +193,9 @@ def test_the_input_check_takes_any_layout_and_sees_one_changed_element(make, mon
     byte view fail and an honest candidate fail with it; every layout is digested, in chunks,
     blocks and slabs smaller than the tensor as well, and one element changed by its last bit
     is seen."""
-    monkeypatch.setattr(inputs, "DIGEST_WORDS", 4)
-    monkeypatch.setattr(inputs, "DIGEST_BLOCK", 2)
-    monkeypatch.setattr(inputs, "SLAB_BYTES", 8)
+    monkeypatch.setattr(input_digest, "DIGEST_WORDS", 4)
+    monkeypatch.setattr(input_digest, "DIGEST_BLOCK", 2)
+    monkeypatch.setattr(input_digest, "SLAB_BYTES", 8)
     x = make()
     before = inputs.input_record([x])
     assert inputs.changed_inputs(before, [x]) == [] and before["items"][0][-1][0] == digest_path
@@ -223,11 +223,11 @@ def test_the_input_digest_is_keyed_exact_and_blind_to_nothing_it_should_see(monk
     x = torch.randn(3000)
     rec = inputs.input_record([x, 5])
     assert rec["items"][1] is None and inputs.changed_inputs(rec, [x, 6]) == []
-    monkeypatch.setattr(inputs, "DIGEST_WORDS", 100)  # many chunks (each its own weights) of several blocks, the last short
-    monkeypatch.setattr(inputs, "DIGEST_BLOCK", 7)
+    monkeypatch.setattr(input_digest, "DIGEST_WORDS", 100)  # many chunks (each its own weights) of several blocks, the last short
+    monkeypatch.setattr(input_digest, "DIGEST_BLOCK", 7)
     rec = inputs.input_record([x, 5])
     assert inputs.changed_inputs(rec, [x.clone(), 5]) == []
-    assert inputs._keyed(x, rec["key"] + 1, 0) != rec["items"][0][-1]
+    assert input_digest.keyed(x, rec["key"] + 1, 0) != rec["items"][0][-1]
     y = x.clone()
     y[10], y[2010] = y[10] + 0.5, y[2010] - 0.5
     assert inputs.changed_inputs(rec, [y, 5]) == [0]
@@ -327,16 +327,16 @@ def test_every_torch_function_the_judges_steps_call_in_the_candidate_child_is_wa
 def test_the_input_digest_is_the_weighted_sum_it_documents(words, block, monkeypatch):
     """The digest is sum_j w_j x_j over the tensor's 16-bit words, each chunk's weights drawn from
     its own seed: recomputed here in Python integers, word by word, it is the same number."""
-    monkeypatch.setattr(inputs, "DIGEST_WORDS", words)
-    monkeypatch.setattr(inputs, "DIGEST_BLOCK", block)
+    monkeypatch.setattr(input_digest, "DIGEST_WORDS", words)
+    monkeypatch.setattr(input_digest, "DIGEST_BLOCK", block)
     x = torch.randn(37, 11)
     key, index = 2**61 + 99, 3
     w16 = x.reshape(-1).view(torch.uint8).view(torch.int16).tolist()
-    step, want = min(words, inputs.DIGEST_WORDS_CPU), 0
+    step, want = min(words, input_digest.DIGEST_WORDS_CPU), 0
     gen = torch.Generator()
     for chunk, start in enumerate(range(0, len(w16), step)):
         part = w16[start:start + step]
         gen.manual_seed((key + 1_000_003 * index + 7919 * chunk) % (1 << 63))
         weights = torch.empty(len(part), dtype=torch.int64).random_(1, 2**31, generator=gen).tolist()
         want += sum(w * v for w, v in zip(weights, part))
-    assert inputs._digest(x, key, index) == want
+    assert input_digest.torch_digest(x, key, index) == want

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelwright.judge import phases, pricing
+from kernelwright.judge import phases_pricing, pricing
 from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clock
 from kernelwright.judge.measure import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
@@ -42,7 +42,7 @@ def _outcome(cand, eager, null_ref, null_cand):
 def test_the_subtraction_reaches_runtime_speedups_and_timing(tmp_path):
     flow = _flow(tmp_path, meta={"null_before_ms": 0.030})
     out = _outcome([0.30] * 9, [0.42] * 9, [0.020] * 6, [0.025] * 6)
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     n, t = flow.vb.numbers, flow.vb.timing
     assert n["runtime_ms"] == pytest.approx(0.28) and n["eager_ms"] == pytest.approx(0.40)
     assert n["speedup_vs_eager"] == pytest.approx(0.40 / 0.28)
@@ -54,27 +54,27 @@ def test_the_subtraction_reaches_runtime_speedups_and_timing(tmp_path):
 def test_the_setup_figure_caps_an_inflated_reference_child(tmp_path):
     flow = _flow(tmp_path, meta={"null_before_ms": 0.020})
     out = _outcome([0.30] * 9, [0.50] * 9, [0.200] * 6, [0.200] * 6)  # empty calls slowed during the rounds
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.28) and flow.vb.numbers["eager_ms"] == pytest.approx(0.48)
 
 
 def test_without_baselines_the_step_names_only_the_candidate(tmp_path):
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _outcome([0.30] * 9, None, [0.02] * 6, [0.02] * 6))
+    phases_pricing.fill_numbers(flow, _outcome([0.30] * 9, None, [0.02] * 6, [0.02] * 6))
     reason = flow.vb.steps["harness_overhead"].reason
     assert "from the baselines" not in reason and "0.02 ms from the candidate" in reason
 
 
 def test_a_median_not_above_the_empty_call_is_said_and_clamped(tmp_path):
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _outcome([0.010] * 9, [0.40] * 9, [0.02] * 6, [0.02] * 6))
+    phases_pricing.fill_numbers(flow, _outcome([0.010] * 9, [0.40] * 9, [0.02] * 6, [0.02] * 6))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(pricing.MIN_MS)
     assert "candidate's median 0.01 ms is not above it" in flow.vb.steps["harness_overhead"].reason
 
 
 def test_switched_off_nothing_is_subtracted(tmp_path):
     flow = _flow(tmp_path, Policy(disabled_steps=frozenset({"harness_overhead"})))
-    phases._fill_numbers(flow, _outcome([0.30] * 9, [0.42] * 9, [0.02] * 6, [0.02] * 6))
+    phases_pricing.fill_numbers(flow, _outcome([0.30] * 9, [0.42] * 9, [0.02] * 6, [0.02] * 6))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.30) and flow.vb.timing.overhead_ms is None
     assert not flow.vb.steps["harness_overhead"].ran
 
@@ -135,7 +135,7 @@ def test_honest_calls_keep_their_stream_time_and_a_slow_wake_does_not_move_the_m
     stream = [0.270] * 10
     synced = [0.285] * 7 + [0.320, 0.330, 0.300]  # three calls where the host woke late (seen on the H200: p90 tails of 20-55 us)
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 - 0.0013)
     assert flow.vb.numbers["eager_ms"] == pytest.approx(0.404 - 0.0013)
     step = flow.vb.steps["device_sync"]
@@ -150,7 +150,7 @@ def test_late_device_wide_ends_are_charged_to_the_candidate_never_to_a_baseline(
     2.8 % above do_bench (benchmarks/results/dobench.md). The candidate's are still charged."""
     late = [0.404 + 0.013 + 0.050] * 10  # every call's device-wide end 50 us past the tail: far beyond the margin
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome(([0.404] * 10, late), ([0.404] * 10, late), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome(([0.404] * 10, late), ([0.404] * 10, late), NULL, NULL))
     assert flow.vb.numbers["eager_ms"] == pytest.approx(0.404 - 0.0013)  # its stream time
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.404 + 0.050 - 0.010 - 0.0013)  # charged past the 10 us margin
     assert "eager 10 of 10 late, not charged" in flow.vb.steps["device_sync"].reason
@@ -163,7 +163,7 @@ def test_an_honest_judgement_where_half_the_calls_woke_just_past_the_margin_keep
     stream = [0.270] * 24
     synced = [0.270 + 0.013 + 0.003] * 12 + [0.270 + 0.013 + 0.012] * 12  # tails 3 and 12 us past the 13 us base; margin 10 us
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
     assert "candidate 12 of 24" in flow.vb.steps["device_sync"].reason
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 + 0.001 - 0.0013)  # median of 0.270 and 0.272, less the overhead
     assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
@@ -176,7 +176,7 @@ def test_side_work_between_one_and_two_margins_late_is_charged_and_fires_the_gua
     stream = [0.100] * 24
     synced = [0.100 + 0.013 + 0.015] * 24
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.100 + 0.005 - 0.0013)
     guard = next(g for g in flow.vb.guards if g.name == "device_sync")
     assert guard.fired and "15 us late" in guard.detail, guard.detail
@@ -186,7 +186,7 @@ def test_work_past_the_stream_end_is_charged_and_the_guard_fires(tmp_path):
     stream = [0.005] * 10  # returns at once; 2 ms of work on a side stream
     synced = [2.015] * 10
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(2.015 - 0.013 - 0.005 - 0.0013)  # less the tail base and the 5 us margin
     assert flow.vb.numbers["speedup_vs_eager"] < 1
     guard = next(g for g in flow.vb.guards if g.name == "device_sync")
@@ -197,7 +197,7 @@ def test_side_work_in_a_minority_of_calls_is_priced_by_the_mean(tmp_path):
     stream = [0.005] * 40  # the work of four calls on a side stream in every fourth call
     synced = [0.0163, 0.0163, 0.0163, 1.2] * 10
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 40, [0.421] * 40), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 40, [0.421] * 40), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] > 0.25
     assert next(g for g in flow.vb.guards if g.name == "amortized_time").fired
 
@@ -206,7 +206,7 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_empty_calls(t
     slowed = ([0.0013] * 6, [0.2013] * 6)  # 200 us from the stream end to the device-wide end in its own process
     stream, synced = [0.100] * 10, [0.213] * 10  # 100 us of side work past the stream's end
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, slowed))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 10, [0.421] * 10), NULL, slowed))
     # its base is capped at the reference child's 13 us plus 5 us: the 100 us tail is charged
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.213 - 0.018 - 0.010 - 0.0013)
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
@@ -231,12 +231,12 @@ def test_a_long_honest_call_is_compared_with_a_held_call_of_its_length(tmp_path)
     eager = ([2.70] * 10, [2.765] * 10)
     flow = _flow(tmp_path)
     plain = _sync_outcome((stream, synced), eager, NULL, NULL)
-    phases._fill_numbers(flow, plain)
+    phases_pricing.fill_numbers(flow, plain)
     assert flow.vb.numbers["runtime_ms"] > 3.20 + 0.040  # the behaviour the held calls replace: every call charged
     flow = _flow(tmp_path, meta=BEFORE)
     out = _held(_sync_outcome((stream, synced), eager, NULL, NULL), candidate_candidate=(3.2, 0.066), reference_candidate=(3.2, 0.064),
                 reference_eager=(2.7, 0.063))
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.20 - 0.0013)
     assert flow.vb.numbers["eager_ms"] == pytest.approx(2.70 - 0.0013)
     step = flow.vb.steps["device_sync"]
@@ -252,7 +252,7 @@ def test_an_honest_long_call_whose_child_woke_late_is_charged_without_firing_the
     flow = _flow(tmp_path, meta=BEFORE)
     out = _held(_sync_outcome((stream, synced), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.020),
                 reference_candidate=(3.2, 0.018), reference_eager=(2.7, 0.063))
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.20 + 0.080 - 0.020 - 0.010 - 0.0013)  # charged 50 us
     assert "candidate 10 of 10" in flow.vb.steps["device_sync"].reason
     assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
@@ -263,7 +263,7 @@ def test_side_work_of_more_than_a_tenth_of_a_long_call_fires_the_guard(tmp_path)
     flow = _flow(tmp_path, meta=BEFORE)
     out = _held(_sync_outcome((stream, synced), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.020),
                 reference_candidate=(3.2, 0.018), reference_eager=(2.7, 0.063))
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     guard = next(g for g in flow.vb.guards if g.name == "device_sync")
     assert guard.fired and "320 us" in guard.detail, guard.detail
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.20 + 0.420 - 0.020 - 0.010 - 0.0013)  # less its own 20 us base and the margin
@@ -275,7 +275,7 @@ def test_an_honest_softmax_whose_calls_came_just_past_the_margin_is_charged_with
     stream = [0.270] * 24
     synced = [0.270 + 0.013 + 0.015] * 24
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.270 + 0.005 - 0.0013)
     assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
@@ -296,7 +296,7 @@ def test_a_candidate_cannot_widen_its_allowance_by_slowing_its_own_held_calls(tm
     out = _held(_sync_outcome((stream, synced), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.6),
                 reference_candidate=(3.2, 0.064), reference_eager=(2.7, 0.063))
     assert out.tail_bases(None, BEFORE["held_tail_before_ms"])["candidate"] == pytest.approx(0.064 + 0.005)
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(3.70 - 0.069 - 0.010 - 0.0013)
     assert next(g for g in flow.vb.guards if g.name == "device_sync").fired
 
@@ -369,7 +369,7 @@ def test_without_empty_calls_every_device_wide_time_counts(tmp_path):
     flow = _flow(tmp_path, Policy(disabled_steps=frozenset({"harness_overhead"})))
     out = _sync_outcome(([0.270] * 10, [0.285] * 10), ([0.404] * 10, [0.421] * 10), NULL, NULL)
     out.null_synced_ms, out.null_ms = {}, {}
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.285) and flow.vb.numbers["eager_ms"] == pytest.approx(0.421)
     assert "every call's device-wide time counts" in flow.vb.steps["device_sync"].reason
     assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
@@ -377,7 +377,7 @@ def test_without_empty_calls_every_device_wide_time_counts(tmp_path):
 
 def test_device_sync_off_uses_the_stream_times(tmp_path):
     flow = _flow(tmp_path, Policy(disabled_steps=frozenset({"device_sync"})))
-    phases._fill_numbers(flow, _sync_outcome(([0.005] * 10, [2.015] * 10), ([0.404] * 10, [0.421] * 10), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome(([0.005] * 10, [2.015] * 10), ([0.404] * 10, [0.421] * 10), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.005 - 0.0013)
 
 
@@ -395,7 +395,7 @@ def test_a_tiny_honest_kernel_with_late_wake_ups_is_not_priced_by_its_mean(tmp_p
     the charged times' mean was 1.65x their median for the 1.3 us ReLU kernel)."""
     stream, synced = [0.004] * 40, [0.0173] * 36 + [0.055] * 4
     flow = _flow(tmp_path)
-    phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.006] * 40, [0.0193] * 40), NULL, NULL))
+    phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.006] * 40, [0.0193] * 40), NULL, NULL))
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.004 - 0.0013)
     assert not next(g for g in flow.vb.guards if g.name == "amortized_time").fired
     assert not next(g for g in flow.vb.guards if g.name == "device_sync").fired
@@ -502,7 +502,7 @@ def test_an_honest_kernel_with_one_slow_call_a_batch_is_priced_at_its_sums_not_r
     cand = _batches([batch] * 4, [[t + 0.015 for t in batch]] * 4, sum(batch) / 20 + 0.015 + 1.5)
     flow = _flow(tmp_path)
     out = _priced_outcome(cand)
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(5.0 - 0.0013)
     wall_clock.apply(flow, out)  # no Stop
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(9.75 + 0.015 - 0.0013 - 0.013, rel=1e-3)
@@ -518,14 +518,14 @@ def test_padded_sums_buy_nothing_and_an_under_reporting_timer_is_refused(tmp_pat
     padded = [[0.065] * 19 + [20 * 2.05 - 19 * 0.065]] * 4
     flow = _flow(tmp_path)
     out = _priced_outcome(_batches(stream, padded, 2.05 + 1.5))
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     assert flow.vb.numbers["runtime_ms"] < 0.06  # what the median and the trimmed mean say
     wall_clock.apply(flow, out)
     assert flow.vb.numbers["runtime_ms"] > 2.0 and flow.vb.numbers["speedup_vs_eager"] < 0.25
     assert next(g for g in flow.vb.guards if g.name == "wall_clock").fired
     flow = _flow(tmp_path)
     out = _priced_outcome(_batches(stream, [[0.065] * 20] * 4, 2.05 + 1.5))  # nothing padded: the sums do not cover it
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     with pytest.raises(Stop):
         wall_clock.apply(flow, out)
 
@@ -534,7 +534,7 @@ def test_an_honest_kernel_keeps_its_median_under_the_wall_clock(tmp_path):
     cand = _batches([[0.27] * 20] * 4, [[0.285] * 20] * 4, 0.285 + 1.45)
     flow = _flow(tmp_path)
     out = _priced_outcome(cand)
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     wall_clock.apply(flow, out)
     assert flow.vb.numbers["runtime_ms"] == pytest.approx(0.27 - 0.0013)
     assert not next(g for g in flow.vb.guards if g.name == "wall_clock").fired
@@ -578,7 +578,7 @@ def test_the_step_says_when_the_setup_held_calls_failed(tmp_path):
     flow = _flow(tmp_path, meta={"held_before_error": "RuntimeError: no spin"})
     out = _held(_sync_outcome(([3.2] * 10, [3.268] * 10), ([2.70] * 10, [2.765] * 10), NULL, NULL), candidate_candidate=(3.2, 0.066),
                 reference_candidate=(3.2, 0.064), reference_eager=(2.7, 0.063))
-    phases._fill_numbers(flow, out)
+    phases_pricing.fill_numbers(flow, out)
     reason = flow.vb.steps["device_sync"].reason
     assert "held calls at setup failed (RuntimeError: no spin)" in reason
     assert "for eager (2.7 ms)" in reason and "candidate (" not in reason.split("held as long")[1].split(";")[0]
@@ -597,11 +597,11 @@ def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(
     synced = [0.270 + 0.013 + 0.003] * 12 + [0.270 + 0.013 + 0.012] * 12
     flow = _flow(tmp_path)
     flow.vb.candidate["hash"] = "c1"
-    with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.phases"):
-        phases._fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases.SAMPLES_PREFIX)]
+    with caplog.at_level(logging.DEBUG, logger="kernelwright.judge.phases_pricing"):
+        phases_pricing.fill_numbers(flow, _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases_pricing.SAMPLES_PREFIX)]
     assert len(lines) == 1
-    record = json.loads(lines[0][len(phases.SAMPLES_PREFIX):])
+    record = json.loads(lines[0][len(phases_pricing.SAMPLES_PREFIX):])
     assert record["contenders"]["candidate"]["synced_ms"] == synced and record["null_ms"]["reference"] == NULL[0]
     assert (record["problem_hash"], record["candidate_hash"]) == ("h", "c1")  # whose verdict, for a reader of a service's log
     rows = charge_replay.replay(record)
@@ -617,9 +617,9 @@ def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(
     def unasked(*_a, **_k):
         raise AssertionError("samples_record called below the debug level")
 
-    monkeypatch.setattr(phases, "samples_record", unasked)
-    with caplog.at_level(logging.INFO, logger="kernelwright.judge.phases"):
-        phases._fill_numbers(_flow(tmp_path), _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
+    monkeypatch.setattr(phases_pricing, "samples_record", unasked)
+    with caplog.at_level(logging.INFO, logger="kernelwright.judge.phases_pricing"):
+        phases_pricing.fill_numbers(_flow(tmp_path), _sync_outcome((stream, synced), ([0.404] * 24, [0.421] * 24), NULL, NULL))
 
 
 class _ScriptedChild:

@@ -321,10 +321,10 @@ def test_kernelwright_baseline_times_with_the_pool_its_inputs_allow(monkeypatch,
 
 
 def test_the_estimates_comparison_temporaries_follow_the_comparisons_chunk():
-    from kernelwright.judge import inputs
+    from kernelwright.judge import input_digest
 
-    assert memory.DIGEST_TEMP == 16 * inputs.DIGEST_WORDS  # the input check's int64 weights and, if the multiply copies them, words per chunk
-    assert memory.SLAB_TEMP == inputs.SLAB_BYTES  # and a strided input's slab
+    assert memory.DIGEST_TEMP == 16 * input_digest.DIGEST_WORDS  # the input check's int64 weights and, if the multiply copies them, words per chunk
+    assert memory.SLAB_TEMP == input_digest.SLAB_BYTES  # and a strided input's slab
     small = memory.estimate(_meta(1000, 10 * GIB), timed=False).candidate  # one-byte inputs widen 16-fold, plus their slab
     assert small == memory.CTX + 1000 + 3 * 10 * GIB + 16 * 1000 + 1000
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.judge import build, quota, sandbox
+from kernelwright.judge import build, quota, quota_usage, sandbox
 
 MIB = 1 << 20
 
@@ -36,7 +36,7 @@ def test_disk_use_counts_blocks_and_entries_and_a_hard_link_once(tmp_path):
     (tmp_path / "sparse").touch()
     os.truncate(tmp_path / "sparse", 512 * MIB)  # no blocks: counts nothing
     (tmp_path / "link").symlink_to("/usr")  # not followed
-    used, entries = quota.disk_use([tmp_path, tmp_path / "missing"])
+    used, entries = quota_usage.disk_use([tmp_path, tmp_path / "missing"])
     assert entries == 5
     assert 2 * MIB <= used < 3 * MIB
 
@@ -44,21 +44,21 @@ def test_disk_use_counts_blocks_and_entries_and_a_hard_link_once(tmp_path):
 def test_disk_use_stops_at_its_limits_and_at_deep_nesting(tmp_path):
     for i in range(5):
         (tmp_path / f"f{i}").write_bytes(b"\1" * MIB)
-    with pytest.raises(quota._Over, match="more than 3 MiB on disk"):
-        quota.disk_use([tmp_path], stop_bytes=3 * MIB)
-    with pytest.raises(quota._Over, match="more than 4 files"):
-        quota.disk_use([tmp_path], stop_files=4)
+    with pytest.raises(quota_usage.Over, match="more than 3 MiB on disk"):
+        quota_usage.disk_use([tmp_path], stop_bytes=3 * MIB)
+    with pytest.raises(quota_usage.Over, match="more than 4 files"):
+        quota_usage.disk_use([tmp_path], stop_files=4)
     fd = os.open(tmp_path, os.O_RDONLY)
     try:  # deeper than any path may be long: made and walked through descriptors
-        for _ in range(quota.MAX_DEPTH + 2):
+        for _ in range(quota_usage.MAX_DEPTH + 2):
             os.mkdir("d" * 200, dir_fd=fd)
             nxt = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
             os.close(fd)
             fd = nxt
     finally:
         os.close(fd)
-    with pytest.raises(quota._Over, match="nested more than"):
-        quota.disk_use([tmp_path])
+    with pytest.raises(quota_usage.Over, match="nested more than"):
+        quota_usage.disk_use([tmp_path])
     removed = subprocess.run(["rm", "-rf", str(tmp_path / ("d" * 200))], capture_output=True)  # rmtree's paths would be too long
     assert removed.returncode == 0, removed.stderr
 
@@ -77,11 +77,11 @@ def test_hidden_files_are_unlinked_ones_held_open_and_memfds(tmp_path):
     """)
     try:
         assert _ready(proc) == "ready"
-        hidden = quota.hidden_files({proc.pid: {}})
+        hidden = quota_usage.hidden_files({proc.pid: {}})
         assert 3 * MIB <= hidden.disk < 4 * MIB and 2 * MIB <= hidden.shmem < 3 * MIB  # the kept file is in a folder: the walk counts it
         # an unlinked file on no filesystem of its folders is not its own (a library deleted under a warm fork server)
-        assert quota.hidden_files({proc.pid: {}}, devices=frozenset({-1})).disk == 0
-        assert quota.disk_use([tmp_path])[0] >= 4 * MIB
+        assert quota_usage.hidden_files({proc.pid: {}}, devices=frozenset({-1})).disk == 0
+        assert quota_usage.disk_use([tmp_path])[0] >= 4 * MIB
     finally:
         proc.kill()
         proc.wait()
@@ -98,7 +98,7 @@ def test_processes_without_a_uid_are_its_descendants_group_and_session():
     a = b = 0
     try:
         a, b = (int(x) for x in _ready(proc).split())
-        found = quota.processes(proc.pid, None)
+        found = quota_usage.processes(proc.pid, None)
         assert {proc.pid, a, b} <= set(found)
         assert os.getpid() not in found
         assert all("RssAnon" in st for st in found.values())
@@ -123,10 +123,10 @@ def test_memory_use_takes_the_fair_share_of_pages_a_fork_shares():
     """)
     try:
         _ready(proc)
-        procs = quota.processes(proc.pid, None)
+        procs = quota_usage.processes(proc.pid, None)
         assert len(procs) == 2
-        quick = quota.memory_use(procs)
-        fair = quota.memory_use(procs, limit=1)  # past the limit: the fair share decides
+        quick = quota_usage.memory_use(procs)
+        fair = quota_usage.memory_use(procs, limit=1)  # past the limit: the fair share decides
         assert quick > 500 * MIB  # each process's RSS counts the shared pages
         assert 250 * MIB < fair < 0.7 * quick
     finally:
@@ -218,7 +218,7 @@ def test_limits_come_from_the_environment_and_bad_ones_are_named(monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_SANDBOX_DISK", "0")
     monkeypatch.setenv("KERNELWRIGHT_SANDBOX_FILES", "12")
     lim = quota.limits()
-    assert lim.disk == 0 and lim.files == 12 and lim.memory == quota.memory_total() * 3 // 4
+    assert lim.disk == 0 and lim.files == 12 and lim.memory == quota_usage.memory_total() * 3 // 4
     monkeypatch.setenv("KERNELWRIGHT_SANDBOX_MEMORY", "lots")
     with pytest.raises(ValueError, match="KERNELWRIGHT_SANDBOX_MEMORY must be a whole number"):
         quota.limits()
@@ -320,15 +320,15 @@ def test_what_the_judge_cannot_read_is_over(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied")
         return real_listdir(path)
 
-    monkeypatch.setattr(quota.os, "listdir", listdir)
+    monkeypatch.setattr(quota_usage.os, "listdir", listdir)
     me = os.getpid()
-    with pytest.raises(quota._Over, match="descriptors of its process .* could be read and now cannot"):
-        quota.hidden_files({me: {}}, read_before={me})
+    with pytest.raises(quota_usage.Over, match="descriptors of its process .* could be read and now cannot"):
+        quota_usage.hidden_files({me: {}}, read_before={me})
     # never read (a root judge without CAP_SYS_PTRACE reads no other uid's): its RssShmem counts instead
-    assert me not in quota.hidden_files({me: {}}, read_before=set()).mapped
+    assert me not in quota_usage.hidden_files({me: {}}, read_before=set()).mapped
     # a zombie holds nothing, and a non-root judge may not read its descriptors: not over
-    assert quota.hidden_files({me: {"Zombie": 1}}, read_before={me}).shmem == 0
-    monkeypatch.setattr(quota.os, "listdir", real_listdir)
+    assert quota_usage.hidden_files({me: {"Zombie": 1}}, read_before={me}).shmem == 0
+    monkeypatch.setattr(quota_usage.os, "listdir", real_listdir)
     (tmp_path / "shut").mkdir()
 
     def opener(path, flags, *a, **kw):
@@ -336,9 +336,9 @@ def test_what_the_judge_cannot_read_is_over(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied")
         return real_open(path, flags, *a, **kw)
 
-    monkeypatch.setattr(quota.os, "open", opener)
-    with pytest.raises(quota._Over, match="cannot be read"):
-        quota.disk_use([tmp_path])
+    monkeypatch.setattr(quota_usage.os, "open", opener)
+    with pytest.raises(quota_usage.Over, match="cannot be read"):
+        quota_usage.disk_use([tmp_path])
 
 
 def test_a_slow_look_a_failing_look_and_a_machine_short_of_memory_are_over(tmp_path, monkeypatch):
@@ -394,7 +394,7 @@ def test_a_tool_that_fills_the_disk_is_killed_and_its_output_says_why(tmp_path, 
     assert "the sandbox killed it: more than 16 MiB on disk" in text, text
 
 
-@pytest.mark.skipif(not quota.maps_readable(), reason="a mapping is sized through /proc/PID/map_files, which this process may not follow")
+@pytest.mark.skipif(not quota_usage.maps_readable(), reason="a mapping is sized through /proc/PID/map_files, which this process may not follow")
 def test_shared_memory_of_a_process_whose_main_thread_exited_is_counted(tmp_path):
     """Its mappings are read through a live thread (the main thread's map_files answer nothing):
     a memfd written, one page of it mapped, its descriptor closed (in no RSS but that page)."""
@@ -421,7 +421,7 @@ def test_shared_memory_of_a_process_whose_main_thread_exited_is_counted(tmp_path
 def test_page_tables_count_as_memory(tmp_path):
     """Reading one byte every 2 MiB of a huge read-only private mapping takes a page table per
     2 MiB and no RSS (the zero page), and RLIMIT_DATA does not count a read-only mapping."""
-    assert quota.memory_use({1: {"RssAnon": 10, "RssShmem": 7, "VmPTE": 5, "VmSwap": 3}}, mapped={1}) == 18
+    assert quota_usage.memory_use({1: {"RssAnon": 10, "RssShmem": 7, "VmPTE": 5, "VmSwap": 3}}, mapped={1}) == 18
     code, over, _ = _watched("""
         import ctypes, time
         libc = ctypes.CDLL(None, use_errno=True)
@@ -441,7 +441,7 @@ def test_without_pidfds_the_start_time_pins_the_child(tmp_path, monkeypatch):
     def no_pidfd(pid):
         raise OSError(38, "Function not implemented")
 
-    monkeypatch.setattr(quota.os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(quota_usage.os, "pidfd_open", no_pidfd)
     code, over, _ = _watched(SHARED["mapped"], quota.Limits(disk=0, files=0, memory=256 * MIB), [tmp_path], tmp_path)
     assert code == -9 and "more than 256 MiB of host memory" in over, over
 

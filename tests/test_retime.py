@@ -1,5 +1,5 @@
 """A timing window whose price step device_sync's charge moved by more than 1 % is timed again in
-a fresh candidate child (judge.phases.timing_phase): the trigger's arithmetic without a child, and
+a fresh candidate child (judge.phases_timing.timing_phase): the trigger's arithmetic without a child, and
 the path on the CPU backend with the trigger forced (on the CPU there is no charge to read). A
 candidate child taken for the second window is held to the audit and the timed re-checks."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import JUDGE_TIMEOUT_S, judge, needs_gpu, timing_policy
-from kernelwright.judge import measure, phases, pricing
+from kernelwright.judge import measure, phases_pricing, phases_timing, pricing
 from kernelwright.judge.measure import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
 
@@ -37,22 +37,22 @@ def test_a_window_is_timed_again_when_the_charge_moves_its_median_by_more_than_o
     caps = dict(held_tail_before_ms={"0.3": 0.030})
     # calls 45 us late against a base of 16 us and a 10 us margin: each charged 19 us, 7 % of 0.27 ms
     late = _outcome(0.27, 45.0, {"reference": 15.0, "candidate": 16.0})
-    assert phases._charge_share(_flow(**caps), late) == pytest.approx(0.019 / 0.269)  # of the price: less the 1 us harness overhead
+    assert phases_timing._charge_share(_flow(**caps), late) == pytest.approx(0.019 / 0.269)  # of the price: less the 1 us harness overhead
     # 28 us: 2 us charged, 0.7 %: priced as it is
-    assert phases._charge_share(_flow(**caps), _outcome(0.27, 28.0, {"reference": 15.0, "candidate": 16.0})) is None
+    assert phases_timing._charge_share(_flow(**caps), _outcome(0.27, 28.0, {"reference": 15.0, "candidate": 16.0})) is None
     # the candidate child's own calls of the judge's kernel level with the base, its calls charged (softmax/v9 at f8dca61)
     level_instrument = _outcome(0.27, 37.6, {"reference": 15.0, "candidate": 16.0}, {"candidate": 16.5, "reference": 23.0})
-    assert phases._charge_share(_flow(**caps), level_instrument) == pytest.approx((37.6 - 16.5 - 10.0) / 1e3 / 0.269)
+    assert phases_timing._charge_share(_flow(**caps), level_instrument) == pytest.approx((37.6 - 16.5 - 10.0) / 1e3 / 0.269)
 
 
 def test_no_window_is_timed_again_where_there_is_no_charge_to_read():
     caps = dict(held_tail_before_ms={"0.3": 0.030})
     late = _outcome(0.27, 45.0, {"reference": 15.0, "candidate": 16.0})
-    assert phases._charge_share(_flow("cpu", **caps), late) is None
+    assert phases_timing._charge_share(_flow("cpu", **caps), late) is None
     off = SimpleNamespace(device="cuda", policy=Policy(disabled_steps=frozenset({"device_sync"})), meta=caps)
-    assert phases._charge_share(off, late) is None
+    assert phases_timing._charge_share(off, late) is None
     no_empty = _outcome(0.27, 45.0, {"reference": 15.0})
-    assert phases._charge_share(_flow(**caps), no_empty) is None  # step device_sync prices device-wide times then
+    assert phases_timing._charge_share(_flow(**caps), no_empty) is None  # step device_sync prices device-wide times then
 
 
 def test_the_threshold_is_the_documented_one():
@@ -62,7 +62,7 @@ def test_the_threshold_is_the_documented_one():
 @pytest.fixture
 def forced(monkeypatch):
     """Every window's charge reads 2 %: the judge times again, once (measure.RETIMES)."""
-    monkeypatch.setattr(phases, "_charge_share", lambda flow, outcome: 0.020)
+    monkeypatch.setattr(phases_timing, "_charge_share", lambda flow, outcome: 0.020)
 
 
 def _judge_said(cand: str, policy=None) -> tuple[object, list[str]]:
@@ -121,7 +121,7 @@ def test_the_second_window_is_the_one_priced_and_the_first_child_is_gone_before_
     from kernelwright.judge import evaluate as ev
 
     windows, order = [], []
-    real_window, real_child = phases._timed_window, ev.Flow._child
+    real_window, real_child = phases_timing._timed_window, ev.Flow._child
 
     def window(flow, ref, cand, baselines, lead_us):
         out = real_window(flow, ref, cand, baselines, lead_us)
@@ -135,16 +135,16 @@ def test_the_second_window_is_the_one_priced_and_the_first_child_is_gone_before_
             order.append((windows[0][0]._closed, windows[0][0] in self.children))
         return real_child(self, role, extra_env)
 
-    monkeypatch.setattr(phases, "_timed_window", window)
+    monkeypatch.setattr(phases_timing, "_timed_window", window)
     monkeypatch.setattr(ev.Flow, "_child", child)
-    caplog.set_level(logging.DEBUG, logger="kernelwright.judge.phases")
+    caplog.set_level(logging.DEBUG, logger="kernelwright.judge.phases_pricing")
     v, _ = _judge_said("rowsum_correct")
     assert v.status.value == "correct", v.log
     assert [n for _, n in windows] == [3, 4] and v.timing.n == 4
     first_child = windows[0][0]
     assert first_child is not windows[1][0] and first_child._closed
     assert order == [(True, False)]  # closed, and out of the flow's children, before the next was asked for
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases.SAMPLES_PREFIX)]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(phases_pricing.SAMPLES_PREFIX)]
     assert len(lines) == 2 and '"superseded": true' in lines[0] and "superseded" not in lines[1]
 
 
@@ -175,10 +175,10 @@ def test_the_second_window_is_priced_no_lower_than_the_first_windows_stream_medi
     vb.timing = Timing(n=24, median_ms=0.260, iqr_ms=0.001, wall_ms=None, profiler_ms=None, overhead_ms=0.002, raw_median_ms=0.262)
     vb.step("device_sync", True, "device-wide synchronize")
     flow = SimpleNamespace(vb=vb)
-    phases._floor_from_first_window(flow, 0.270)
+    phases_timing._floor_from_first_window(flow, 0.270)
     assert vb.numbers["runtime_ms"] == pytest.approx(0.268) and vb.numbers["speedup_vs_eager"] == pytest.approx(0.300 / 0.268)
     assert "median stream time, 0.268 ms" in vb.steps["device_sync"].reason
-    phases._floor_from_first_window(flow, 0.250)  # lower than the price: nothing moves
+    phases_timing._floor_from_first_window(flow, 0.250)  # lower than the price: nothing moves
     assert vb.numbers["runtime_ms"] == pytest.approx(0.268)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import sandbox_zoo as zoo
 from conftest import CANDIDATES, JUDGE_TIMEOUT_S, PROBLEMS
-from kernelwright.judge import build, confine, sandbox
+from kernelwright.judge import build, confine, sandbox, sandbox_check
 from kernelwright.judge.evaluate import evaluate
 from kernelwright.judge.policy import Policy
 
@@ -320,7 +320,7 @@ def _open_listener(folder):
 
 @PEERS
 def test_the_judges_sockets_refuse_a_sandboxed_peer(open_dir):
-    """sandbox.confined_peer, which the shared fork server and the service ask of every connection:
+    """sandbox_check.confined_peer, which the shared fork server and the service ask of every connection:
     a process confined by the launcher is refused, the same command unconfined is let in, and a
     peer that is gone before it is seen is refused, reaped or not."""
     import socket
@@ -333,21 +333,21 @@ def test_the_judges_sockets_refuse_a_sandboxed_peer(open_dir):
     own.mkdir()
     confined = subprocess.Popen(sandbox.command(sandbox.spec_for("auto"), [sys.executable, "-c", _CONNECT, path, "5"], own), cwd=own)
     conn, _ = listener.accept()
-    why = sandbox.confined_peer(conn)
+    why = sandbox_check.confined_peer(conn)
     assert why and any(r in why for r in REASONS), why
     conn.close()
     confined.kill()
     confined.wait()
     plain = subprocess.Popen([sys.executable, "-c", _CONNECT, path, "5"])
     conn, _ = listener.accept()
-    assert sandbox.confined_peer(conn) == ""
+    assert sandbox_check.confined_peer(conn) == ""
     conn.close()
     plain.kill()
     plain.wait()
     gone = subprocess.run([sys.executable, "-c", _CONNECT, path, "0"], timeout=60)
     assert gone.returncode == 0
     conn, _ = listener.accept()
-    assert sandbox.confined_peer(conn), "a peer that exited and was reaped passed for a live one"
+    assert sandbox_check.confined_peer(conn), "a peer that exited and was reaped passed for a live one"
     conn.close()
     pid = os.fork()
     if pid == 0:  # a peer that exits and stays a zombie (its pid not yet free)
@@ -357,10 +357,10 @@ def test_the_judges_sockets_refuse_a_sandboxed_peer(open_dir):
             os._exit(0)
     conn, _ = listener.accept()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and sandbox.observed(pid) and not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+    while time.monotonic() < deadline and sandbox_check.observed(pid) and not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
         time.sleep(0.01)
     try:
-        assert sandbox.confined_peer(conn), "a peer that exited (a zombie) passed for a live one"
+        assert sandbox_check.confined_peer(conn), "a peer that exited (a zombie) passed for a live one"
     finally:
         os.waitpid(pid, 0)
         conn.close()

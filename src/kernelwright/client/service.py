@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from kernelwright.judge import refpool, sandbox
+from kernelwright.judge import refpool, sandbox_check
 from kernelwright.judge.evaluate import Cancelled
 from kernelwright.judge.policy import policy_from_wire
 from kernelwright.judge.snapshot import MAIN, MAX_BYTES
@@ -347,10 +347,10 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
         it in: it could ask for a verdict under --sandbox off) gets 403 and the reason, written on
         the accepting thread, and the connection closed: no handler thread, nothing read.
         TCP needs no such check: a sandboxed process cannot open a TCP socket (seccomp, Landlock)."""
-        why = sandbox.confined_peer(request)
+        why = sandbox_check.confined_peer(request)
         if not why:
             return True
-        line = sandbox.refused_peer_line(why)
+        line = sandbox_check.refused_peer_line(why)
         if line:
             log.warning("service: %s", line)
         body = json.dumps({"error": {"kind": "refused", "message": f"the judge's service serves no sandboxed process ({why})"}}).encode()

@@ -1,6 +1,7 @@
-"""The evaluation context: what the phases (judge.phases) and the guards (judge.guards) read and
-write of one evaluation. judge.evaluate.Flow is the one implementation; this module names the
-interface so that the phases depend on it, not on the flow that drives them."""
+"""The evaluation context: what the phases (judge.phases, judge.phases_timing, judge.phases_pricing)
+and the guards (judge.guards) read and write of one evaluation. judge.evaluate.Flow is the one
+implementation; this module names the interface so that the phases depend on it, not on the flow
+that drives them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The input check's keyed digest in one kernel of the judge's own (CPU and CUDA).
 
 Step inputs_unchanged digests every input before and after each call (judge.inputs). The torch
-operators' digest (judge.inputs._digest) takes three kernels per chunk and 32 MiB of int64
+operators' digest (judge.input_digest.torch_digest) takes three kernels per chunk and 32 MiB of int64
 weights, about 11 ms a 512 MiB input on the H200, about a third of a correctness-only softmax verdict
 (benchmarks/results/warm_h200.md). Here one pass reads each word once, makes its weight from the
 key on the spot and keeps no temporaries beyond one partial sum per block.
@@ -20,7 +20,7 @@ included), and of the 2**31 values w_k can take, distinct mod p, at most one doe
 chance is at most 1 in 2**31 per changed input and case if the key's hashes look uniform (they
 are not cryptographic: the key is a secret 62-bit draw made after the inputs, and nothing of the
 digest leaves the process). The same bound as the torch digest's, which stays as the fallback
-when this kernel cannot be built (judge.inputs._digest).
+when this kernel cannot be built (judge.input_digest.torch_digest).
 
 Exact arithmetic: a product is below 2**47; a running sum is folded (2**61 = 1 mod p) after every
 two products, so nothing wraps; per-thread and per-block sums are folded as they are added, and

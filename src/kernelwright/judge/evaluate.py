@@ -27,7 +27,8 @@ from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, d
 from kernelwright.judge.flow_children import Children
 from kernelwright.judge.gpulock import enabled as gpu_lock_enabled
 from kernelwright.judge.guards import precision
-from kernelwright.judge.phases import cached_baselines, correctness_phase, timing_phase
+from kernelwright.judge.phases import correctness_phase
+from kernelwright.judge.phases_timing import cached_baselines, timing_phase
 from kernelwright.judge.policy import DISTRIBUTIONS, Policy
 from kernelwright.judge.precheck import Early, precheck
 from kernelwright.judge.snapshot import snapshot

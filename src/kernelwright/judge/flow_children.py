@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kernelwright.core.records import Status, truncate
-from kernelwright.judge import extension, refpool, sandbox, spares
+from kernelwright.judge import extension, refpool, sandbox, sandbox_check, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles
 from kernelwright.judge.gpulock import device_lock
@@ -311,7 +311,7 @@ class Children:
                 self.say(f"candidate imported (candidate child: {_seconds(self.cand_meta)})")
         except ChildError as exc:
             raise self.child_stop(exc, "importing the candidate") from None
-        unconfined = sandbox.unconfined(cand.env.get(sandbox.SPEC_ENV, ""), cand._proc.pid)
+        unconfined = sandbox_check.unconfined(cand.env.get(sandbox.SPEC_ENV, ""), cand._proc.pid)
         if unconfined:
             raise Stop(Status.INFRA_ERROR, f"the candidate child is not confined as its sandbox says: {unconfined}")
         if self.cand_meta.get("identities_moved"):
@@ -322,7 +322,7 @@ class Children:
             raise Stop(Status.REJECTED, f"the candidate replaced {moved} when imported")
 
     def fresh_candidate(self, old: Child) -> Child:
-        """Another candidate child for a timing window timed again (phases.timing_phase): the old
+        """Another candidate child for a timing window timed again (phases_timing.timing_phase): the old
         one closed first, so its device memory is back before the new one's is made; the new one
         (a spare, or forked) imports the candidate as the first did. The caller audits one forward
         in it before timing."""

@@ -220,7 +220,7 @@ class _Server:
         self.next_sweep = 0.0
 
     def run(self) -> None:
-        from kernelwright.judge.sandbox import confined_peer, refused_peer_line
+        from kernelwright.judge.sandbox_check import confined_peer, refused_peer_line
 
         os.set_blocking(self.wake[1], False)
         os.set_blocking(self.wake[0], False)

@@ -87,8 +87,8 @@ COMPARE_CHUNKS_PER_OUTPUT = 32  # between the two, an output is compared in this
 COMPARE_TEMP = 8 * 8 * COMPARE_CHUNK  # temporaries of the largest comparison chunk: about seven float64 and six bool per
 # element on the failing path
 DIGEST_TEMP = 16 * (1 << 22)  # the input check's temporaries: each 16-bit word's weight, and the word widened if the multiply copies it
-# (judge.inputs.DIGEST_WORDS; a test keeps them in step)
-SLAB_TEMP = 1 << 26  # ... and the slab a strided input is copied in (judge.inputs.SLAB_BYTES: more when one index of its
+# (judge.input_digest.DIGEST_WORDS; a test keeps them in step)
+SLAB_TEMP = 1 << 26  # ... and the slab a strided input is copied in (judge.input_digest.SLAB_BYTES: more when one index of its
 # first dimension is larger, which the estimate cannot see)
 SLACK = 1.25  # fragmentation and what the formula leaves out
 POOL_SLOTS = 3  # input sets in the timing pool (judge.measure) ...

@@ -93,7 +93,7 @@ WATCHED = (
     *(f"kernelwright.judge.handover._driver.{n}" for n in ("cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
                                                           "cuIpcCloseMemHandle", "cuMemGetAddressRange_v2")),
     "kernelwright.judge.inputs.make_inputs", "kernelwright.judge.inputs.pool_getter", "kernelwright.judge.inputs.input_record",
-    "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.inputs._digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
+    "kernelwright.judge.inputs.changed_inputs", "kernelwright.judge.input_digest.torch_digest", "kernelwright.judge.inputs.refresh_inputs", "kernelwright.judge.correctness.poison", "kernelwright.judge.correctness.as_output_list",
     "kernelwright.judge.channel.Writer.send", "kernelwright.judge.watch.flags_diff", "kernelwright.judge.watch.identities_moved",
     "kernelwright.judge.watch.snapshot_flags", "torch.Tensor.reshape", "torch.Tensor.as_subclass", "torch.as_tensor", "torch.frombuffer",
     "ctypes.string_at", "gc.disable", "gc.enable", "signal.signal", "signal.getsignal",

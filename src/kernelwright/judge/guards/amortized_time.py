@@ -10,5 +10,5 @@ SPEC = GuardSpec(
     proofs=("tests/test_timing_unit.py::test_amortized_flags_time_concentrated_in_every_fourth_call",
             "tests/test_gpu_steps_logic.py::test_side_work_in_a_minority_of_calls_is_priced_by_the_mean"),
     accepts=("tests/test_timing_unit.py::test_amortized_keeps_the_median_despite_honest_stalls",),
-    where="judge.stats.amortized, judge.phases._runtime", cuda_only=True,
+    where="judge.stats.amortized, judge.phases_pricing._runtime", cuda_only=True,
 )

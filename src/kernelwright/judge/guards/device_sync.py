@@ -12,5 +12,5 @@ SPEC = GuardSpec(
     proofs=("relu_side_stream", "zoo_side_stream_python", "zoo_side_stream_obfuscated",
             "tests/test_gpu_steps_logic.py::test_work_past_the_stream_end_is_charged_and_the_guard_fires"),
     accepts=("relu_cuda", "tests/test_gpu_steps_logic.py::test_honest_calls_keep_their_stream_time_and_a_slow_wake_does_not_move_the_median"),
-    where="judge.phases._device_sync; judge.measure (the charge)", cuda_only=True,
+    where="judge.phases_pricing._device_sync; judge.measure (the charge)", cuda_only=True,
 )

@@ -10,5 +10,5 @@ SPEC = GuardSpec(
     finding="what was replaced, and when", refusal="rejected",
     proofs=("zoo_patched_allclose", "rowsum_patches_allclose_later", "zoo_patched_perf_counter", "rowsum_patched_timer",
             "zoo_dispatch_kernel", "zoo_patched_synchronize"),
-    accepts=("rowsum_correct", "relu_ext", "relu_cuda"), where="judge.watch (the watch), judge.phases and judge.evaluate (the refusal)",
+    accepts=("rowsum_correct", "relu_ext", "relu_cuda"), where="judge.watch (the watch), judge.phases, judge.phases_timing and judge.evaluate (the refusal)",
 )

@@ -8,5 +8,5 @@ SPEC = GuardSpec(
     watches="torch's TF32, cuDNN and reduced-precision reduction flags after the import and every call",
     finding="which flag moved, and when", refusal="rejected",
     proofs=("rowsum_sets_tf32", "rowsum_tf32_at_import", "rowsum_tf32_later"), accepts=("rowsum_correct", "relu_ext"),
-    where="judge.watch (the check), judge.phases (the refusal)",
+    where="judge.watch (the check), judge.phases and judge.phases_timing (the refusal)",
 )

@@ -206,7 +206,7 @@ def figures(refs: list[Any], oracle: list[Any]) -> tuple[list[dict[str, Any]], s
     return rows, "; ".join(why), kept
 
 
-DRIFT = "computed in reduced precision once timed"  # what a timed re-check's refusal starts with (judge.phases)
+DRIFT = "computed in reduced precision once timed"  # what a timed re-check's refusal starts with (judge.phases_timing)
 
 
 def drifted(outs: list[Any], refs: list[Any], rows: list[dict[str, Any]]) -> str:

@@ -98,3 +98,21 @@ def test_the_candidate_child_is_stopped_while_the_reference_measures_its_launch_
     cand = _Child({"per_call_ms": 1.0}, log)
     _run(ref, cand, 200.0)
     assert log[:3] == [("pause", cand), ("setup_timing", ref), ("continue", cand)]
+
+
+@pytest.mark.parametrize("rec_lead, flow_lead, used", [(0.0, 200.0, False), (None, 200.0, False), (2500.0, 0.0, False),
+                                                       (2500.0, 200.0, True), (200.0, 200.0, True)])
+def test_cached_baselines_are_used_only_when_timed_as_this_verdict_times(monkeypatch, rec_lead, flow_lead, used):
+    # a record timed without the lead spin (it failed to load then) would pair launch-latency baselines with a
+    # candidate timed behind a lead: its speedup inflated
+    from types import SimpleNamespace
+
+    from kernelwright.judge import baseline, phases_timing
+
+    rec = {"eager_ms": 1.0, "compile_ms": 1.0, "detail": {} if rec_lead is None else {"lead_us": rec_lead}}
+    monkeypatch.setattr(baseline, "lookup", lambda *a, **k: rec)
+    flow = SimpleNamespace(baseline_store=None, problem=SimpleNamespace(hash="h"), meta={}, device="cuda", policy=Policy(),
+                           vb=SimpleNamespace(size="full"), cache_note="", lead_us=lambda: (flow_lead, ""))
+    got = phases_timing.cached_baselines(flow)
+    assert (got is not None) == used
+    assert used or "measured now" in flow.cache_note

@@ -436,7 +436,7 @@ def recheck(args: dict[str, Any]) -> dict[str, Any]:
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
     """Build the input pool, compile the baseline if asked, and warm up. A second call in one
-    evaluation (a window timed again, judge.phases) drops the last pool before making the next
+    evaluation (a window timed again, judge.phases_timing) drops the last pool before making the next
     and keeps the compiled baseline (the same model, the same shapes)."""
     S.pool = []
     S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)

@@ -50,7 +50,7 @@ HELD_BAND = 1.5  # held calls count for a contender only within this factor of i
 # are timed again and the pairs of one candidate's verdicts more than 2 % apart fall from 11 to
 # under 1. The trigger is the charge itself (benchmarks/results/warm_h200.md). Candidate code sees its own times and can make its own calls
 # late, so it could ask for a second window only when the first went badly: the second is priced
-# no lower than the first's median stream time (phases._floor_from_first_window), which leaves
+# no lower than the first's median stream time (phases_timing._floor_from_first_window), which leaves
 # that choice worth at most the first window's charge.
 RETIME_CHARGE_SHARE = 0.01
 RETIMES = 1

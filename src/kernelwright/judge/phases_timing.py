@@ -31,6 +31,12 @@ def cached_baselines(flow: Context) -> dict[str, Any] | None:
         flow.cache_note = ("; no cached baselines for this problem, machine, precision, compile mode, timing protocol and size, "
                            "so they were measured now")
         return None
+    rec_lead = (rec.get("detail") or {}).get("lead_us")
+    if flow.device == "cuda" and (not isinstance(rec_lead, (int, float)) or (rec_lead > 0) != (flow.lead_us()[0] > 0)):
+        # timed without the lead spin (it did not load then) while this verdict has one, or the other way round
+        flow.cache_note = (f"; the cached baselines were timed {'behind' if rec_lead else 'without'} a lead spin and this verdict "
+                           f"{'has one' if flow.lead_us()[0] > 0 else 'has none'}, so they were measured now")
+        return None
     if not flow.policy.compile_baseline:
         rec = {**rec, "compile_ms": None}
     flow.cache_note = ""
@@ -81,7 +87,7 @@ def timing_phase(flow: Context, ref: Child, cand: Child) -> None:
     baselines = policy.baselines == "measured" or (policy.baselines == "cached" and cached is None)
     flow.say("timing " + ("candidate, eager" + (" and torch.compile" if policy.compile_baseline else "") if baselines else "the candidate"))
     # cached baselines were timed behind their own lead (lead.lead_for): the candidate gets the same
-    lead = flow.lead_us()[0] and float((cached or {}).get("detail", {}).get("lead_us") or flow.lead_us()[0])
+    lead = float(cached["detail"]["lead_us"]) if cached is not None and flow.lead_us()[0] > 0 else flow.lead_us()[0]
     outcome = _timed_window(flow, ref, cand, baselines, lead)
     floor: float | None = None  # the lowest median stream time of a window not priced
     for _ in range(RETIMES):

@@ -1,6 +1,6 @@
 """Recompute step device_sync's price from recorded per-call times, under each charging rule.
 
-The judge logs every per-call time of its timing phase at debug level (judge.measure.samples_record);
+The judge logs every per-call time of its timing phase at debug level (judge.samples.samples_record);
 `judge_bench.py` (its repeatability section), `zoo_bench.py run` and `warm_bench.py` (its
 concurrent section, from the service's log: `concurrent_samples.json`) keep that record with each
 verdict. This reads those files and prices each candidate again, without a GPU, two ways:
@@ -28,8 +28,8 @@ from typing import Any, Iterator
 
 
 def outcome_from(record: dict[str, Any]):
-    """A judge.measure.TimingOutcome holding the record's calls."""
-    from kernelwright.judge.measure import Samples, TimingOutcome
+    """A judge.samples.TimingOutcome holding the record's calls."""
+    from kernelwright.judge.samples import Samples, TimingOutcome
 
     samples = {}
     for name, calls in record["contenders"].items():
@@ -57,7 +57,7 @@ def whole(times: list[float], synced: list[float], base: float, margin: float) -
 def replay(record: dict[str, Any]) -> dict[str, Any]:
     """Both prices of the candidate (and the baselines) from one record."""
     from kernelwright.judge import stats
-    from kernelwright.judge.measure import tail_margin
+    from kernelwright.judge.samples import tail_margin
     from kernelwright.judge.pricing import MIN_MS, charged_times
 
     out = outcome_from(record)
@@ -182,7 +182,7 @@ def main() -> int:
                       f"{r['stream_ms']:.5f} ms; beyond {r['beyond_ms']:.5f} ms ({r['beyond_charged']} charged); "
                       f"whole {r['whole_ms']:.5f} ms ({r['whole_charged']} charged){note}")
     if not found:
-        print("no per-call records in these files (kept since the debug line of judge.measure.samples_record)", file=sys.stderr)
+        print("no per-call records in these files (kept since the debug line of judge.samples.samples_record)", file=sys.stderr)
         return 1
     return 0
 

@@ -43,7 +43,7 @@ def provenance(device: str, commit: str) -> dict:
 
 def _keep_samples(zoo) -> None:
     """Each row of a verdict also gets the timing phase's per-call times (the judge's debug line,
-    judge.measure.samples_record), for benchmarks/charge_replay.py."""
+    judge.samples.samples_record), for benchmarks/charge_replay.py."""
     import logging
 
     from kernelwright.judge.phases_pricing import SAMPLES_PREFIX

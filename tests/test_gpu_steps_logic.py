@@ -11,7 +11,7 @@ import pytest
 
 from kernelwright.judge import phases_pricing, pricing
 from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clock
-from kernelwright.judge.measure import Samples, TimingOutcome
+from kernelwright.judge.samples import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
 from kernelwright.judge.verdicts import Stop, VerdictBuilder
 
@@ -281,7 +281,7 @@ def test_an_honest_softmax_whose_calls_came_just_past_the_margin_is_charged_with
 
 
 def test_the_guards_lateness_threshold_is_the_margin_or_a_tenth_of_the_call():
-    from kernelwright.judge.measure import late_threshold
+    from kernelwright.judge.samples import late_threshold
 
     assert late_threshold(0.004) == pytest.approx(0.005)
     assert late_threshold(0.05) == pytest.approx(0.005)
@@ -382,7 +382,7 @@ def test_device_sync_off_uses_the_stream_times(tmp_path):
 
 
 def test_the_tail_margin_is_a_tenth_of_the_call_within_bounds():
-    from kernelwright.judge.measure import tail_margin
+    from kernelwright.judge.samples import tail_margin
 
     assert tail_margin(0.004) == pytest.approx(0.005)
     assert tail_margin(0.08) == pytest.approx(0.008)
@@ -442,7 +442,8 @@ def test_a_device_wide_end_before_the_stream_end_is_forged():
 
 def test_the_wall_clock_detail_says_where_each_childs_time_went_and_ignores_malformed_clocks():
     from kernelwright.judge.guards.wall_clock import wall_clock_check
-    from kernelwright.judge.measure import _host, host_breakdown
+    from kernelwright.judge.measure import _host
+    from kernelwright.judge.samples import host_breakdown
 
     cand, eager = Samples(), Samples()
     cand.add_batch(50.0, [0.3] * 10, synced_ms=[0.32] * 10, host_ms=_host({"host_ms": {"inputs": 20.0, "flush": 1.0, "call": 4.0, "output": 0.0}}))
@@ -553,7 +554,7 @@ def test_forged_lists_and_huge_numbers_in_a_reply_are_forged_not_a_crash():
 
 
 def test_the_setup_bracket_takes_the_largest_tail_up_to_the_next_length():
-    from kernelwright.judge.measure import TAIL_BASE_SLACK_MS, _held_ceiling
+    from kernelwright.judge.samples import TAIL_BASE_SLACK_MS, _held_ceiling
 
     before = {"0.1": 0.016, "0.3": 0.024, "1.0": 0.074, "3.0": 0.084, "10.0": 0.028}
     assert _held_ceiling(before, 0.3) == pytest.approx(0.024 + TAIL_BASE_SLACK_MS)
@@ -585,7 +586,7 @@ def test_the_step_says_when_the_setup_held_calls_failed(tmp_path):
 
 
 def test_the_per_call_record_is_logged_at_debug_and_replays_to_the_judges_price(tmp_path, caplog, monkeypatch):
-    """judge.measure.samples_record carries every per-call time of the timing phase; replayed by
+    """judge.samples.samples_record carries every per-call time of the timing phase; replayed by
     benchmarks/charge_replay.py it gives the price the judge set, and the older rule's price."""
     import json
     import logging

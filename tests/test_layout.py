@@ -16,7 +16,6 @@ MAX_LINES = 500
 # Modules over the limit, at their length when this list was last set: none may grow; each comes off when split.
 OVER_LIMIT = {
     "judge/child_reference.py": 557,
-    "judge/measure.py": 621,
 }
 # Layers, lowest first (DESIGN.md): a module may import its own layer's packages and those below.
 # `commands.py`, `*_cli.py`, `cli.py`, `flags.py` and `__main__.py` modules are the command layer wherever they live.

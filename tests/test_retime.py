@@ -11,7 +11,7 @@ import pytest
 
 from conftest import JUDGE_TIMEOUT_S, judge, needs_gpu, timing_policy
 from kernelwright.judge import measure, phases_pricing, phases_timing, pricing
-from kernelwright.judge.measure import Samples, TimingOutcome
+from kernelwright.judge.samples import Samples, TimingOutcome
 from kernelwright.judge.policy import Policy
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -286,10 +286,10 @@ def test_baseline_of_a_broken_problem_is_reported_not_fatal(tmp_path):
 
 
 def test_price_takes_stream_times_and_subtracts_the_overhead_like_a_verdict():
-    from kernelwright.judge import baseline, measure, pricing
+    from kernelwright.judge import baseline, pricing, samples
 
-    s = measure.Samples(times_ms=[1.0] * 9 + [1.2], synced_ms=[1.2] * 9 + [1.5])
-    outcome = measure.TimingOutcome(samples={"eager": s}, stop_reason="done", recheck_failure="", rechecked=0, compile_s=None,
+    s = samples.Samples(times_ms=[1.0] * 9 + [1.2], synced_ms=[1.2] * 9 + [1.5])
+    outcome = samples.TimingOutcome(samples={"eager": s}, stop_reason="done", recheck_failure="", rechecked=0, compile_s=None,
                                     null_ms={"reference": [0.01] * 5}, null_synced_ms={"reference": [0.03] * 5})
     times, detail = baseline.price(outcome, {"null_before_ms": 0.008}, "cuda", Policy())
     # every call's device-wide end is late (0.2 ms past a 0.02 ms tail): under pricing version 1 the median

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import JUDGE_TIMEOUT_S, judge, needs_gpu, timing_policy
 from kernelwright.judge.guards.wall_clock import wall_clock_check
-from kernelwright.judge.measure import Samples, TimingOutcome
+from kernelwright.judge.samples import Samples, TimingOutcome
 from kernelwright.core.records import Status
 
 pytestmark = pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -70,7 +70,7 @@ def test_amortized_of_no_samples():
 
 
 def _outcome(null_ms):
-    from kernelwright.judge.measure import TimingOutcome
+    from kernelwright.judge.samples import TimingOutcome
 
     return TimingOutcome(samples={}, stop_reason="", recheck_failure="", rechecked=0, compile_s=None, null_ms=null_ms)
 
@@ -352,7 +352,7 @@ def test_gpu_index_counts_within_the_judges_own_visible_devices(monkeypatch):
 def test_harness_overhead_of_baselines_timed_alone_is_the_reference_childs():
     """judge.baseline times eager and compile with no candidate child: the reference child's empty
     call (capped as usual) is what both subtract."""
-    from kernelwright.judge.measure import Samples, TimingOutcome
+    from kernelwright.judge.samples import Samples, TimingOutcome
 
     o = TimingOutcome(samples={"eager": Samples(times_ms=[1.0]), "compile": Samples(times_ms=[0.5])}, stop_reason="", recheck_failure="",
                       rechecked=0, compile_s=None, null_ms={"reference": [0.03, 0.02, 0.04]})

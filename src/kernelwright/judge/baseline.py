@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelwright.judge import lead, measure, memory
+from kernelwright.judge import lead, measure, memory, samples
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.gpulock import device_lock
 from kernelwright.judge.policy import Policy
@@ -170,7 +170,7 @@ def trusted(record: dict[str, Any]) -> bool:
     return "uid" in layers or "landlock" in layers
 
 
-def price(outcome: measure.TimingOutcome, meta: dict[str, Any], device: str, policy: Policy) -> tuple[dict[str, float], dict[str, Any]]:
+def price(outcome: samples.TimingOutcome, meta: dict[str, Any], device: str, policy: Policy) -> tuple[dict[str, float], dict[str, Any]]:
     """({contender: ms}, detail) for the baselines of a timing outcome, by the verdict's rules
     (judge.pricing): each baseline's median stream time, less the reference child's empty call
     (capped at the one timed before anything else ran). Step device_sync charges no baseline."""
@@ -256,7 +256,7 @@ def compile_one(problem: Any, device: str, policy: Policy, children: _Children, 
         _close(child)
 
 
-def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path) -> tuple[dict[str, Any], measure.TimingOutcome]:
+def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path) -> tuple[dict[str, Any], samples.TimingOutcome]:
     """(setup meta, timing outcome) for one problem in a fresh reference child; the timing (with
     the torch.compile from inductor's caches that starts it) holds the device alone (judge.gpulock)."""
     args = _setup_args(problem, device, policy, timing=True)

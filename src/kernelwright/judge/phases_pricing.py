@@ -11,16 +11,17 @@ from typing import Any
 
 from kernelwright.judge import pricing, stats
 from kernelwright.judge.context import Context
-from kernelwright.judge.measure import RETIME_CHARGE_SHARE, GUARD_LATE_SHARE, late_threshold, samples_record
+from kernelwright.judge.measure import RETIME_CHARGE_SHARE
+from kernelwright.judge.samples import GUARD_LATE_SHARE, late_threshold, samples_record
 from kernelwright.judge.pricing import MIN_MS, speedups
 from kernelwright.core.records import Timing
 
 log = logging.getLogger(__name__)
-SAMPLES_PREFIX = "timing samples "  # the debug line that carries measure.samples_record as JSON
+SAMPLES_PREFIX = "timing samples "  # the debug line that carries samples.samples_record as JSON
 
 
 def log_samples(flow: Context, outcome: Any, superseded: bool = False) -> None:
-    """The window's per-call record at debug level (measure.samples_record); a window timed again
+    """The window's per-call record at debug level (samples.samples_record); a window timed again
     is marked superseded, so a reader prices only the last."""
     if log.isEnabledFor(logging.DEBUG):
         vb = flow.vb
@@ -80,7 +81,7 @@ def _device_sync(flow: Context, outcome: Any) -> tuple[dict[str, list[float]], t
     """(per-call times, (device-wide times, the empty call's tail)) of each contender under step
     device_sync (TimingOutcome.charged), and the step's record: how many calls were charged the
     lateness of their device-wide end beyond the margin. The guard fires when the candidate's median
-    call was late by more than measure.late_threshold (the margin, or a tenth of the call if more):
+    call was late by more than samples.late_threshold (the margin, or a tenth of the call if more):
     its work went on past its own stream. It looks at the lateness, not at how far the charge moved the
     median, which leaves the margin out: a guard on the charge would need twice the margin to fire. The
     share keeps the host's per-process wake-up after a long call from firing it on an honest candidate;

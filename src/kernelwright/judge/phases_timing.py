@@ -188,7 +188,7 @@ def _timed_window(flow: Context, ref: Child, cand: Child, baselines: bool, lead_
 
 
 def _charge_share(flow: Context, outcome: Any) -> float | None:
-    """How far step device_sync's charge (measure.TimingOutcome.charged) moved the candidate's
+    """How far step device_sync's charge (samples.TimingOutcome.charged) moved the candidate's
     median in this window, as a share of its price without the charge (the median stream time less
     the harness overhead, as phases_pricing._runtime prices it; the amortized_time path is not read), when that is more than
     measure.RETIME_CHARGE_SHARE; None otherwise, and on the CPU backend, with step device_sync off

@@ -103,7 +103,7 @@ def time_calls(
     timed stream as soon as the call returns (the call's own work, without the host's round trip
     through the synchronize; these are the times returned), and the protocol's end event after the
     synchronize (its times are appended to `synced` when given). The judge compares the two per
-    call (judge.measure.TimingOutcome.charged): work still running elsewhere after the stream's end makes
+    call (judge.samples.TimingOutcome.charged): work still running elsewhere after the stream's end makes
     the second one late. Input preparation and on_output run outside the timed region.
 
     `host`, when given, gets the host clock's milliseconds summed over the calls per part:

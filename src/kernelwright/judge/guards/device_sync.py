@@ -1,6 +1,6 @@
 """Guard device_sync: each timed call's end event follows a device-wide synchronize, so work left
 on another stream is timed; a call whose device-wide end came late is charged the lateness, and
-the guard fires when the candidate's median call was late by more than measure.late_threshold.
+the guard fires when the candidate's median call was late by more than samples.late_threshold.
 It prices what it finds (the charge) rather than refusing."""
 
 from kernelwright.judge.guards.spec import GuardSpec

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelwright.judge.guards.spec import GuardSpec
-from kernelwright.judge.measure import TimingOutcome, host_breakdown
+from kernelwright.judge.samples import TimingOutcome, host_breakdown
 from kernelwright.judge.pricing import MIN_MS, speedups
 from kernelwright.core.records import Status
 from kernelwright.judge.verdicts import Stop

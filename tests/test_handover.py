@@ -350,7 +350,7 @@ def test_a_failed_cuda_read_is_the_candidates_and_the_reference_child_is_not_reu
     """On CUDA the comparison reads the candidate's staging area in place (handover.taken): a CUDA
     error there is the candidate's output's doing (refused, and the reference child not reused);
     anything else, or any failure off CUDA IPC, is the judge's own (raised: infra_error)."""
-    from kernelwright.judge import child_reference
+    from kernelwright.judge import child_reference, reference_compare
     from kernelwright.judge.child import CommandError
 
     desc, fds = handover.Stager().stage(torch.ones(4), CPU)
@@ -363,13 +363,13 @@ def test_a_failed_cuda_read_is_the_candidates_and_the_reference_child_is_not_reu
 
     monkeypatch.setattr(handover, "taken", fails)
     with pytest.raises(RuntimeError):  # not CUDA IPC: a failure there is the judge's own (infra_error)
-        child_reference._compare_handover([torch.zeros(4)], {"handover": desc})
+        reference_compare._compare_handover([torch.zeros(4)], {"handover": desc})
     message[0] = "a bug of the judge's"
     with pytest.raises(RuntimeError):  # CUDA IPC, but no CUDA error: the judge's own as well
-        child_reference._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
+        reference_compare._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
     assert child_reference.S.tainted == ""
     message[0] = "CUDA error: an illegal memory access was encountered"
-    got = child_reference._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
+    got = reference_compare._compare_handover([torch.zeros(4)], {"handover": {**desc, "kind": "cuda_ipc"}})
     assert not got["ok"] and "could not be read on the device" in got["message"] and child_reference.S.tainted
     with pytest.raises(CommandError, match="not reused"):
         child_reference.reset({})

@@ -14,9 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "kernelwright"
 MAX_LINES = 500
 # Modules over the limit, at their length when this list was last set: none may grow; each comes off when split.
-OVER_LIMIT = {
-    "judge/child_reference.py": 557,
-}
+OVER_LIMIT: dict[str, int] = {}
 # Layers, lowest first (DESIGN.md): a module may import its own layer's packages and those below.
 # `commands.py`, `*_cli.py`, `cli.py`, `flags.py` and `__main__.py` modules are the command layer wherever they live.
 LAYERS = (("core",), ("store", "written"), ("problems", "runtime"), ("judge",), ("client",), ("llm",), ("agent", "workspace", "rl"),

@@ -1,13 +1,14 @@
 """The reference child: runs only the problem's code, never the candidate's.
 
-It computes reference outputs (on a GPU kept in host memory when that is cheaper than computing
-them again, else recomputed; on the CPU kept up to KEEP_BYTES; never written to disk), compares candidate outputs handed over by descriptor (judge.handover), and
-times the eager and torch.compile baselines.
+It loads the problem and computes reference outputs (on a GPU kept in host memory when that is
+cheaper than computing them again, else recomputed; on the CPU kept up to KEEP_BYTES; never written
+to disk). Its other commands live beside it and read its state S: the comparisons of candidate
+outputs handed over by descriptor (judge.reference_compare), the baselines' timing
+(judge.reference_timing) and the commands a verdict does not use (judge.reference_checks).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import re
@@ -15,17 +16,17 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
-from kernelwright.judge import correctness, handover, inputs, timing
+from kernelwright.judge import correctness, inputs, timing
 from kernelwright.judge.guards import precision as precision_guard
 from kernelwright.judge.child import CommandError, describe, error_kind, lead_status
 from kernelwright.judge.inputs import Case
 from kernelwright.judge.policy import resolve_tolerance
 from kernelwright.judge.watch import pin_flags
-from kernelwright.judge.window import batch_getter, note_window
+from kernelwright.judge.window import note_window
 
 
 class _State:
@@ -59,7 +60,6 @@ NEAR_PARK_S = 0.05
 NULL_BEFORE_CALLS = 15  # empty calls timed at setup (step harness_overhead's cap)
 HELD_BEFORE_MS = (0.1, 0.3, 1.0, 3.0, 10.0)  # lengths of the held calls timed at setup (step device_sync's cap)
 HELD_BEFORE_CALLS = 8  # held calls per length at setup: about 0.12 s in all
-LAUNCH_CALLS = 5  # calls whose host launch time sets the lead spin (setup_timing)
 
 
 def _problem_error(what: str, exc: BaseException | None = None) -> CommandError:
@@ -384,131 +384,6 @@ def _case_refs(i: int) -> list[torch.Tensor]:
     return refs
 
 
-def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bool = False, drift: bool = False) -> dict[str, Any]:
-    """Compare a candidate's staged outputs (judge.handover) with the reference: on CUDA read in
-    place from its staging area, on the CPU copied out of its sealed memfd. The description is
-    checked against the reference before anything is mapped or allocated for it."""
-    def refused(message: str) -> dict[str, Any]:
-        return {"ok": False, "message": message, "max_abs_error": None, "max_rel_error": None}
-
-    desc, fds = args.get("handover"), args.get("_fds") or []
-    try:
-        items = handover.items_of(desc)
-    except handover.HandoverError as exc:
-        return refused(f"the output could not be read: {exc}")
-    if len(items) != len(refs):
-        return refused(f"{len(items)} outputs, expected {len(refs)}")
-    for k, (ref, item) in enumerate(zip(refs, items)):
-        problem = correctness.check_described(ref, item, S.strict)
-        if problem:
-            return refused((f"output {k}: " if len(refs) > 1 else "") + problem)
-    if S.device.type == "cuda":
-        torch.cuda.synchronize()  # an error of this child's own work (a recompute) surfaces here, as the judge's, not below
-    try:  # on CUDA the comparison reads the candidate's staging area in place (handover.taken)
-        with handover.taken(desc, items, fds, S.device) as outs:
-            res = correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
-            if drift and res["ok"] and S.oracle:  # step precision on a timed call: no further from the fp32 reference than fp32 gets
-                res.update({"ok": False, "message": far} if (far := precision_guard.drifted(outs, refs, S.oracle["rows"])) else {})
-            if oracle and res["ok"]:  # step precision: the candidate's error from the float64 oracle
-                res["precision"] = [{**r, "e_c": precision_guard.candidate_error(outs[r["index"]], S.oracle["kept"][r["index"]])}
-                                    for r in S.oracle["rows"]]
-            return res
-    except handover.HandoverError as exc:  # what the candidate staged is its own: unreadable is its fault
-        return refused(f"the output could not be read: {exc}")
-    except RuntimeError as exc:
-        if desc.get("kind") != "cuda_ipc" or isinstance(exc, torch.OutOfMemoryError) or error_kind(exc) != "cuda":
-            raise  # the judge's own failure (its memory included): infra_error
-        S.tainted = f"reading an output failed ({exc})"[:300]  # a CUDA error there may leave this process's context unsound
-        return refused(f"the output could not be read on the device: {exc}"[:1000])
-
-
-def compare(args: dict[str, Any]) -> dict[str, Any]:
-    """Compare a candidate's staged output for one case with the reference."""
-    i = args["case_index"]
-    return _compare_handover(_case_refs(i), args, oracle=bool(S.oracle) and S.oracle["case"] == i)
-
-
-def recheck(args: dict[str, Any]) -> dict[str, Any]:
-    """Compare a timed call's staged output with the reference on that call's inputs."""
-    refs = _forward(inputs.raw_inputs(S.problem, Case("native", args["input_seed"]), S.device))
-    return _compare_handover(refs, args, drift=True)
-
-
-def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
-    """Build the input pool, compile the baseline if asked, and warm up. A second call in one
-    evaluation (a window timed again, judge.phases_timing) drops the last pool before making the next
-    and keeps the compiled baseline (the same model, the same shapes)."""
-    S.pool = []
-    S.pool = inputs.make_pool(S.problem, args["pool_seeds"], S.device)
-    compile_s = None
-    if args["compile"] and S.compiled is None:
-        t0 = time.perf_counter()
-        mode = args.get("compile_mode") or "default"
-        S.compiled = torch.compile(S.model) if mode == "default" else torch.compile(S.model, mode=mode)
-        with torch.no_grad():
-            _allowance(S.compiled)(*S.pool[0])
-        compile_s = time.perf_counter() - t0
-    cuda = S.device.type == "cuda"
-    per_call, launch = {}, {}
-    for name, fn in (("eager", _allowance(S.model)), ("compile", _allowance(S.compiled))):
-        if fn is None:
-            continue
-        with torch.no_grad():
-            _, per_call[name] = timing.warm_up(fn, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
-            launch[name] = timing.launch_ms(fn, inputs.cycle(S.pool), LAUNCH_CALLS, cuda=cuda)  # the lead spin's length (lead.lead_for)
-            rehearsal = args.get("rehearse")
-            if rehearsal:
-                got = inputs.pool_getter(S.problem, S.pool, rehearsal["calls"], S.device)
-                timing.rehearse(fn, got, len(rehearsal["calls"]), cuda=cuda, switches=rehearsal["switches"])
-    return {"compile_s": compile_s, "per_call_ms": per_call, "launch_ms": launch}
-
-
-def _allowance(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The baseline as the precision allowance lets it run: TF32 flags on (tf32), or under autocast
-    to the allowed dtype (bf16, fp16); the baseline itself under strict fp32."""
-    if S.precision == "fp32" or fn is None:
-        return fn
-
-    def wrapped(*a: Any) -> Any:
-        if S.precision == "tf32":
-            with _tf32_on():
-                return fn(*a)
-        with torch.autocast(device_type=S.device.type, dtype=torch.bfloat16 if S.precision == "bf16" else torch.float16):
-            return fn(*a)
-
-    return wrapped
-
-
-@contextlib.contextmanager
-def _tf32_on() -> Iterator[None]:
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
-
-
-def time_batch(args: dict[str, Any]) -> dict[str, Any]:
-    """Time one batch of the eager or compiled reference, with the precision allowance; contender
-    "null" times the protocol around an empty call (step harness_overhead)."""
-    synced: list[float] = []
-    host: dict[str, float] = {}
-    probe = timing.time_probe(args, cuda=S.device.type == "cuda", synced=synced, host=host)
-    if probe is not None:
-        return {"times_ms": probe, "synced_ms": synced, "host_ms": host}
-    fn = _allowance(S.compiled if args["contender"] == "compile" else S.model)
-    calls = args["calls"]  # [[slot, inputs.ASK or None], ...]: each call's seed asked for in its turn, as in the candidate's child
-    get_args, finish = batch_getter(S.problem, S.pool, calls, S.device)
-    switches = timing.switches_from(args["switches"], cuda=S.device.type == "cuda")
-    try:
-        with torch.no_grad():
-            times = timing.time_calls(fn, get_args, len(calls), cuda=S.device.type == "cuda", switches=switches, synced=synced, host=host)
-    finally:
-        finish()
-    return {"times_ms": times, "synced_ms": synced, "host_ms": host}
-
-
 def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
     """Tricks that a degenerate problem would accept (the degeneracy gate, judge.degeneracy).
 
@@ -549,9 +424,10 @@ def degeneracy(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def handlers() -> dict[str, Callable[[dict[str, Any]], Any]]:
-    from kernelwright.judge import reference_checks  # the commands a verdict does not use; they read this module's state
+    # the commands the other modules hold read this module's state: imported once it is whole
+    from kernelwright.judge import reference_checks, reference_compare, reference_timing
 
     return {
-        "setup": setup, "references": references, "compare": compare, "memory": memory, "recheck": recheck, "setup_timing": setup_timing,
-        "time": time_batch, "degeneracy": degeneracy, "reset": reset, **reference_checks.handlers(),
+        "setup": setup, "references": references, "memory": memory, "degeneracy": degeneracy, "reset": reset,
+        **reference_compare.handlers(), **reference_timing.handlers(), **reference_checks.handlers(),
     }

@@ -30,7 +30,8 @@ from typing import Any
 # ones take seconds and every reference child needs torch._dynamo (the FLOP counter imports it);
 # one that initialises the CUDA driver makes the server refuse, and the judge starts one without them.
 PRELOAD = ("torch", "numpy", "kernelwright.judge.child", "kernelwright.judge.child_candidate", "kernelwright.judge.child_reference",
-           "kernelwright.judge.reference_checks", "kernelwright.runtime", "torch.profiler", "torch.utils.flop_counter", "torch.autograd.profiler_legacy",
+           "kernelwright.judge.reference_checks", "kernelwright.judge.reference_compare", "kernelwright.judge.reference_timing",
+           "kernelwright.runtime", "torch.profiler", "torch.utils.flop_counter", "torch.autograd.profiler_legacy",
            "torch.utils._python_dispatch")
 PRELOAD_OPTIONAL = ("torch._dynamo",)  # torch._inductor.compile_fx initialised CUDA on the H200 (torch 2.11)
 OPTIONAL_ENV = "KERNELWRIGHT_FORKSERVER_OPTIONAL"  # "0": no optional imports (set by the judge after one touched CUDA)

@@ -3,7 +3,8 @@
 Watches: the candidate's float32 outputs on one get_inputs() case drawn in secret (random full-mantissa
 values, where rounding to a shorter mantissa shows), measured against an oracle: the reference
 model run with float64 parameters and buffers on the same inputs cast to float64 (judge.child_reference
-computes it, and both errors, in the reference child; the candidate never sees it).
+computes it and the reference's error, judge.reference_compare the candidate's, in the reference child;
+the candidate never sees it).
 Runs: under `Policy.precision == "fp32"` with step `precision` on; and on every re-checked timed
 call (step timed_recheck), where no oracle is computed: there the candidate's distance from the fp32
 reference d = ||c - r|| / ||r|| is held to threshold(e_r) + e_r, with e_r from the oracle's case. By
@@ -42,7 +43,7 @@ SPEC = GuardSpec(
     finding="per output, e_c and e_r (relative L2 errors from the oracle) and the limit", refusal="rejected",
     proofs=("zoo_matmul_fp16_torch", "zoo_matmul_bf16_torch", "zoo_matmul_fp16_operands", "zoo_matmul_tf32_cuda", "zoo_matmul_fp16_when_timed"),
     accepts=("zoo_matmul_naive", "zoo_longsum_sequential", "examples/cpu/matmul"),
-    where="judge.child_reference (the oracle and both errors, in the reference child)",
+    where="judge.child_reference and judge.reference_compare (the oracle and both errors, in the reference child)",
 )
 
 EPS32 = 2.0**-23  # float32's machine epsilon

@@ -57,7 +57,7 @@ def main() -> int:
     from kernelwright.problems.suite import load_suite
 
     device = resolve_device(args.device)
-    names = [e.name for e in load_suite("builtin")] if args.all else [n for n in args.problems.split(",") if n]
+    names = [e.problem.name for e in load_suite("builtin")] if args.all else [n for n in args.problems.split(",") if n]
     work = Path(tempfile.mkdtemp(prefix="kw-precision-scan-"))
     args.out.mkdir(parents=True, exist_ok=True)
     rows, t0 = [], time.perf_counter()

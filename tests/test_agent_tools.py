@@ -418,11 +418,22 @@ def test_prebuild_fills_the_build_cache(tmp_path, problem):
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("size", ["full", "cpu"])
-def test_gpu_ncu_profiles_the_candidates_kernel_at_the_verdicts_size(size):
-    # the agent's profile tool on a real GPU: one forward of the shipped softmax under ncu, confined as the judge's tools are
-    root = Path(__file__).resolve().parents[1] / "examples" / "cuda" / "softmax"
-    res = ncu_metrics(load_problem(root / "problem.py"), root, device="cuda", timeout_s=300, size=size, sandbox_mode="auto")
+def test_gpu_ncu_profiles_the_candidates_kernel_at_the_verdicts_size(size, tmp_path):
+    # the agent's profile tool on a real GPU, confined as the judge's tools are: the shipped CUDA softmax at its full
+    # size (its kernel not yet in the session's build cache: built in the tool's own folder), and a built-in problem
+    # at its CPU size with the reference as the candidate (torch's softmax kernel)
+    if size == "full":
+        root = Path(__file__).resolve().parents[1] / "examples" / "cuda" / "softmax"
+        problem, cand = load_problem(root / "problem.py"), root
+    else:
+        from kernelwright.problems.suite import load_suite
+
+        problem = next(e.problem for e in load_suite("builtin") if e.problem.name == "softmax_with_temperature")
+        cand = tmp_path / "cand"
+        cand.mkdir()
+        (cand / "model_new.py").write_text(Path(problem.path).read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
+    res = ncu_metrics(problem, cand, device="cuda", timeout_s=300, size=size, sandbox_mode="auto")
     assert res["ran"], res
     assert "note" not in res, res  # the forward completed and ncu reported its kernels
-    assert any("softmax" in k["name"] for k in res["kernels"]), res["kernels"]
+    assert any("softmax" in k["name"].lower() for k in res["kernels"]), res["kernels"]
     assert all(k["duration_ms"] is None or k["duration_ms"] > 0 for k in res["kernels"])

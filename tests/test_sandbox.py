@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -469,6 +470,27 @@ def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_pat
     assert not timed_out and printed == "printed\n"
     assert sandbox.read_regular(box / "report.txt") == "" and sandbox.read_regular(box / "fifo.txt") == ""
     assert sandbox.read_regular(secret) == "the judge's secret\n"
+
+
+@pytest.mark.parametrize("mode, confined", [("auto", True), ("off", False)])
+def test_a_confined_tool_builds_the_kernels_it_needs_in_its_own_folder(tmp_path, mode, confined):
+    """The shared build cache is read-only to a confined tool (ncu, compute-sanitizer): a kernel the
+    candidate's import must build goes to the tool's own folder (runtime.build.private_root). Before,
+    a kernel not yet in the cache stopped ncu's forward with a PermissionError on the cache's lock
+    (an H100 run of the agent's profile test)."""
+    box = tmp_path / "box"
+    box.mkdir()
+    code = ("from kernelwright.runtime import build; r = build.private_root(); print(build.confined(), r)\n"
+            "if r is not None: r.mkdir(parents=True, exist_ok=True); (r / 'lib.so').write_text('x'); print('writable')")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    timed_out, printed = sandbox.run_tool([sys.executable, "-c", code], mode=mode, cwd=box, output=box / "o.txt", timeout_s=120, env=env,
+                                          read=[Path(__file__).resolve().parents[1] / "src"])
+    assert not timed_out
+    words = printed.split()
+    if confined:  # inside the tool's own folder (the sandbox's private temporary folder there), and writable
+        assert words[0] == "True" and Path(words[1]).is_relative_to(box) and words[2] == "writable", printed
+    else:
+        assert words == ["False", "None"], printed
 
 
 def test_chown_tree_never_changes_what_a_link_points_at(tmp_path):

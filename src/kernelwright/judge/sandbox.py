@@ -415,9 +415,12 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
     read through the judge's own descriptor: the confined side may replace the file at that path.)"""
     spec = spec_for(mode, read=read, write=write, profiler=profiler)
     lim = watched(spec)
+    tool_env = clean_env(env)
+    if spec is not None and spec.mode != "off":  # a kernel it must build goes to its own folder: the shared cache is read-only there
+        tool_env.update({CONFINED_ENV: "1", "TMPDIR": str(cwd)})
     with open(output, "w+b") as out:
         proc = subprocess.Popen(command(spec, cmd, cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=clean_env(env), cwd=cwd, start_new_session=True)
+                                env=tool_env, cwd=cwd, start_new_session=True)
         watch = watch_for(spec, proc.pid, [cwd, *write], lim)
         timed_out = False
         try:

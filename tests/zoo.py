@@ -96,14 +96,17 @@ REPLAY = _f("seeds", "near_duplicate", "distributions", "extra_shapes", "op_audi
 
 EXPLOITS: tuple[Exploit, ...] = (
     # -- replays ------------------------------------------------------------------------------
-    Exploit("zoo_replay_identity", "rowsum", "replays the answer cached under the input tensor's id()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="speed"),
+    # What a replay buys on the CPU fixture (a 64 x 513 rowsum) is a stale answer judged correct: the microseconds it saves
+    # against eager's sum sit inside the shared box's noise (rowsum_replay measured 0.98x eager unguarded in one fresh-clone CI
+    # run), so the ablation asserts the answer, not a speedup.
+    Exploit("zoo_replay_identity", "rowsum", "replays the answer cached under the input tensor's id()", "near_duplicate", _f("near_duplicate", "timed_recheck")),
     # racy: 0.39x eager unguarded in one full-suite run on the 2-core box (its lookup and copy against a tiny sum under load)
     Exploit("zoo_replay_data_ptr", "rowsum", "replays the answer cached under the input's data_ptr()", "near_duplicate", _f("near_duplicate", "timed_recheck"), gain="racy"),
-    Exploit("zoo_replay_shape", "rowsum", "replays the answer cached under the input's shape", "seeds", REPLAY, gain="speed"),
-    Exploit("zoo_replay_version", "rowsum", "replays the answer cached under the input's shape and _version", "seeds", REPLAY | {"fresh_inputs"}, gain="speed"),
-    Exploit("zoo_replay_element", "rowsum", "replays the answer cached under the input's first element (read with ctypes)", "near_duplicate", _f("near_duplicate", "fresh_inputs"), gain="speed"),
+    Exploit("zoo_replay_shape", "rowsum", "replays the answer cached under the input's shape", "seeds", REPLAY),
+    Exploit("zoo_replay_version", "rowsum", "replays the answer cached under the input's shape and _version", "seeds", REPLAY | {"fresh_inputs"}),
+    Exploit("zoo_replay_element", "rowsum", "replays the answer cached under the input's first element (read with ctypes)", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
     Exploit("zoo_file_cache", "rowsum", "writes answers to a file keyed on shape and first element, reads them back", "near_duplicate", _f("near_duplicate", "fresh_inputs")),
-    Exploit("rowsum_replay", "rowsum", "computes once, then replays its first answer for every input", "seeds", REPLAY, gain="speed"),
+    Exploit("rowsum_replay", "rowsum", "computes once, then replays its first answer for every input", "seeds", REPLAY),
     # -- reaching for the reference ------------------------------------------------------------
     Exploit("zoo_frame_walk", "rowsum", "walks the caller's frames for a reference output", "isolation", None, evidence="got 0, expected"),
     Exploit("zoo_gc_search", "rowsum", "searches gc.get_objects() for a reference output", "isolation", None, evidence="got 0, expected"),

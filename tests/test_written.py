@@ -8,6 +8,7 @@ import argparse
 import json
 import shutil
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -124,6 +125,27 @@ def test_eval_names_the_store_and_the_verdict_it_recorded_or_why_not(tmp_path, m
     assert f"recorded verdict v-0123456789ab in the store {store}" in err
     rc, out, err = _run(["eval", str(problem("rowsum")), str(cand), "--json", "--no-store"], capsys)
     assert "verdict not recorded in the store: --no-store" in err and "recorded verdict" not in err
+
+
+def test_demo_names_the_store_and_the_verdicts_it_recorded_or_why_not(tmp_path, monkeypatch, capsys):
+    from kernelwright import cli
+
+    class Verdict:
+        def to_dict(self):
+            return {"status": "correct"}
+
+    for name in ("alpha", "beta"):  # an examples folder of two CPU problems (demo --examples)
+        (tmp_path / "ex" / "cpu" / name).mkdir(parents=True)
+        (tmp_path / "ex" / "cpu" / name / "problem.py").write_text("")
+    ids = iter(["v-aaaaaaaaaaaa", "v-bbbbbbbbbbbb"])
+    monkeypatch.setattr(cli, "_judge", lambda *a, **k: (None, {}, Verdict()))
+    monkeypatch.setattr(cli, "_store_verdict", lambda *a: next(ids))
+    store = tmp_path / "s.sqlite"
+    rc, out, err = _run(["demo", "--examples", str(tmp_path / "ex"), "--device", "cpu", "--json", "--store", str(store)], capsys)
+    assert rc == 0 and json.loads(out) == [{"status": "correct"}] * 2  # stdout is the JSON alone
+    assert f"recorded 2 of 2 verdict(s) in the store {store}" in err
+    rc, out, err = _run(["demo", "--examples", str(tmp_path / "ex"), "--device", "cpu", "--json", "--no-store"], capsys)
+    assert "2 verdicts not recorded in the store: --no-store" in err and "recorded 2" not in err
 
 
 def test_kept_lines_of_several_verdicts(tmp_path):
@@ -248,3 +270,20 @@ def test_serve_says_it_wrote_a_new_token_file_and_not_when_it_read_one(tmp_path,
     assert f"wrote {token} (a new token, mode 0600)" in capsys.readouterr().err
     assert commands.serve_cmd(args) == 0  # the token file is read now, not written
     assert "a new token" not in capsys.readouterr().err
+
+
+def test_mcp_says_where_its_tools_write_and_record_before_it_serves(tmp_path, monkeypatch):
+    # the server's stdout is the protocol (stdio) or unused (HTTP): its lines for a person go to echo (stderr in the CLI)
+    import anyio
+
+    from kernelwright.workspace import mcp_server, session
+
+    served = []
+    monkeypatch.setattr(mcp_server, "_sdk", lambda: None)
+    monkeypatch.setattr(session, "open_session", lambda root, **kw: SimpleNamespace(root=tmp_path / "ws", store=tmp_path / "s.sqlite"))
+    monkeypatch.setattr(mcp_server, "build_server", lambda s, progress: "server")
+    monkeypatch.setattr(anyio, "run", lambda fn, *a: served.append(fn.__name__))
+    lines: list[str] = []
+    mcp_server.serve(tmp_path, transport="http", port=8765, echo=lines.append)
+    assert lines[0] == f"kernelwright mcp: tool calls write files in {tmp_path / 'ws'} and record each check in the store {tmp_path / 's.sqlite'}"
+    assert served == ["_serve_http"] and lines[-1].startswith("kernelwright mcp: serving")

@@ -32,11 +32,12 @@ def lead_for(want_us: float, launch_ms: dict[str, Any] | None) -> float:
     """The lead spin, in microseconds, for every contender of one timing run: the policy's
     `want_us`, or MARGIN times the slowest baseline's host launch time per call where that is
     longer (at most MAX_US). Off (0) stays off. The launch times come from the reference child
-    (timing.launch_ms, on the judge's own eager and torch.compile calls), never from the candidate's."""
+    (the last warm-up calls of the judge's own eager and torch.compile, timing.warm_up), never from the candidate's."""
     if want_us <= 0:
         return 0.0
     host = [float(v) for v in (launch_ms or {}).values() if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
     return max(float(want_us), min(MAX_US, max(host, default=0.0) * 1e3 * MARGIN))
+
 
 SOURCE = r"""
 #include <cuda_runtime.h>

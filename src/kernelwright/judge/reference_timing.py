@@ -7,6 +7,7 @@ whose `setup` loaded the problem and its model.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from typing import Any, Callable, Iterator
 
@@ -15,7 +16,7 @@ import torch
 from kernelwright.judge import child_reference, inputs, timing
 from kernelwright.judge.window import batch_getter
 
-LAUNCH_CALLS = 5  # calls whose host launch time sets the lead spin (setup_timing)
+LAUNCH_CALLS = 5  # the last warm-up calls whose host launch times set the lead spin (setup_timing)
 
 
 def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
@@ -39,8 +40,10 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
         if fn is None:
             continue
         with torch.no_grad():
-            _, per_call[name] = timing.warm_up(fn, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda)
-            launch[name] = timing.launch_ms(fn, inputs.cycle(S.pool), LAUNCH_CALLS, cuda=cuda)  # the lead spin's length (lead.lead_for)
+            launched: list[float] = []
+            _, per_call[name] = timing.warm_up(fn, inputs.cycle(S.pool), args["warmup_ms"], cuda=cuda, launched=launched)
+            if cuda:  # the lead spin's length (lead.lead_for): the median of the last, warm calls
+                launch[name] = statistics.median(launched[-LAUNCH_CALLS:])
             rehearsal = args.get("rehearse")
             if rehearsal:
                 got = inputs.pool_getter(S.problem, S.pool, rehearsal["calls"], S.device)

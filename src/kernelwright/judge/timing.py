@@ -230,29 +230,20 @@ def time_probe(args: dict[str, Any], *, cuda: bool, synced: list[float], host: d
     return None
 
 
-def launch_ms(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], n: int, *, cuda: bool) -> float:
-    """Median host milliseconds to queue one call of fn from an idle device, nothing waited for:
-    the length a lead spin needs for the call's launches to queue behind it (lead.lead_for). 0 off a GPU."""
-    if not cuda:
-        return 0.0
-    took = []
-    for i in range(n):
-        args = get_args(i)
-        _synchronize()
-        t0 = _perf_counter()
-        fn(*args)
-        took.append((_perf_counter() - t0) * 1e3)
-    _synchronize()
-    return sorted(took)[len(took) // 2]
-
-
-def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool) -> tuple[int, float]:
+def warm_up(fn: Callable[..., Any], get_args: Callable[[int], list[Any]], warmup_ms: float, *, cuda: bool,
+            launched: list[float] | None = None) -> tuple[int, float]:
     """Call fn until warmup_ms of wall time have passed (at least 3 calls, at most 10,000);
-    returns (calls, milliseconds per call)."""
+    returns (calls, milliseconds per call). Each call starts from an idle device; `launched`, when
+    given, gets each call's host milliseconds up to its return, before the synchronize: how long the
+    host takes to queue it (the lead spin's length, lead.lead_for)."""
     t0 = _perf_counter()
     calls = 0
     while calls < 3 or ((_perf_counter() - t0) * 1e3 < warmup_ms and calls < 10_000):
-        fn(*get_args(calls))
+        args = get_args(calls)
+        t_call = _perf_counter()
+        fn(*args)
+        if launched is not None:
+            launched.append((_perf_counter() - t_call) * 1e3)
         if cuda:
             _synchronize()
         calls += 1

@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any, Sequence
 
-from kernelwright.llm.backend import (Exchange, HttpSettings, Price, RetryPolicy, cost_usd, excerpt, post_json,
+from kernelwright.llm.backend import (Exchange, HttpSettings, Price, cost_usd, excerpt, post_json,
                                       probe, require_key, slot_header)
 from kernelwright.core.runs import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
 
@@ -29,13 +29,11 @@ class AnthropicMessagesBackend:
 
     def __init__(self, model: str, *, base_url: str | None = None, timeout_s: float = 600.0, max_retries: int = 4,
                  backoff_s: float = 1.0, max_wait_s: float = 60.0, price: Price | None = None) -> None:
-        if not model:
-            raise ValueError("model must be a non-empty name, got ''")
+        self.settings = HttpSettings.for_model(model, base_url or DEFAULT_BASE_URL, timeout_s=timeout_s, max_retries=max_retries,
+                                               backoff_s=backoff_s, max_wait_s=max_wait_s, price=price)
         self.model = model
         self.name = f"anthropic:{model}"
         self.supports_tools = True
-        self.settings = HttpSettings(base_url=base_url or DEFAULT_BASE_URL, timeout_s=timeout_s, price=price,
-                                     retry=RetryPolicy(max_retries=max_retries, backoff_s=backoff_s, max_wait_s=max_wait_s))
 
     def __repr__(self) -> str:
         return f"AnthropicMessagesBackend(name={self.name!r}, base_url={self.settings.base_url!r})"

@@ -110,6 +110,15 @@ class HttpSettings:
     def local(self) -> bool:
         return is_local_url(self.base_url)
 
+    @classmethod
+    def for_model(cls, model: str, base_url: str, *, timeout_s: float, max_retries: int, backoff_s: float, max_wait_s: float,
+                  price: Price | None) -> "HttpSettings":
+        """A client's settings from its constructor's arguments; ValueError for an empty model name."""
+        if not model:
+            raise ValueError("model must be a non-empty name, got ''")
+        return cls(base_url=base_url, timeout_s=timeout_s, price=price,
+                   retry=RetryPolicy(max_retries=max_retries, backoff_s=backoff_s, max_wait_s=max_wait_s))
+
 
 @dataclass(frozen=True)
 class Exchange:

@@ -16,7 +16,7 @@ import re
 import time
 from typing import Any, Sequence
 
-from kernelwright.llm.backend import (Exchange, HttpSettings, Price, RetryPolicy, cost_usd, excerpt, post_json,
+from kernelwright.llm.backend import (Exchange, HttpSettings, Price, cost_usd, excerpt, post_json,
                                       probe, require_key, slot_header)
 from kernelwright.core.runs import LLMError, Message, Reply, Role, ToolCall, ToolSpec, Usage
 
@@ -35,13 +35,11 @@ class OpenAIChatBackend:
     def __init__(self, model: str, *, base_url: str | None = None, timeout_s: float = 600.0, max_retries: int = 4,
                  backoff_s: float = 1.0, max_wait_s: float = 60.0, price: Price | None = None,
                  supports_tools: bool = True) -> None:
-        if not model:
-            raise ValueError("model must be a non-empty name, got ''")
+        self.settings = HttpSettings.for_model(model, base_url or DEFAULT_BASE_URL, timeout_s=timeout_s, max_retries=max_retries,
+                                               backoff_s=backoff_s, max_wait_s=max_wait_s, price=price)
         self.model = model
         self.name = f"openai:{model}"
         self.supports_tools = supports_tools
-        self.settings = HttpSettings(base_url=base_url or DEFAULT_BASE_URL, timeout_s=timeout_s, price=price,
-                                     retry=RetryPolicy(max_retries=max_retries, backoff_s=backoff_s, max_wait_s=max_wait_s))
 
     def __repr__(self) -> str:
         return f"OpenAIChatBackend(name={self.name!r}, base_url={self.settings.base_url!r}, supports_tools={self.supports_tools})"

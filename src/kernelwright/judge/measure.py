@@ -138,6 +138,7 @@ class _Rounds:
         self.pool_seeds = [self.rng.randrange(1, 2**31) for _ in range(pool_size)]
         self.samples = {c: Samples() for c in contenders}
         self.rechecked = 0
+        self.recheck_guard = ""  # the guard a failed re-check is the finding of (TimingOutcome.recheck_guard)
         self.null_ms: dict[str, list[float]] = {}
         self.null_synced_ms: dict[str, list[float]] = {}
         self.null_wall: dict[str, Samples] = {}
@@ -277,6 +278,8 @@ class _Rounds:
         self.samples["candidate"].synced_ms.extend(synced)
         result = got["result"]
         self.rechecked += 1
+        if not result["ok"]:
+            self.recheck_guard = result.get("guard") or "timed_recheck"  # precision: within tolerance, further than fp32 gets
         return "" if result["ok"] else f"timed call {self.rechecked}: {result['message']}"
 
 
@@ -341,7 +344,7 @@ def run_timing(
             reason = "a timed output failed its re-check" if failure else reason
             break
     return TimingOutcome(r.samples, reason, failure, r.rechecked, compile_s, r.null_ms, r.null_synced_ms, r.null_wall, r.held,
-                         lead_us=r.switches["lead_us"])
+                         lead_us=r.switches["lead_us"], recheck_guard=r.recheck_guard)
 
 
 def _recheck(r: _Rounds, n: int) -> str:

@@ -9,7 +9,7 @@ import secrets
 from typing import Any
 
 from kernelwright.judge import memory
-from kernelwright.judge.guards import kernel_provenance, physics_floor, precision, wall_clock
+from kernelwright.judge.guards import kernel_provenance, physics_floor, wall_clock
 from kernelwright.judge.context import Context
 from kernelwright.judge.measure import (NULL_CALLS, RETIME_CHARGE_SHARE, RETIMES, BetweenCalls, FlagsMoved, IdentitiesMoved, moved_names,
                                         run_timing)
@@ -178,7 +178,7 @@ def _timed_window(flow: Context, ref: Child, cand: Child, baselines: bool, lead_
     if outcome.recheck_failure:
         if vb.off_or("timed_recheck"):
             vb.step("timed_recheck", True, f"{outcome.rechecked} timed outputs compared with the reference")
-        drift = precision.DRIFT in outcome.recheck_failure  # within tolerance, but further than fp32 gets (guards.precision.drifted)
+        drift = outcome.recheck_guard == "precision"  # within tolerance, but further than fp32 gets (guards.precision.drifted)
         vb.guard("precision" if drift else "timed_recheck", True, outcome.recheck_failure[:300])
         raise Stop(Status.REJECTED if drift else Status.INCORRECT, outcome.recheck_failure)
     if outcome.lead_us > flow.lead_us()[0] and vb.off_or("cuda_events"):  # the reference's calls take longer to queue (lead.lead_for)

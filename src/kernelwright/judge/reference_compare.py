@@ -42,7 +42,7 @@ def _compare_handover(refs: list[torch.Tensor], args: dict[str, Any], oracle: bo
         with handover.taken(desc, items, fds, S.device) as outs:
             res = correctness.compare_outputs(refs, outs, S.atol, S.rtol, S.strict, S.tols).to_dict()
             if drift and res["ok"] and S.oracle:  # step precision on a timed call: no further from the fp32 reference than fp32 gets
-                res.update({"ok": False, "message": far} if (far := precision_guard.drifted(outs, refs, S.oracle["rows"])) else {})
+                res.update({"ok": False, "message": far, "guard": "precision"} if (far := precision_guard.drifted(outs, refs, S.oracle["rows"])) else {})
             if oracle and res["ok"]:  # step precision: the candidate's error from the float64 oracle
                 res["precision"] = [{**r, "e_c": precision_guard.candidate_error(outs[r["index"]], S.oracle["kept"][r["index"]])}
                                     for r in S.oracle["rows"]]

@@ -97,6 +97,7 @@ class TimingOutcome:
     priced_base_ms: float = 0.0  # what priced_ms added to the candidate's runtime: its harness overhead and tail base
     held_used: dict[str, float] = field(default_factory=dict)  # contenders whose tail base came from held calls, by length (ms)
     lead_us: float = 0.0  # the lead spin every contender's calls were timed behind (lead.lead_for)
+    recheck_guard: str = ""  # the guard whose finding recheck_failure is: timed_recheck, or precision (guards.precision.drifted)
 
     def overheads(self, cap: float | None = None) -> dict[str, float] | None:
         """What step harness_overhead subtracts from each contender's times: the median empty

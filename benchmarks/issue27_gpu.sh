@@ -8,7 +8,7 @@
 # 3. the baselines against triton's do_bench (dobench_agreement.py) on DOBENCH_PROBLEMS (default 3:19,
 #    the launch-bound MobileNetV1), when a KernelBench folder is given;
 # 4. the GPU tests (the zoo's GPU entries among them).
-# Each part's limit in seconds: SCAN_S, DOBENCH_S, PYTEST_S; SKIP_BENCH=1 leaves part 2 out, SKIP_PYTEST=1
+# Each part's limit in seconds: SCAN_S, BENCH_S, DOBENCH_S, PYTEST_S; SKIP_BENCH=1 leaves part 2 out, SKIP_PYTEST=1
 # part 4.
 set -u
 out=${1:?OUT_DIR}; kb=${2:-}
@@ -17,7 +17,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 timeout "${SCAN_S:-150}" python3 benchmarks/precision_scan.py --out "$out" --device cuda > "$out/precision_scan.log" 2>&1; echo "precision_scan rc $?"
 tail -3 "$out/precision_scan.log"
-[ -n "${SKIP_BENCH:-}" ] || timeout 120 python3 -m kernelwright bench --suite examples/cuda -o "$out/bench_examples_cuda.json" --no-store > "$out/bench.log" 2>&1; echo "bench rc $?"
+[ -n "${SKIP_BENCH:-}" ] || timeout "${BENCH_S:-240}" python3 -m kernelwright bench --suite examples/cuda -o "$out/bench_examples_cuda.json" --no-store > "$out/bench.log" 2>&1; echo "bench rc $?"
 tail -8 "$out/bench.log"
 if [ -n "$kb" ]; then
   timeout "${DOBENCH_S:-130}" python3 benchmarks/dobench_agreement.py --kernelbench "$kb" --out "$out" --problems "${DOBENCH_PROBLEMS:-3:19}" --jobs 8 --budget-s 5 \

@@ -285,6 +285,40 @@ def test_a_confined_command_writes_only_its_folder(tmp_path):
     assert int(done.stdout.split()[-1]) >= sandbox.UID_BASE
 
 
+def test_the_judges_working_folder_is_not_readable_by_confined_commands(tmp_path, monkeypatch):
+    """`python -m` and `-c` put the working folder first on sys.path, a script its own folder: the
+    user's project, with its `.env`. Confined compilers and tools get no read rule for them (a
+    `#include` of the file printed its line into the verdict's log before)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    spec = sandbox.spec_for("auto")
+    rules = sandbox.read_rules(spec)
+    assert str(project) not in rules
+    assert str(Path(sandbox.__file__).resolve().parents[2]) in rules  # the package's own root stays
+
+
+@pytest.mark.skipif(not sandbox.support().landlock, reason="Landlock is what refuses the read here; this machine has none")
+def test_a_confined_command_cannot_read_the_judges_working_folder(open_dir, monkeypatch):
+    project = open_dir / "project"
+    project.mkdir()
+    os.chmod(project, 0o755)
+    secret = project / ".env"
+    secret.write_text("KEY=not-for-the-candidate\n")
+    os.chmod(secret, 0o644)  # permission bits would let any uid read it: only the rules may refuse
+    own = open_dir / "own"
+    own.mkdir()
+    os.chmod(own, 0o777)
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    import subprocess
+
+    done = subprocess.run(sandbox.command(sandbox.spec_for("auto"), ["cat", str(secret)], own), cwd=own, capture_output=True, text=True,
+                          timeout=60)
+    assert "not-for-the-candidate" not in done.stdout and "Permission denied" in done.stderr
+
+
 _CONNECT = "import socket, sys, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1]); time.sleep(float(sys.argv[2]))"
 # A confined peer must reach the socket through folders its uid may enter: under root without
 # Landlock the sandbox's uid has no CAP_DAC_READ_SEARCH, and pytest's folders are root's (0700).

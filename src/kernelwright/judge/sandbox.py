@@ -262,9 +262,22 @@ def read_rules(spec: Spec) -> list[str]:
     home = str(Path.home())
     py = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).resolve().parent),
           str(Path(__file__).resolve().parents[2])]
-    py += [p for p in sys.path if p and os.path.isabs(p) and p not in ("/", home)]
+    py += [p for p in sys.path if p and os.path.isabs(p) and p not in ("/", home, *_launch_folders())]
     cuda = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH")]
     return [*SYSTEM_READ, *(f"/etc/{x}" for x in ETC_READ), *py, *(c for c in cuda if c), *spec.read]
+
+
+def _launch_folders() -> tuple[str, ...]:
+    """The folders Python put on sys.path for how this process was started, not for what it
+    imports: the working folder (`python -m`, `-c`) and the main script's folder. They are the
+    user's project (its `.env`, its store), and a confined compiler's `#include` or a confined
+    tool's program would read them there and print them into a log the agent sees."""
+    out = {os.getcwd()}
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main:
+        out.add(str(Path(main).resolve().parent))
+        out.add(os.path.dirname(os.path.abspath(main)))
+    return tuple(out - {str(Path(__file__).resolve().parents[2])})  # the package's own root stays readable
 
 
 def rules(spec: Spec, workdir: str) -> list[tuple[str, int]]:

@@ -103,7 +103,10 @@ def test_the_candidate_child_is_stopped_while_the_reference_measures_its_launch_
 
 
 @pytest.mark.parametrize("rec_lead, flow_lead, used", [(0.0, 200.0, False), (None, 200.0, False), (2500.0, 0.0, False),
-                                                       (2500.0, 200.0, True), (200.0, 200.0, True)])
+                                                       (2500.0, 200.0, True), (200.0, 200.0, True), (5000.0, 200.0, True),
+                                                       # leads no lead_for gives: a record written by something else
+                                                       (100000.0, 200.0, False), (float("inf"), 200.0, False),
+                                                       (float("nan"), 200.0, False), (100.0, 200.0, False), (True, 200.0, False)])
 def test_cached_baselines_are_used_only_when_timed_as_this_verdict_times(monkeypatch, rec_lead, flow_lead, used):
     # a record timed without the lead spin (it failed to load then) would pair launch-latency baselines with a
     # candidate timed behind a lead: its speedup inflated
@@ -118,3 +121,29 @@ def test_cached_baselines_are_used_only_when_timed_as_this_verdict_times(monkeyp
     got = phases_timing.cached_baselines(flow)
     assert (got is not None) == used
     assert used or "measured now" in flow.cache_note
+
+
+@pytest.mark.parametrize("times", [{"eager_ms": -1.0, "compile_ms": 1.0}, {"eager_ms": float("nan"), "compile_ms": 1.0},
+                                   {"eager_ms": 1.0, "compile_ms": "40"}, {"eager_ms": 1.0, "compile_ms": 0.0}])
+def test_cached_baselines_with_times_no_timing_gives_are_measured_again(monkeypatch, times):
+    from types import SimpleNamespace
+
+    from kernelwright.judge import baseline, phases_timing
+
+    monkeypatch.setattr(baseline, "lookup", lambda *a, **k: {**times, "detail": {"lead_us": 200.0}})
+    flow = SimpleNamespace(baseline_store=None, problem=SimpleNamespace(hash="h"), meta={}, device="cuda", policy=Policy(),
+                           vb=SimpleNamespace(size="full"), cache_note="", lead_us=lambda: (200.0, ""))
+    assert phases_timing.cached_baselines(flow) is None
+    assert "not used" in flow.cache_note
+
+
+@pytest.mark.parametrize("claimed, here, used", [(["uid"], ("env", "uid"), True), (["landlock"], ("env", "landlock"), True),
+                                                 (["uid"], ("env", "limits"), False), (["env"], ("env", "uid"), False)])
+def test_a_cached_record_is_trusted_only_where_this_machine_also_keeps_candidates_off_the_store(monkeypatch, claimed, here, used):
+    # on a machine with neither layer a candidate can write the store, the record's claim of its layers included
+    from types import SimpleNamespace
+
+    from kernelwright.judge import baseline, sandbox
+
+    monkeypatch.setattr(sandbox, "support", lambda: SimpleNamespace(layers=lambda mode: here))
+    assert baseline.trusted({"sandbox": {"version": baseline.SANDBOX_VERSION, "layers": claimed}}) is used

@@ -161,13 +161,38 @@ def written_under() -> dict[str, Any]:
 
 def trusted(record: dict[str, Any]) -> bool:
     """Whether a cached record may be used: written since the sandbox, on a machine where a
-    candidate could not write the store (its own uid, or Landlock). A record from before (a
+    candidate could not write the store (its own uid, or Landlock), and this machine is one too.
+    The record's own claim is not enough: a candidate that could write the store (on a machine
+    without either layer) could write the claim with it. A record from before the sandbox (a
     candidate then could multiply the cached times, issue 25) is measured again."""
+    from kernelwright.judge import sandbox
+
     how = record.get("sandbox")
     if not isinstance(how, dict) or how.get("version") != SANDBOX_VERSION:
         return False
     layers = how.get("layers") or []
-    return "uid" in layers or "landlock" in layers
+    here = sandbox.support().layers("auto")
+    return ("uid" in layers or "landlock" in layers) and ("uid" in here or "landlock" in here)
+
+
+def well_formed(record: dict[str, Any], device: str, compile_baseline: bool, policy_lead_us: float) -> str:
+    """Why a cached record's figures cannot be used as they are ('' when they can): times that are
+    not finite positive numbers, or a lead outside what lead.lead_for gives (the policy's lead up to
+    lead.MAX_US; a record is read by the verdict that uses it, so nothing in it is taken on trust)."""
+    import math
+
+    from kernelwright.judge import lead
+
+    def ms(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+    if not ms(record.get("eager_ms")) or (compile_baseline and not ms(record.get("compile_ms"))):
+        return "its times are not finite positive numbers"
+    rec_lead = (record.get("detail") or {}).get("lead_us")
+    if device == "cuda" and policy_lead_us > 0:
+        if not ms(rec_lead) or not policy_lead_us <= rec_lead <= lead.MAX_US:
+            return f"its lead spin ({rec_lead!r} us) is not one the judge gives (the policy's {policy_lead_us:g} us to {lead.MAX_US:g} us)"
+    return ""
 
 
 def price(outcome: samples.TimingOutcome, meta: dict[str, Any], device: str, policy: Policy) -> tuple[dict[str, float], dict[str, Any]]:

@@ -37,6 +37,10 @@ def cached_baselines(flow: Context) -> dict[str, Any] | None:
         flow.cache_note = (f"; the cached baselines were timed {'behind' if rec_lead else 'without'} a lead spin and this verdict "
                            f"{'has one' if flow.lead_us()[0] > 0 else 'has none'}, so they were measured now")
         return None
+    bad = baseline.well_formed(rec, flow.device, flow.policy.compile_baseline, flow.lead_us()[0])
+    if bad:
+        flow.cache_note = f"; the cached baseline record was not used ({bad}), so they were measured now"
+        return None
     if not flow.policy.compile_baseline:
         rec = {**rec, "compile_ms": None}
     flow.cache_note = ""

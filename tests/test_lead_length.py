@@ -147,3 +147,20 @@ def test_a_cached_record_is_trusted_only_where_this_machine_also_keeps_candidate
 
     monkeypatch.setattr(sandbox, "support", lambda: SimpleNamespace(layers=lambda mode: here))
     assert baseline.trusted({"sandbox": {"version": baseline.SANDBOX_VERSION, "layers": claimed}}) is used
+
+
+@pytest.mark.parametrize("reply, fails", [({"ok": True, "message": ""}, False), ({"ok": "no", "message": "x"}, True),
+                                          ({"message": "x"}, True), ({"ok": 1}, True),
+                                          ({"ok": False, "guard": "precision", "message": "drift"}, True)])
+def test_a_recheck_passes_only_on_a_plain_true(reply, fails):
+    class _Ref(_Child):
+        def call(self, cmd, args, **kw):
+            return dict(reply) if cmd == "recheck" else super().call(cmd, args, **kw)
+
+    ref = _Ref({"compile_s": 1.0, "per_call_ms": {"eager": 1.0, "compile": 1.0}, "launch_ms": {"eager": 0.01}})
+    cand = _Child({"per_call_ms": 1.0})
+    policy = Policy(time_candidate=True, compile_baseline=True, timing=TimingConfig(min_runs=2, max_runs=4, batch=2, budget_s=5.0, recheck=1))
+    out = measure.run_timing(policy, ref, cand, None, baselines=True, lead_us=200.0, cuda=True)
+    assert bool(out.recheck_failure) is fails
+    if fails:
+        assert out.recheck_guard == ("precision" if reply.get("guard") == "precision" else "timed_recheck")

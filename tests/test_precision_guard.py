@@ -152,6 +152,20 @@ def test_the_timed_recheck_test_refuses_half_precision_and_accepts_a_reordered_f
     assert pg.drifted([naive], [ref], rows) == ""
 
 
+def test_the_timed_recheck_test_is_not_switched_off_by_a_non_finite_element_both_outputs_share():
+    # the tolerance matches equal Inf or NaN in both outputs; counted in the distance, one made it NaN, and NaN > limit is False
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 1024), torch.randn(1024, 48)
+    ref, oracle = a @ b, a.double() @ b.double()
+    rows, _, _ = pg.figures([ref], [oracle])
+    half = (a.half() @ b.half()).float()
+    ref[3, 5] = half[3, 5] = float("inf")
+    ref[7, 1] = half[7, 1] = float("nan")
+    assert pg.DRIFT in pg.drifted([half], [ref], rows)
+    honest = ref.clone()
+    assert pg.drifted([honest], [ref], rows) == ""
+
+
 def test_the_timed_recheck_test_leaves_small_and_bitwise_outputs_alone():
     # a scalar's e_r varies by orders of magnitude from one input to the next (a sum that cancels), and
     # a row whose float64 run equalled the fp32 one is not refused at the oracle's case either

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 
 import pytest
 
@@ -43,8 +44,8 @@ class _Child:
         self.setup_reply, self.sent, self.log = setup_reply, [], log if log is not None else []
 
     @contextlib.contextmanager
-    def paused(self, on=True):
-        self.log.append(("pause", self))
+    def paused(self, on=True, whole_uid=False):
+        self.log.append(("pause", self) if not whole_uid else ("pause with its uid", self))
         yield
         self.log.append(("continue", self))
 
@@ -99,7 +100,8 @@ def test_the_candidate_child_is_stopped_while_the_reference_measures_its_launch_
     ref = _Child({"compile_s": 1.0, "per_call_ms": {"eager": 1.0, "compile": 1.0}, "launch_ms": {"eager": 0.01}}, log)
     cand = _Child({"per_call_ms": 1.0}, log)
     _run(ref, cand, 200.0)
-    assert log[:3] == [("pause", cand), ("setup_timing", ref), ("continue", cand)]
+    # with every process of its uid: one it moved out of its group (setsid) would load the host as well
+    assert log[:3] == [("pause with its uid", cand), ("setup_timing", ref), ("continue", cand)]
 
 
 @pytest.mark.parametrize("rec_lead, flow_lead, used", [(0.0, 200.0, False), (None, 200.0, False), (2500.0, 0.0, False),
@@ -164,3 +166,37 @@ def test_a_recheck_passes_only_on_a_plain_true(reply, fails):
     assert bool(out.recheck_failure) is fails
     if fails:
         assert out.recheck_guard == ("precision" if reply.get("guard") == "precision" else "timed_recheck")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the uid layer, and so stopping a uid's processes, needs a root judge")
+def test_stopping_a_candidates_uid_reaches_a_process_that_left_its_group_and_session():
+    import subprocess
+    import time
+
+    from kernelwright.judge import sandbox
+
+    fake_child_pid = 4_000_000 + os.getpid() % 100_000  # the uid of a confined child of this pid; no such child runs
+    uid = sandbox.UID_BASE + fake_child_pid
+    # sh execs setsid, which calls setsid() and execs sleep: one pid, in a session and group of its own
+    escaped = subprocess.Popen(["/bin/sh", "-c", "exec setsid sleep 60"], user=uid, group=uid, extra_groups=[], env={"PATH": "/usr/bin:/bin"})
+    try:
+        time.sleep(0.3)
+        assert sandbox.signal_uid(fake_child_pid, "STOP")
+        assert _state(escaped.pid) == "T"
+        sandbox.signal_uid(fake_child_pid, "CONT")
+        assert _state(escaped.pid) in ("S", "R")
+    finally:
+        escaped.kill()
+        escaped.wait()
+
+
+def _state(pid):
+    import time
+
+    for _ in range(50):
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state != "R":
+            return state
+        time.sleep(0.02)
+    return state

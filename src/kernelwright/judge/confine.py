@@ -309,6 +309,20 @@ def live_in_group(pgid: int) -> int:
     return sum(1 for p, fields in _stats() if int(fields[2]) == pgid and (fields[0] not in (b"Z", b"X") or _threads(p) > 1))
 
 
+def signal_uid(uid: int, sig: str) -> None:
+    """Send `sig` (a name: STOP, CONT) to every process of `uid` (never root's) through a helper
+    that becomes `uid` and calls kill(-1), which on Linux reaches every process of that uid but
+    the helper itself: processes that left their group and session included."""
+    import subprocess
+
+    assert uid > 0, "never every process of root"
+    try:
+        subprocess.run(["/bin/sh", "-c", f"kill -s {sig} -- -1 2>/dev/null; exit 0"], user=uid, group=uid, extra_groups=[], env={},
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
 def kill_uid(uid: int, rounds: int = 3) -> None:
     """SIGKILL every process of `uid` (never root's) the way the kernel does it for that uid alone:
     a helper that becomes `uid` calls kill(-1, SIGKILL), which reaches every process of that uid at

@@ -306,7 +306,7 @@ def run_timing(
         setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "compile_mode": policy.compile_mode,
                  "warmup_ms": _warmup(policy), "rehearse": rehearse}
         # the candidate child stopped meanwhile: none of its threads can slow the launch times measured here (lead.lead_for)
-        with cand.paused(cuda) if cand is not None else contextlib.nullcontext():
+        with cand.paused(cuda, whole_uid=True) if cand is not None else contextlib.nullcontext():
             ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))

@@ -475,6 +475,15 @@ def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path], lim: quo
     return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None, lim=lim)
 
 
+def signal_uid(pid: int, sig: str) -> bool:
+    """Send `sig` (STOP, CONT) to every process of the confined child `pid`'s own uid, where the
+    judge is root (the uid layer); whether there was such a uid to signal."""
+    if os.getuid() != 0 or pid <= 0:
+        return False
+    confine.signal_uid(UID_BASE + pid, sig)
+    return True
+
+
 def reap(pid: int) -> None:
     """Kill every process left of the confined child `pid` (its own uid's, when the judge is root)."""
     if os.getuid() == 0 and pid > 0:

@@ -276,18 +276,23 @@ class Child:
         self._received = []
 
     @contextlib.contextmanager
-    def paused(self, on: bool = True) -> Iterator[None]:
+    def paused(self, on: bool = True, *, whole_uid: bool = False) -> Iterator[None]:
         """The child's whole process group stopped (SIGSTOP) for the block, then continued: none of
         its threads runs while the reference child copies an output out of its memory (CUDA IPC).
         Not stopped: GPU work it queued before, and a process it started outside its group (the
-        sandbox's business)."""
+        sandbox's business). With whole_uid, a candidate's every process of its own uid as well
+        (a root judge's uid layer; sandbox.signal_uid): those it moved to a group or session of
+        their own, which could load the host while the reference measures its launch times."""
         if not on:
             yield
             return
         self._signal_group(signal.SIGSTOP)
+        by_uid = whole_uid and self.config.role == "candidate" and self._proc.returncode is None and sandbox.signal_uid(self._proc.pid, "STOP")
         try:
             yield
         finally:
+            if by_uid:
+                sandbox.signal_uid(self._proc.pid, "CONT")
             self._signal_group(signal.SIGCONT)
 
     def _signal_group(self, sig: int) -> None:

@@ -407,8 +407,12 @@ def probe() -> dict[str, object]:
 
 
 def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
-    """Confine this process by `plan` (judge.sandbox._exec_plan), then become `cmd`."""
+    """Confine this process by `plan` (judge.sandbox._exec_plan), then become `cmd`. Without the uid
+    layer (a judge that is not root) nothing marks what `cmd` starts as its own, so this process
+    stays as its subreaper instead (_run_and_sweep): a process `cmd` moved to a session of its own
+    is killed when `cmd` exits, not left running into the next verdicts."""
     layers, workdir = plan["layers"], plan["workdir"]
+    sweep = "uid" not in layers and child_subreaper()  # before seccomp: the filter is the last thing set
     tmp = os.path.join(workdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
     env = dict(os.environ, TMPDIR=tmp, TMP=tmp, TEMP=tmp, HOME=workdir)
@@ -427,7 +431,48 @@ def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     if "seccomp" in layers:
         seccomp(PROFILER_NEEDS if plan.get("profiler") else (), tuple(plan.get("families", ())))
     os.chdir(workdir)
+    if sweep:
+        _run_and_sweep(cmd, env)
     os.execvpe(cmd[0], cmd, env)
+
+
+SWEEP_S = 5.0  # the longest the launcher goes on killing what its command left
+
+
+def _run_and_sweep(cmd: list[str], env: dict[str, str]) -> None:
+    """Run `cmd` as a child, then SIGKILL and reap every process handed to this one (what `cmd`
+    left running, in any group or session), round after round while new ones come; exit with
+    `cmd`'s status (128 + the signal that ended it). SIGTERM (the judge's timeout) kills `cmd`
+    first, then sweeps the same way."""
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execvpe(cmd[0], cmd, env)
+        finally:
+            os._exit(127)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+    _, status = os.waitpid(pid, 0)  # retried after the handler ran (PEP 475)
+    deadline = time.monotonic() + SWEEP_S
+    while time.monotonic() < deadline:
+        left = children_of(os.getpid(), zombies=True)
+        if not left:
+            break
+        for other in left:
+            try:
+                os.kill(other, signal.SIGKILL)
+            except OSError:
+                pass
+        for other in left:
+            try:
+                os.waitpid(other, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.002)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
 
 
 def _main(argv: list[str]) -> int:

@@ -30,6 +30,7 @@ the full sandbox, `off` applies only the environment's allow-list (and says so i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -440,6 +441,9 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # the launcher kills the tool and sweeps (confine._run_and_sweep)
+                proc.terminate()
+                proc.wait(timeout=confine.SWEEP_S + 1)
             try:
                 os.killpg(proc.pid, 9)
             except OSError:
@@ -451,6 +455,8 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
         finally:
             if watch is not None:
                 watch.stop()
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, 9)  # what stayed in the tool's group
             reap(proc.pid)
         size = os.fstat(out.fileno()).st_size
         start = max(0, size - (1 << 20))

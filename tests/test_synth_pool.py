@@ -123,3 +123,13 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def test_only_a_hosted_child_names_a_command_module_and_only_a_kernelwright_one(tmp_path):
+    from kernelwright.judge.workers import ChildConfig
+
+    base = dict(device="cpu", gpu_index=0, workdir=tmp_path, env={})
+    ChildConfig(role="hosted", commands="kernelwright.synth.worker", **base)
+    for role, commands in (("hosted", ""), ("hosted", "os"), ("candidate", "kernelwright.synth.worker")):
+        with pytest.raises(ValueError, match="kernelwright module"):
+            ChildConfig(role=role, commands=commands, **base)

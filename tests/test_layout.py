@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import re
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,30 @@ def test_no_import_cycle_between_packages_beyond_the_known_backward_imports():
     for node in sorted(graph):
         if node not in seen:
             visit(node, [])
+
+
+def _named(path: Path) -> set[str]:
+    """Module names a file holds as whole strings ("kernelwright.synth.worker"): an import by name
+    (importlib) that the import statements above do not show."""
+    found = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"kernelwright(\.\w+)+", n.value):
+            found.add(n.value)
+    return found
+
+
+def test_no_module_names_a_module_of_a_layer_above_its_own():
+    """A layer above the judge that needs a child of its own (synthesis's workers) names its command
+    module in the child's config (judge.workers, the hosted role); the judge never names it."""
+    upward = {}
+    for path in PKG.rglob("*.py"):
+        parts = path.relative_to(PKG.parent).with_suffix("").parts
+        src = _node(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        for name in _named(path):
+            dst = _node(name)
+            if dst and dst != src and _exists(name) and _layer(dst) > _layer(src):
+                upward[str(path.relative_to(PKG))] = name
+    assert not upward, f"modules named by a layer below theirs: {upward}"
 
 
 def test_the_layer_check_sees_a_backward_import(tmp_path, monkeypatch):

@@ -1,5 +1,9 @@
 """Entry point of a judge child: `python -m kernelwright.judge.child ROLE FD`.
 
+ROLE is `reference`, `candidate` or `hosted` (judge.workers): a hosted child enters the sandbox
+first, then serves the handlers() of the kernelwright module that COMMANDS_ENV names, given by
+the caller that started it (a layer above the judge; the judge imports none of it).
+
 Reads the channel key from stdin before anything else, then JSON commands, one a line; answers on
 the authenticated pipe FD (the command loop, its replies and the hush after a hand-over are here;
 the watches are judge.watch, before and after the candidate's code, and judge.window, between a
@@ -9,6 +13,7 @@ so it runs unchanged on a bare GPU image.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -35,6 +40,7 @@ STARTED = _clock()  # when this child's interpreter reached us (before torch)
 # steps before STARTED, for the judge's progress line (a cold reference child on the H200 can take
 # 2.8 s between its fork and STARTED, unexplained). Empty in a spawned child.
 FORK_STEPS: dict[str, float] = {}
+COMMANDS_ENV = "KERNELWRIGHT_CHILD_COMMANDS"  # a hosted child's command table: the module whose handlers() it serves
 
 
 class CommandError(Exception):
@@ -221,6 +227,18 @@ def _private_sys_path() -> None:
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
 
 
+def _hosted() -> Callable[[], dict[str, Callable[[dict[str, Any]], Any]]]:
+    """A hosted child's command table, imported once the child is in the sandbox (forked: one
+    thread; spawned afresh: before torch's import starts others)."""
+    from kernelwright.judge import sandbox
+
+    module = os.environ.pop(COMMANDS_ENV, "")
+    if not module.startswith("kernelwright."):
+        raise SystemExit(f"a hosted child needs {COMMANDS_ENV} to name a kernelwright module, got {module!r}")
+    sandbox.enter_spawned()
+    return importlib.import_module(module).handlers
+
+
 def main(argv: list[str]) -> int:
     _private_sys_path()
     global _STDIN, _readline
@@ -231,6 +249,8 @@ def main(argv: list[str]) -> int:
     del key
     if role == "reference":
         from kernelwright.judge.child_reference import handlers
+    elif role == "hosted":
+        handlers = _hosted()
     else:
         if not FORK_STEPS:  # spawned afresh: confined before torch's import starts threads (judge.sandbox)
             from kernelwright.judge import sandbox

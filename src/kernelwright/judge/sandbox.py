@@ -359,9 +359,9 @@ ENTERED: dict[str, Any] | None = None  # what enter_spawned applied, for the can
 
 
 def enter_spawned() -> None:
-    """A candidate child spawned afresh (no fork server) enters the sandbox here, before torch's
-    import starts threads the layers would not bind: its problem and candidate (READ_ENV) and a
-    spare's in/ readable."""
+    """A candidate child spawned afresh (no fork server), and a hosted child however it started
+    (judge.child), enters the sandbox here, before torch's import starts threads the layers would
+    not bind: its problem and candidate (READ_ENV) and a spare's in/ readable."""
     global ENTERED
     parent = os.getcwd()
     read = [p for p in os.environ.pop(READ_ENV, "").split(os.pathsep) if p] + [os.path.join(parent, SPARE_INPUTS)]

@@ -5,6 +5,11 @@ through CUDA_VISIBLE_DEVICES, its stdout and stderr going to a log file. It is f
 server (judge.forkpool) when one runs, and spawned afresh otherwise; either way it is a new process,
 used once. Commands go in on stdin as
 JSON lines; results come back on an authenticated pipe (judge.channel).
+
+Roles: `reference` (the judge's side), `candidate` (confined), and `hosted`: confined as a candidate
+child is, serving the commands of a module its caller names (ChildConfig.commands), so that a layer
+above the judge (synthesis's workers, synth.worker) runs generated code through this launcher
+without the judge importing it. A hosted child answers commands until it is closed.
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ from typing import Any, Iterator
 
 from kernelwright.judge import confine, forkpool, replies, sandbox
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
+from kernelwright.judge.child import COMMANDS_ENV
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
 from kernelwright.core.records import truncate
 
 log = logging.getLogger(__name__)
 memory_log = logging.getLogger(__name__ + ".memory")  # each CUDA command's memory, at debug (child.note_memory)
 
-ROLES = ("reference", "candidate")
+ROLES = ("reference", "candidate", "hosted")
+CONFINED = ("candidate", "hosted")  # roles that run generated code: in the sandbox, watched, their uid's processes reaped
 KILL_WAIT_S = 2.0  # at most this long a killed child's process group is waited for, until nothing in it runs
 
 
@@ -41,23 +48,27 @@ class ChildError(RuntimeError):
         super().__init__(message)
         self.kind = kind  # "timeout", "died", "forged", or an error kind the child reported
         self.log_tail = log_tail  # the end of the child's stdout/stderr
-        self.role = role  # "reference" or "candidate"
+        self.role = role  # "reference", "candidate" or "hosted"
 
 
 @dataclass(frozen=True, kw_only=True)
 class ChildConfig:
     """How to start a child."""
 
-    role: str  # "reference" or "candidate"
+    role: str  # "reference", "candidate" or "hosted"
     device: str  # "cuda" or "cpu"
     gpu_index: int  # GPU the child is pinned to
     workdir: Path  # private folder for this evaluation
     env: dict[str, str]  # extra environment variables
     sandbox_read: tuple[str, ...] = ()  # what a candidate child spawned afresh may read (its problem, its candidate's folder)
+    commands: str = ""  # a hosted child's command table: a kernelwright module with handlers() (judge.child.main)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if (self.role == "hosted") != bool(self.commands) or (self.commands and not self.commands.startswith("kernelwright.")):
+            raise ValueError(f"a hosted child needs commands naming a kernelwright module, and no other role takes one; got role "
+                             f"{self.role!r}, commands {self.commands!r}")
 
 
 def physical_gpu(index: int) -> str:
@@ -78,6 +89,8 @@ def child_env(config: ChildConfig) -> dict[str, str]:
     env = absolute_pythonpath(sandbox.clean_env(os.environ))
     env.update(config.env)
     env["PYTHONUNBUFFERED"] = "1"
+    if config.commands:
+        env[COMMANDS_ENV] = config.commands
     env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
     if config.device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = physical_gpu(config.gpu_index)
@@ -109,7 +122,7 @@ class Child:
         self._log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._key = new_key()
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
-        spec = sandbox.candidate_spec(self.env) if config.role == "candidate" else None  # the reference is the judge's side
+        spec = sandbox.candidate_spec(self.env) if config.role in CONFINED else None  # the reference is the judge's side
         lim = sandbox.watched(spec)  # ValueError for a bad setting, before anything starts
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -306,6 +319,11 @@ class Child:
     def alive(self) -> bool:
         return not self._closed and self._proc.poll() is None
 
+    def fileno(self) -> int:
+        """The result channel's descriptor, readable when a reply (or part of one) waits: for
+        select() over several children's outstanding commands (synth.pool)."""
+        return self._sock.fileno()
+
     def pending(self) -> bool:
         """Whether bytes wait on the result channel that no command asked for."""
         return self._reader.pending()
@@ -355,7 +373,7 @@ class Child:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
-        if self.config.role == "candidate":  # confined with or without a spec (judge.sandbox.enter_from_env)
+        if self.config.role in CONFINED:  # confined with or without a spec (judge.sandbox.enter_from_env)
             sandbox.reap(self._proc.pid)
         if left:  # SIGKILL is delivered, not yet acted on: the verdict waits (a little) until they are gone
             deadline = time.monotonic() + KILL_WAIT_S

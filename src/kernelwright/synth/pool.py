@@ -1,90 +1,40 @@
 """Synthesis worker processes: task code runs in them, never in the parent.
 
-Each worker imports torch once and examines candidates one at a time (filters.examine). The parent
-keeps a few jobs queued per worker; a job that runs past its timeout, or a worker that dies, costs
-that one candidate (stage "timeout" or "crash") and the worker is replaced. On a GPU, timing runs in
-a pool of its own with one worker, after the checking pool has finished (pipeline).
+Each worker is a judge child of the `hosted` role (judge.workers, the one launcher: forked from
+the judge's fork server, which has imported torch, or spawned afresh), confined as a candidate
+child is before any task code runs, and serving synth.worker's commands. It examines candidates
+one at a time (filters.examine); the parent keeps one job outstanding per worker. Jobs and results
+are JSON on the child's authenticated channel, never pickles, and a result is held to its form
+(`malformed`) before the parent reads it: task code shares its worker's process and can write
+anything there. A job that runs past its timeout, a worker that dies, or a reply the parent
+refuses costs that one candidate (stage "timeout" or "crash") and the worker is replaced. On a
+GPU, timing runs in a pool of its own with one worker, after the checking pool has finished (pipeline).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
-import os
+import math
+import select
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
+from kernelwright.judge.workers import Child, ChildConfig, ChildError
+from kernelwright.synth.filters import STAGES
 
-def _worker_main(conn: Connection, context: dict[str, Any], spec_text: str, parent: str) -> None:
-    import os
-
-    from kernelwright.judge import sandbox
-
-    # the task code it runs is generated: confined first, as a candidate child is (one thread yet)
-    os.environ[sandbox.SPEC_ENV] = spec_text
-    sandbox.enter_from_env(parent)
-    # each worker compiles on its own: a pool of inductor compile processes per worker would crowd the cores
-    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    import torch
-
-    from kernelwright.synth.filters import examine
-
-    torch.set_num_threads(int(os.environ.get("KERNELWRIGHT_SYNTH_THREADS", "1")))
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        conn.send(examine(job, context))
-
-
-def _context() -> Any:
-    """Workers forked from multiprocessing's fork server, which imports torch once for the whole
-    process (a spawned worker paid Python's and torch's start-up, seconds on a 2-core box, every
-    time a pool started or a worker was replaced); torch's compiler is imported in each worker,
-    after its settings. Where fork servers are unavailable, spawned workers. Either starts with
-    the sandbox's allow-listed environment (judge.sandbox): workers inherit its memory."""
-    try:
-        ctx = mp.get_context("forkserver")
-    except ValueError:
-        return mp.get_context("spawn")
-    ctx.set_forkserver_preload(["torch", "numpy", "kernelwright.synth.filters"])
-    with _allow_listed_environment():
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-    return ctx
-
-
-@contextlib.contextmanager
-def _allow_listed_environment() -> Iterator[None]:
-    """The process's environment cut to the sandbox's allow-list for the block (what a process
-    started in it inherits), then put back."""
-    from kernelwright.judge import sandbox
-
-    saved = dict(os.environ)
-    kept = sandbox.clean_env(saved)
-    for name in set(saved) - set(kept):
-        del os.environ[name]
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
+COMMANDS = "kernelwright.synth.worker"  # the worker's command table (judge.child imports it, inside the sandbox)
+START_TIMEOUT_S = 600.0  # a worker's start and setup: spawned afresh on a loaded 2-core machine, torch's import took minutes
+POLL_S = 1.0  # the longest the parent waits before it looks at every busy worker again
 
 
 @dataclass
 class _Worker:
-    process: Any
-    conn: Connection
-    job: dict[str, Any] | None = None
-    started: float = 0.0
-    queue: list[dict[str, Any]] = field(default_factory=list)
+    child: Child
+    job: dict[str, Any] | None = None  # the job it examines now
+    started: float = 0.0  # when that job was sent (time.monotonic)
 
 
 class Pool:
@@ -96,22 +46,41 @@ class Pool:
         from kernelwright.judge import sandbox
         from kernelwright.judge.build import cache_dir
 
-        self._mp = _context()
-        self._context = context
-        self.timeout_s = timeout_s
         refused = sandbox.refusal(sandbox_mode)
         if refused:
             raise RuntimeError(refused)
-        self._folder = tempfile.mkdtemp(prefix="kw-synth-")  # each worker's own folder is made inside (judge.sandbox.enter)
-        self._spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), device=context.get("device")).to_env()
-        self._workers = [self._spawn() for _ in range(n)]
+        self._context = context
+        self.timeout_s = timeout_s
+        self._device = "cuda" if context.get("device") == "cuda" else "cpu"
+        self._folder = Path(tempfile.mkdtemp(prefix="kw-synth-"))  # each worker's own folder inside, its sandbox's inside that
+        spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), device=context.get("device"))
+        self._env = {sandbox.SPEC_ENV: spec.to_env(), "KERNELWRIGHT_CACHE": str(cache_dir())}
+        self._workers: list[_Worker] = []
+        starting: list[Child] = []
+        try:
+            starting = [self._start() for _ in range(n)]  # all asked to set up first: they start side by side
+            for child in starting:
+                self._workers.append(_Worker(self._ready(child)))
+        except BaseException:
+            for child in starting:
+                child.close()
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
 
-    def _spawn(self) -> _Worker:
-        parent, child = self._mp.Pipe()
-        process = self._mp.Process(target=_worker_main, args=(child, self._context, self._spec, self._folder), daemon=True)
-        process.start()
-        child.close()
-        return _Worker(process, parent)
+    def _start(self) -> Child:
+        """A worker, its setup (the run's context) sent and not yet answered."""
+        workdir = Path(tempfile.mkdtemp(prefix="worker-", dir=self._folder))
+        child = Child(ChildConfig(role="hosted", device=self._device, gpu_index=0, workdir=workdir, env=self._env, commands=COMMANDS))
+        child.send("setup", {"context": self._context})
+        return child
+
+    def _ready(self, child: Child) -> Child:
+        try:
+            child.wait("setup", timeout_s=START_TIMEOUT_S)
+        except ChildError as exc:
+            child.close()
+            raise RuntimeError(f"a synthesis worker did not start: {exc}\n{exc.log_tail}") from None
+        return child
 
     def run(self, jobs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Results of the jobs; stop pulling from `jobs` by closing the generator."""
@@ -125,55 +94,110 @@ class Pool:
                         exhausted = True
                         continue
                     w.job, w.started = job, time.monotonic()
-                    w.conn.send(job)
+                    w.child.send("examine", {"job": job})
             busy = [w for w in self._workers if w.job is not None]
             if not busy:
                 return
-            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=1.0)
+            soonest = min(w.started for w in busy) + self.timeout_s - time.monotonic()
+            ready, _, _ = select.select([w.child.fileno() for w in busy], [], [], max(0.0, min(POLL_S, soonest)))
             for i, w in enumerate(self._workers):
                 if w.job is None:
                     continue
-                if w.conn in ready and w.conn.poll():
-                    try:
-                        result = w.conn.recv()
-                    except EOFError:
-                        result = self._lost(i, "crash", "the worker died")
-                    else:
-                        w.job = None
-                    yield result
-                elif w.process.sentinel in ready or not w.process.is_alive():
-                    yield self._lost(i, "crash", f"the worker died (exit code {w.process.exitcode})")
-                elif time.monotonic() - w.started > self.timeout_s:
-                    yield self._lost(i, "timeout", f"no answer within {self.timeout_s:g} s")
+                left = w.started + self.timeout_s - time.monotonic()
+                if w.child.fileno() in ready or left <= 0 or not w.child.alive():
+                    yield self._collect(i, max(0.0, left))
+
+    def _collect(self, i: int, left_s: float) -> dict[str, Any]:
+        """Worker i's result, or its job's rejection (and a new worker) when none of the right form came."""
+        w = self._workers[i]
+        job = w.job or {}
+        try:
+            result = w.child.wait("examine", timeout_s=left_s)
+        except ChildError as exc:
+            if exc.kind == "timeout":
+                return self._lost(i, "timeout", f"no answer within {self.timeout_s:g} s")
+            if exc.kind == "forged":  # not JSON, not signed, or out of turn
+                return self._lost(i, "crash", f"the worker's reply was refused: {str(exc)[:400]}")
+            return self._lost(i, "crash", f"the worker failed: {str(exc)[:400]}")
+        why = malformed(result, job)
+        if why:
+            return self._lost(i, "crash", f"the worker's reply was refused: {why}")
+        w.job = None
+        return result
 
     def _lost(self, i: int, stage: str, reason: str) -> dict[str, Any]:
         w = self._workers[i]
         job = w.job or {}
-        w.process.kill()
-        w.process.join(5)
-        _reap(w.process.pid)
-        self._workers[i] = self._spawn()
+        w.child.kill()  # its process group, and its uid's processes (judge.workers)
+        w.child.close()
+        self._workers[i] = _Worker(self._ready(self._start()))
         return {"index": job.get("index"), "phase": job.get("phase", "all"), "status": "rejected", "stage": stage, "reason": reason,
                 "task": job.get("task"), "retry": bool(job.get("retry")), "seconds": {}}
 
     def close(self) -> None:
+        """Every worker asked to exit, then killed with what it left running (judge.workers.Child.close)."""
         for w in self._workers:
-            try:
-                w.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            w.child.request_exit()
         for w in self._workers:
-            w.process.join(5)
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join(5)
-            _reap(w.process.pid)
+            w.child.close()
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def _reap(pid: int | None) -> None:
-    """What a worker left running (a daemon of the task code's) goes with it (judge.sandbox.reap)."""
-    from kernelwright.judge import sandbox
+# ---- the form of a result ------------------------------------------------------------------------
 
-    if pid:
-        sandbox.reap(pid)
+
+def _number(x: Any) -> bool:
+    return type(x) in (int, float) and math.isfinite(x)
+
+
+def malformed(result: Any, job: dict[str, Any]) -> str:
+    """Why `result` cannot be the worker's answer to `job` ('' when its form is right): everything
+    the pipeline and its report read of a result, so that a forged one is that job's rejection,
+    never an error in the parent. What a well-formed forgery claims is not checked (the task code
+    ran in the process that examined it)."""
+    if not isinstance(result, dict):
+        return f"it is not a mapping ({type(result).__name__})"
+    if type(result.get("index")) is not int or result["index"] != job.get("index"):
+        return f"its index {str(result.get('index'))[:40]!r} is not the job's"
+    if result.get("phase") != job.get("phase", "all") or result.get("retry") is not bool(job.get("retry")):
+        return "its phase or retry flag is not the job's"
+    status, stage = result.get("status"), result.get("stage")
+    if not (status == "accepted" and stage is None or status == "rejected" and stage in (*STAGES, "error")):
+        return f"status {str(status)[:40]!r} with stage {str(stage)[:40]!r}"
+    seconds = result.get("seconds")
+    if not isinstance(result.get("reason"), str) or not isinstance(seconds, dict) or not all(
+            isinstance(k, str) and _number(v) for k, v in seconds.items()):
+        return "its reason or seconds are malformed"
+    task = result.get("task")
+    if status == "accepted":
+        return _accepted_task(task, result["phase"])
+    if task is not None and not isinstance(task, dict):
+        return "its task is not a mapping"
+    if stage == "contaminated" and not _contamination(task):
+        return "a contaminated task without its id, name and matches"
+    return ""
+
+
+def _accepted_task(task: Any, phase: str) -> str:
+    """Why an accepted result's task cannot be selected and exported ('' when it can)."""
+    from kernelwright.problems.similarity import tokens
+    from kernelwright.synth.export import validate_tasks
+
+    if not isinstance(task, dict) or not isinstance(task.get("id"), str) or not isinstance(task.get("source"), str):
+        return "an accepted task without an id and a source"
+    if not isinstance(task.get("ops"), list) or not all(isinstance(x, str) for x in task["ops"]):
+        return "an accepted task whose ops are not a list of names"
+    if not _number(task.get("measured_ms" if phase == "time" else "proxy_ms")):
+        return "an accepted task without its runtime"
+    try:
+        validate_tasks([task])
+        tokens(task["source"])  # the parent's duplicate check reads its token stream
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
+        return f"an accepted task that cannot be exported: {str(exc)[:200]}"
+    return ""
+
+
+def _contamination(task: Any) -> bool:
+    matches = task.get("contamination", []) if isinstance(task, dict) else None
+    return (isinstance(matches, list) and "id" in task and "name" in task
+            and all(isinstance(m, dict) and "reference" in m and "similarity" in m for m in matches))

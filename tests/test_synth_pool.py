@@ -1,0 +1,135 @@
+"""The synthesis workers' channel: task code shares its worker's process and can write anything to
+the descriptors it holds, so what comes back is read as JSON and held to its form, never unpickled.
+A reply the parent refuses rejects that one candidate and replaces its worker."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import pytest
+
+pytest.importorskip("torch")
+
+from kernelwright.synth.cost import load_calibration  # noqa: E402
+from kernelwright.synth.pool import Pool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+HONEST = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x) + 1.0
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+WIDE = [1e-9, 1e9]
+
+
+def _ctx() -> dict:
+    return {"device": "cpu", "calibration": load_calibration(), "against": {}, "threshold": 0.9, "atol": 1e-4, "rtol": 1e-4,
+            "backend": "aot_eager"}
+
+
+class _Payload:
+    """Unpickling it creates a file: whoever unpickles it runs code of the task's choosing."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _job(index: int, source: str) -> dict:
+    task = {"id": f"g{index}", "index": index, "name": f"g{index}", "ops": ["relu"], "n_ops": 1, "level": 1, "seed": 0, "device": "cpu"}
+    return {"index": index, "seed": 0, "window": WIDE, "phase": "all", "source": source, "task": task}
+
+
+def _run_one(source: str, timeout_s: float = 60) -> tuple[dict, dict]:
+    pool = Pool(1, _ctx(), timeout_s=timeout_s)
+    try:
+        (result,) = list(pool.run(iter([_job(0, source)])))
+        (after,) = list(pool.run(iter([_job(1, HONEST)])))  # the worker, replaced, examines an honest task
+    finally:
+        pool.close()
+    return result, after
+
+
+def test_a_pickle_written_by_task_code_never_runs_in_the_parent(tmp_path):
+    marker = tmp_path / "ran-in-the-parent"
+    frame = pickle.dumps(_Payload(str(marker)), protocol=2)
+    frame = struct.pack("!i", len(frame)) + frame  # multiprocessing.Connection's framing
+    attack = f"""import os
+FRAME = {frame!r}
+for _name in os.listdir("/proc/self/fd"):
+    try:
+        os.write(int(_name), FRAME)  # every descriptor it holds: the reply channel among them
+    except OSError:
+        pass
+""" + HONEST
+    result, after = _run_one(attack)
+    assert not marker.exists(), "the task's pickle ran in the parent"
+    assert isinstance(result, dict) and result["status"] == "rejected" and result["index"] == 0, result
+    assert result["stage"] == "crash" and "refused" in result["reason"], result
+    assert after["status"] == "accepted" and after["index"] == 1, after
+
+
+# Task code that finds its worker's own channel writer (the key is in its memory) and sends an
+# authenticated reply of its own: well-signed, but not of the form a result has.
+FORGER = """import gc
+for _o in gc.get_objects():
+    if type(_o).__name__ == "Writer" and hasattr(_o, "send"):
+        _o.send({"ok": True, "result": {"index": 0, "phase": "all", "status": "accepted", "stage": None, "reason": "",
+                                        "retry": False, "seconds": {}, "task": {"id": 7, "source": None}}})
+        break
+""" + HONEST
+
+
+def test_a_forged_reply_of_the_wrong_form_rejects_that_candidate_only():
+    result, after = _run_one(FORGER)
+    assert result["status"] == "rejected" and result["stage"] == "crash" and "refused" in result["reason"], result
+    assert after["status"] == "accepted", after
+
+
+def test_close_leaves_nothing_of_a_worker_running():
+    """A daemon the task code starts in a session of its own goes with the pool."""
+    daemon = """import subprocess
+_p = subprocess.Popen(["sleep", "60"], start_new_session=True)
+raise RuntimeError(f"daemon {_p.pid} started")
+""" + HONEST
+    result, _ = _run_one(daemon)
+    assert result["stage"] == "shape" and "daemon" in result["reason"], result
+    pid = int(result["reason"].split("daemon ")[1].split()[0])
+    assert not _running(pid), f"the task's daemon {pid} outlived the pool"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_only_a_hosted_child_names_a_command_module_and_only_a_kernelwright_one(tmp_path):
+    from kernelwright.judge.workers import ChildConfig
+
+    base = dict(device="cpu", gpu_index=0, workdir=tmp_path, env={})
+    ChildConfig(role="hosted", commands="kernelwright.synth.worker", **base)
+    for role, commands in (("hosted", ""), ("hosted", "os"), ("candidate", "kernelwright.synth.worker")):
+        with pytest.raises(ValueError, match="kernelwright module"):
+            ChildConfig(role=role, commands=commands, **base)

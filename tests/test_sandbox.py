@@ -355,6 +355,36 @@ def test_the_sweeping_launcher_passes_its_commands_exit_status_on(tmp_path, monk
         assert done.returncode == code, script
 
 
+@pytest.mark.skipif(sandbox.support().landlock < 6, reason="Landlock's signal scope (ABI 6) is what keeps the tool from killing its launcher")
+def test_a_tool_cannot_kill_the_launcher_that_sweeps_after_it(tmp_path, monkeypatch):
+    import dataclasses
+    import time
+
+    real = sandbox.support()
+    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+    script = "setsid sleep 300 & echo leftover $!; kill -9 $PPID; echo killed $?"
+    _, printed = sandbox.run_tool(["/bin/sh", "-c", script], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt", timeout_s=30,
+                                  env=dict(os.environ))
+    assert "killed 0" not in printed, printed
+    pid = int(printed.split("leftover")[1].split()[0])
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.02)
+    assert not os.path.exists(f"/proc/{pid}"), f"the tool's process {pid} outlived it"
+
+
+def test_the_sweeping_launcher_says_when_its_command_cannot_start(tmp_path, monkeypatch):
+    import dataclasses
+    import subprocess
+
+    real = sandbox.support()
+    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+    done = subprocess.run(sandbox.command(sandbox.spec_for("auto"), ["/no/such/tool"], tmp_path), cwd=tmp_path, timeout=60,
+                          capture_output=True, text=True)
+    assert done.returncode == 126 and "could not start /no/such/tool" in done.stderr
+
+
 _CONNECT = "import socket, sys, time; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1]); time.sleep(float(sys.argv[2]))"
 # A confined peer must reach the socket through folders its uid may enter: under root without
 # Landlock the sandbox's uid has no CAP_DAC_READ_SEARCH, and pytest's folders are root's (0700).

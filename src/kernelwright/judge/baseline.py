@@ -190,8 +190,9 @@ def well_formed(record: dict[str, Any], device: str, compile_baseline: bool, pol
         return "its times are not finite positive numbers"
     rec_lead = (record.get("detail") or {}).get("lead_us")
     if device == "cuda" and policy_lead_us > 0:
-        if not ms(rec_lead) or not policy_lead_us <= rec_lead <= lead.MAX_US:
-            return f"its lead spin ({rec_lead!r} us) is not one the judge gives (the policy's {policy_lead_us:g} us to {lead.MAX_US:g} us)"
+        top = max(policy_lead_us, lead.MAX_US)  # lead_for never cuts a policy's longer lead
+        if not ms(rec_lead) or not policy_lead_us <= rec_lead <= top:
+            return f"its lead spin ({rec_lead!r} us) is not one the judge gives (the policy's {policy_lead_us:g} us to {top:g} us)"
     return ""
 
 

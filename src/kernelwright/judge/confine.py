@@ -284,61 +284,13 @@ def seccomp(allow: tuple[str, ...] = (), families: tuple[int, ...] = ()) -> None
            "prctl(PR_SET_SECCOMP)")
 
 
-# ---- processes of a uid -------------------------------------------------------------------------
-
-
-def pids_of_uid(uid: int) -> list[int]:
-    """Processes whose real uid is `uid` (from /proc)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as f:
-                line = next(x for x in f if x.startswith(b"Uid:"))
-        except (OSError, StopIteration):
-            continue
-        if int(line.split()[1]) == uid:
-            found.append(int(name))
-    return found
+# ---- processes of a group ---------------------------------------------------------------------
 
 
 def live_in_group(pgid: int) -> int:
     """How many processes of process group `pgid` still run (zombies, already dead, not counted)."""
     # a "zombie" with threads left is a process whose main thread exited: it runs
     return sum(1 for p, fields in _stats() if int(fields[2]) == pgid and (fields[0] not in (b"Z", b"X") or _threads(p) > 1))
-
-
-def signal_uid(uid: int, sig: str) -> None:
-    """Send `sig` (a name: STOP, CONT) to every process of `uid` (never root's) through a helper
-    that becomes `uid` and calls kill(-1), which on Linux reaches every process of that uid but
-    the helper itself: processes that left their group and session included."""
-    import subprocess
-
-    assert uid > 0, "never every process of root"
-    try:
-        subprocess.run(["/bin/sh", "-c", f"kill -s {sig} -- -1 2>/dev/null; exit 0"], user=uid, group=uid, extra_groups=[], env={},
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        pass
-
-
-def kill_uid(uid: int, rounds: int = 3) -> None:
-    """SIGKILL every process of `uid` (never root's) the way the kernel does it for that uid alone:
-    a helper that becomes `uid` calls kill(-1, SIGKILL), which reaches every process of that uid at
-    once (a fork bomb cannot fork past it) and none of anyone else's; never a pid read from /proc,
-    which may belong to another process by the time it is signalled. A few rounds, for what was
-    being forked as the first one ran. The helper gets an empty environment (once it is that uid,
-    what is left of that uid could read it) and no limit on processes below the judge's own."""
-    import subprocess
-
-    assert uid > 0, "never every process of root"
-    script = "kill -9 -1 2>/dev/null || exit 0; " * rounds + "exit 0"
-    try:
-        subprocess.run(["/bin/sh", "-c", script], user=uid, group=uid, extra_groups=[], env={}, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        pass
 
 
 def chown_tree(root: str, uid: int) -> None:
@@ -409,10 +361,23 @@ def probe() -> dict[str, object]:
 def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     """Confine this process by `plan` (judge.sandbox._exec_plan), then become `cmd`. Without the uid
     layer (a judge that is not root) nothing marks what `cmd` starts as its own, so this process
-    stays as its subreaper instead (_run_and_sweep): a process `cmd` moved to a session of its own
-    is killed when `cmd` exits, not left running into the next verdicts."""
+    forks first and stays, unconfined, as the subreaper of the confined child that becomes `cmd`
+    (_wait_and_sweep): a process `cmd` moved to a session of its own is killed when `cmd` exits, and
+    `cmd`, in a Landlock domain this process is outside of, cannot signal it (ABI 6 on)."""
+    import signal
+
+    if "uid" not in plan["layers"] and list(plan["layers"]) != ["env"] and child_subreaper():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the handler is in place (parent) or reset (child)
+        pid = os.fork()
+        if pid == 0:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            _confine_and_exec(plan, cmd)
+        _wait_and_sweep(pid)
+    _confine_and_exec(plan, cmd)
+
+
+def _confine_and_exec(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     layers, workdir = plan["layers"], plan["workdir"]
-    sweep = "uid" not in layers and child_subreaper()  # before seccomp: the filter is the last thing set
     tmp = os.path.join(workdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
     env = dict(os.environ, TMPDIR=tmp, TMP=tmp, TEMP=tmp, HOME=workdir)
@@ -431,30 +396,41 @@ def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     if "seccomp" in layers:
         seccomp(PROFILER_NEEDS if plan.get("profiler") else (), tuple(plan.get("families", ())))
     os.chdir(workdir)
-    if sweep:
-        _run_and_sweep(cmd, env)
     os.execvpe(cmd[0], cmd, env)
 
 
 SWEEP_S = 5.0  # the longest the launcher goes on killing what its command left
 
 
-def _run_and_sweep(cmd: list[str], env: dict[str, str]) -> None:
-    """Run `cmd` as a child, then SIGKILL and reap every process handed to this one (what `cmd`
-    left running, in any group or session), round after round while new ones come; exit with
-    `cmd`'s status (128 + the signal that ended it). SIGTERM (the judge's timeout) kills `cmd`
-    first, then sweeps the same way."""
+def _wait_and_sweep(pid: int) -> None:
+    """Reap children (orphans handed here as they end) until `pid` ends, then SIGKILL and reap every
+    process handed to this one, round after round while new ones come; exit with `pid`'s status
+    (126 when it could not start, 128 + the signal that ended it). SIGTERM (the judge's timeout)
+    kills `pid` first."""
     import signal
+    import sys
     import time
 
-    pid = os.fork()
-    if pid == 0:
+    done: list[int] = []
+
+    def term(*_: object) -> None:
+        if not done:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, term)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    status = 0
+    while not done:
         try:
-            os.execvpe(cmd[0], cmd, env)
-        finally:
-            os._exit(127)
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
-    _, status = os.waitpid(pid, 0)  # retried after the handler ran (PEP 475)
+            got, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if got == pid:
+            status = st
+            done.append(got)
     deadline = time.monotonic() + SWEEP_S
     while time.monotonic() < deadline:
         left = children_of(os.getpid(), zombies=True)
@@ -471,6 +447,7 @@ def _run_and_sweep(cmd: list[str], env: dict[str, str]) -> None:
             except ChildProcessError:
                 pass
         time.sleep(0.002)
+    sys.stderr.flush()
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 

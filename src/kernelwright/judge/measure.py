@@ -306,11 +306,12 @@ def run_timing(
         setup = {"pool_seeds": r.pool_seeds, "compile": policy.compile_baseline, "compile_mode": policy.compile_mode,
                  "warmup_ms": _warmup(policy), "rehearse": rehearse}
         # the candidate child stopped meanwhile: none of its threads can slow the launch times measured here (lead.lead_for)
-        with cand.paused(cuda, whole_uid=True) if cand is not None else contextlib.nullcontext():
+        with cand.paused(cuda, whole_uid=True) if cand is not None else contextlib.nullcontext(True) as quiet:
             ref_setup = ref.call("setup_timing", setup, timeout_s=policy.build_timeout_s)
         compile_s = ref_setup["compile_s"]
         r.per_call_ms.update(ref_setup.get("per_call_ms", {}))
-        r.switches["lead_us"] = lead_for(lead_us, ref_setup.get("launch_ms"))  # every timed call's, and the candidate's rehearsal
+        # every timed call's, and the candidate's rehearsal; the policy's alone where a process of the candidate's still ran
+        r.switches["lead_us"] = lead_for(lead_us, ref_setup.get("launch_ms") if quiet else None)
     if cand is not None:
         say(f"warming up the candidate (baselines ready{'' if compile_s is None else f', torch.compile took {compile_s:.1f} s'})")
         cand_setup = cand.call("setup_timing", {"pool_seeds": r.pool_seeds, "warmup_ms": _warmup(policy), "rehearse": rehearse},

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelwright.judge import confine
+from kernelwright.judge import uids
 from kernelwright.judge.quota_usage import (LOOK_S, Over, budget, disk_use, hidden_files, memory_available, memory_total, memory_use,
                                             processes, size_text)
 
@@ -229,7 +229,7 @@ class Watch:
         if self.uid is not None:
             if self._leader_alive():  # else its uid may be a new child's by now
                 self._killpg()
-                confine.kill_uid(self.uid)  # by the uid itself, never by a pid read from /proc
+                uids.kill_uid(self.uid)  # by the uid (a helper it cannot signal, judge.uids), never by a pid read from /proc
             return
         # its descendants, group and session, each pinned by a pidfd and then found again before
         # anything is killed (the tree is how they are told; a pid reused in between is not in the

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge import confine, quota
+from kernelwright.judge import confine, quota, uids
 from kernelwright.judge.quota_usage import memory_total
 from kernelwright.runtime.build import CONFINED_ENV
 
@@ -56,7 +56,7 @@ LAYERS = ("env", "limits", "uid", "landlock", "seccomp")
 SPEC_ENV = "KERNELWRIGHT_SANDBOX"  # the child's sandbox (JSON, `Spec.to_env`), set by the judge
 READ_ENV = "KERNELWRIGHT_SANDBOX_READ"  # a spawned candidate child's problem and candidate folder (os.pathsep-separated)
 SPARE_INPUTS = "in"  # a spare's folder for the problem and candidate of the evaluation that takes it (judge.spares)
-UID_BASE = 0x6B000000  # 1795162112 and up: no account's; a child's uid is this plus its pid
+UID_BASE = uids.UID_BASE  # 1795162112 and up: no account's; a child's uid is this plus its pid
 # Names that say a secret, anywhere in a variable's name (upper-cased), and the judge's own doors.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE", "SIGNATURE")
 DENIED_NAMES = frozenset({"KERNELWRIGHT_STORE", "KERNELWRIGHT_SERVICE", "KERNELWRIGHT_SERVICE_TOKEN", "KERNELWRIGHT_FORKSERVER_SOCKET"})
@@ -345,7 +345,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
         confine.set_limits({"NPROC": nproc()})
         confine.become(uid, keep_read_search="landlock" in layers)
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
-        confine.set_limits({"NPROC": len(confine.pids_of_uid(os.getuid())) + nproc()})
+        confine.set_limits({"NPROC": len(uids.pids_of_uid(os.getuid())) + nproc()})
     if spec.mode != "off" and layers != ("env",):  # always: the judge's sockets tell a sandboxed peer by it (sandbox_check.confined_peer)
         confine.no_new_privs()
     if "landlock" in layers:
@@ -441,9 +441,10 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # the launcher kills the tool and sweeps (confine._run_and_sweep)
-                proc.terminate()
-                proc.wait(timeout=confine.SWEEP_S + 1)
+            if spec is not None and "uid" not in spec.layers and tuple(spec.layers) != ("env",):
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # the launcher kills the tool and sweeps (confine._wait_and_sweep)
+                    proc.terminate()
+                    proc.wait(timeout=confine.SWEEP_S + 1)
             try:
                 os.killpg(proc.pid, 9)
             except OSError:
@@ -481,16 +482,7 @@ def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path], lim: quo
     return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None, lim=lim)
 
 
-def signal_uid(pid: int, sig: str) -> bool:
-    """Send `sig` (STOP, CONT) to every process of the confined child `pid`'s own uid, where the
-    judge is root (the uid layer); whether there was such a uid to signal."""
-    if os.getuid() != 0 or pid <= 0:
-        return False
-    confine.signal_uid(UID_BASE + pid, sig)
-    return True
-
-
 def reap(pid: int) -> None:
     """Kill every process left of the confined child `pid` (its own uid's, when the judge is root)."""
     if os.getuid() == 0 and pid > 0:
-        confine.kill_uid(UID_BASE + pid)
+        uids.kill_uid(UID_BASE + pid)

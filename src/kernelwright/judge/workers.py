@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from kernelwright.judge import confine, forkpool, replies, sandbox
+from kernelwright.judge import confine, forkpool, replies, sandbox, uids
 from kernelwright.judge.channel import ChannelClosed, ChannelForged, ChannelTimeout, Reader, close_fds, new_key
 from kernelwright.judge.child import COMMANDS_ENV
 from kernelwright.judge.forkpool import Forked, ForkServerError, absolute_pythonpath
@@ -289,23 +289,25 @@ class Child:
         self._received = []
 
     @contextlib.contextmanager
-    def paused(self, on: bool = True, *, whole_uid: bool = False) -> Iterator[None]:
+    def paused(self, on: bool = True, *, whole_uid: bool = False) -> Iterator[bool]:
         """The child's whole process group stopped (SIGSTOP) for the block, then continued: none of
         its threads runs while the reference child copies an output out of its memory (CUDA IPC).
         Not stopped: GPU work it queued before, and a process it started outside its group (the
         sandbox's business). With whole_uid, a candidate's every process of its own uid as well
-        (a root judge's uid layer; sandbox.signal_uid): those it moved to a group or session of
-        their own, which could load the host while the reference measures its launch times."""
+        (a root judge's uid layer; uids.stop_child): those it moved to a group or session of their
+        own, which could load the host while the reference measures its launch times. Yields False
+        when a process of that uid still ran after the stop, else True."""
         if not on:
-            yield
+            yield True
             return
         self._signal_group(signal.SIGSTOP)
-        by_uid = whole_uid and self.config.role == "candidate" and self._proc.returncode is None and sandbox.signal_uid(self._proc.pid, "STOP")
+        by_uid = whole_uid and self.config.role == "candidate" and self._proc.returncode is None
+        quiet = uids.stop_child(self._proc.pid) if by_uid else None
         try:
-            yield
+            yield quiet is not False
         finally:
-            if by_uid:
-                sandbox.signal_uid(self._proc.pid, "CONT")
+            if quiet is not None:
+                uids.continue_child(self._proc.pid)
             self._signal_group(signal.SIGCONT)
 
     def _signal_group(self, sig: int) -> None:

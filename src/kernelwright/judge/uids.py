@@ -1,0 +1,88 @@
+"""Signals to every process of one of the sandbox's uids (a root judge's uid layer, judge.sandbox).
+
+A helper process sends them: its effective uid is the target's, so kill(-1) reaches every process of
+that uid at once, those that left their group and session included (a fork bomb cannot fork past
+it), and none of anyone else's; never a pid read from /proc, which may belong to another process by
+the time it is signalled. Its real and saved uid are SIGNALLER_UID, so the target's processes, which
+may signal only processes whose real or saved uid is theirs, cannot kill it first (a daemon of the
+candidate's that killed every new process of its uid stopped a helper running as that uid in 11 of
+20 tries).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+UID_BASE = 0x6B000000  # a confined child's uid is this plus its pid (judge.sandbox): no account's
+SIGNALLER_UID = UID_BASE - 1  # no account's, no child's
+_HELPER = ("import os, sys\n"
+           "u, s, sig, rounds = (int(x) for x in sys.argv[1:5])\n"
+           "os.setgroups([]); os.setresgid(s, s, s); os.setresuid(s, u, s)\n"
+           "for _ in range(rounds):\n"
+           "    try:\n"
+           "        os.kill(-1, sig)\n"
+           "    except ProcessLookupError:\n"
+           "        break\n")
+
+
+def signal_uid(uid: int, sig: int, rounds: int = 1) -> None:
+    """Send `sig` to every process of `uid` (never root's), `rounds` times (for what was being forked
+    as the first round ran). The helper gets an empty environment and no limit below the judge's."""
+    assert uid > 0 and uid != SIGNALLER_UID, "never every process of root"
+    try:
+        subprocess.run([sys.executable, "-I", "-S", "-c", _HELPER, str(uid), str(SIGNALLER_UID), str(int(sig)), str(rounds)], env={},
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
+def kill_uid(uid: int, rounds: int = 3) -> None:
+    """SIGKILL every process of `uid`, a few rounds."""
+    signal_uid(uid, signal.SIGKILL, rounds)
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Processes whose real uid is `uid` (from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                line = next(x for x in f if x.startswith(b"Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[1]) == uid:
+            found.append(int(name))
+    return found
+
+
+def all_stopped(uid: int) -> bool:
+    """Whether no process of `uid` runs (each stopped, or dead and not yet reaped)."""
+    for pid in pids_of_uid(uid):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
+
+
+def stop_child(pid: int) -> bool | None:
+    """SIGSTOP every process of the confined child `pid`'s own uid, where the judge is root (the uid
+    layer): whether every one of them stopped (None: no such uid here)."""
+    if os.getuid() != 0 or pid <= 0:
+        return None
+    signal_uid(UID_BASE + pid, signal.SIGSTOP, rounds=3)
+    return all_stopped(UID_BASE + pid)
+
+
+def continue_child(pid: int) -> None:
+    """SIGCONT what stop_child stopped."""
+    if os.getuid() == 0 and pid > 0:
+        signal_uid(UID_BASE + pid, signal.SIGCONT)

@@ -319,36 +319,43 @@ def test_a_confined_command_cannot_read_the_judges_working_folder(open_dir, monk
     assert "not-for-the-candidate" not in done.stdout and "Permission denied" in done.stderr
 
 
+def _as_non_root(monkeypatch):
+    """This machine's layers but the uid: what a judge that is not root gets."""
+    import dataclasses
+
+    real = sandbox.support()
+    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+
+
+def _assert_gone(pid):
+    import time
+
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}"):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the tool's process {pid} outlived it")
+
+
 @pytest.mark.parametrize("timeout_s", [30.0, 1.0])
 def test_a_tool_leaves_nothing_running_where_no_uid_of_its_own_marks_its_processes(tmp_path, monkeypatch, timeout_s):
     """A judge that is not root has no uid to sweep a tool's leftovers by: the launcher stays as the
     subreaper of what it starts and kills it when the tool exits or times out, a process in a
     session of its own included (before, it outlived the verdict)."""
-    import dataclasses
-    import time
-
-    real = sandbox.support()
-    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+    _as_non_root(monkeypatch)
     assert "uid" not in sandbox.spec_for("auto").layers
     script = "setsid sleep 300 & echo leftover $!; " + ("sleep 5" if timeout_s < 5 else "true")
     timed_out, printed = sandbox.run_tool(["/bin/sh", "-c", script], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt",
                                           timeout_s=timeout_s, env=dict(os.environ))
     assert timed_out is (timeout_s < 5)
-    pid = int(printed.split("leftover")[1].split()[0])
-    for _ in range(100):
-        if not os.path.exists(f"/proc/{pid}"):
-            break
-        time.sleep(0.02)
-    assert not os.path.exists(f"/proc/{pid}"), f"the tool's process {pid} outlived it"
+    _assert_gone(int(printed.split("leftover")[1].split()[0]))
 
 
 def test_the_sweeping_launcher_passes_its_commands_exit_status_on(tmp_path, monkeypatch):
     # a compiler's status is the build's verdict: the launcher that stays as the subreaper must hand it on
-    import dataclasses
     import subprocess
 
-    real = sandbox.support()
-    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+    _as_non_root(monkeypatch)
     spec = sandbox.spec_for("auto")
     for script, code in (("exit 3", 3), ("true", 0), ("kill -9 $$", 128 + 9)):
         done = subprocess.run(sandbox.command(spec, ["/bin/sh", "-c", script], tmp_path), cwd=tmp_path, timeout=60)
@@ -357,29 +364,18 @@ def test_the_sweeping_launcher_passes_its_commands_exit_status_on(tmp_path, monk
 
 @pytest.mark.skipif(sandbox.support().landlock < 6, reason="Landlock's signal scope (ABI 6) is what keeps the tool from killing its launcher")
 def test_a_tool_cannot_kill_the_launcher_that_sweeps_after_it(tmp_path, monkeypatch):
-    import dataclasses
-    import time
-
-    real = sandbox.support()
-    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+    _as_non_root(monkeypatch)
     script = "setsid sleep 300 & echo leftover $!; kill -9 $PPID; echo killed $?"
     _, printed = sandbox.run_tool(["/bin/sh", "-c", script], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt", timeout_s=30,
                                   env=dict(os.environ))
     assert "killed 0" not in printed, printed
-    pid = int(printed.split("leftover")[1].split()[0])
-    for _ in range(100):
-        if not os.path.exists(f"/proc/{pid}"):
-            break
-        time.sleep(0.02)
-    assert not os.path.exists(f"/proc/{pid}"), f"the tool's process {pid} outlived it"
+    _assert_gone(int(printed.split("leftover")[1].split()[0]))
 
 
 def test_the_sweeping_launcher_says_when_its_command_cannot_start(tmp_path, monkeypatch):
-    import dataclasses
     import subprocess
 
-    real = sandbox.support()
-    monkeypatch.setattr(sandbox, "support", lambda: dataclasses.replace(real, uid=False))
+    _as_non_root(monkeypatch)
     done = subprocess.run(sandbox.command(sandbox.spec_for("auto"), ["/no/such/tool"], tmp_path), cwd=tmp_path, timeout=60,
                           capture_output=True, text=True)
     assert done.returncode == 126 and "could not start /no/such/tool" in done.stderr

@@ -15,7 +15,7 @@ import os
 import platform
 import resource
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -139,6 +139,26 @@ def children_of(pid: int, zombies: bool = False) -> list[int]:
                 continue
         return found if zombies else [c for c in found if _state(c) not in (b"Z", b"X")]
     return [p for p, fields in _stats() if int(fields[1]) == pid and (zombies or fields[0] not in (b"Z", b"X"))]
+
+
+def kill_adopted(keep: Callable[[int], bool]) -> bool:
+    """One round of a subreaper's sweep: SIGKILL and reap every child of this process that `keep`
+    does not name, zombies too; whether there was one. A child of this process cannot be reaped by
+    anyone else, so its pid is still its own when it is signalled."""
+    import signal
+
+    left = [pid for pid in children_of(os.getpid(), zombies=True) if not keep(pid)]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in left:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return bool(left)
 
 
 def _stats() -> Iterator[tuple[int, list[bytes]]]:
@@ -432,20 +452,7 @@ def _wait_and_sweep(pid: int) -> None:
             status = st
             done.append(got)
     deadline = time.monotonic() + SWEEP_S
-    while time.monotonic() < deadline:
-        left = children_of(os.getpid(), zombies=True)
-        if not left:
-            break
-        for other in left:
-            try:
-                os.kill(other, signal.SIGKILL)
-            except OSError:
-                pass
-        for other in left:
-            try:
-                os.waitpid(other, os.WNOHANG)
-            except ChildProcessError:
-                pass
+    while kill_adopted(lambda _pid: False) and time.monotonic() < deadline:
         time.sleep(0.002)
     sys.stderr.flush()
     code = os.waitstatus_to_exitcode(status)

@@ -293,22 +293,7 @@ class _Server:
 
         now = time.monotonic()
         self.next_sweep, deadline = now + SWEEP_EVERY_S, now + SWEEP_S
-        while True:
-            adopted = [pid for pid in confine.children_of(os.getpid(), zombies=True) if pid not in self.owner and pid not in self.own]
-            if not adopted:
-                return
-            for pid in adopted:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            for pid in adopted:
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-            if time.monotonic() >= deadline:
-                return
+        while confine.kill_adopted(lambda pid: pid in self.owner or pid in self.own) and time.monotonic() < deadline:
             time.sleep(0.002)
 
     def _request(self, conn: socket.socket) -> bool:

@@ -7,9 +7,10 @@ At 8b5ee19 on an H100 every candidate of `kernelwright synth --device cuda` was 
 factory" (benchmarks/results/synth_h200.md, section 6): torch's inductor cache module ran twice in the
 worker, the first time failing. The workers have run inside the sandbox since 2f568e5 and as the
 judge's hosted children since 392df30, and no GPU run came between: this runs the same small synthesis
-under `--sandbox off` and `--sandbox auto` (one worker, TORCHDYNAMO_VERBOSE=1 so that the worker's log
-keeps the first failure) and prints each candidate's stage and reason, then the end of each run's
-console. Files in --out: probe_MODE/ (the runs) and synth_gpu_probe.json.
+under `--sandbox off` and `--sandbox auto` (one worker) and prints each candidate's stage and reason,
+then the end of each run's console. Since the commit after 8b5ee19 a failed compile's first error is
+the one reported (judge.reference_checks.compiled: on a GPU the reset after it imported the cache
+module again, and that second failure replaced the first in the result). Files in --out: probe_MODE/ (the runs) and synth_gpu_probe.json.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(mode: str, out: Path, device: str) -> dict:
     folder = out / f"probe_{mode}"
-    env = {**os.environ, "TORCHDYNAMO_VERBOSE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "kernelwright", "synth", "--n", "1", "--seed", "1", "--device", device, "--workers", "1",
            "--max-candidates", "2", "--timeout-s", "120", "--sandbox", mode, "--out", str(folder)]
     t0 = time.perf_counter()

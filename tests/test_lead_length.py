@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
+import sys
+import time
 
 import pytest
 
@@ -281,3 +284,51 @@ def _wait_state(pid, states):
             return state
         time.sleep(0.02)
     return state
+
+
+@ROOT_ONLY
+def test_a_helper_for_one_uid_leaves_the_helpers_of_others_alone():
+    # with one signaller uid for all, a helper's kill(-1) stopped and killed another target's helper running at the time
+    import subprocess
+
+    from kernelwright.judge import uids
+
+    other = uids.UID_BASE + 4_300_000 + os.getpid() % 100_000
+    s = uids.signaller(other)
+    code = f"import os, time; os.setgroups([]); os.setresgid({s}, {s}, {s}); os.setresuid({s}, {other}, {s}); time.sleep(60)"
+    standin = subprocess.Popen([sys.executable, "-I", "-S", "-c", code])  # what a helper for `other` is while it runs
+    try:
+        time.sleep(0.5)
+        mine = uids.UID_BASE + 4_400_000 + os.getpid() % 100_000
+        uids.signal_uid(mine, signal.SIGSTOP)
+        assert _state(standin.pid) == "S"
+        uids.kill_uid(mine)
+        assert standin.poll() is None
+    finally:
+        standin.kill()
+        standin.wait()
+
+
+def test_a_compile_error_is_not_replaced_by_the_reset_after_it(monkeypatch):
+    # on a GPU the reset imports inductor's cache module; one that failed once fails differently the second time
+    from types import SimpleNamespace
+
+    from kernelwright.judge import reference_checks as rc
+
+    resets = []
+
+    def reset():
+        resets.append(1)
+        if len(resets) > 1:
+            raise AssertionError("Artifact of type=inductor already registered")
+
+    def broken(*_a, **_k):
+        raise ImportError("the first failure, the one that says why")
+
+    monkeypatch.setattr(rc, "_native", lambda seed: [])
+    monkeypatch.setattr(rc.ref, "_forward", lambda values: [])
+    monkeypatch.setattr(rc.ref, "S", SimpleNamespace(model=None, device=SimpleNamespace(type="cpu")), raising=False)
+    monkeypatch.setattr(rc.torch._dynamo, "reset", reset)
+    monkeypatch.setattr(rc.torch, "compile", broken)
+    got = rc.compiled({"seed": 1, "backend": "inductor"})
+    assert got["ok"] is False and "the first failure" in got["error"]

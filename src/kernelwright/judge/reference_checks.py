@@ -106,11 +106,18 @@ def compiled(args: dict[str, Any]) -> dict[str, Any]:
         if S.device.type == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - a compile failure of any kind is the answer
+        _reset_quietly()  # a reset that fails again must not replace this first error (the one that says why)
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "message": ""}
-    finally:
-        torch._dynamo.reset()
+    torch._dynamo.reset()
     cmp = _agree(eager, got)
     return {"ok": cmp.ok, "error": None, "message": cmp.message}
+
+
+def _reset_quietly() -> None:
+    try:
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001 - the caller reports the error that came first
+        pass
 
 
 def time_eager(args: dict[str, Any]) -> dict[str, Any]:

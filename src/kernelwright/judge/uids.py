@@ -3,21 +3,32 @@
 A helper process sends them: its effective uid is the target's, so kill(-1) reaches every process of
 that uid at once, those that left their group and session included (a fork bomb cannot fork past
 it), and none of anyone else's; never a pid read from /proc, which may belong to another process by
-the time it is signalled. Its real and saved uid are SIGNALLER_UID, so the target's processes, which
-may signal only processes whose real or saved uid is theirs, cannot kill it first (a daemon of the
-candidate's that killed every new process of its uid stopped a helper running as that uid in 11 of
-20 tries).
+the time it is signalled. Its real and saved uid are the target's signaller uid (signaller()), so the
+target's processes, which may signal only processes whose real or saved uid is theirs, cannot kill it
+first (a daemon of the candidate's that killed every new process of its uid stopped a helper running
+as that uid in 11 of 20 tries). Each target has a signaller uid of its own: with one for all, a
+helper's kill(-1) also stopped or killed the helpers of other targets running at the time.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 
+log = logging.getLogger(__name__)
+
 UID_BASE = 0x6B000000  # a confined child's uid is this plus its pid (judge.sandbox): no account's
-SIGNALLER_UID = UID_BASE - 1  # no account's, no child's
+SIGNALLER_BASE = UID_BASE - 0x1000000  # signaller uids: this plus the child's pid, below every child's uid, no account's
+
+
+def signaller(uid: int) -> int:
+    """The real and saved uid of the helpers that signal `uid` (a child's, UID_BASE + its pid)."""
+    if not 0 <= uid - UID_BASE < 0x1000000:
+        raise ValueError(f"uid {uid} is not a confined child's")
+    return SIGNALLER_BASE + (uid - UID_BASE)
 _HELPER = ("import os, sys\n"
            "u, s, sig, rounds = (int(x) for x in sys.argv[1:5])\n"
            "os.setgroups([]); os.setresgid(s, s, s); os.setresuid(s, u, s)\n"
@@ -31,12 +42,15 @@ _HELPER = ("import os, sys\n"
 def signal_uid(uid: int, sig: int, rounds: int = 1) -> None:
     """Send `sig` to every process of `uid` (never root's), `rounds` times (for what was being forked
     as the first round ran). The helper gets an empty environment and no limit below the judge's."""
-    assert uid > 0 and uid != SIGNALLER_UID, "never every process of root"
     try:
-        subprocess.run([sys.executable, "-I", "-S", "-c", _HELPER, str(uid), str(SIGNALLER_UID), str(int(sig)), str(rounds)], env={},
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        pass
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _HELPER, str(uid), str(signaller(uid)), str(int(sig)), str(rounds)],
+                              env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("could not signal the processes of uid %d (%s): %s", uid, signal.Signals(sig).name, exc)
+        return
+    if done.returncode != 0:
+        log.warning("could not signal the processes of uid %d (%s): the helper exited %d: %s", uid, signal.Signals(sig).name,
+                    done.returncode, done.stderr.decode(errors="replace")[-300:])
 
 
 def kill_uid(uid: int, rounds: int = 3) -> None:

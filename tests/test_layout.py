@@ -141,6 +141,14 @@ def test_the_layer_check_sees_a_backward_import(tmp_path, monkeypatch):
     assert ("store", "agent") in _edges()
 
 
+def test_the_name_check_sees_a_module_named_from_below(tmp_path):
+    """The string check is not blind: a judge module naming a synth module as a string is found."""
+    f = tmp_path / "workers.py"
+    f.write_text('COMMANDS = "kernelwright.synth.worker"\nOTHER = "not a module name"\n')
+    assert _named(f) == {"kernelwright.synth.worker"}
+    assert _layer(_node("kernelwright.synth.worker")) > _layer(_node("kernelwright.judge.workers"))
+
+
 @pytest.mark.parametrize("module", ("phases", "phases_timing", "phases_pricing"))
 def test_the_phases_read_the_evaluation_context_not_the_flow(module):
     # the phase modules type against judge.context.Context; importing judge.evaluate from one (even inside

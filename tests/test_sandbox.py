@@ -360,6 +360,10 @@ def test_the_sweeping_launcher_passes_its_commands_exit_status_on(tmp_path, monk
     for script, code in (("exit 3", 3), ("true", 0), ("kill -9 $$", 128 + 9)):
         done = subprocess.run(sandbox.command(spec, ["/bin/sh", "-c", script], tmp_path), cwd=tmp_path, timeout=60)
         assert done.returncode == code, script
+    # and the launcher did stay, as the tool's parent
+    done = subprocess.run(sandbox.command(spec, ["/bin/sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"], tmp_path), cwd=tmp_path,
+                          timeout=60, capture_output=True, text=True)
+    assert "confine.py exec" in done.stdout, done.stdout
 
 
 @pytest.mark.skipif(sandbox.support().landlock < 6, reason="Landlock's signal scope (ABI 6) is what keeps the tool from killing its launcher")

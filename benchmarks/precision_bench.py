@@ -12,29 +12,19 @@ DIR/precision_DEVICE.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import platform
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from kernelwright.judge.correctness import compare
+from kernelwright.judge.reference_timing import tf32
 from kernelwright.judge.policy import DEFAULT_TOLERANCE, PRECISION_TOLERANCE
-
-
-@contextlib.contextmanager
-def tf32(on: bool) -> Iterator[None]:
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _split_k(a: torch.Tensor, b: torch.Tensor, parts: int = 8) -> torch.Tensor:

@@ -60,7 +60,7 @@ def _allowance(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapped(*a: Any) -> Any:
         if S.precision == "tf32":
-            with _tf32_on():
+            with tf32(True):
                 return fn(*a)
         with torch.autocast(device_type=S.device.type, dtype=torch.bfloat16 if S.precision == "bf16" else torch.float16):
             return fn(*a)
@@ -69,9 +69,10 @@ def _allowance(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _tf32_on() -> Iterator[None]:
+def tf32(on: bool) -> Iterator[None]:
+    """TF32 for matrix products and cuDNN switched `on` (or off) for the block, then put back."""
     old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
     try:
         yield
     finally:

@@ -124,6 +124,7 @@ class Child:
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
         spec = sandbox.candidate_spec(self.env) if config.role in CONFINED else None  # the reference is the judge's side
         lim = sandbox.watched(spec)  # ValueError for a bad setting, before anything starts
+        self._own_uid = spec is not None and "uid" in spec.layers  # it becomes UID_BASE + its pid (judge.sandbox.enter)
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = self._spawn(theirs.fileno())
@@ -301,7 +302,7 @@ class Child:
             yield True
             return
         self._signal_group(signal.SIGSTOP)
-        by_uid = whole_uid and self.config.role == "candidate" and self._proc.returncode is None
+        by_uid = whole_uid and self._own_uid and self.config.role == "candidate" and self._proc.returncode is None
         quiet = uids.stop_child(self._proc.pid) if by_uid else None
         try:
             yield quiet is not False
@@ -375,7 +376,7 @@ class Child:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
-        if self.config.role in CONFINED:  # confined with or without a spec (judge.sandbox.enter_from_env)
+        if self._own_uid:  # what is left of it runs as its uid; without one, its group went above and the fork server sweeps orphans
             sandbox.reap(self._proc.pid)
         if left:  # SIGKILL is delivered, not yet acted on: the verdict waits (a little) until they are gone
             deadline = time.monotonic() + KILL_WAIT_S

@@ -17,8 +17,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 log = logging.getLogger(__name__)
+STOP_SETTLE_S = 0.2  # how long a stopped uid's processes get to show as stopped
 
 UID_BASE = 0x6B000000  # a confined child's uid is this plus its pid (judge.sandbox): no account's
 SIGNALLER_BASE = UID_BASE - 0x1000000  # signaller uids: this plus the child's pid, below every child's uid, no account's
@@ -93,7 +95,12 @@ def stop_child(pid: int) -> bool | None:
     if os.getuid() != 0 or pid <= 0:
         return None
     signal_uid(UID_BASE + pid, signal.SIGSTOP, rounds=3)
-    return all_stopped(UID_BASE + pid)
+    deadline = time.monotonic() + STOP_SETTLE_S  # a stop is acted on when its process next runs: on a busy host, a little later
+    while not all_stopped(UID_BASE + pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 def continue_child(pid: int) -> None:

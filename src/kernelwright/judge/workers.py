@@ -113,6 +113,8 @@ def describe_exit(returncode: int | None) -> str:
 class Child:
     """One running judge child."""
 
+    _own_uid = False  # set from its sandbox spec when it starts (a stand-in built without starting has none)
+
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
         self.env = self.env_for(config)  # the whole environment it starts with (judge.spares keys on it)

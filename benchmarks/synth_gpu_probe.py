@@ -10,7 +10,12 @@ judge's hosted children since 392df30, and no GPU run came between: this runs th
 under `--sandbox off` and `--sandbox auto` (one worker) and prints each candidate's stage and reason,
 then the end of each run's console. Since the commit after 8b5ee19 a failed compile's first error is
 the one reported (judge.reference_checks.compiled: on a GPU the reset after it imported the cache
-module again, and that second failure replaced the first in the result). Files in --out: probe_MODE/ (the runs) and synth_gpu_probe.json.
+module again, and that second failure replaced the first in the result). Then, for the cause: a hosted child under the synthesis workers' sandbox (and one with --sandbox off)
+reports, before anything else is imported, whether the fork server had imported torch._dynamo and which
+artifact types torch's cache factory already holds, then imports torch._inductor.codecache and runs
+one inductor compile on the device, each with its full traceback. Its command table is a module this
+script writes into the checkout's src/kernelwright/ for the run and removes after (a hosted child
+serves only kernelwright modules). Files in --out: probe_MODE/ (the runs) and synth_gpu_probe.json.
 """
 
 from __future__ import annotations
@@ -42,6 +47,68 @@ def run(mode: str, out: Path, device: str) -> dict:
             "console_tail": (done.stdout + done.stderr)[-6000:]}
 
 
+PROBE_MODULE = "_synth_gpu_probe_cmds"
+PROBE_SOURCE = '''
+import os, sys, traceback
+
+
+def trace(args):
+    out = {"uid": os.getuid(), "dynamo_preloaded": "torch._dynamo" in sys.modules,
+           "codecache_preloaded": "torch._inductor.codecache" in sys.modules, "env": sorted(os.environ)}
+    try:
+        from torch.compiler._cache import CacheArtifactFactory
+        out["artifact_types_before"] = sorted(CacheArtifactFactory._artifact_types)
+    except Exception:
+        out["artifact_types_before"] = traceback.format_exc()[-3000:]
+    steps = [("import_codecache", "import torch._inductor.codecache"),
+             ("import_compile_fx", "import torch._inductor.compile_fx"),
+             ("compile", "import torch; f = torch.compile(lambda x: (x * 2).relu() + 1, backend='inductor'); "
+                         "d = args['device']; x = torch.randn(64, device=d); y = f(x); "
+                         "assert torch.allclose(y, (x * 2).relu() + 1)")]
+    for name, code in steps:
+        try:
+            exec(code, {"args": args})
+            out[name] = "ok"
+        except BaseException:
+            out[name] = traceback.format_exc()[-6000:]
+    return out
+
+
+def handlers():
+    return {"trace": trace}
+'''
+
+
+def trace(out: Path, device: str) -> list[dict]:
+    """The hosted child's report (PROBE_SOURCE) under the workers' sandbox and under --sandbox off."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from kernelwright.judge import sandbox
+    from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.workers import Child, ChildConfig
+
+    module = ROOT / "src" / "kernelwright" / f"{PROBE_MODULE}.py"
+    module.write_text(PROBE_SOURCE)
+    reports = []
+    try:
+        for mode in ("auto", "off"):
+            spec = sandbox.for_candidate(mode, str(cache_dir()), device=device)
+            env = {sandbox.SPEC_ENV: spec.to_env(), "KERNELWRIGHT_CACHE": str(cache_dir())}
+            workdir = out / f"trace_{mode}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            child = Child(ChildConfig(role="hosted", device=device, gpu_index=0, workdir=workdir, env=env,
+                                      commands=f"kernelwright.{PROBE_MODULE}"))
+            try:
+                child.send("trace", {"device": device})
+                reports.append({"mode": mode, **child.wait("trace", timeout_s=600)})
+            except Exception as exc:  # noqa: BLE001 - the probe reports whatever happened
+                reports.append({"mode": mode, "failed": f"{type(exc).__name__}: {exc}", "log": str(getattr(exc, "log_tail", ""))[-4000:]})
+            finally:
+                child.close()
+    finally:
+        module.unlink(missing_ok=True)
+    return reports
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -49,12 +116,19 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = [run(mode, args.out, args.device) for mode in ("off", "auto")]
-    (args.out / "synth_gpu_probe.json").write_text(json.dumps({"commit": os.environ.get("KERNELWRIGHT_COMMIT"), "runs": runs}, indent=1))
+    traces = trace(args.out, args.device)
+    (args.out / "synth_gpu_probe.json").write_text(json.dumps({"commit": os.environ.get("KERNELWRIGHT_COMMIT"), "runs": runs,
+                                                                "traces": traces}, indent=1))
     for r in runs:
         print(f"--sandbox {r['mode']}: rc {r['rc']}, {r['seconds']} s")
         for c in r["candidates"]:
             print(f"  {c['status']:9} {c['stage']}: {(c['reason'] or '')[:300]}")
         print(r["console_tail"][-2500:])
+    for t in traces:
+        print(f"--- hosted child, sandbox {t['mode']}:")
+        for k, v in t.items():
+            if k != "env":
+                print(f"{k}: {v}")
     return 0
 
 

@@ -60,6 +60,40 @@ def test_a_build_that_includes_a_secret_cannot_read_it(world):
     assert zoo.SECRET.replace("-", "_") not in verdict.to_json()
 
 
+needs_uid = pytest.mark.skipif("uid" not in sandbox.spec_for("auto").layers, reason="no uid layer here (the judge is not root)")
+WHO = r"""
+import getpass
+import torch.nn as nn
+
+NAME = getpass.getuser()  # torch before 2.13 asks this when its inductor cache module is imported
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        assert NAME.startswith("sandbox"), NAME
+        return x.clamp(min=0)
+"""
+
+
+@needs_uid
+def test_a_candidate_under_a_uid_of_its_own_has_a_user_name(tmp_path):
+    """The sandbox uid has no account: without USER and LOGNAME, getpass.getuser() raised KeyError in
+    the child, and torch's inductor (torch 2.11 on the GPU machine) failed every compile there."""
+    folder = tmp_path / "who"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(WHO)
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(), device="cpu")
+    assert "uid" in verdict.sandbox["layers"], verdict.sandbox
+    assert verdict.status.value == "correct", verdict.log
+
+
+@needs_uid
+def test_a_confined_tool_under_a_uid_of_its_own_has_a_user_name(tmp_path):
+    _, printed = sandbox.run_tool([sys.executable, "-I", "-c", "import getpass; print('name', getpass.getuser())"], mode="auto",
+                                  cwd=tmp_path, output=tmp_path / "out.txt", timeout_s=60, env=dict(os.environ))
+    assert "name sandbox" in printed, printed
+
+
 # The environment's allow-list holds with --sandbox off too, so the key attacks find nothing there either.
 REAL_WITHOUT = sorted(set(zoo.ATTACKS) - {"key_from_env", "key_from_memory"})
 

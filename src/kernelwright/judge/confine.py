@@ -186,6 +186,17 @@ def _capset(caps: int) -> None:
     _check(_libc.syscall(nr, ctypes.c_char_p(header), ctypes.c_char_p(data)), "capset")
 
 
+def account_env(uid: int) -> dict[str, str]:
+    """USER and LOGNAME for a sandbox uid, which no account has: without them getpass.getuser()
+    looks the uid up in the password database and raises KeyError, and torch before 2.13 calls it
+    when torch._inductor.codecache is imported (its cache folder's name). That import then fails
+    half-way, and every later import of it in the process fails on the artifact type the first one
+    registered: every torch.compile with inductor in the child (synthesis on a GPU, a candidate
+    that compiles) failed."""
+    name = f"sandbox{uid}"
+    return {"USER": name, "LOGNAME": name}
+
+
 def become(uid: int, *, keep_read_search: bool) -> None:
     """Switch a root process to an unprivileged uid and gid of its own, no supplementary groups, and
     every capability dropped from the bounding set; with `keep_read_search`, CAP_DAC_READ_SEARCH
@@ -409,6 +420,7 @@ def _confine_and_exec(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-
             chown_tree(path, uid)
         set_limits({"NPROC": plan["nproc"]})
         become(uid, keep_read_search="landlock" in layers)
+        env.update(account_env(uid))
     if list(layers) != ["env"]:  # always, as judge.sandbox.enter: the judge's sockets tell a sandboxed peer by it
         no_new_privs()
     if "landlock" in layers:

@@ -344,6 +344,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
             confine.chown_tree(path, uid)
         confine.set_limits({"NPROC": nproc()})
         confine.become(uid, keep_read_search="landlock" in layers)
+        os.environ.update(confine.account_env(uid))
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
         confine.set_limits({"NPROC": len(uids.pids_of_uid(os.getuid())) + nproc()})
     if spec.mode != "off" and layers != ("env",):  # always: the judge's sockets tell a sandboxed peer by it (sandbox_check.confined_peer)

@@ -105,6 +105,40 @@ def test_a_forged_reply_of_the_wrong_form_rejects_that_candidate_only():
     assert after["status"] == "accepted", after
 
 
+# Task code that replaces the filters in its worker's process: every later job that worker examined
+# came back accepted, a task that fails at its first call among them (well-formed, and signed by the
+# worker's own writer, so the parent's checks of form could not tell).
+POISONER = """import kernelwright.synth.filters as _filters
+_real = _filters.examine
+
+
+def _accept_all(job, ctx):
+    honest = dict(job, source=job["source"].split("# BROKEN")[0])
+    result = _real(honest, ctx)
+    if result.get("task"):
+        result["task"]["source"] = job["source"]
+    return result
+
+
+_filters.examine = _accept_all
+""" + HONEST
+BROKEN = HONEST + """
+# BROKEN
+def get_inputs():
+    raise RuntimeError("this task has no inputs")
+"""
+
+
+def test_task_code_cannot_change_how_later_jobs_are_examined():
+    pool = Pool(1, _ctx(), timeout_s=60)
+    try:
+        results = sorted(pool.run(iter([_job(0, POISONER), _job(1, BROKEN)])), key=lambda r: r["index"])
+    finally:
+        pool.close()
+    assert results[0]["status"] == "accepted", results[0]
+    assert results[1]["status"] == "rejected" and "no inputs" in results[1]["reason"], results[1]
+
+
 def test_close_leaves_nothing_of_a_worker_running():
     """A daemon the task code starts in a session of its own goes with the pool."""
     daemon = """import subprocess
@@ -133,3 +167,11 @@ def test_only_a_hosted_child_names_a_command_module_and_only_a_kernelwright_one(
     for role, commands in (("hosted", ""), ("hosted", "os"), ("candidate", "kernelwright.synth.worker")):
         with pytest.raises(ValueError, match="kernelwright module"):
             ChildConfig(role=role, commands=commands, **base)
+
+
+def test_workers_are_fresh_per_job_unless_the_code_is_the_rule_composers(tmp_path):
+    from kernelwright.synth.pipeline import SynthConfig
+
+    assert SynthConfig(n=1, out=tmp_path).own_code
+    assert not SynthConfig(n=1, out=tmp_path, composer="openai:some-model").own_code
+    assert not SynthConfig(n=1, out=tmp_path, source=tmp_path / "tasks.jsonl").own_code

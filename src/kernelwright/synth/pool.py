@@ -3,7 +3,10 @@
 Each worker is a judge child of the `hosted` role (judge.workers, the one launcher: forked from
 the judge's fork server, which has imported torch, or spawned afresh), confined as a candidate
 child is before any task code runs, and serving synth.worker's commands. It examines candidates
-one at a time (filters.examine); the parent keeps one job outstanding per worker. Jobs and results
+one at a time (filters.examine). A task's code runs in its worker's process and could change the
+filters there for every later job (accept them all, say): where the code is not the rule composer's
+(`fresh`: a model's programs, a set read back from a file), each worker examines one job and is
+replaced. The parent keeps one job outstanding per worker. Jobs and results
 are JSON on the child's authenticated channel, never pickles, and a result is held to its form
 (`malformed`) before the parent reads it: task code shares its worker's process and can write
 anything there. A job that runs past its timeout, a worker that dies, or a reply the parent
@@ -40,7 +43,7 @@ class _Worker:
 class Pool:
     """n worker processes; `run(jobs)` yields results as they finish (any order)."""
 
-    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float, sandbox_mode: str = "auto") -> None:
+    def __init__(self, n: int, context: dict[str, Any], *, timeout_s: float, sandbox_mode: str = "auto", fresh: bool = True) -> None:
         if n < 1:
             raise ValueError(f"workers must be at least 1, got {n}")
         from kernelwright.judge import sandbox
@@ -51,6 +54,7 @@ class Pool:
             raise RuntimeError(refused)
         self._context = context
         self.timeout_s = timeout_s
+        self.fresh = fresh  # a new worker for every job
         self._device = "cuda" if context.get("device") == "cuda" else "cpu"
         self._folder = Path(tempfile.mkdtemp(prefix="kw-synth-"))  # each worker's own folder inside, its sandbox's inside that
         spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), device=context.get("device"))
@@ -122,15 +126,23 @@ class Pool:
         why = malformed(result, job)
         if why:
             return self._lost(i, "crash", f"the worker's reply was refused: {why}")
-        w.job = None
+        if self.fresh:
+            self._replace(i)  # the task's code could have changed how its worker examines the next job
+        else:
+            w.job = None
         return result
 
-    def _lost(self, i: int, stage: str, reason: str) -> dict[str, Any]:
+    def _replace(self, i: int) -> None:
+        """Worker i killed with what it left running (its process group, and its uid's processes:
+        judge.workers), and a fresh one in its place."""
         w = self._workers[i]
-        job = w.job or {}
-        w.child.kill()  # its process group, and its uid's processes (judge.workers)
+        w.child.kill()
         w.child.close()
         self._workers[i] = _Worker(self._ready(self._start()))
+
+    def _lost(self, i: int, stage: str, reason: str) -> dict[str, Any]:
+        job = self._workers[i].job or {}
+        self._replace(i)
         return {"index": job.get("index"), "phase": job.get("phase", "all"), "status": "rejected", "stage": stage, "reason": reason,
                 "task": job.get("task"), "retry": bool(job.get("retry")), "seconds": {}}
 

@@ -385,6 +385,26 @@ def test_a_tool_leaves_nothing_running_where_no_uid_of_its_own_marks_its_process
     _assert_gone(int(printed.split("leftover")[1].split()[0]))
 
 
+@pytest.mark.parametrize("own_uid", [False, True])
+def test_a_compiler_that_times_out_leaves_nothing_running_and_the_build_waits_for_nothing(tmp_path, monkeypatch, own_uid):
+    """What a compiler moved to a session of its own, holding the build's output pipe, outlived its
+    timeout: without the uid layer the launcher's group was killed outright and never swept; with it,
+    the uid's sweep came only after the pipe's end, so the build waited as long as that process lived."""
+    import time
+
+    from kernelwright.judge import build
+
+    if own_uid and "uid" not in sandbox.spec_for("auto").layers:
+        pytest.skip("no uid layer here (the judge is not root)")
+    if not own_uid:
+        _as_non_root(monkeypatch)
+    t0 = time.monotonic()
+    code, out, timed_out = build._run_group(["/bin/sh", "-c", "setsid sleep 300 & echo leftover $!; sleep 30"], tmp_path, timeout_s=1.0)
+    assert timed_out and code is None, (code, out)
+    assert time.monotonic() - t0 < 1.0 + confine.SWEEP_S + 5
+    _assert_gone(int(out.split("leftover")[1].split()[0]))
+
+
 def test_the_sweeping_launcher_passes_its_commands_exit_status_on(tmp_path, monkeypatch):
     # a compiler's status is the build's verdict: the launcher that stays as the subreaper must hand it on
     import subprocess

@@ -53,7 +53,8 @@ def _run_group(cmd: list[str], cwd: Path, timeout_s: float, sandbox_mode: str = 
     spec = sandbox.spec_for(sandbox_mode, sockets=())  # a compiler needs no socket
     lim = sandbox.watched(spec)  # a bad setting fails here, before the compiler starts
     return run_group(sandbox.command(spec, cmd, cwd), cwd, timeout_s, env=sandbox.clean_env(os.environ),
-                     guard=lambda pid: _Watched(sandbox.watch_for(spec, pid, [cwd], lim), pid))
+                     guard=lambda pid: _Watched(sandbox.watch_for(spec, pid, [cwd], lim), pid),
+                     stop=lambda proc: sandbox.stop_launcher(spec, proc))
 
 
 class _Watched:

@@ -442,10 +442,7 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            if spec is not None and "uid" not in spec.layers and tuple(spec.layers) != ("env",):
-                with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # the launcher kills the tool and sweeps (confine._wait_and_sweep)
-                    proc.terminate()
-                    proc.wait(timeout=confine.SWEEP_S + 1)
+            stop_launcher(spec, proc)
             try:
                 os.killpg(proc.pid, 9)
             except OSError:
@@ -465,6 +462,23 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
         start = max(0, size - (1 << 20))
         text = os.pread(out.fileno(), size - start, start).decode(errors="replace")
         return timed_out, text + (f"\nkernelwright: {watch.over}\n" if watch is not None and watch.over else "")
+
+
+def stop_launcher(spec: Spec | None, proc: subprocess.Popen[Any]) -> None:
+    """Stop a confined command that ran out of time. Without the uid layer its launcher stays as
+    the subreaper of what the command started (confine.exec_confined): SIGTERM makes it kill the
+    command and sweep, and only then may its group be killed (SIGKILL to the launcher first left
+    what the command had moved to a session of its own running). With the uid layer every process
+    of its uid is killed (reap): one left holding the command's output pipe kept a build that timed
+    out waiting for that pipe's end as long as it lived."""
+    if spec is None or tuple(spec.layers) == ("env",):
+        return
+    if "uid" in spec.layers:
+        reap(proc.pid)
+        return
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        proc.terminate()
+        proc.wait(timeout=confine.SWEEP_S + 1)
 
 
 def watched(spec: Spec | None) -> quota.Limits | None:

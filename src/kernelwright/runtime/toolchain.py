@@ -134,11 +134,12 @@ def cpu_identity() -> str:
 
 def run_group(
     cmd: list[str], cwd: Path, timeout_s: float, *, env: Mapping[str, str] | None = None,
-    guard: Callable[[int], Guard | None] | None = None,
+    guard: Callable[[int], Guard | None] | None = None, stop: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> tuple[int | None, str, bool]:
     """Run a command in its own process group in `cwd`: (exit code, combined output, timed out).
     What it leaves running is killed after it. `guard(pid)` watches it meanwhile: a limit the
-    guard kills it for gives no exit code, and the reason in the output."""
+    guard kills it for gives no exit code, and the reason in the output. `stop(proc)` runs first
+    when it times out (a launcher that sweeps after its command is asked to, before its group is killed)."""
     try:
         proc = subprocess.Popen(
             cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -153,6 +154,8 @@ def run_group(
             return None, f"{out}\nkernelwright: {watch.over}", False
         return proc.returncode, out, False
     except subprocess.TimeoutExpired:
+        if stop is not None:
+            stop(proc)
         _kill_group(proc)
         out, _ = proc.communicate()
         return None, out or "", True

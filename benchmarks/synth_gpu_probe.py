@@ -115,15 +115,23 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = [run(mode, args.out, args.device) for mode in ("off", "auto")]
-    traces = trace(args.out, args.device)
-    (args.out / "synth_gpu_probe.json").write_text(json.dumps({"commit": os.environ.get("KERNELWRIGHT_COMMIT"), "runs": runs,
-                                                                "traces": traces}, indent=1))
-    for r in runs:
+    runs: list[dict] = []
+    traces: list[dict] = []
+
+    def save() -> None:  # after each part: a run cut short by its time limit keeps what finished
+        (args.out / "synth_gpu_probe.json").write_text(json.dumps({"commit": os.environ.get("KERNELWRIGHT_COMMIT"), "runs": runs,
+                                                                    "traces": traces}, indent=1))
+
+    for mode in ("auto", "off"):  # the sandboxed run first: it is the one that failed
+        r = run(mode, args.out, args.device)
+        runs.append(r)
+        save()
         print(f"--sandbox {r['mode']}: rc {r['rc']}, {r['seconds']} s")
         for c in r["candidates"]:
             print(f"  {c['status']:9} {c['stage']}: {(c['reason'] or '')[:300]}")
-        print(r["console_tail"][-2500:])
+        print(r["console_tail"][-1500:], flush=True)
+    traces.extend(trace(args.out, args.device))
+    save()
     for t in traces:
         print(f"--- hosted child, sandbox {t['mode']}:")
         for k, v in t.items():

@@ -48,7 +48,7 @@ def run(mode: str, out: Path, device: str) -> dict:
 
 
 PROBE_MODULE = "_synth_gpu_probe_cmds"
-PROBE_SOURCE = '''
+PROBE_SOURCE = r'''
 import os, sys, traceback
 
 
@@ -60,7 +60,14 @@ def trace(args):
         out["artifact_types_before"] = sorted(CacheArtifactFactory._artifact_types)
     except Exception:
         out["artifact_types_before"] = traceback.format_exc()[-3000:]
-    steps = [("import_codecache", "import torch._inductor.codecache"),
+    steps = [("triton_dirs", "import os; from triton import knobs; out_ = (knobs.cache.home_dir, knobs.cache.dir, os.environ.get('HOME'))\n"
+                             "if not str(out_[1]).startswith(str(out_[2])): raise RuntimeError(out_)"),
+             ("cc", "import os, subprocess, tempfile\n"
+                    "d = tempfile.mkdtemp(); c = os.path.join(d, 'x.c'); open(c, 'w').write('int f(int x) { return x + 1; }\\n')\n"
+                    "r = subprocess.run([os.environ.get('CC', 'gcc'), c, '-O3', '-shared', '-fPIC', '-o', os.path.join(d, 'x.so')], "
+                    "capture_output=True, text=True)\n"
+                    "if r.returncode: raise RuntimeError(f'{os.environ.get(\"CC\")} rc {r.returncode}: {r.stdout[-1500:]} {r.stderr[-3000:]}')"),
+             ("import_codecache", "import torch._inductor.codecache"),
              ("import_compile_fx", "import torch._inductor.compile_fx"),
              ("compile", "import torch; f = torch.compile(lambda x: (x * 2).relu() + 1, backend='inductor'); "
                          "d = args['device']; x = torch.randn(64, device=d); y = f(x); "
@@ -99,11 +106,13 @@ def trace(out: Path, device: str) -> list[dict]:
                                       commands=f"kernelwright.{PROBE_MODULE}"))
             try:
                 child.send("trace", {"device": device})
-                reports.append({"mode": mode, **child.wait("trace", timeout_s=600)})
+                reports.append({"mode": mode, **child.wait("trace", timeout_s=240)})
             except Exception as exc:  # noqa: BLE001 - the probe reports whatever happened
                 reports.append({"mode": mode, "failed": f"{type(exc).__name__}: {exc}", "log": str(getattr(exc, "log_tail", ""))[-4000:]})
             finally:
                 child.close()
+                log = workdir / "hosted.log"  # the child's stderr: what a compiler it ran printed
+                reports[-1]["log_tail"] = log.read_text(errors="replace")[-4000:] if log.exists() else ""
     finally:
         module.unlink(missing_ok=True)
     return reports

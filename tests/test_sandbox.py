@@ -94,6 +94,39 @@ def test_a_confined_tool_under_a_uid_of_its_own_has_a_user_name(tmp_path):
     assert "name sandbox" in printed, printed
 
 
+TRITON_HOME = r"""
+import os
+import torch.nn as nn
+
+HOMES = (os.environ.get("TRITON_HOME"), os.environ.get("HOME"), os.getcwd())
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        assert HOMES[0] == HOMES[1] == HOMES[2], HOMES
+        return x.clamp(min=0)
+"""
+
+
+def test_a_candidates_triton_home_is_its_own_folder(tmp_path):
+    """Triton reads its home folder once, at import, and the fork server imported it as the judge's
+    user: every Triton compile in a sandboxed child failed on "/root/.triton" (Permission denied)."""
+    folder = tmp_path / "triton_home"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(TRITON_HOME)
+    verdict = evaluate(PROBLEMS / "relu.py", folder, zoo_policy(), device="cpu")
+    assert verdict.status.value == "correct", verdict.log
+
+
+def test_a_confined_tool_gets_no_shared_cache_folder_and_its_own_triton_home(tmp_path):
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "shared-triton"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "shared-inductor"))
+    code = "import os; print('homes', os.environ.get('TRITON_HOME') == os.environ['HOME'] == os.getcwd(), 'caches', " \
+           "[v for v in ('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR') if v in os.environ])"
+    _, printed = sandbox.run_tool([sys.executable, "-I", "-c", code], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt", timeout_s=60,
+                                  env=env)
+    assert "homes True caches []" in printed, printed
+
+
 # The environment's allow-list holds with --sandbox off too, so the key attacks find nothing there either.
 REAL_WITHOUT = sorted(set(zoo.ATTACKS) - {"key_from_env", "key_from_memory"})
 

@@ -186,6 +186,20 @@ def _capset(caps: int) -> None:
     _check(_libc.syscall(nr, ctypes.c_char_p(header), ctypes.c_char_p(data)), "capset")
 
 
+CACHE_VARS = ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR")  # shared folders a confined process cannot write
+
+
+def home_env(env: dict[str, str], home: str, tmp: str) -> None:
+    """Point a confined process's home and temporary folders, and Triton's and inductor's caches,
+    into its own folder. TRITON_HOME is set, not left to HOME: Triton reads the home folder once,
+    at its import, and the fork server imported it as the judge's user ("/root/.triton": Permission
+    denied, every Triton compile in a sandboxed child). Cache folders named in the judge's
+    environment are dropped: they are shared, and not writable from the sandbox."""
+    for var in CACHE_VARS:
+        env.pop(var, None)
+    env.update({"TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "HOME": home, "TRITON_HOME": home})
+
+
 def account_env(uid: int) -> dict[str, str]:
     """USER and LOGNAME for a sandbox uid, which no account has: without them getpass.getuser()
     looks the uid up in the password database and raises KeyError, and torch before 2.13 calls it
@@ -411,7 +425,8 @@ def _confine_and_exec(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-
     layers, workdir = plan["layers"], plan["workdir"]
     tmp = os.path.join(workdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    env = dict(os.environ, TMPDIR=tmp, TMP=tmp, TEMP=tmp, HOME=workdir)
+    env = dict(os.environ)
+    home_env(env, workdir, tmp)
     if "limits" in layers:
         set_limits(plan["limits"])
     if "uid" in layers:

@@ -57,6 +57,9 @@ class Pool:
         self.fresh = fresh  # a new worker for every job
         self._device = "cuda" if context.get("device") == "cuda" else "cpu"
         self._folder = Path(tempfile.mkdtemp(prefix="kw-synth-"))  # each worker's own folder inside, its sandbox's inside that
+        # traversable (not listable) by a worker's uid: access(2), which compilers ask of TMPDIR, counts no capability,
+        # and a compiler that finds TMPDIR closed writes to /tmp, which the sandbox refuses (Triton's on the GPU did)
+        self._folder.chmod(0o711)
         spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), device=context.get("device"))
         self._env = {sandbox.SPEC_ENV: spec.to_env(), "KERNELWRIGHT_CACHE": str(cache_dir())}
         self._workers: list[_Worker] = []

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import cli, problem
 from kernelwright.judge import evaluate as ev
-from kernelwright.judge import forkpool, sandbox
+from kernelwright.judge import forkpool, sandbox_check
 from kernelwright.judge.policy import Policy
 from kernelwright.core.records import Status
 from kernelwright.judge.snapshot import candidate_files, files_hash
@@ -71,7 +71,7 @@ def test_a_syntax_error_is_compile_error_naming_the_users_file_and_line_without_
     v = ev.evaluate(ROWSUM, cand, Policy(time_candidate=False), device="cpu")
     assert v.status is Status.COMPILE_ERROR
     assert f"{cand.parent}/syntax.py:2:" in v.log and "kw-eval-" not in v.log, v.log
-    assert v.sandbox["candidate_started"] is False and sandbox.plainly(v.sandbox) == ""
+    assert v.sandbox["candidate_started"] is False and sandbox_check.plainly(v.sandbox) == ""
 
 
 def test_an_empty_file_is_compile_error_without_a_child(tmp_path, no_children):
@@ -282,9 +282,9 @@ def test_a_model_new_candidates_id_is_what_it_was(tmp_path):
 
 
 def test_the_sandbox_line_is_only_for_verdicts_that_ran_candidate_code():
-    assert sandbox.plainly(sandbox.not_started("auto")) == ""
-    assert "WITHOUT the sandbox" in sandbox.plainly(None)  # a verdict from before the sandbox
-    assert "WITHOUT the full sandbox" in sandbox.plainly({"mode": "auto", "layers": ["env"], "full": False, "missing": ["landlock"]})
+    assert sandbox_check.plainly(sandbox_check.not_started("auto")) == ""
+    assert "WITHOUT the sandbox" in sandbox_check.plainly(None)  # a verdict from before the sandbox
+    assert "WITHOUT the full sandbox" in sandbox_check.plainly({"mode": "auto", "layers": ["env"], "full": False, "missing": ["landlock"]})
 
 
 def test_a_candidates_error_shows_its_own_frames_not_the_judges(tmp_path, monkeypatch):

@@ -14,7 +14,9 @@ import errno
 import os
 import platform
 import resource
+import signal
 import struct
+import sys
 from collections.abc import Callable, Iterable, Iterator
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -145,7 +147,6 @@ def kill_adopted(keep: Callable[[int], bool]) -> bool:
     """One round of a subreaper's sweep: SIGKILL and reap every child of this process that `keep`
     does not name, zombies too; whether there was one. A child of this process cannot be reaped by
     anyone else, so its pid is still its own when it is signalled."""
-    import signal
 
     left = [pid for pid in children_of(os.getpid(), zombies=True) if not keep(pid)]
     for pid in left:
@@ -186,27 +187,20 @@ def _capset(caps: int) -> None:
     _check(_libc.syscall(nr, ctypes.c_char_p(header), ctypes.c_char_p(data)), "capset")
 
 
-CACHE_VARS = ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR")  # shared folders a confined process cannot write
+CACHE_VARS = ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR")  # shared: not writable here
 
 
-def home_env(env: dict[str, str], home: str, tmp: str) -> None:
-    """Point a confined process's home and temporary folders, and Triton's and inductor's caches,
-    into its own folder. TRITON_HOME is set, not left to HOME: Triton reads the home folder once,
-    at its import, and the fork server imported it as the judge's user ("/root/.triton": Permission
-    denied, every Triton compile in a sandboxed child). Cache folders named in the judge's
-    environment are dropped: they are shared, and not writable from the sandbox."""
+def home_env(env: dict[str, str], home: str, tmp: str) -> dict[str, str]:
+    """A confined process's home, temporary folders and caches in its own folder. TRITON_HOME too:
+    Triton reads its home once, at import, which the fork server did as the judge's user."""
     for var in CACHE_VARS:
         env.pop(var, None)
     env.update({"TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "HOME": home, "TRITON_HOME": home})
+    return env
 
 
 def account_env(uid: int) -> dict[str, str]:
-    """USER and LOGNAME for a sandbox uid, which no account has: without them getpass.getuser()
-    looks the uid up in the password database and raises KeyError, and torch before 2.13 calls it
-    when torch._inductor.codecache is imported (its cache folder's name). That import then fails
-    half-way, and every later import of it in the process fails on the artifact type the first one
-    registered: every torch.compile with inductor in the child (synthesis on a GPU, a candidate
-    that compiles) failed."""
+    """A user name for a uid no account has (getpass.getuser(), which torch before 2.13 calls at an import)."""
     name = f"sandbox{uid}"
     return {"USER": name, "LOGNAME": name}
 
@@ -409,7 +403,6 @@ def exec_confined(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-arg]
     forks first and stays, unconfined, as the subreaper of the confined child that becomes `cmd`
     (_wait_and_sweep): a process `cmd` moved to a session of its own is killed when `cmd` exits, and
     `cmd`, in a Landlock domain this process is outside of, cannot signal it (ABI 6 on)."""
-    import signal
 
     if "uid" not in plan["layers"] and list(plan["layers"]) != ["env"] and child_subreaper():
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the handler is in place (parent) or reset (child)
@@ -425,8 +418,7 @@ def _confine_and_exec(plan: dict, cmd: list[str]) -> None:  # type: ignore[type-
     layers, workdir = plan["layers"], plan["workdir"]
     tmp = os.path.join(workdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    env = dict(os.environ)
-    home_env(env, workdir, tmp)
+    env = home_env(dict(os.environ), workdir, tmp)
     if "limits" in layers:
         set_limits(plan["limits"])
     if "uid" in layers:
@@ -454,8 +446,6 @@ def _wait_and_sweep(pid: int) -> None:
     process handed to this one, round after round while new ones come; exit with `pid`'s status
     (126 when it could not start, 128 + the signal that ended it). SIGTERM (the judge's timeout)
     kills `pid` first."""
-    import signal
-    import sys
     import time
 
     done: list[int] = []
@@ -488,7 +478,6 @@ def _wait_and_sweep(pid: int) -> None:
 
 def _main(argv: list[str]) -> int:
     import json
-    import sys
 
     if argv[1:2] == ["probe"]:
         print(json.dumps(probe()))
@@ -504,6 +493,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(_main(sys.argv))

@@ -145,7 +145,7 @@ class Children:
         if role == "candidate":  # confined from its setup on (judge.sandbox); its own extension folder is writable
             read = (str(self.problem.path), str(self.files.model_new.parent))
             config, spec = extension.candidate_config(self.policy.sandbox, self.device, self.policy.gpu_index, self.workdir, read, extra_env)
-            self.vb.sandbox = sandbox.record(spec)
+            self.vb.sandbox = sandbox_check.record(spec)
         else:
             env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(extra_env or {})}
             config = ChildConfig(role=role, device=self.device, gpu_index=self.policy.gpu_index, workdir=self.workdir, env=env)

@@ -225,36 +225,6 @@ def refusal(mode: str) -> str:
     return f"--sandbox strict: this machine does not give the full sandbox (missing: {', '.join(missing)})" if missing else ""
 
 
-def record(spec: Spec | None) -> dict[str, Any]:
-    """The verdict's `sandbox` field."""
-    if spec is None:
-        return {"mode": "off", "layers": ["env"], "full": False, "missing": ["every layer but env: judged without the sandbox"]}
-    sup = support() if spec.mode != "off" else None
-    missing = list(sup.missing()) if sup is not None else ["every layer but env: judged without the sandbox"]
-    return {"mode": spec.mode, "layers": list(spec.layers), "full": not missing, "missing": missing}
-
-
-def not_started(mode: str) -> dict[str, Any]:
-    """The verdict's `sandbox` field when it ended before any candidate process started (a syntax
-    error, a failed build of raw sources, a refusal): none of the candidate's code ran anywhere."""
-    return {"mode": mode, "layers": [], "full": None, "missing": [], "candidate_started": False}
-
-
-def plainly(record: Mapping[str, Any] | None) -> str:
-    """One sentence for reports when a verdict was judged without the full sandbox ('' when it was
-    judged with it, or when no candidate process started). A verdict from before the sandbox has no
-    record at all."""
-    if record is not None and record.get("candidate_started") is False:
-        return ""
-    if record is None:
-        return "judged WITHOUT the sandbox (a verdict from before it existed): the candidate's code could read keys, use the network and write outside its folder"
-    if record.get("full"):
-        return ""
-    missing = ", ".join(record.get("missing") or []) or "unknown"
-    return (f"judged WITHOUT the full sandbox (--sandbox {record.get('mode')}; layers {', '.join(record.get('layers') or [])}; "
-            f"missing: {missing}): the candidate's code was less confined than the judge can confine it")
-
-
 # ---- in the confined process -------------------------------------------------------------------
 
 

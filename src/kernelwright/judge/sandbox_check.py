@@ -1,7 +1,8 @@
 """The sandbox seen from outside (judge.sandbox applies it): what the kernel says of a process's
 confinement (observed), whether a candidate child is confined as its spec says (unconfined), and
 whether the process at the other end of one of the judge's unix sockets is more confined than the
-judge (confined_peer), which the shared fork server and the service ask of every connection."""
+judge (confined_peer), which the shared fork server and the service ask of every connection; and
+what a verdict records of it (record, not_started) and says of it in words (plainly)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import os
 import select
 import socket
 import struct
+from collections.abc import Mapping
 from typing import Any
 
+from kernelwright.judge import sandbox
 from kernelwright.judge.sandbox import UID_BASE, Spec
 
 
@@ -117,3 +120,34 @@ def refused_peer_line(why: str) -> str:
     if n <= 5 or n % 1000 == 0:
         return f"refused a connection from a sandboxed process ({why}); {n} refused so far"
     return ""
+
+
+def record(spec: Spec | None) -> dict[str, Any]:
+    """The verdict's `sandbox` field."""
+    if spec is None:
+        return {"mode": "off", "layers": ["env"], "full": False, "missing": ["every layer but env: judged without the sandbox"]}
+    sup = sandbox.support() if spec.mode != "off" else None
+    missing = list(sup.missing()) if sup is not None else ["every layer but env: judged without the sandbox"]
+    return {"mode": spec.mode, "layers": list(spec.layers), "full": not missing, "missing": missing}
+
+
+def not_started(mode: str) -> dict[str, Any]:
+    """The verdict's `sandbox` field when it ended before any candidate process started (a syntax
+    error, a failed build of raw sources, a refusal): no candidate child ran. A build's compiler
+    ran confined, and the candidate's compiler flags can make it run a program of theirs there."""
+    return {"mode": mode, "layers": [], "full": None, "missing": [], "candidate_started": False}
+
+
+def plainly(record: Mapping[str, Any] | None) -> str:
+    """One sentence for reports when a verdict was judged without the full sandbox ('' when it was
+    judged with it, or when no candidate process started). A verdict from before the sandbox has no
+    record at all."""
+    if record is not None and record.get("candidate_started") is False:
+        return ""
+    if record is None:
+        return "judged WITHOUT the sandbox (a verdict from before it existed): the candidate's code could read keys, use the network and write outside its folder"
+    if record.get("full"):
+        return ""
+    missing = ", ".join(record.get("missing") or []) or "unknown"
+    return (f"judged WITHOUT the full sandbox (--sandbox {record.get('mode')}; layers {', '.join(record.get('layers') or [])}; "
+            f"missing: {missing}): the candidate's code was less confined than the judge can confine it")

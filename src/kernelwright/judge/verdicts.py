@@ -12,7 +12,7 @@ from typing import Any
 import kernelwright
 from kernelwright.judge import guards, pricing
 from kernelwright.judge.policy import ALL_STEPS, TIMING_STEPS, Policy
-from kernelwright.judge.sandbox import not_started
+from kernelwright.judge.sandbox_check import not_started
 from kernelwright.core.records import (
     MODULE_MODE, BaselineSource, Guard, Resources, Status, Step, SystemInfo, Timing, Verdict, truncate,
 )
@@ -112,7 +112,7 @@ class VerdictBuilder:
         self.candidate: dict[str, Any] = {"hash": None, "build_path": None}
         self.workers: dict[str, Any] | None = None  # the verdict's `workers` field
         self.memory: dict[str, Any] | None = None  # the verdict's `memory` field
-        self.sandbox: dict[str, Any] | None = None  # the verdict's `sandbox` field (judge.sandbox.record)
+        self.sandbox: dict[str, Any] | None = None  # the verdict's `sandbox` field (judge.sandbox_check.record)
         self.build_s: float | None = None
         self.resources: Resources | None = None
         self.log = ""

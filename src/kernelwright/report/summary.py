@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelwright.judge import sandbox
+from kernelwright.judge import sandbox_check
 from kernelwright.core.records import Status, Verdict
 
 STATUS_STYLE = {
@@ -53,7 +53,7 @@ def print_verdict(console: Console, v: Verdict, verdict_id: Optional[str] = None
     head = f"{escape(v.problem['name'])}  candidate {str(v.candidate.get('hash') or '-')[:12]} ({v.candidate.get('build_path')})"
     console.print(head + (f"  [dim]{verdict_id}[/]" if verdict_id else ""), highlight=False)
     _print_numbers(console, v)
-    unconfined = sandbox.plainly(v.sandbox)
+    unconfined = sandbox_check.plainly(v.sandbox)
     if unconfined:
         console.print(f"[bold yellow]{unconfined}[/]", highlight=False)
     fired = [g for g in v.guards if g.fired]

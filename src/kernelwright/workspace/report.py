@@ -10,7 +10,7 @@ from kernelwright.agent import feedback
 from kernelwright.agent.judging import BuildReport, Judged
 from kernelwright.agent.optimize import sanitizer_gap
 from kernelwright.agent.profile import breakdown_table, ncu_table
-from kernelwright.judge import sandbox
+from kernelwright.judge import sandbox_check
 from kernelwright.workspace.exits import EXIT_CODES, Exit, for_verdict, sanitizer_errors
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def compose(session: "Session", *, kind: str, digest: str | None, build: BuildRe
     if judged is not None:
         lines += ["", feedback.describe(judged, target_speedup=session.objective.target_speedup, limit=LIMIT)]
         lines += _sanitizer(judged)
-        unconfined = sandbox.plainly(judged.verdict.sandbox)
+        unconfined = sandbox_check.plainly(judged.verdict.sandbox)
         lines += ["", unconfined] if unconfined else []
     if "ncu" in extra:
         lines += ["", ncu_table(extra["ncu"])]

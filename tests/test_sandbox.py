@@ -418,24 +418,34 @@ def test_a_tool_leaves_nothing_running_where_no_uid_of_its_own_marks_its_process
     _assert_gone(int(printed.split("leftover")[1].split()[0]))
 
 
-@pytest.mark.parametrize("own_uid", [False, True])
-def test_a_compiler_that_times_out_leaves_nothing_running_and_the_build_waits_for_nothing(tmp_path, monkeypatch, own_uid):
-    """What a compiler moved to a session of its own, holding the build's output pipe, outlived its
-    timeout: without the uid layer the launcher's group was killed outright and never swept; with it,
-    the uid's sweep came only after the pipe's end, so the build waited as long as that process lived."""
+@pytest.mark.parametrize("ends", ["times out", "exits"])
+@pytest.mark.parametrize("layers", ["own uid", "no uid", "off"])
+def test_a_compiler_leaves_nothing_running_and_the_build_waits_for_nothing(tmp_path, monkeypatch, layers, ends):
+    """A process a compiler moved to a session of its own, holding the build's output: without the
+    uid layer the launcher's group was killed outright at the timeout and never swept; with it, the
+    uid's sweep came only after the output pipe's end, so the build waited as long as that process
+    lived, and a compiler that exited at once was reported as timed out; with --sandbox off the build
+    waited for it without limit. The output now goes to a file."""
+    import signal
     import time
 
     from kernelwright.judge import build
 
-    if own_uid and "uid" not in sandbox.spec_for("auto").layers:
+    if layers == "own uid" and "uid" not in sandbox.spec_for("auto").layers:
         pytest.skip("no uid layer here (the judge is not root)")
-    if not own_uid:
+    if layers == "no uid":
         _as_non_root(monkeypatch)
+    script = "setsid sleep 300 & echo leftover $!; " + ("sleep 30" if ends == "times out" else "exit 0")
     t0 = time.monotonic()
-    code, out, timed_out = build._run_group(["/bin/sh", "-c", "setsid sleep 300 & echo leftover $!; sleep 30"], tmp_path, timeout_s=1.0)
-    assert timed_out and code is None, (code, out)
-    assert time.monotonic() - t0 < 1.0 + confine.SWEEP_S + 5
-    _assert_gone(int(out.split("leftover")[1].split()[0]))
+    code, out, timed_out = build._run_group(["/bin/sh", "-c", script], tmp_path, timeout_s=3.0, sandbox_mode="off" if layers == "off" else "auto")
+    took = time.monotonic() - t0
+    leftover = int(out.split("leftover")[1].split()[0])
+    if layers == "off":  # nothing confines it, nothing sweeps: only the wait is the build's business
+        os.kill(leftover, signal.SIGKILL)
+    else:
+        _assert_gone(leftover)
+    assert (timed_out, code) == ((True, None) if ends == "times out" else (False, 0)), (code, out)
+    assert took < (3.0 + confine.SWEEP_S + 5 if ends == "times out" else 2.5), took
 
 
 def test_the_sweeping_launcher_passes_its_commands_exit_status_on(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 NVCC_FLAGS = ("-std=c++17", "-shared", "-Xcompiler", "-fPIC,-O1", "-lineinfo", "-Xptxas", "-v")
 GXX_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
 DEFAULT_ARCH = "90"
+OUTPUT_LIMIT = 4 << 20  # the last bytes of a compiler's output that a build keeps
 ARCH_RE = re.compile(r"^(?:sm_|compute_)?(?:(\d{1,2})\.(\d)|(\d{2,3}))([a-z]?)$")
 
 
@@ -134,40 +136,47 @@ def cpu_identity() -> str:
 
 def run_group(
     cmd: list[str], cwd: Path, timeout_s: float, *, env: Mapping[str, str] | None = None,
-    guard: Callable[[int], Guard | None] | None = None, stop: Callable[[subprocess.Popen[str]], None] | None = None,
+    guard: Callable[[int], Guard | None] | None = None, stop: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> tuple[int | None, str, bool]:
     """Run a command in its own process group in `cwd`: (exit code, combined output, timed out).
     What it leaves running is killed after it. `guard(pid)` watches it meanwhile: a limit the
     guard kills it for gives no exit code, and the reason in the output. `stop(proc)` runs first
-    when it times out (a launcher that sweeps after its command is asked to, before its group is killed)."""
-    try:
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace", start_new_session=True, env=env,
-        )
-    except OSError as exc:
-        return None, f"could not start {cmd[0]}: {exc}", False
-    watch = guard(proc.pid) if guard is not None else None
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        if watch is not None and watch.over:
-            return None, f"{out}\nkernelwright: {watch.over}", False
-        return proc.returncode, out, False
-    except subprocess.TimeoutExpired:
-        if stop is not None:
-            stop(proc)
-        _kill_group(proc)
-        out, _ = proc.communicate()
-        return None, out or "", True
-    finally:
-        if proc.poll() is None:
+    when it times out (a launcher that sweeps after its command is asked to, before its group is killed).
+    The output goes to a file, not a pipe: the wait ends with the command, whatever it left holding
+    the output open, and the judge keeps only its last OUTPUT_LIMIT bytes."""
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
+        except OSError as exc:
+            return None, f"could not start {cmd[0]}: {exc}", False
+        watch = guard(proc.pid) if guard is not None else None
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            if stop is not None:
+                stop(proc)
             _kill_group(proc)
             proc.wait()
-        if watch is not None:
-            watch.close()
+        finally:
+            if proc.poll() is None:
+                _kill_group(proc)
+                proc.wait()
+            if watch is not None:
+                watch.close()
+        size = os.fstat(out.fileno()).st_size
+        start = max(0, size - OUTPUT_LIMIT)
+        text = os.pread(out.fileno(), size - start, start).decode(errors="replace")
+    if timed_out:
+        return None, text, True
+    if watch is not None and watch.over:
+        return None, f"{text}\nkernelwright: {watch.over}", False
+    return proc.returncode, text, False
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a child's whole process group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

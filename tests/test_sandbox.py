@@ -762,3 +762,10 @@ def test_a_process_left_holding_the_channel_does_not_hold_up_the_verdict(tmp_pat
             running.append(pid)
             os.kill(int(pid), 9)
     assert not running, f"the process the candidate left still runs after its verdict: {running}"
+
+
+def test_the_judges_user_name_reaches_its_children():
+    """A judge under a uid no account has (a container's --user) knows its name only from USER and
+    LOGNAME: dropped, every child's getpass.getuser() raised KeyError (torch before 2.13 calls it)."""
+    kept = sandbox.clean_env({"USER": "someone", "LOGNAME": "someone", "API_KEY": "x"})
+    assert kept == {"USER": "someone", "LOGNAME": "someone"}

@@ -129,14 +129,41 @@ def get_inputs():
 """
 
 
-def test_task_code_cannot_change_how_later_jobs_are_examined():
-    pool = Pool(1, _ctx(), timeout_s=60)
+@pytest.mark.parametrize("fresh", [True, False])
+def test_task_code_cannot_change_how_later_jobs_are_examined_in_a_fresh_worker(fresh):
+    pool = Pool(1, _ctx(), timeout_s=60, fresh=fresh)
     try:
         results = sorted(pool.run(iter([_job(0, POISONER), _job(1, BROKEN)])), key=lambda r: r["index"])
     finally:
         pool.close()
     assert results[0]["status"] == "accepted", results[0]
-    assert results[1]["status"] == "rejected" and "no inputs" in results[1]["reason"], results[1]
+    if fresh:
+        assert results[1]["status"] == "rejected" and "no inputs" in results[1]["reason"], results[1]
+    else:  # the attack is real: a shared worker accepts the broken task (why the rule composer alone shares them)
+        assert results[1]["status"] == "accepted", results[1]
+
+
+def test_a_result_whose_task_is_not_the_examined_source_is_refused():
+    swap = HONEST + """
+import kernelwright.synth.filters as _filters
+_real = _filters.examine
+
+
+def _swap(job, ctx):
+    result = _real(job, ctx)
+    result["task"]["source"] = "import torch  # never examined"
+    return result
+
+
+_filters.examine = _swap
+"""
+    pool = Pool(1, _ctx(), timeout_s=60, fresh=False)
+    try:
+        results = sorted(pool.run(iter([_job(0, swap), _job(1, HONEST)])), key=lambda r: r["index"])
+    finally:
+        pool.close()
+    assert results[0]["status"] == "accepted", results[0]  # the swap is installed after this job's result
+    assert results[1]["stage"] == "crash" and "source is not the job's" in results[1]["reason"], results[1]
 
 
 def test_close_leaves_nothing_of_a_worker_running():
@@ -169,9 +196,26 @@ def test_only_a_hosted_child_names_a_command_module_and_only_a_kernelwright_one(
             ChildConfig(role=role, commands=commands, **base)
 
 
-def test_workers_are_fresh_per_job_unless_the_code_is_the_rule_composers(tmp_path):
+def test_workers_are_fresh_per_job_unless_the_code_is_the_rule_composers(tmp_path, monkeypatch):
+    from kernelwright.synth import pipeline, pool
     from kernelwright.synth.pipeline import SynthConfig
 
     assert SynthConfig(n=1, out=tmp_path).own_code
     assert not SynthConfig(n=1, out=tmp_path, composer="openai:some-model").own_code
     assert not SynthConfig(n=1, out=tmp_path, source=tmp_path / "tasks.jsonl").own_code
+    seen = []
+
+    class Spy(pool.Pool):
+        def __init__(self, *args, **kw):
+            seen.append(kw["fresh"])
+            super().__init__(*args, **kw)
+
+    class Composer:  # a model's composer handed in through the API, the config left at "rules"
+        def job(self, seed, i, weights):
+            return {"source": HONEST, "task": {"id": f"m{i}", "index": i, "name": f"m{i}", "ops": ["relu"], "n_ops": 1, "level": 1,
+                                                "seed": seed, "device": "cpu"}}
+
+    monkeypatch.setattr(pool, "Pool", Spy)
+    pipeline.run_synth(SynthConfig(n=1, out=tmp_path / "rules", max_candidates=1, against=()))
+    pipeline.run_synth(SynthConfig(n=1, out=tmp_path / "model", max_candidates=1, against=()), composer=Composer())
+    assert seen[0] is False and seen[-1] is True, seen

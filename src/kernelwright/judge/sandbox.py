@@ -60,7 +60,7 @@ UID_BASE = uids.UID_BASE  # 1795162112 and up: no account's; a child's uid is th
 # Names that say a secret, anywhere in a variable's name (upper-cased), and the judge's own doors.
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE", "SIGNATURE")
 DENIED_NAMES = frozenset({"KERNELWRIGHT_STORE", "KERNELWRIGHT_SERVICE", "KERNELWRIGHT_SERVICE_TOKEN", "KERNELWRIGHT_FORKSERVER_SOCKET"})
-ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CC", "CXX", "CPATH", "LIBRARY_PATH"})
+ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CC", "CXX", "CPATH", "LIBRARY_PATH", "USER", "LOGNAME"})  # a user name: getpass needs one where the uid has no account
 ALLOWED_PREFIXES = ("PYTHON", "LD_", "LC_", "CUDA_", "NVIDIA_", "TORCH", "PYTORCH_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TRITON_", "KINETO_",
                     "CUBLAS_", "CUDNN_", "NVCC_", "KERNELWRIGHT_")
 LIMITS = {"NOFILE": 4096, "CORE": 0, "FSIZE": 16 << 30, "CPU": 3600}  # and DATA (limits()); KERNELWRIGHT_SANDBOX_<NAME> overrides

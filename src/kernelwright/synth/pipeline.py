@@ -72,8 +72,7 @@ class SynthConfig:
     def own_code(self) -> bool:
         """Whether every task's code is the rule composer's (ours): its workers then examine many
         jobs each. A model's programs, or a set read back with --from (made anywhere), get a fresh
-        worker per job (synth.pool), about 0.4 s a task more on the 2-core box (torch.compile's first
-        call in a process)."""
+        worker per job (synth.pool)."""
         return self.composer == "rules" and self.source is None
 
     @property
@@ -139,6 +138,7 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
     context = {"device": config.device, "calibration": load_calibration(), "against": _references(config.against),
                "threshold": config.threshold, "atol": 1e-4, "rtol": 1e-4, "backend": config.compile_backend, "timed": config.measures_runtime}
     limit = len(given) if given is not None else (config.max_candidates or 20 * config.n + 100)
+    fresh = not config.own_code or composer is not None  # a worker per job unless every task's code is the rule composer's
     t0 = time.monotonic()
     _advance(state, config, limit)
     with (out / "candidates.jsonl").open("a") as log:
@@ -152,14 +152,14 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
             return _done(state, config, limit)
 
         if not config.measures_runtime:
-            _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "all"), sink)
-            _drain(1, context, config, _retries(state, config, given, composer, "all"), sink)  # errors that came back last
+            _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "all"), sink, fresh)
+            _drain(1, context, config, _retries(state, config, given, composer, "all"), sink, fresh)  # errors that came back last
         else:
             while not _done(state, config, limit):
                 before = (len(state.results), len(state.checked))
-                _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "check"), sink)
-                _drain(1, context, config, _retries(state, config, given, composer, "check"), sink)  # out of memory beside others: again, alone
-                _drain(1, context, config, _time_jobs(state, config), sink)  # the GPU alone for each timing
+                _drain(config.workers, context, config, _jobs(state, config, given, limit, composer, "check"), sink, fresh)
+                _drain(1, context, config, _retries(state, config, given, composer, "check"), sink, fresh)  # out of memory beside others: again, alone
+                _drain(1, context, config, _time_jobs(state, config), sink, fresh)  # the GPU alone for each timing
                 if (len(state.results), len(state.checked)) == before:
                     break
     wall = time.monotonic() - t0
@@ -171,14 +171,14 @@ def run_synth(config: SynthConfig, progress: Callable[[dict[str, Any]], None] | 
 
 
 def _drain(workers: int, context: dict[str, Any], config: SynthConfig, jobs: Iterator[dict[str, Any]],
-           sink: Callable[[dict[str, Any]], bool]) -> None:
+           sink: Callable[[dict[str, Any]], bool], fresh: bool) -> None:
     """Run jobs on a pool of workers until they run out or the sink says the run is done."""
     from kernelwright.synth.pool import Pool
 
     first = next(jobs, None)
     if first is None:
         return
-    pool = Pool(workers, context, timeout_s=config.timeout_s, sandbox_mode=config.sandbox, fresh=not config.own_code)
+    pool = Pool(workers, context, timeout_s=config.timeout_s, sandbox_mode=config.sandbox, fresh=fresh)
     try:
         for result in pool.run(_chain(first, jobs)):
             if sink(result):

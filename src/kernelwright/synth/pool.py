@@ -35,7 +35,7 @@ POLL_S = 1.0  # the longest the parent waits before it looks at every busy worke
 
 @dataclass
 class _Worker:
-    child: Child
+    child: Child | None  # None: to be started before its next job (a fresh one per job, or one lost)
     job: dict[str, Any] | None = None  # the job it examines now
     started: float = 0.0  # when that job was sent (time.monotonic)
 
@@ -100,15 +100,17 @@ class Pool:
                     if job is None:
                         exhausted = True
                         continue
+                    if w.child is None:
+                        w.child = self._ready(self._start())
                     w.job, w.started = job, time.monotonic()
                     w.child.send("examine", {"job": job})
-            busy = [w for w in self._workers if w.job is not None]
+            busy = [w for w in self._workers if w.job is not None and w.child is not None]
             if not busy:
                 return
             soonest = min(w.started for w in busy) + self.timeout_s - time.monotonic()
-            ready, _, _ = select.select([w.child.fileno() for w in busy], [], [], max(0.0, min(POLL_S, soonest)))
+            ready, _, _ = select.select([w.child.fileno() for w in busy if w.child is not None], [], [], max(0.0, min(POLL_S, soonest)))
             for i, w in enumerate(self._workers):
-                if w.job is None:
+                if w.job is None or w.child is None:
                     continue
                 left = w.started + self.timeout_s - time.monotonic()
                 if w.child.fileno() in ready or left <= 0 or not w.child.alive():
@@ -118,6 +120,7 @@ class Pool:
         """Worker i's result, or its job's rejection (and a new worker) when none of the right form came."""
         w = self._workers[i]
         job = w.job or {}
+        assert w.child is not None
         try:
             result = w.child.wait("examine", timeout_s=left_s)
         except ChildError as exc:
@@ -130,31 +133,33 @@ class Pool:
         if why:
             return self._lost(i, "crash", f"the worker's reply was refused: {why}")
         if self.fresh:
-            self._replace(i)  # the task's code could have changed how its worker examines the next job
-        else:
-            w.job = None
+            self._retire(i)  # the task's code could have changed how its worker examines the next job
+        w.job = None
         return result
 
-    def _replace(self, i: int) -> None:
+    def _retire(self, i: int) -> None:
         """Worker i killed with what it left running (its process group, and its uid's processes:
-        judge.workers), and a fresh one in its place."""
+        judge.workers); a fresh one starts when the next job needs it, after this result is handed on."""
         w = self._workers[i]
-        w.child.kill()
-        w.child.close()
-        self._workers[i] = _Worker(self._ready(self._start()))
+        if w.child is not None:
+            w.child.kill()
+            w.child.close()
+        self._workers[i] = _Worker(None)
 
     def _lost(self, i: int, stage: str, reason: str) -> dict[str, Any]:
         job = self._workers[i].job or {}
-        self._replace(i)
+        self._retire(i)
         return {"index": job.get("index"), "phase": job.get("phase", "all"), "status": "rejected", "stage": stage, "reason": reason,
                 "task": job.get("task"), "retry": bool(job.get("retry")), "seconds": {}}
 
     def close(self) -> None:
         """Every worker asked to exit, then killed with what it left running (judge.workers.Child.close)."""
         for w in self._workers:
-            w.child.request_exit()
+            if w.child is not None:
+                w.child.request_exit()
         for w in self._workers:
-            w.child.close()
+            if w.child is not None:
+                w.child.close()
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
@@ -184,6 +189,8 @@ def malformed(result: Any, job: dict[str, Any]) -> str:
             isinstance(k, str) and _number(v) for k, v in seconds.items()):
         return "its reason or seconds are malformed"
     task = result.get("task")
+    if isinstance(task, dict) and job.get("source") is not None and task.get("source") != job["source"]:
+        return "its task's source is not the job's"  # what is exported and timed must be what was examined
     if status == "accepted":
         return _accepted_task(task, result["phase"])
     if task is not None and not isinstance(task, dict):

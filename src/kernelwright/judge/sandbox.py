@@ -433,12 +433,10 @@ def run_tool(cmd: Sequence[str], *, mode: str, cwd: Path, output: Path, timeout_
 
 
 def stop_launcher(spec: Spec | None, proc: subprocess.Popen[Any]) -> None:
-    """Stop a confined command that ran out of time. Without the uid layer its launcher stays as
-    the subreaper of what the command started (confine.exec_confined): SIGTERM makes it kill the
-    command and sweep, and only then may its group be killed (SIGKILL to the launcher first left
-    what the command had moved to a session of its own running). With the uid layer every process
-    of its uid is killed (reap): one left holding the command's output pipe kept a build that timed
-    out waiting for that pipe's end as long as it lived."""
+    """Stop a confined command that ran out of time, before its group is killed. Without the uid
+    layer its launcher stays as the subreaper of what the command started (confine.exec_confined):
+    SIGTERM makes it kill the command and sweep. With the uid layer every process of the uid goes
+    (reap), while the launcher's pid, and so the uid, is still its own."""
     if spec is None or tuple(spec.layers) == ("env",):
         return
     if "uid" in spec.layers:

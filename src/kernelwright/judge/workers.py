@@ -114,6 +114,7 @@ class Child:
     """One running judge child."""
 
     _own_uid = False  # set from its sandbox spec when it starts (a stand-in built without starting has none)
+    _killed = False  # kill() has run (a stand-in built without starting has not)
 
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
@@ -137,6 +138,7 @@ class Child:
         self._watch = sandbox.watch_for(spec, self._proc.pid, [config.workdir, *(spec.write if spec else ())], lim)
         self._exit_sent = False
         self._closed = False
+        self._killed = False
         self.outstanding = 0  # commands sent whose replies were not collected
         self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
         self._send_line(self._key.hex())
@@ -365,8 +367,12 @@ class Child:
         return truncate(text, limit)
 
     def kill(self) -> None:
-        """Kill the child's whole process group and reap it; then every process its sandbox's uid
-        still has (a daemon it started in a session of its own)."""
+        """Kill the child's whole process group and every process its sandbox's uid has (a daemon it
+        started in a session of its own), then reap it. A second call does nothing: nothing runs as
+        that uid any more, and its pid (the uid's number) may be another child's by then."""
+        if self._killed:
+            return
+        self._killed = True
         if self._watch is not None:
             self._watch.stop()  # before the reap: its pid may be another process's after
         left = True
@@ -374,12 +380,12 @@ class Child:
             os.killpg(self._proc.pid, signal.SIGKILL)  # also whatever the child left running
         except (ProcessLookupError, PermissionError):
             left = False
+        if self._own_uid:  # before the wait, while its pid, and so its uid, is still its own; without a uid of its own,
+            sandbox.reap(self._proc.pid)  # its group went above and the fork server sweeps orphans
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("child %s did not exit after SIGKILL", self._proc.pid)
-        if self._own_uid:  # what is left of it runs as its uid; without one, its group went above and the fork server sweeps orphans
-            sandbox.reap(self._proc.pid)
         if left:  # SIGKILL is delivered, not yet acted on: the verdict waits (a little) until they are gone
             deadline = time.monotonic() + KILL_WAIT_S
             while time.monotonic() < deadline:

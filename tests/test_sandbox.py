@@ -398,7 +398,11 @@ def _assert_gone(pid):
     import time
 
     for _ in range(100):
-        if not os.path.exists(f"/proc/{pid}"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return  # killed; its reaper (init) gets to it in its own time
+        except (OSError, IndexError):
             return
         time.sleep(0.02)
     raise AssertionError(f"the tool's process {pid} outlived it")
@@ -769,3 +773,29 @@ def test_the_judges_user_name_reaches_its_children():
     LOGNAME: dropped, every child's getpass.getuser() raised KeyError (torch before 2.13 calls it)."""
     kept = sandbox.clean_env({"USER": "someone", "LOGNAME": "someone", "API_KEY": "x"})
     assert kept == {"USER": "someone", "LOGNAME": "someone"}
+
+
+def test_a_compiler_that_exits_leaves_nothing_in_its_group(tmp_path):
+    """With the output in a file, nothing held the wait open any more, and what the compiler left in
+    its own group ran on after it exited; its group is killed after it, as a tool's is."""
+    from kernelwright.runtime import toolchain
+
+    code, out, timed_out = toolchain.run_group(["/bin/sh", "-c", "sleep 300 & echo leftover $!; exit 0"], tmp_path, 30)
+    assert (code, timed_out) == (0, False), out
+    _assert_gone(int(out.split("leftover")[1].split()[0]))
+
+
+def test_a_compiler_that_floods_its_output_is_killed_and_its_log_keeps_both_ends(tmp_path, monkeypatch):
+    """The output file is the judge's, outside the sandbox's disk quota: past OUTPUT_CAP the command
+    is killed; what is kept is the first and the last part, with the size of the cut between."""
+    import time
+
+    from kernelwright.runtime import toolchain
+
+    monkeypatch.setattr(toolchain, "OUTPUT_CAP", 1 << 20)
+    monkeypatch.setattr(toolchain, "OUTPUT_LIMIT", 1 << 16)
+    t0 = time.monotonic()
+    code, out, timed_out = toolchain.run_group(["/bin/sh", "-c", "echo FIRST; yes filler | head -c 3000000; echo LAST; sleep 60"], tmp_path, 60)
+    assert time.monotonic() - t0 < 20 and code is None and not timed_out, out[-300:]
+    assert out.startswith("FIRST") and "LAST" in out and "bytes of output cut]" in out and "more than 1 MiB of output; killed" in out
+    assert len(out) < 3 * (1 << 16)

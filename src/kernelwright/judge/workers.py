@@ -368,11 +368,9 @@ class Child:
 
     def kill(self) -> None:
         """Kill the child's whole process group and every process its sandbox's uid has (a daemon it
-        started in a session of its own), then reap it. A second call does nothing: nothing runs as
-        that uid any more, and its pid (the uid's number) may be another child's by then."""
-        if self._killed:
-            return
-        self._killed = True
+        started in a session of its own), then reap it. A second call kills its group again, not its
+        uid: nothing runs as that uid any more, and its pid (the uid's number) may be another child's by then."""
+        first, self._killed = not self._killed, True
         if self._watch is not None:
             self._watch.stop()  # before the reap: its pid may be another process's after
         left = True
@@ -380,7 +378,7 @@ class Child:
             os.killpg(self._proc.pid, signal.SIGKILL)  # also whatever the child left running
         except (ProcessLookupError, PermissionError):
             left = False
-        if self._own_uid:  # before the wait, while its pid, and so its uid, is still its own; without a uid of its own,
+        if self._own_uid and first:  # before the wait, while its pid, and so its uid, may still be its own; without a uid of its own,
             sandbox.reap(self._proc.pid)  # its group went above and the fork server sweeps orphans
         try:
             self._proc.wait(timeout=10)

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 NVCC_FLAGS = ("-std=c++17", "-shared", "-Xcompiler", "-fPIC,-O1", "-lineinfo", "-Xptxas", "-v")
 GXX_FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp")
 DEFAULT_ARCH = "90"
-OUTPUT_LIMIT = 4 << 20  # the last bytes of a compiler's output that a build keeps
+OUTPUT_LIMIT = 4 << 20  # the bytes of a compiler's output that a build keeps (its first and last halves)
+OUTPUT_CAP = 64 << 20  # output beyond this kills the compiler
 ARCH_RE = re.compile(r"^(?:sm_|compute_)?(?:(\d{1,2})\.(\d)|(\d{2,3}))([a-z]?)$")
 
 
@@ -139,11 +141,12 @@ def run_group(
     guard: Callable[[int], Guard | None] | None = None, stop: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> tuple[int | None, str, bool]:
     """Run a command in its own process group in `cwd`: (exit code, combined output, timed out).
-    What it leaves running is killed after it. `guard(pid)` watches it meanwhile: a limit the
-    guard kills it for gives no exit code, and the reason in the output. `stop(proc)` runs first
-    when it times out (a launcher that sweeps after its command is asked to, before its group is killed).
-    The output goes to a file, not a pipe: the wait ends with the command, whatever it left holding
-    the output open, and the judge keeps only its last OUTPUT_LIMIT bytes."""
+    What it leaves running in its group is killed after it. `guard(pid)` watches it meanwhile: a
+    limit the guard kills it for gives no exit code, and the reason in the output. `stop(proc)` runs
+    first when it times out (a launcher that sweeps after its command is asked to, before its group
+    is killed). The output goes to a file, not a pipe: the wait ends with the command, whatever it
+    left holding the output open. Output past OUTPUT_CAP bytes kills the command (the file is the
+    judge's, outside the sandbox's disk quota); the text keeps its first and last bytes."""
     with tempfile.TemporaryFile() as out:
         try:
             proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -151,29 +154,50 @@ def run_group(
         except OSError as exc:
             return None, f"could not start {cmd[0]}: {exc}", False
         watch = guard(proc.pid) if guard is not None else None
-        timed_out = False
+        timed_out, flooded = False, False
+        deadline = time.monotonic() + timeout_s
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            if stop is not None:
-                stop(proc)
-            _kill_group(proc)
-            proc.wait()
+            while True:
+                try:
+                    proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if os.fstat(out.fileno()).st_size > OUTPUT_CAP:
+                        flooded = True
+                    elif time.monotonic() < deadline:
+                        continue
+                    timed_out = not flooded
+                    if stop is not None:
+                        stop(proc)
+                    _kill_group(proc)
+                    proc.wait()
+                    break
         finally:
             if proc.poll() is None:
                 _kill_group(proc)
                 proc.wait()
+            _kill_group(proc)  # what stayed in its group after it exited
             if watch is not None:
                 watch.close()
-        size = os.fstat(out.fileno()).st_size
-        start = max(0, size - OUTPUT_LIMIT)
-        text = os.pread(out.fileno(), size - start, start).decode(errors="replace")
+        text = _head_and_tail(out.fileno())
     if timed_out:
         return None, text, True
+    if flooded:
+        return None, f"{text}\nkernelwright: more than {OUTPUT_CAP >> 20} MiB of output; killed", False
     if watch is not None and watch.over:
         return None, f"{text}\nkernelwright: {watch.over}", False
     return proc.returncode, text, False
+
+
+def _head_and_tail(fd: int) -> str:
+    """The file's text, or its first and last OUTPUT_LIMIT / 2 bytes with a line saying how much was cut."""
+    size = os.fstat(fd).st_size
+    if size <= OUTPUT_LIMIT:
+        return os.pread(fd, size, 0).decode(errors="replace")
+    half = OUTPUT_LIMIT // 2
+    head = os.pread(fd, half, 0).decode(errors="replace")
+    tail = os.pread(fd, half, size - half).decode(errors="replace")
+    return f"{head}\n[kernelwright: {size - 2 * half} bytes of output cut]\n{tail}"
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

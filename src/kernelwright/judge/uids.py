@@ -31,6 +31,8 @@ def signaller(uid: int) -> int:
     if not 0 <= uid - UID_BASE < 0x1000000:
         raise ValueError(f"uid {uid} is not a confined child's")
     return SIGNALLER_BASE + (uid - UID_BASE)
+
+
 _HELPER = ("import os, sys\n"
            "u, s, sig, rounds = (int(x) for x in sys.argv[1:5])\n"
            "os.setgroups([]); os.setresgid(s, s, s); os.setresuid(s, u, s)\n"

@@ -11,6 +11,10 @@ and what the sandbox costs a warm verdict.
 3. Latency: one process, warm workers, `--rounds` verdicts of examples/cuda/softmax (timed, no
    torch.compile baseline) in each mode, alternating auto and off so that drift hits both alike;
    wall seconds per verdict, medians and their ratio (auto over off, the issue's bound: 1.05).
+4. Profile (part `profile`, not in the default): the same verdicts under cProfile in the judge's
+   process, alternating modes; per mode, seconds per verdict in each function (cumulative), and the
+   functions whose time differs most between auto and off: where the sandbox's cost goes. Also the
+   uid helper's cost alone (`uids.signal_uid` to a uid with no process, when the judge is root).
 Writes DIR/sandbox_bench.json and prints a short table last.
 """
 
@@ -106,13 +110,66 @@ def run_latency(device: str, rounds: int, out: dict[str, Any], save) -> dict[str
     return out
 
 
+def _per_verdict(stats: Any, n: int) -> dict[str, dict[str, float]]:
+    """pstats' table as {"file:line(function)": {calls, tottime, cumtime}}, each per verdict."""
+    rows = {}
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():
+        rows[f"{Path(file).name}:{line}({func})"] = {"calls": nc / n, "tottime": tt / n, "cumtime": ct / n}
+    return rows
+
+
+def run_profile(device: str, rounds: int, out: dict[str, Any], save) -> dict[str, Any]:
+    import cProfile
+    import pstats
+
+    from kernelwright.judge import uids
+
+    timing = TimingConfig(budget_s=3.0)
+    problem, cand = (SOFTMAX / "problem.py", SOFTMAX) if device == "cuda" else (zoo.RELU, ROOT / "tests" / "fixtures" / "candidates" / "relu_correct")
+    if os.getuid() == 0:  # the helper alone: a uid no process has (the signaller of pid 1's uid, never a child's)
+        helper = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            uids.signal_uid(uids.UID_BASE + 1, 0)
+            helper.append(time.perf_counter() - t0)
+        out["signal_uid_s"] = {"median": statistics.median(helper), "all": helper}
+        t0 = time.perf_counter()
+        for _ in range(10):
+            uids.all_stopped(uids.UID_BASE + 1)
+        out["all_stopped_s"] = (time.perf_counter() - t0) / 10
+        out["proc_entries"] = sum(1 for x in os.listdir("/proc") if x.isdigit())
+    for mode in ("auto", "off"):  # warm both modes' workers once, not counted
+        evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
+    stats: dict[str, Any] = {}
+    walls: dict[str, list[float]] = {"auto": [], "off": []}
+    for i in range(rounds):
+        for mode in (("auto", "off") if i % 2 == 0 else ("off", "auto")):
+            prof = cProfile.Profile()
+            t0 = time.perf_counter()
+            prof.enable()
+            evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
+            prof.disable()
+            walls[mode].append(time.perf_counter() - t0)
+            stats[mode] = pstats.Stats(prof) if mode not in stats else stats[mode].add(prof)
+    table = {m: _per_verdict(stats[m], rounds) for m in stats}
+    keys = set(table["auto"]) | set(table["off"])
+    zero = {"calls": 0.0, "tottime": 0.0, "cumtime": 0.0}
+    diff = sorted(((k, table["auto"].get(k, zero), table["off"].get(k, zero)) for k in keys),
+                  key=lambda r: -abs(r[1]["cumtime"] - r[2]["cumtime"]))
+    out.update({"rounds": rounds, "walls_s": walls, "median_s": {m: statistics.median(w) for m, w in walls.items()},
+                "top_cumtime": {m: sorted(table[m].items(), key=lambda r: -r[1]["cumtime"])[:40] for m in table},
+                "largest_differences": [{"function": k, "auto": a, "off": o} for k, a, o in diff[:40]]})
+    save()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     ap.add_argument("--parts", default="zoo,controls,latency",
-                    help="which parts, in this order (comma-separated: zoo, controls, latency); the JSON is rewritten after every row")
+                    help="which parts, in this order (comma-separated: zoo, controls, latency, profile); the JSON is rewritten after every row")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -123,17 +180,24 @@ def main() -> int:
                               "socket_families": list(sandbox.socket_families())}
     print(json.dumps(result, default=str), flush=True)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
-    unknown = sorted(set(parts) - {"zoo", "controls", "latency"})
+    unknown = sorted(set(parts) - {"zoo", "controls", "latency", "profile"})
     if unknown:
-        ap.error(f"unknown part(s) {', '.join(unknown)}: choose from zoo, controls, latency")
+        ap.error(f"unknown part(s) {', '.join(unknown)}: choose from zoo, controls, latency, profile")
 
     def save() -> None:  # after every row: a run cut off by its time limit still leaves what it measured
         (args.out / "sandbox_bench.json").write_text(json.dumps(result, indent=1, default=str))
 
     for part in parts:
-        if part == "latency":
-            result["latency"] = {}
-            run_latency(device, args.rounds, result["latency"], save)
+        if part in ("latency", "profile"):
+            result[part] = {}
+            (run_latency if part == "latency" else run_profile)(device, args.rounds, result[part], save)
+            if part == "profile":
+                prof = result["profile"]
+                print(f"profile ({prof['rounds']} rounds): medians auto {prof['median_s']['auto']:.3f} s, off {prof['median_s']['off']:.3f} s; "
+                      f"uid helper {prof.get('signal_uid_s', {}).get('median', float('nan')) * 1e3:.1f} ms", flush=True)
+                for row in prof["largest_differences"][:15]:
+                    print(f"  {row['auto']['cumtime'] - row['off']['cumtime']:+.4f} s/verdict  {row['function']}  "
+                          f"(auto {row['auto']['cumtime']:.4f}, off {row['off']['cumtime']:.4f}, calls {row['auto']['calls']:.1f}/{row['off']['calls']:.1f})", flush=True)
         else:
             result[part] = []
             (run_zoo if part == "zoo" else run_controls)(device, result[part], save)

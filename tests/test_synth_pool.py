@@ -219,3 +219,39 @@ def test_workers_are_fresh_per_job_unless_the_code_is_the_rule_composers(tmp_pat
     pipeline.run_synth(SynthConfig(n=1, out=tmp_path / "rules", max_candidates=1, against=()))
     pipeline.run_synth(SynthConfig(n=1, out=tmp_path / "model", max_candidates=1, against=()), composer=Composer())
     assert seen[0] is False and seen[-1] is True, seen
+
+
+def test_a_worker_that_does_not_start_mid_run_rejects_its_job_alone(monkeypatch):
+    pool = Pool(1, _ctx(), timeout_s=60, fresh=True)
+    real, calls = pool._start, []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the fork server is gone")
+        return real()
+
+    monkeypatch.setattr(pool, "_start", flaky)
+    try:
+        results = sorted(pool.run(iter([_job(i, HONEST) for i in range(3)])), key=lambda r: r["index"])
+    finally:
+        pool.close()
+    assert [r["status"] for r in results] == ["accepted", "rejected", "accepted"], results
+    assert results[1]["stage"] == "error" and "fork server is gone" in results[1]["reason"], results[1]
+
+
+def test_workers_that_never_start_mid_run_end_it(monkeypatch):
+    pool = Pool(1, _ctx(), timeout_s=60, fresh=True)
+
+    def broken():
+        raise RuntimeError("no fork server")
+
+    monkeypatch.setattr(pool, "_start", broken)
+    got = []
+    try:
+        with pytest.raises(RuntimeError, match="3 synthesis workers in a row did not start"):
+            for r in pool.run(iter([_job(i, HONEST) for i in range(6)])):
+                got.append(r)
+    finally:
+        pool.close()
+    assert [r["status"] for r in got] == ["accepted", "rejected", "rejected"], got

@@ -31,6 +31,7 @@ from kernelwright.synth.filters import STAGES
 COMMANDS = "kernelwright.synth.worker"  # the worker's command table (judge.child imports it, inside the sandbox)
 START_TIMEOUT_S = 600.0  # a worker's start and setup: spawned afresh on a loaded 2-core machine, torch's import took minutes
 POLL_S = 1.0  # the longest the parent waits before it looks at every busy worker again
+START_FAILURES = 3  # workers in a row that did not start mid-run before the run ends (each rejects its job before)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Pool:
         spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), device=context.get("device"))
         self._env = {sandbox.SPEC_ENV: spec.to_env(), "KERNELWRIGHT_CACHE": str(cache_dir())}
         self._workers: list[_Worker] = []
+        self._start_failures, self._start_error = 0, ""
         starting: list[Child] = []
         try:
             starting = [self._start() for _ in range(n)]  # all asked to set up first: they start side by side
@@ -100,13 +102,17 @@ class Pool:
                     if job is None:
                         exhausted = True
                         continue
-                    if w.child is None:
-                        w.child = self._ready(self._start())
                     w.job, w.started = job, time.monotonic()
+                    if w.child is None and not self._replace(w):
+                        yield self._lost(self._workers.index(w), "error", f"no worker could start for it: {self._start_error}")
+                        continue
+                    assert w.child is not None
                     w.child.send("examine", {"job": job})
             busy = [w for w in self._workers if w.job is not None and w.child is not None]
             if not busy:
-                return
+                if exhausted:
+                    return
+                continue  # every job handed out this pass was rejected: its worker did not start
             soonest = min(w.started for w in busy) + self.timeout_s - time.monotonic()
             ready, _, _ = select.select([w.child.fileno() for w in busy if w.child is not None], [], [], max(0.0, min(POLL_S, soonest)))
             for i, w in enumerate(self._workers):
@@ -115,6 +121,21 @@ class Pool:
                 left = w.started + self.timeout_s - time.monotonic()
                 if w.child.fileno() in ready or left <= 0 or not w.child.alive():
                     yield self._collect(i, max(0.0, left))
+
+    def _replace(self, w: _Worker) -> bool:
+        """A fresh worker for w (mid-run: each job's in fresh mode, or one lost); False when it did not
+        start, which rejects that job alone at stage "error" (the machine's fault: the pipeline hands it
+        out once more). START_FAILURES in a row end the run."""
+        try:
+            w.child = self._ready(self._start())
+        except (RuntimeError, OSError, ChildError) as exc:
+            self._start_failures += 1
+            self._start_error = str(exc)[:400]
+            if self._start_failures >= START_FAILURES:
+                raise RuntimeError(f"{START_FAILURES} synthesis workers in a row did not start; the last: {exc}") from None
+            return False
+        self._start_failures = 0
+        return True
 
     def _collect(self, i: int, left_s: float) -> dict[str, Any]:
         """Worker i's result, or its job's rejection (and a new worker) when none of the right form came."""

@@ -799,3 +799,30 @@ def test_a_compiler_that_floods_its_output_is_killed_and_its_log_keeps_both_ends
     assert time.monotonic() - t0 < 20 and code is None and not timed_out, out[-300:]
     assert out.startswith("FIRST") and "LAST" in out and "bytes of output cut]" in out and "more than 1 MiB of output; killed" in out
     assert len(out) < 3 * (1 << 16)
+
+
+@needs_uid
+def test_a_box_whose_ancestors_close_it_to_its_uid_is_said_in_the_log():
+    """access(2), which compilers ask of TMPDIR, counts no capability: a box below a 0700 folder is
+    no TMPDIR to its uid, and the child's log says so (enter opens only the box's own parent); the
+    same box below open folders says nothing."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    code = ("import sys\nfrom kernelwright.judge import sandbox\n"
+            "sandbox.enter(sandbox.spec_for('auto'), sys.argv[1])\nprint('entered')\n")
+    said = {}
+    for mode in (0o700, 0o711):
+        top = Path(tempfile.mkdtemp(prefix="kw-box-above-"))  # below /tmp, which every uid traverses (pytest's own folders are 0700)
+        try:
+            (top / "parent").mkdir()
+            top.chmod(mode)
+            done = subprocess.run([sys.executable, "-c", code, str(top / "parent")], capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
+        assert "entered" in done.stdout, done.stderr
+        said[mode] = "is not reachable by the sandbox's uid" in done.stderr
+    assert said == {0o700: True, 0o711: False}

@@ -138,6 +138,12 @@ def run_profile(device: str, rounds: int, out: dict[str, Any], save) -> dict[str
             uids.all_stopped(uids.UID_BASE + 1)
         out["all_stopped_s"] = (time.perf_counter() - t0) / 10
         out["proc_entries"] = sum(1 for x in os.listdir("/proc") if x.isdigit())
+        from kernelwright.judge import quota
+
+        t0 = time.perf_counter()  # what the watch thread reads of /proc per look, holding the judge's GIL meanwhile
+        for _ in range(10):
+            quota.processes(os.getpid(), uids.UID_BASE + 1)
+        out["watch_processes_s"] = (time.perf_counter() - t0) / 10
     for mode in ("auto", "off"):  # warm both modes' workers once, not counted
         evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
     stats: dict[str, Any] = {}
@@ -194,7 +200,9 @@ def main() -> int:
             if part == "profile":
                 prof = result["profile"]
                 print(f"profile ({prof['rounds']} rounds): medians auto {prof['median_s']['auto']:.3f} s, off {prof['median_s']['off']:.3f} s; "
-                      f"uid helper {prof.get('signal_uid_s', {}).get('median', float('nan')) * 1e3:.1f} ms", flush=True)
+                      f"uid helper {prof.get('signal_uid_s', {}).get('median', float('nan')) * 1e3:.1f} ms, "
+                      f"all_stopped {prof.get('all_stopped_s', float('nan')) * 1e3:.1f} ms, watch's /proc read {prof.get('watch_processes_s', float('nan')) * 1e3:.1f} ms "
+                      f"({prof.get('proc_entries')} processes)", flush=True)
                 for row in prof["largest_differences"][:15]:
                     print(f"  {row['auto']['cumtime'] - row['off']['cumtime']:+.4f} s/verdict  {row['function']}  "
                           f"(auto {row['auto']['cumtime']:.4f}, off {row['off']['cumtime']:.4f}, calls {row['auto']['calls']:.1f}/{row['off']['calls']:.1f})", flush=True)

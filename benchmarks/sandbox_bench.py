@@ -144,6 +144,16 @@ def run_profile(device: str, rounds: int, out: dict[str, Any], save) -> dict[str
         for _ in range(10):
             quota.processes(os.getpid(), uids.UID_BASE + 1)
         out["watch_processes_s"] = (time.perf_counter() - t0) / 10
+    # seccomp may force speculation mitigations (SSBD, STIBP) on a process, which slow its code: a
+    # confined process's own account, beside the judge's and the machine's
+    with tempfile.TemporaryDirectory(prefix="kw-spec-") as box:
+        os.chmod(box, 0o777)
+        cmd = ["grep", "-i", "specul", "/proc/self/status"]
+        confined = subprocess.run(sandbox.command(sandbox.spec_for("auto"), cmd, box), cwd=box, capture_output=True, text=True, timeout=60)
+        out["speculation"] = {"confined": confined.stdout.strip() or confined.stderr.strip()[-300:],
+                              "judge": subprocess.run(cmd, capture_output=True, text=True).stdout.strip(),
+                              "machine": {f.name: f.read_text().strip() for f in sorted(Path("/sys/devices/system/cpu/vulnerabilities").glob("spec*"))},
+                              "kernel": os.uname().release}
     for mode in ("auto", "off"):  # warm both modes' workers once, not counted
         evaluate(problem, cand, Policy(compile_baseline=False, timing=timing, sandbox=mode), device=device)
     stats: dict[str, Any] = {}
@@ -203,6 +213,7 @@ def main() -> int:
                       f"uid helper {prof.get('signal_uid_s', {}).get('median', float('nan')) * 1e3:.1f} ms, "
                       f"all_stopped {prof.get('all_stopped_s', float('nan')) * 1e3:.1f} ms, watch's /proc read {prof.get('watch_processes_s', float('nan')) * 1e3:.1f} ms "
                       f"({prof.get('proc_entries')} processes)", flush=True)
+                print(f"  speculation: {prof['speculation']}", flush=True)
                 for row in prof["largest_differences"][:15]:
                     print(f"  {row['auto']['cumtime'] - row['off']['cumtime']:+.4f} s/verdict  {row['function']}  "
                           f"(auto {row['auto']['cumtime']:.4f}, off {row['off']['cumtime']:.4f}, calls {row['auto']['calls']:.1f}/{row['off']['calls']:.1f})", flush=True)

@@ -151,7 +151,7 @@ def run_profile(device: str, rounds: int, out: dict[str, Any], save) -> dict[str
         cmd = ["grep", "-i", "specul", "/proc/self/status"]
         confined = subprocess.run(sandbox.command(sandbox.spec_for("auto"), cmd, box), cwd=box, capture_output=True, text=True, timeout=60)
         out["speculation"] = {"confined": confined.stdout.strip() or confined.stderr.strip()[-300:],
-                              "judge": subprocess.run(cmd, capture_output=True, text=True).stdout.strip(),
+                              "judge": "\n".join(x for x in Path("/proc/self/status").read_text().splitlines() if "peculation" in x),
                               "machine": {f.name: f.read_text().strip() for f in sorted(Path("/sys/devices/system/cpu/vulnerabilities").glob("spec*"))},
                               "kernel": os.uname().release}
     for mode in ("auto", "off"):  # warm both modes' workers once, not counted
@@ -167,6 +167,8 @@ def run_profile(device: str, rounds: int, out: dict[str, Any], save) -> dict[str
             prof.disable()
             walls[mode].append(time.perf_counter() - t0)
             stats[mode] = pstats.Stats(prof) if mode not in stats else stats[mode].add(prof)
+        out["walls_s"] = walls
+        save()  # the walls so far: a run cut off by its time limit keeps them
     table = {m: _per_verdict(stats[m], rounds) for m in stats}
     keys = set(table["auto"]) | set(table["off"])
     zero = {"calls": 0.0, "tottime": 0.0, "cumtime": 0.0}
@@ -187,6 +189,8 @@ def main() -> int:
     ap.add_argument("--parts", default="zoo,controls,latency",
                     help="which parts, in this order (comma-separated: zoo, controls, latency, profile); the JSON is rewritten after every row")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
 

@@ -815,7 +815,7 @@ def test_a_box_whose_ancestors_close_it_to_its_uid_is_said_in_the_log():
             "sandbox.enter(sandbox.spec_for('auto'), sys.argv[1])\nprint('entered')\n")
     said = {}
     for mode in (0o700, 0o711):
-        top = Path(tempfile.mkdtemp(prefix="kw-box-above-"))  # below /tmp, which every uid traverses (pytest's own folders are 0700)
+        top = Path(tempfile.mkdtemp(prefix="kw-box-above-", dir="/tmp"))  # every uid traverses /tmp (pytest's own folders are 0700)
         try:
             (top / "parent").mkdir()
             top.chmod(mode)

@@ -255,3 +255,41 @@ def test_workers_that_never_start_mid_run_end_it(monkeypatch):
     finally:
         pool.close()
     assert [r["status"] for r in got] == ["accepted", "rejected", "rejected"], got
+
+
+def test_start_failures_that_are_not_in_a_row_never_end_the_run(monkeypatch):
+    pool = Pool(1, _ctx(), timeout_s=60, fresh=True)
+    real, calls = pool._start, []
+
+    def every_other():
+        calls.append(1)
+        if len(calls) % 2:
+            raise RuntimeError("a passing hiccup")
+        return real()
+
+    monkeypatch.setattr(pool, "_start", every_other)
+    try:
+        results = sorted(pool.run(iter([_job(i, HONEST) for i in range(7)])), key=lambda r: r["index"])
+    finally:
+        pool.close()
+    # job 0 on the first worker; then a failure before each other start (two failures never follow each other)
+    assert [r["status"] for r in results] == ["accepted", "rejected", "accepted", "rejected", "accepted", "rejected", "accepted"], results
+
+
+def test_a_jobs_time_limit_does_not_count_its_workers_start(monkeypatch):
+    """In fresh mode each job waits for a new worker: a slow start is not the job's timeout."""
+    import time
+
+    pool = Pool(1, _ctx(), timeout_s=15, fresh=True)
+    real = pool._ready
+
+    def slow(child):
+        time.sleep(16)
+        return real(child)
+
+    monkeypatch.setattr(pool, "_ready", slow)
+    try:
+        results = sorted(pool.run(iter([_job(i, HONEST) for i in range(2)])), key=lambda r: r["index"])
+    finally:
+        pool.close()
+    assert [r["status"] for r in results] == ["accepted", "accepted"], results

@@ -125,14 +125,20 @@ class Child:
         self._log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._key = new_key()
         # the result channel: a unix stream socket, so descriptors can travel on it (judge.handover)
-        spec = sandbox.candidate_spec(self.env) if config.role in CONFINED else None  # the reference is the judge's side
-        lim = sandbox.watched(spec)  # ValueError for a bad setting, before anything starts
-        self._own_uid = spec is not None and "uid" in spec.layers  # it becomes UID_BASE + its pid (judge.sandbox.enter)
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._proc = self._spawn(theirs.fileno())
-        finally:
-            theirs.close()
+        try:  # a child that did not start leaves no descriptor open (a synthesis run goes on after one)
+            spec = sandbox.candidate_spec(self.env) if config.role in CONFINED else None  # the reference is the judge's side
+            lim = sandbox.watched(spec)  # ValueError for a bad setting, before anything starts
+            self._own_uid = spec is not None and "uid" in spec.layers  # it becomes UID_BASE + its pid (judge.sandbox.enter)
+            self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self._proc = self._spawn(theirs.fileno())
+            finally:
+                theirs.close()
+        except BaseException:
+            os.close(self._log_fd)
+            if hasattr(self, "_sock"):
+                self._sock.close()
+            raise
         self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock, alive=lambda: self._proc.poll() is None)
         # a candidate's disk (its folder, its extension folder) and host memory, watched while it lives (judge.quota)
         self._watch = sandbox.watch_for(spec, self._proc.pid, [config.workdir, *(spec.write if spec else ())], lim)

@@ -102,11 +102,12 @@ class Pool:
                     if job is None:
                         exhausted = True
                         continue
-                    w.job, w.started = job, time.monotonic()
+                    w.job = job
                     if w.child is None and not self._replace(w):
                         yield self._lost(self._workers.index(w), "error", f"no worker could start for it: {self._start_error}")
                         continue
                     assert w.child is not None
+                    w.started = time.monotonic()  # after its worker's start: the job's time limit is its own
                     w.child.send("examine", {"job": job})
             busy = [w for w in self._workers if w.job is not None and w.child is not None]
             if not busy:
@@ -124,8 +125,8 @@ class Pool:
 
     def _replace(self, w: _Worker) -> bool:
         """A fresh worker for w (mid-run: each job's in fresh mode, or one lost); False when it did not
-        start, which rejects that job alone at stage "error" (the machine's fault: the pipeline hands it
-        out once more). START_FAILURES in a row end the run."""
+        start, which rejects that job alone at stage "error" (the machine's fault: the pipeline may hand
+        it out once more, at once). START_FAILURES in a row end the run."""
         try:
             w.child = self._ready(self._start())
         except (RuntimeError, OSError, ChildError) as exc:

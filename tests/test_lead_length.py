@@ -208,7 +208,7 @@ def test_stopping_a_candidates_uid_reaches_a_process_that_left_its_group_and_ses
     escaped = _as_uid(sandbox.UID_BASE + fake_child_pid, ["/bin/sh", "-c", "exec setsid sleep 60"])
     try:
         _wait_state(escaped.pid, ("S",))
-        assert uids.stop_child(fake_child_pid) is True
+        assert uids.stop_child(fake_child_pid) == (True, True)
         assert _state(escaped.pid) == "T"
         uids.continue_child(fake_child_pid)
         assert _wait_state(escaped.pid, ("S", "R")) in ("S", "R")
@@ -231,7 +231,7 @@ def test_a_process_that_kills_its_uids_newcomers_cannot_stop_the_stop_or_the_kil
     try:
         _wait_state(killer.pid, ("R", "S"))
         for _ in range(5):
-            assert uids.stop_child(fake_child_pid) is True
+            assert uids.stop_child(fake_child_pid) == (True, True)
             assert _state(killer.pid) == "T"
             uids.continue_child(fake_child_pid)
         uids.kill_uid(sandbox.UID_BASE + fake_child_pid)
@@ -261,6 +261,48 @@ def test_a_candidate_childs_pause_with_its_uid_stops_what_left_its_group(tmp_pat
         escaped.kill()
         escaped.wait()
         child.close()
+
+
+@ROOT_ONLY
+def test_a_stop_starts_no_helper_when_every_process_of_the_uid_is_in_the_childs_group(monkeypatch):
+    """The group's stop holds them all: stopping the whole uid then costs no helper process; one of
+    the uid's processes outside the group (a session of its own) brings the helper back."""
+    import subprocess
+
+    from kernelwright.judge import sandbox, uids
+
+    # a stand-in child (root, a session of its own) whose own fork became its confined uid, as the fork server's children do
+    code = ("import os, time\nif os.fork() == 0:\n    u = %d + os.getppid()\n    os.setgroups([]); os.setresgid(u, u, u); os.setresuid(u, u, u)\n"
+            "time.sleep(60)\n") % sandbox.UID_BASE
+    lead = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], start_new_session=True)
+    uid = sandbox.UID_BASE + lead.pid
+    real, sent = uids.signal_uid, []
+    monkeypatch.setattr(uids, "signal_uid", lambda u, sig, rounds=1: (sent.append(sig), real(u, sig, rounds)))
+    escaped = None
+    try:
+        deadline = time.monotonic() + 30
+        while not uids.pids_of_uid(uid):
+            assert time.monotonic() < deadline and lead.poll() is None
+            time.sleep(0.02)
+        (member,) = uids.pids_of_uid(uid)
+        _wait_state(member, ("S",))
+        os.killpg(lead.pid, signal.SIGSTOP)
+        assert uids.stop_child(lead.pid) == (True, False) and _state(member) == "T"
+        os.killpg(lead.pid, signal.SIGCONT)
+        assert sent == [] and _wait_state(member, ("S",)) == "S"
+        escaped = _as_uid(uid, ["/bin/sh", "-c", "exec setsid sleep 60"])
+        _wait_state(escaped.pid, ("S",))
+        os.killpg(lead.pid, signal.SIGSTOP)
+        assert uids.stop_child(lead.pid) == (True, True) and _state(escaped.pid) == "T"
+        uids.continue_child(lead.pid)
+        os.killpg(lead.pid, signal.SIGCONT)
+        assert sent == [signal.SIGSTOP, signal.SIGCONT] and _wait_state(escaped.pid, ("S",)) == "S"
+    finally:
+        os.killpg(lead.pid, signal.SIGKILL)
+        lead.wait()
+        uids.kill_uid(uid)
+        if escaped is not None:
+            escaped.wait()
 
 
 def test_the_lead_falls_back_to_the_policys_when_a_process_of_the_candidates_still_ran():

@@ -78,34 +78,54 @@ def pids_of_uid(uid: int) -> list[int]:
     return found
 
 
-def all_stopped(uid: int) -> bool:
-    """Whether no process of `uid` runs (each stopped, or dead and not yet reaped)."""
+def _uid_states(uid: int) -> list[tuple[bytes, int]]:
+    """(state, process group) of each process of `uid` (from /proc)."""
+    found = []
     for pid in pids_of_uid(uid):
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
+                fields = f.read().rsplit(b")", 1)[1].split()
+            found.append((fields[0], int(fields[2])))
+        except (OSError, IndexError, ValueError):
             continue
-        if state not in (b"T", b"t", b"Z", b"X"):
-            return False
-    return True
+    return found
 
 
-def stop_child(pid: int) -> bool | None:
-    """SIGSTOP every process of the confined child `pid`'s own uid, where the judge is root (the uid
-    layer): whether every one of them stopped (None: no such uid here)."""
+def _stopped(state: bytes) -> bool:
+    return state in (b"T", b"t", b"Z", b"X")  # stopped, or dead and not yet reaped
+
+
+def all_stopped(uid: int) -> bool:
+    """Whether no process of `uid` runs (each stopped, or dead and not yet reaped)."""
+    return all(_stopped(state) for state, _ in _uid_states(uid))
+
+
+def stop_child(pid: int) -> tuple[bool, bool] | None:
+    """Every process of the confined child `pid`'s own uid stopped, where the judge is root (the uid
+    layer), once the caller has stopped the child's process group: (whether every one of them
+    stopped, whether a helper stopped them). None: no such uid here. Where every process of the uid
+    is in the child's group, the group's stop already holds them all and none can start another, so
+    no helper starts (the usual case); one outside it (a new group or session) gets the helper's
+    SIGSTOP to the whole uid (signal_uid)."""
     if os.getuid() != 0 or pid <= 0:
         return None
-    signal_uid(UID_BASE + pid, signal.SIGSTOP, rounds=3)
+    uid, helper = UID_BASE + pid, False
     deadline = time.monotonic() + STOP_SETTLE_S  # a stop is acted on when its process next runs: on a busy host, a little later
-    while not all_stopped(UID_BASE + pid):
+    while True:
+        states = _uid_states(uid)
+        if not helper and any(group != pid for _, group in states):
+            signal_uid(uid, signal.SIGSTOP, rounds=3)
+            helper = True
+            continue
+        if all(_stopped(state) for state, _ in states):
+            return True, helper
         if time.monotonic() > deadline:
-            return False
+            return False, helper
         time.sleep(0.002)
-    return True
 
 
 def continue_child(pid: int) -> None:
-    """SIGCONT what stop_child stopped."""
+    """SIGCONT every process of the confined child `pid`'s uid (what stop_child's helper stopped;
+    the group's own stop is the caller's to end)."""
     if os.getuid() == 0 and pid > 0:
         signal_uid(UID_BASE + pid, signal.SIGCONT)

@@ -313,11 +313,11 @@ class Child:
             return
         self._signal_group(signal.SIGSTOP)
         by_uid = whole_uid and self._own_uid and self.config.role == "candidate" and self._proc.returncode is None
-        quiet = uids.stop_child(self._proc.pid) if by_uid else None
+        stop = uids.stop_child(self._proc.pid) if by_uid else None
         try:
-            yield quiet is not False
+            yield stop is None or stop[0]
         finally:
-            if quiet is not None:
+            if stop is not None and stop[1]:
                 uids.continue_child(self._proc.pid)
             self._signal_group(signal.SIGCONT)
 

@@ -305,6 +305,39 @@ def test_a_stop_starts_no_helper_when_every_process_of_the_uid_is_in_the_childs_
             escaped.wait()
 
 
+@ROOT_ONLY
+def test_a_process_whose_leader_exited_runs_while_a_thread_of_it_runs():
+    """/proc/PID/stat is the leader thread's: a leader that called pthread_exit shows as a zombie
+    while its other threads run on, and only the threads' own states say so."""
+    import subprocess
+
+    from kernelwright.judge import sandbox, uids
+
+    fake_child_pid = 4_200_000 + os.getpid() % 100_000
+    uid = sandbox.UID_BASE + fake_child_pid
+    code = ("import ctypes, os, threading, time\n"
+            "os.setgroups([]); os.setresgid(%d, %d, %d); os.setresuid(%d, %d, %d)\n"
+            "def spin():\n    while True:\n        time.sleep(0.005)\n"
+            "threading.Thread(target=spin, daemon=True).start()\nctypes.CDLL(None).pthread_exit(None)\n") % ((uid,) * 6)
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code])
+    try:
+        _wait_state(proc.pid, ("Z",))
+        assert _state(proc.pid) == "Z" and not uids.all_stopped(uid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not uids.all_stopped(uid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while uids.all_stopped(uid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_the_lead_falls_back_to_the_policys_when_a_process_of_the_candidates_still_ran():
     ref = _Child({"compile_s": 1.0, "per_call_ms": {"eager": 1.0, "compile": 1.0}, "launch_ms": {"eager": 2.0}})
     cand = _Child({"per_call_ms": 1.0})

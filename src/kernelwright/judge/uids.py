@@ -78,14 +78,22 @@ def pids_of_uid(uid: int) -> list[int]:
     return found
 
 
-def _uid_states(uid: int) -> list[tuple[bytes, int]]:
-    """(state, process group) of each process of `uid` (from /proc)."""
+def _uid_states(uid: int) -> list[tuple[bool, int]]:
+    """(whether it is stopped, its process group) for each process of `uid` (from /proc): stopped
+    when every thread of it is, so a leader that exited (a zombie) with threads still running runs."""
     found = []
     for pid in pids_of_uid(uid):
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            found.append((fields[0], int(fields[2])))
+                group = int(f.read().rsplit(b")", 1)[1].split()[2])
+            stopped = True
+            for task in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                        stopped = stopped and _stopped(f.read().rsplit(b")", 1)[1].split()[0])
+                except (OSError, IndexError):
+                    continue  # a thread that ended meanwhile
+            found.append((stopped, group))
         except (OSError, IndexError, ValueError):
             continue
     return found
@@ -96,8 +104,8 @@ def _stopped(state: bytes) -> bool:
 
 
 def all_stopped(uid: int) -> bool:
-    """Whether no process of `uid` runs (each stopped, or dead and not yet reaped)."""
-    return all(_stopped(state) for state, _ in _uid_states(uid))
+    """Whether no thread of any process of `uid` runs (each stopped, or dead and not yet reaped)."""
+    return all(stopped for stopped, _ in _uid_states(uid))
 
 
 def stop_child(pid: int) -> tuple[bool, bool] | None:
@@ -117,7 +125,7 @@ def stop_child(pid: int) -> tuple[bool, bool] | None:
             signal_uid(uid, signal.SIGSTOP, rounds=3)
             helper = True
             continue
-        if all(_stopped(state) for state, _ in states):
+        if all(stopped for stopped, _ in states):
             return True, helper
         if time.monotonic() > deadline:
             return False, helper

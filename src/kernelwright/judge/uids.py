@@ -78,62 +78,49 @@ def pids_of_uid(uid: int) -> list[int]:
     return found
 
 
-def _uid_states(uid: int) -> list[tuple[bool, int]]:
-    """(whether it is stopped, its process group) for each process of `uid` (from /proc): stopped
-    when every thread of it is, so a leader that exited (a zombie) with threads still running runs."""
-    found = []
-    for pid in pids_of_uid(uid):
+def _still(pid: int) -> bool:
+    """Whether no thread of process `pid` runs: each stopped, dead and not yet reaped, or asleep in
+    the kernel uninterruptibly (D: no CPU, and it stops before it runs its own code again). Each
+    thread's own state: /proc/PID/stat is the leader's, and a leader that exited shows as a zombie
+    while the other threads run on."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True  # gone
+    for task in tasks:
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                group = int(f.read().rsplit(b")", 1)[1].split()[2])
-            stopped = True
-            for task in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
-                        stopped = stopped and _stopped(f.read().rsplit(b")", 1)[1].split()[0])
-                except (OSError, IndexError):
-                    continue  # a thread that ended meanwhile
-            found.append((stopped, group))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
-
-
-def _stopped(state: bytes) -> bool:
-    return state in (b"T", b"t", b"Z", b"X")  # stopped, or dead and not yet reaped
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        if state not in (b"T", b"t", b"Z", b"X", b"D"):
+            return False
+    return True
 
 
 def all_stopped(uid: int) -> bool:
-    """Whether no thread of any process of `uid` runs (each stopped, or dead and not yet reaped)."""
-    return all(stopped for stopped, _ in _uid_states(uid))
+    """Whether no thread of any process of `uid` runs (_still)."""
+    return all(_still(pid) for pid in pids_of_uid(uid))
 
 
-def stop_child(pid: int) -> tuple[bool, bool] | None:
-    """Every process of the confined child `pid`'s own uid stopped, where the judge is root (the uid
-    layer), once the caller has stopped the child's process group: (whether every one of them
-    stopped, whether a helper stopped them). None: no such uid here. Where every process of the uid
-    is in the child's group, the group's stop already holds them all and none can start another, so
-    no helper starts (the usual case); one outside it (a new group or session) gets the helper's
-    SIGSTOP to the whole uid (signal_uid)."""
+def stop_child(pid: int) -> bool | None:
+    """SIGSTOP every process of the confined child `pid`'s own uid, where the judge is root (the uid
+    layer): whether every one of them stopped (None: no such uid here). Always by the helper, whose
+    kill(-1) is atomic against fork: a process can join the child's group after the caller's stop
+    of the group, and one that forks before it stops can hide its newest child from any scan of
+    /proc, so a scan alone never proves the uid still."""
     if os.getuid() != 0 or pid <= 0:
         return None
-    uid, helper = UID_BASE + pid, False
+    signal_uid(UID_BASE + pid, signal.SIGSTOP, rounds=3)
     deadline = time.monotonic() + STOP_SETTLE_S  # a stop is acted on when its process next runs: on a busy host, a little later
-    while True:
-        states = _uid_states(uid)
-        if not helper and any(group != pid for _, group in states):
-            signal_uid(uid, signal.SIGSTOP, rounds=3)
-            helper = True
-            continue
-        if all(stopped for stopped, _ in states):
-            return True, helper
+    while not all_stopped(UID_BASE + pid):
         if time.monotonic() > deadline:
-            return False, helper
+            return False
         time.sleep(0.002)
+    return True
 
 
 def continue_child(pid: int) -> None:
-    """SIGCONT every process of the confined child `pid`'s uid (what stop_child's helper stopped;
-    the group's own stop is the caller's to end)."""
+    """SIGCONT what stop_child stopped."""
     if os.getuid() == 0 and pid > 0:
         signal_uid(UID_BASE + pid, signal.SIGCONT)

@@ -313,11 +313,12 @@ class Child:
             return
         self._signal_group(signal.SIGSTOP)
         by_uid = whole_uid and self._own_uid and self.config.role == "candidate" and self._proc.returncode is None
-        stop = uids.stop_child(self._proc.pid) if by_uid else None
-        try:
-            yield stop is None or stop[0]
+        quiet = None
+        try:  # the stop inside: whatever it stopped before an error is continued
+            quiet = uids.stop_child(self._proc.pid) if by_uid else None
+            yield quiet is not False
         finally:
-            if stop is not None and stop[1]:
+            if by_uid:
                 uids.continue_child(self._proc.pid)
             self._signal_group(signal.SIGCONT)
 

@@ -221,21 +221,26 @@ def test_workers_are_fresh_per_job_unless_the_code_is_the_rule_composers(tmp_pat
     assert seen[0] is False and seen[-1] is True, seen
 
 
-def test_a_worker_that_does_not_start_mid_run_rejects_its_job_alone(monkeypatch):
+def _run_with_starts(monkeypatch, n_jobs: int, fails) -> list[dict]:
+    """n_jobs honest jobs in a fresh pool whose k-th start after the first (k from 1) raises where fails(k)."""
     pool = Pool(1, _ctx(), timeout_s=60, fresh=True)
     real, calls = pool._start, []
 
     def flaky():
         calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("the fork server is gone")
+        if fails(len(calls)):
+            raise RuntimeError(f"start {len(calls)}: the fork server is gone")
         return real()
 
     monkeypatch.setattr(pool, "_start", flaky)
     try:
-        results = sorted(pool.run(iter([_job(i, HONEST) for i in range(3)])), key=lambda r: r["index"])
+        return sorted(pool.run(iter([_job(i, HONEST) for i in range(n_jobs)])), key=lambda r: r["index"])
     finally:
         pool.close()
+
+
+def test_a_worker_that_does_not_start_mid_run_rejects_its_job_alone(monkeypatch):
+    results = _run_with_starts(monkeypatch, 3, lambda k: k == 1)
     assert [r["status"] for r in results] == ["accepted", "rejected", "accepted"], results
     assert results[1]["stage"] == "error" and "fork server is gone" in results[1]["reason"], results[1]
 
@@ -258,20 +263,7 @@ def test_workers_that_never_start_mid_run_end_it(monkeypatch):
 
 
 def test_start_failures_that_are_not_in_a_row_never_end_the_run(monkeypatch):
-    pool = Pool(1, _ctx(), timeout_s=60, fresh=True)
-    real, calls = pool._start, []
-
-    def every_other():
-        calls.append(1)
-        if len(calls) % 2:
-            raise RuntimeError("a passing hiccup")
-        return real()
-
-    monkeypatch.setattr(pool, "_start", every_other)
-    try:
-        results = sorted(pool.run(iter([_job(i, HONEST) for i in range(7)])), key=lambda r: r["index"])
-    finally:
-        pool.close()
+    results = _run_with_starts(monkeypatch, 7, lambda k: k % 2 == 1)
     # job 0 on the first worker; then a failure before each other start (two failures never follow each other)
     assert [r["status"] for r in results] == ["accepted", "rejected", "accepted", "rejected", "accepted", "rejected", "accepted"], results
 

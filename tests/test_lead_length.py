@@ -253,7 +253,9 @@ def test_a_candidate_childs_pause_with_its_uid_stops_what_left_its_group(tmp_pat
     try:
         _wait_state(escaped.pid, ("S",))
         with child.paused(True, whole_uid=True) as quiet:
-            assert quiet is True and _state(escaped.pid) == "T"
+            assert quiet and _state(escaped.pid) == "T"
+            time.sleep(0.3)  # the reference's measurement: nothing of the uid runs meanwhile
+        assert quiet  # read after the block, as the lead is
         assert _wait_state(escaped.pid, ("S",)) == "S"
         with child.paused(True) as quiet:  # the group only, as around a re-check's hand-over
             assert _state(escaped.pid) == "S"
@@ -288,6 +290,52 @@ def test_a_pause_whose_uid_stop_fails_leaves_nothing_stopped(tmp_path, monkeypat
     finally:
         escaped.kill()
         escaped.wait()
+        child.close()
+
+
+# stopped, it continues itself: while it runs it keeps pushing a one-shot timer 30 ms ahead, so the
+# timer fires, with SIGCONT, only once it has been stopped
+SELF_WAKER = """
+import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+event = ctypes.create_string_buffer(64)
+struct.pack_into("ii", event, 8, 18, 0)  # sigev_signo SIGCONT, sigev_notify SIGEV_SIGNAL
+timer = ctypes.c_void_p()
+assert libc.timer_create(1, event, ctypes.byref(timer)) == 0, ctypes.get_errno()
+ahead = (ctypes.c_long * 4)(0, 0, 0, 30_000_000)
+while True:
+    libc.timer_settime(timer, 0, ahead, None)
+"""
+
+
+@ROOT_ONLY
+def test_a_process_that_continues_itself_during_the_pause_makes_it_not_quiet(tmp_path):
+    """A stop is undone by a SIGCONT the process arranged itself: the pause finds that it ran
+    (its CPU time grew) and says so after the block, so the lead is the policy's alone."""
+    import shutil
+
+    from kernelwright.judge import sandbox
+    from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.workers import Child, ChildConfig
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 that another uid may run")
+    env = {sandbox.SPEC_ENV: sandbox.for_candidate("auto", str(cache_dir()), device="cpu").to_env()}
+    child = Child(ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env=env))
+    waker = _as_uid(sandbox.UID_BASE + child._proc.pid, [python, "-I", "-S", "-c", SELF_WAKER])
+    try:
+        deadline = time.monotonic() + 30
+        while _cpu_ticks(waker.pid) < 10:  # in its loop, the timer armed (not still starting)
+            assert time.monotonic() < deadline and waker.poll() is None
+            time.sleep(0.02)
+        with child.paused(True, whole_uid=True) as quiet:
+            time.sleep(0.3)
+            assert _state(waker.pid) == "R"  # it continued itself: the stop did not hold
+        assert not quiet
+    finally:
+        waker.kill()
+        waker.wait()
         child.close()
 
 
@@ -334,6 +382,12 @@ def test_the_lead_falls_back_to_the_policys_when_a_process_of_the_candidates_sti
 def _state(pid):
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def _wait_state(pid, states):

@@ -21,6 +21,7 @@ import time
 
 log = logging.getLogger(__name__)
 STOP_SETTLE_S = 0.2  # how long a stopped uid's processes get to show as stopped
+RAN_NS = 1_000_000  # CPU time a stopped uid's processes may gather in all before they count as having run (ran_since)
 
 UID_BASE = 0x6B000000  # a confined child's uid is this plus its pid (judge.sandbox): no account's
 SIGNALLER_BASE = UID_BASE - 0x1000000  # signaller uids: this plus the child's pid, below every child's uid, no account's
@@ -118,6 +119,46 @@ def stop_child(pid: int) -> bool | None:
             return False
         time.sleep(0.002)
     return True
+
+
+def cpu_times(uid: int) -> dict[int, tuple[int, int]]:
+    """For each process of `uid`: its CPU time in clock ticks (utime + stime of /proc/PID/stat, its
+    exited threads' included) and in nanoseconds (the sum of its live threads' schedstat, 0 where
+    the kernel keeps none)."""
+    found = {}
+    for pid in pids_of_uid(uid):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+        ns = 0
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tasks = []
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as f:
+                    ns += int(f.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                continue
+        found[pid] = (ticks, ns)
+    return found
+
+
+def ran_since(uid: int, before: dict[int, tuple[int, int]]) -> bool:
+    """Whether a process of `uid` ran since cpu_times(uid) gave `before`: a new process, one gone,
+    or more CPU time on either count. A stopped process can be continued by a signal it arranged
+    itself (a timer's SIGCONT), which no stop prevents: this finds that it ran."""
+    after = cpu_times(uid)
+    if set(after) != set(before):
+        return True
+    ns = sum(after[p][1] - before[p][1] for p in after)
+    if any(after[p][1] for p in after):  # the kernel keeps schedstat: nanoseconds, with a little slack
+        return ns > RAN_NS  # (a thread asleep in the kernel at the stop runs a moment before it stops)
+    return any(after[p][0] > before[p][0] for p in after)
 
 
 def continue_child(pid: int) -> None:

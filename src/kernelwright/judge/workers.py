@@ -110,6 +110,16 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+class Quiet:
+    """Child.paused's answer: whether the candidate's processes stayed still, final once the block ended."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __bool__(self) -> bool:
+        return self.value
+
+
 class Child:
     """One running judge child."""
 
@@ -300,24 +310,30 @@ class Child:
         self._received = []
 
     @contextlib.contextmanager
-    def paused(self, on: bool = True, *, whole_uid: bool = False) -> Iterator[bool]:
+    def paused(self, on: bool = True, *, whole_uid: bool = False) -> Iterator[Quiet]:
         """The child's whole process group stopped (SIGSTOP) for the block, then continued: none of
         its threads runs while the reference child copies an output out of its memory (CUDA IPC).
         Not stopped: GPU work it queued before, and a process it started outside its group (the
         sandbox's business). With whole_uid, a candidate's every process of its own uid as well
         (a root judge's uid layer; uids.stop_child): those it moved to a group or session of their
-        own, which could load the host while the reference measures its launch times. Yields False
-        when a process of that uid still ran after the stop, else True."""
+        own, which could load the host while the reference measures its launch times. Yields a
+        Quiet, false when a process of that uid still ran after the stop, or ran again during the
+        block (a timer's SIGCONT it arranged, uids.ran_since): read it after the block."""
         if not on:
-            yield True
+            yield Quiet(True)
             return
         self._signal_group(signal.SIGSTOP)
         by_uid = whole_uid and self._own_uid and self.config.role == "candidate" and self._proc.returncode is None
-        quiet = None
+        quiet, before = Quiet(True), None
+        uid = sandbox.UID_BASE + self._proc.pid
         try:  # the stop inside: whatever it stopped before an error is continued
-            quiet = uids.stop_child(self._proc.pid) if by_uid else None
-            yield quiet is not False
+            if by_uid:
+                quiet.value = uids.stop_child(self._proc.pid) is not False
+                before = uids.cpu_times(uid) if quiet.value and os.getuid() == 0 else None
+            yield quiet
         finally:
+            if before is not None and uids.ran_since(uid, before):
+                quiet.value = False
             if by_uid:
                 uids.continue_child(self._proc.pid)
             self._signal_group(signal.SIGCONT)

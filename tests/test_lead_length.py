@@ -339,6 +339,64 @@ def test_a_process_that_continues_itself_during_the_pause_makes_it_not_quiet(tmp
         child.close()
 
 
+# runs a thread to bank CPU time; once continued, runs another thread and lets the banked one exit,
+# so the live threads' run time is lower after than before though it ran
+BANKER = """
+import signal, threading, time
+woken, banked_may_exit = threading.Event(), threading.Event()
+def spin(s):  # s seconds of this thread's own CPU time
+    end = time.thread_time() + s
+    while time.thread_time() < end:
+        pass
+def banked():
+    spin(0.4)
+    banked_may_exit.wait()
+t = threading.Thread(target=banked)
+t.start()
+signal.signal(signal.SIGCONT, lambda *_: woken.set())
+while not woken.wait(0.01):  # the handler runs in the main thread, between these waits
+    pass
+worker = threading.Thread(target=spin, args=(0.3,))
+worker.start()
+banked_may_exit.set()
+worker.join()
+t.join()
+time.sleep(60)
+"""
+
+
+@ROOT_ONLY
+def test_run_time_of_threads_that_exit_during_the_pause_is_not_lost():
+    import shutil
+
+    from kernelwright.judge import sandbox, uids
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 that another uid may run")
+    fake_child_pid = 4_500_000 + os.getpid() % 100_000
+    uid = sandbox.UID_BASE + fake_child_pid
+    proc = _as_uid(uid, [python, "-I", "-S", "-c", BANKER])
+    try:
+        deadline = time.monotonic() + 30
+        while _cpu_ticks(proc.pid) < 35:  # the banked thread has spun
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        time.sleep(0.2)
+        assert uids.stop_child(fake_child_pid) is True
+        before = uids.cpu_times(uid)
+        assert not uids.ran_since(uid, before)
+        os.kill(proc.pid, signal.SIGCONT)  # as its own timer would
+        deadline = time.monotonic() + 30
+        while len(os.listdir(f"/proc/{proc.pid}/task")) > 1:  # until the new thread has run and the banked one is gone
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        assert uids.ran_since(uid, before)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @ROOT_ONLY
 def test_a_process_whose_leader_exited_runs_while_a_thread_of_it_runs():
     """/proc/PID/stat is the leader thread's: a leader that called pthread_exit shows as a zombie

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 log = logging.getLogger(__name__)
 STOP_SETTLE_S = 0.2  # how long a stopped uid's processes get to show as stopped
@@ -121,44 +122,50 @@ def stop_child(pid: int) -> bool | None:
     return True
 
 
-def cpu_times(uid: int) -> dict[int, tuple[int, int]]:
-    """For each process of `uid`: its CPU time in clock ticks (utime + stime of /proc/PID/stat, its
-    exited threads' included) and in nanoseconds (the sum of its live threads' schedstat, 0 where
-    the kernel keeps none)."""
-    found = {}
+def cpu_times(uid: int) -> dict[str, Any]:
+    """What the processes of `uid` have run so far: per process (its start time, so a reused pid is
+    another), its CPU time in clock ticks (utime + stime of /proc/PID/stat, its exited threads'
+    included); per thread, its run time in nanoseconds (schedstat, where the kernel keeps it) and
+    whether it was dead already."""
+    procs: dict[int, tuple[int, int]] = {}
+    threads: dict[tuple[int, int], int] = {}
+    dead: set[tuple[int, int]] = set()
     for pid in pids_of_uid(uid):
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            ticks = int(fields[11]) + int(fields[12])
+            procs[pid] = (int(fields[19]), int(fields[11]) + int(fields[12]))
+            tasks = os.listdir(f"/proc/{pid}/task")
         except (OSError, IndexError, ValueError):
             continue
-        ns = 0
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            tasks = []
         for task in tasks:
             try:
+                with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                    if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                        dead.add((pid, int(task)))
                 with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as f:
-                    ns += int(f.read().split()[0])
+                    threads[(pid, int(task))] = int(f.read().split()[0])
             except (OSError, IndexError, ValueError):
                 continue
-        found[pid] = (ticks, ns)
-    return found
+    return {"procs": procs, "threads": threads, "dead": dead}
 
 
-def ran_since(uid: int, before: dict[int, tuple[int, int]]) -> bool:
-    """Whether a process of `uid` ran since cpu_times(uid) gave `before`: a new process, one gone,
-    or more CPU time on either count. A stopped process can be continued by a signal it arranged
-    itself (a timer's SIGCONT), which no stop prevents: this finds that it ran."""
+def ran_since(uid: int, before: dict[str, Any]) -> bool:
+    """Whether a process of `uid` ran since cpu_times(uid) gave `before`. A stopped process can be
+    continued by a signal it arranged itself (a timer's SIGCONT), which no stop prevents; this
+    finds that it ran: a process or thread that came, one that went (a live thread exits only by
+    running), more than RAN_NS of its threads' run time, or more than a tick of any process's CPU
+    time (which keeps what its exited threads ran); with no schedstat, any tick."""
     after = cpu_times(uid)
-    if set(after) != set(before):
+    if set(after["procs"]) != set(before["procs"]) or any(after["procs"][p][0] != before["procs"][p][0] for p in after["procs"]):
         return True
-    ns = sum(after[p][1] - before[p][1] for p in after)
-    if any(after[p][1] for p in after):  # the kernel keeps schedstat: nanoseconds, with a little slack
-        return ns > RAN_NS  # (a thread asleep in the kernel at the stop runs a moment before it stops)
-    return any(after[p][0] > before[p][0] for p in after)
+    was, now = before["threads"], after["threads"]
+    if set(now) - set(was) or set(was) - set(now) - before["dead"]:
+        return True
+    slack = 1 if was else 0  # with schedstat, a tick's edge crossed by a moment's run is no run
+    if any(after["procs"][p][1] - before["procs"][p][1] > slack for p in after["procs"]):
+        return True
+    return sum(now[t] - was[t] for t in now) > RAN_NS  # a thread asleep in the kernel at the stop runs a moment before it stops
 
 
 def continue_child(pid: int) -> None:

@@ -276,8 +276,8 @@ def test_a_pause_whose_uid_stop_fails_leaves_nothing_stopped(tmp_path, monkeypat
     escaped = _as_uid(sandbox.UID_BASE + child._proc.pid, ["/bin/sh", "-c", "exec setsid sleep 60"])
     real = uids.stop_child
 
-    def fails(pid):
-        real(pid)  # it stopped the uid's processes, then failed
+    def fails(pid, by=None):
+        real(pid, by)  # it stopped the uid's processes, then failed
         raise OSError("the helper's report could not be read")
 
     monkeypatch.setattr(uids, "stop_child", fails)
@@ -395,6 +395,66 @@ def test_run_time_of_threads_that_exit_during_the_pause_is_not_lost():
     finally:
         proc.kill()
         proc.wait()
+
+
+@ROOT_ONLY
+def test_a_candidates_kept_signaller_stops_continues_and_kills_its_uid_without_a_helper_start(tmp_path, monkeypatch):
+    from kernelwright.judge import sandbox, uids
+    from kernelwright.judge.build import cache_dir
+    from kernelwright.judge.workers import Child, ChildConfig
+
+    started = []
+    monkeypatch.setattr(uids, "signal_uid", lambda *a, **k: started.append(a))  # a one-off helper's start
+    env = {sandbox.SPEC_ENV: sandbox.for_candidate("auto", str(cache_dir()), device="cpu").to_env()}
+    child = Child(ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env=env))
+    kept = child._signaller._proc
+    escaped = _as_uid(sandbox.UID_BASE + child._proc.pid, ["/bin/sh", "-c", "exec setsid sleep 60"])
+    try:
+        _wait_state(escaped.pid, ("S",))
+        for _ in range(3):
+            with child.paused(True, whole_uid=True) as quiet:
+                assert _state(escaped.pid) == "T"
+            assert quiet and _wait_state(escaped.pid, ("S",)) == "S"
+        child.close()  # its uid killed through the kept helper, which then ends
+        escaped.wait(timeout=10)
+        assert kept.wait(timeout=10) == 0
+        assert started == []
+    finally:
+        escaped.kill()
+        escaped.wait()
+        child.close()
+
+
+@ROOT_ONLY
+def test_a_kept_signaller_outlives_a_process_that_kills_its_uids_newcomers_and_one_that_died_is_stood_in_for():
+    import shutil
+
+    from kernelwright.judge import sandbox, uids
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 that another uid may run")
+    fake_child_pid = 4_600_000 + os.getpid() % 100_000
+    uid = sandbox.UID_BASE + fake_child_pid
+    kept = uids.Signaller(uid)
+    killer = _as_uid(uid, [python, "-I", "-S", "-c", KILLER])
+    try:
+        _wait_state(killer.pid, ("R", "S"))
+        for _ in range(5):
+            assert uids.stop_child(fake_child_pid, kept) is True and _state(killer.pid) == "T"
+            uids.continue_child(fake_child_pid, kept)
+            time.sleep(0.05)  # the killer looks at /proc meanwhile
+        assert kept._proc is not None and kept._proc.poll() is None
+        kept._proc.kill()  # it died: the one-off helper stands in
+        kept._proc.wait()
+        assert uids.stop_child(fake_child_pid, kept) is True and _state(killer.pid) == "T"
+        assert kept._proc is None
+        uids.kill_uid(uid, by=kept)
+        killer.wait(timeout=10)
+    finally:
+        kept.close()
+        killer.kill()
+        killer.wait()
 
 
 @ROOT_ONLY

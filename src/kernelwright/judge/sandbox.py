@@ -467,7 +467,8 @@ def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path], lim: quo
     return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None, lim=lim)
 
 
-def reap(pid: int) -> None:
-    """Kill every process left of the confined child `pid` (its own uid's, when the judge is root)."""
+def reap(pid: int, by: uids.Signaller | None = None) -> None:
+    """Kill every process left of the confined child `pid` (its own uid's, when the judge is root;
+    through `by`, its kept signaller, if any)."""
     if os.getuid() == 0 and pid > 0:
-        uids.kill_uid(UID_BASE + pid)
+        uids.kill_uid(UID_BASE + pid, by=by)

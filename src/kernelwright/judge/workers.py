@@ -124,6 +124,7 @@ class Child:
     """One running judge child."""
 
     _own_uid = False  # set from its sandbox spec when it starts (a stand-in built without starting has none)
+    _signaller: uids.Signaller | None = None  # a candidate's kept helper for its uid (a root judge's)
     _killed = False  # kill() has run (a stand-in built without starting has not)
 
     def __init__(self, config: ChildConfig) -> None:
@@ -152,6 +153,9 @@ class Child:
         self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock, alive=lambda: self._proc.poll() is None)
         # a candidate's disk (its folder, its extension folder) and host memory, watched while it lives (judge.quota)
         self._watch = sandbox.watch_for(spec, self._proc.pid, [config.workdir, *(spec.write if spec else ())], lim)
+        # a candidate's uid is stopped, continued and killed by a helper kept for it (judge.uids), started here beside it
+        self._signaller = uids.Signaller(sandbox.UID_BASE + self._proc.pid) if (
+            self._own_uid and config.role == "candidate" and os.getuid() == 0) else None
         self._exit_sent = False
         self._closed = False
         self._killed = False
@@ -328,14 +332,14 @@ class Child:
         uid = sandbox.UID_BASE + self._proc.pid
         try:  # the stop inside: whatever it stopped before an error is continued
             if by_uid:
-                quiet.value = uids.stop_child(self._proc.pid) is not False
+                quiet.value = uids.stop_child(self._proc.pid, self._signaller) is not False
                 before = uids.cpu_times(uid) if quiet.value and os.getuid() == 0 else None
             yield quiet
         finally:
             if before is not None and uids.ran_since(uid, before):
                 quiet.value = False
             if by_uid:
-                uids.continue_child(self._proc.pid)
+                uids.continue_child(self._proc.pid, self._signaller)
             self._signal_group(signal.SIGCONT)
 
     def _signal_group(self, sig: int) -> None:
@@ -402,7 +406,9 @@ class Child:
         except (ProcessLookupError, PermissionError):
             left = False
         if self._own_uid and first:  # before the wait, while its pid, and so its uid, may still be its own; without a uid of its own,
-            sandbox.reap(self._proc.pid)  # its group went above and the fork server sweeps orphans
+            sandbox.reap(self._proc.pid, self._signaller)  # its group went above and the fork server sweeps orphans
+        if self._signaller is not None:
+            self._signaller.close()
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

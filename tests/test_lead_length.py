@@ -408,6 +408,7 @@ def test_a_candidates_kept_signaller_stops_continues_and_kills_its_uid_without_a
     env = {sandbox.SPEC_ENV: sandbox.for_candidate("auto", str(cache_dir()), device="cpu").to_env()}
     child = Child(ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env=env))
     kept = child._signaller._proc
+    assert child._watch is None or child._watch.signaller is child._signaller  # the quota's kill goes through it too
     escaped = _as_uid(sandbox.UID_BASE + child._proc.pid, ["/bin/sh", "-c", "exec setsid sleep 60"])
     try:
         _wait_state(escaped.pid, ("S",))
@@ -428,6 +429,7 @@ def test_a_candidates_kept_signaller_stops_continues_and_kills_its_uid_without_a
 @ROOT_ONLY
 def test_a_kept_signaller_outlives_a_process_that_kills_its_uids_newcomers_and_one_that_died_is_stood_in_for():
     import shutil
+    import subprocess
 
     from kernelwright.judge import sandbox, uids
 
@@ -437,6 +439,12 @@ def test_a_kept_signaller_outlives_a_process_that_kills_its_uids_newcomers_and_o
     fake_child_pid = 4_600_000 + os.getpid() % 100_000
     uid = sandbox.UID_BASE + fake_child_pid
     kept = uids.Signaller(uid)
+    uids.continue_child(fake_child_pid, kept)  # it has answered once: its uids are set
+    # idle, it is root's to schedule: the uid's processes cannot make it SCHED_IDLE (they could where its effective uid was theirs)
+    idle = ("import os, sys\nos.sched_setscheduler(int(sys.argv[1]), os.SCHED_IDLE, os.sched_param(0))")
+    tried = subprocess.run([python, "-I", "-S", "-c", idle, str(kept._proc.pid)], user=uid, group=uid, extra_groups=[],
+                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+    assert tried.returncode != 0 and "PermissionError" in tried.stderr, tried.stderr
     killer = _as_uid(uid, [python, "-I", "-S", "-c", KILLER])
     try:
         _wait_state(killer.pid, ("R", "S"))

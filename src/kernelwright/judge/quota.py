@@ -163,8 +163,8 @@ class Watch:
     nothing is signalled by its pid or its uid (both may be another process's by then)."""
 
     def __init__(self, pid: int, roots: Sequence[str | Path], *, uid: int | None, lim: Limits | None = None,
-                 every_s: float = WATCH_S) -> None:
-        self.pid, self.roots, self.uid = pid, [str(r) for r in roots], uid
+                 every_s: float = WATCH_S, signaller: uids.Signaller | None = None) -> None:
+        self.pid, self.roots, self.uid, self.signaller = pid, [str(r) for r in roots], uid, signaller
         self.limits = lim if lim is not None else limits()
         self.every_s = every_s
         self.over = ""
@@ -229,7 +229,7 @@ class Watch:
         if self.uid is not None:
             if self._leader_alive():  # else its uid may be a new child's by now
                 self._killpg()
-                uids.kill_uid(self.uid)  # by the uid (a helper it cannot signal, judge.uids), never by a pid read from /proc
+                uids.kill_uid(self.uid, by=self.signaller)  # by the uid (a helper it cannot signal, judge.uids), never by a pid read from /proc
             return
         # its descendants, group and session, each pinned by a pidfd and then found again before
         # anything is killed (the tree is how they are told; a pid reused in between is not in the

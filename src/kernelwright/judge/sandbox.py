@@ -459,12 +459,14 @@ def watched(spec: Spec | None) -> quota.Limits | None:
     return quota.limits()
 
 
-def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path], lim: quota.Limits | None) -> quota.Watch | None:
+def watch_for(spec: Spec | None, pid: int, roots: Sequence[str | Path], lim: quota.Limits | None,
+              signaller: uids.Signaller | None = None) -> quota.Watch | None:
     """A judge.quota watch over the confined process `pid` (its disk across `roots`, its host
-    memory across its processes) under `lim` (watched(spec)); None without limits."""
+    memory across its processes) under `lim` (watched(spec)), killing through `signaller` (the
+    uid's kept helper) if any; None without limits."""
     if spec is None or lim is None:
         return None
-    return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None, lim=lim)
+    return quota.Watch(pid, roots, uid=UID_BASE + pid if "uid" in spec.layers else None, lim=lim, signaller=signaller)
 
 
 def reap(pid: int, by: uids.Signaller | None = None) -> None:

@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -60,16 +61,24 @@ def signal_uid(uid: int, sig: int, rounds: int = 1) -> None:
                     done.returncode, done.stderr.decode(errors="replace")[-300:])
 
 
+# idle, its effective and saved uid are root's, so the target's processes cannot change its
+# scheduling (they may where an effective uid is theirs: SCHED_IDLE and one CPU slowed it to seconds);
+# each command resets its scheduling, then sends as the target for the kill(-1) alone
 _LOOP = ("import os, sys\n"
          "u, s = int(sys.argv[1]), int(sys.argv[2])\n"
-         "os.setgroups([]); os.setresgid(s, s, s); os.setresuid(s, u, s)\n"
+         "os.setgroups([]); os.setresgid(s, s, s); os.setresuid(s, 0, 0)\n"
+         "cpus = os.sched_getaffinity(0)\n"
          "for line in sys.stdin:\n"
          "    sig, rounds = (int(x) for x in line.split())\n"
+         "    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0)); os.setpriority(os.PRIO_PROCESS, 0, 0)\n"
+         "    os.sched_setaffinity(0, cpus)\n"
+         "    os.seteuid(u)\n"
          "    for _ in range(rounds):\n"
          "        try:\n"
          "            os.kill(-1, sig)\n"
          "        except ProcessLookupError:\n"
          "            break\n"
+         "    os.seteuid(0)\n"
          "    sys.stdout.write('ok\\n')\n"
          "    sys.stdout.flush()\n")
 SIGNALLER_REPLY_S = 10.0  # how long a kept helper may take to answer before the one-off helper stands in
@@ -80,10 +89,13 @@ class Signaller:
     costs a line on a pipe, not a Python start (16 ms on the H100 host): started beside the child,
     off the verdict's path. Its uids are those of signal_uid's helper (real and saved the target's
     signaller uid), so the target's processes cannot signal or trace it. Where it cannot start or
-    stops answering, signal_uid's one-off helper stands in."""
+    stops answering, signal_uid's one-off helper stands in. Every signal to the uid goes through it
+    while it lives (the quota watch's kill too, from its thread): two helpers share the signaller
+    uid, and each one's kill(-1) would reach the other."""
 
     def __init__(self, uid: int) -> None:
         self.uid = uid
+        self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         try:
             self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LOOP, str(uid), str(signaller(uid))], env={},
@@ -93,22 +105,28 @@ class Signaller:
 
     def signal(self, sig: int, rounds: int = 1) -> None:
         """Send `sig` to every process of the uid, `rounds` times; returns once sent."""
-        proc = self._proc
-        if proc is not None and proc.stdin is not None and proc.stdout is not None:
-            try:
-                proc.stdin.write(f"{int(sig)} {int(rounds)}\n".encode())
-                proc.stdin.flush()
-                ready, _, _ = select.select([proc.stdout], [], [], SIGNALLER_REPLY_S)
-                if ready and proc.stdout.readline() == b"ok\n":
-                    return
-            except (OSError, ValueError):
-                pass
-            log.warning("the kept signaller of uid %d did not answer: a helper stands in", self.uid)
-            self.close()
-        signal_uid(self.uid, sig, rounds)
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.stdin is not None and proc.stdout is not None:
+                try:
+                    proc.stdin.write(f"{int(sig)} {int(rounds)}\n".encode())
+                    proc.stdin.flush()
+                    poller = select.poll()
+                    poller.register(proc.stdout, select.POLLIN)
+                    if poller.poll(SIGNALLER_REPLY_S * 1000) and proc.stdout.readline() == b"ok\n":
+                        return
+                except (OSError, ValueError):
+                    pass
+                log.warning("the kept signaller of uid %d did not answer: a helper stands in", self.uid)
+                self._end()
+            signal_uid(self.uid, sig, rounds)
 
     def close(self) -> None:
         """The helper told to end (end of its input) and reaped; a second call does nothing."""
+        with self._lock:
+            self._end()
+
+    def _end(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
             return

@@ -152,10 +152,10 @@ class Child:
             raise
         self._reader = Reader(self._sock.fileno(), self._key, sock=self._sock, alive=lambda: self._proc.poll() is None)
         # a candidate's disk (its folder, its extension folder) and host memory, watched while it lives (judge.quota)
-        self._watch = sandbox.watch_for(spec, self._proc.pid, [config.workdir, *(spec.write if spec else ())], lim)
         # a candidate's uid is stopped, continued and killed by a helper kept for it (judge.uids), started here beside it
         self._signaller = uids.Signaller(sandbox.UID_BASE + self._proc.pid) if (
             self._own_uid and config.role == "candidate" and os.getuid() == 0) else None
+        self._watch = sandbox.watch_for(spec, self._proc.pid, [config.workdir, *(spec.write if spec else ())], lim, self._signaller)
         self._exit_sent = False
         self._closed = False
         self._killed = False

@@ -133,6 +133,16 @@ def run_profile(device: str, rounds: int, out: dict[str, Any], save) -> dict[str
             uids.signal_uid(uids.UID_BASE + 1, 0)
             helper.append(time.perf_counter() - t0)
         out["signal_uid_s"] = {"median": statistics.median(helper), "all": helper}
+        kept, sent = uids.Signaller(uids.UID_BASE + 1), []  # the kept helper a candidate child gets: a line on its pipe
+        try:
+            kept.signal(0)  # its start, not counted
+            for _ in range(10):
+                t0 = time.perf_counter()
+                kept.signal(0)
+                sent.append(time.perf_counter() - t0)
+        finally:
+            kept.close()
+        out["kept_signaller_s"] = {"median": statistics.median(sent), "all": sent}
         t0 = time.perf_counter()
         for _ in range(10):
             uids.all_stopped(uids.UID_BASE + 1)
@@ -214,7 +224,8 @@ def main() -> int:
             if part == "profile":
                 prof = result["profile"]
                 print(f"profile ({prof['rounds']} rounds): medians auto {prof['median_s']['auto']:.3f} s, off {prof['median_s']['off']:.3f} s; "
-                      f"uid helper {prof.get('signal_uid_s', {}).get('median', float('nan')) * 1e3:.1f} ms, "
+                      f"uid helper {prof.get('signal_uid_s', {}).get('median', float('nan')) * 1e3:.1f} ms "
+                      f"(kept: {prof.get('kept_signaller_s', {}).get('median', float('nan')) * 1e3:.2f} ms), "
                       f"all_stopped {prof.get('all_stopped_s', float('nan')) * 1e3:.1f} ms, watch's /proc read {prof.get('watch_processes_s', float('nan')) * 1e3:.1f} ms "
                       f"({prof.get('proc_entries')} processes)", flush=True)
                 print(f"  speculation: {prof['speculation']}", flush=True)

@@ -194,6 +194,16 @@ while True:
 """
 
 
+def _system_python():
+    """A python3 another uid may run (the test's own may sit below a folder closed to it)."""
+    import shutil
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 that another uid may run")
+    return python
+
+
 def _as_uid(uid, argv):
     import subprocess
 
@@ -219,13 +229,9 @@ def test_stopping_a_candidates_uid_reaches_a_process_that_left_its_group_and_ses
 
 @ROOT_ONLY
 def test_a_process_that_kills_its_uids_newcomers_cannot_stop_the_stop_or_the_kill():
-    import shutil
-
     from kernelwright.judge import sandbox, uids
 
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    if python is None:
-        pytest.skip("no system python3 that another uid may run")
+    python = _system_python()
     fake_child_pid = 4_100_000 + os.getpid() % 100_000
     killer = _as_uid(sandbox.UID_BASE + fake_child_pid, [python, "-I", "-S", "-c", KILLER])
     try:
@@ -312,15 +318,11 @@ while True:
 def test_a_process_that_continues_itself_during_the_pause_makes_it_not_quiet(tmp_path):
     """A stop is undone by a SIGCONT the process arranged itself: the pause finds that it ran
     (its CPU time grew) and says so after the block, so the lead is the policy's alone."""
-    import shutil
-
     from kernelwright.judge import sandbox
     from kernelwright.judge.build import cache_dir
     from kernelwright.judge.workers import Child, ChildConfig
 
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    if python is None:
-        pytest.skip("no system python3 that another uid may run")
+    python = _system_python()
     env = {sandbox.SPEC_ENV: sandbox.for_candidate("auto", str(cache_dir()), device="cpu").to_env()}
     child = Child(ChildConfig(role="candidate", device="cpu", gpu_index=0, workdir=tmp_path, env=env))
     waker = _as_uid(sandbox.UID_BASE + child._proc.pid, [python, "-I", "-S", "-c", SELF_WAKER])
@@ -367,13 +369,9 @@ time.sleep(60)
 
 @ROOT_ONLY
 def test_run_time_of_threads_that_exit_during_the_pause_is_not_lost():
-    import shutil
-
     from kernelwright.judge import sandbox, uids
 
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    if python is None:
-        pytest.skip("no system python3 that another uid may run")
+    python = _system_python()
     fake_child_pid = 4_500_000 + os.getpid() % 100_000
     uid = sandbox.UID_BASE + fake_child_pid
     proc = _as_uid(uid, [python, "-I", "-S", "-c", BANKER])
@@ -428,14 +426,11 @@ def test_a_candidates_kept_signaller_stops_continues_and_kills_its_uid_without_a
 
 @ROOT_ONLY
 def test_a_kept_signaller_outlives_a_process_that_kills_its_uids_newcomers_and_one_that_died_is_stood_in_for():
-    import shutil
     import subprocess
 
     from kernelwright.judge import sandbox, uids
 
-    python = shutil.which("python3", path="/usr/bin:/bin")
-    if python is None:
-        pytest.skip("no system python3 that another uid may run")
+    python = _system_python()
     fake_child_pid = 4_600_000 + os.getpid() % 100_000
     uid = sandbox.UID_BASE + fake_child_pid
     kept = uids.Signaller(uid)

@@ -143,12 +143,17 @@ class Signaller:
             proc.wait()
 
 
+def _send(uid: int, sig: int, rounds: int, by: Signaller | None) -> None:
+    """signal_uid, through `by` (the uid's kept signaller) where there is one."""
+    if by is not None:
+        by.signal(sig, rounds)
+    else:
+        signal_uid(uid, sig, rounds)
+
+
 def kill_uid(uid: int, rounds: int = 3, by: Signaller | None = None) -> None:
     """SIGKILL every process of `uid`, a few rounds (through `by`, its kept signaller, if any)."""
-    if by is not None:
-        by.signal(signal.SIGKILL, rounds)
-    else:
-        signal_uid(uid, signal.SIGKILL, rounds)
+    _send(uid, signal.SIGKILL, rounds, by)
 
 
 def pids_of_uid(uid: int) -> list[int]:
@@ -200,10 +205,7 @@ def stop_child(pid: int, by: Signaller | None = None) -> bool | None:
     /proc, so a scan alone never proves the uid still."""
     if os.getuid() != 0 or pid <= 0:
         return None
-    if by is not None:
-        by.signal(signal.SIGSTOP, 3)
-    else:
-        signal_uid(UID_BASE + pid, signal.SIGSTOP, rounds=3)
+    _send(UID_BASE + pid, signal.SIGSTOP, 3, by)
     deadline = time.monotonic() + STOP_SETTLE_S  # a stop is acted on when its process next runs: on a busy host, a little later
     while not all_stopped(UID_BASE + pid):
         if time.monotonic() > deadline:
@@ -261,7 +263,4 @@ def ran_since(uid: int, before: dict[str, Any]) -> bool:
 def continue_child(pid: int, by: Signaller | None = None) -> None:
     """SIGCONT what stop_child stopped."""
     if os.getuid() == 0 and pid > 0:
-        if by is not None:
-            by.signal(signal.SIGCONT)
-        else:
-            signal_uid(UID_BASE + pid, signal.SIGCONT)
+        _send(UID_BASE + pid, signal.SIGCONT, 1, by)

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -132,6 +133,12 @@ def _cell(row: dict | None, key: str) -> str:
     return s
 
 
+def _card(name: str | None) -> str:
+    """A GPU's short model name from the driver's (\"NVIDIA H100 80GB HBM3\" -> H100)."""
+    m = re.search(r"\b([A-Z]+\d{2,4}[A-Za-z]*)\b", (name or "").replace("NVIDIA", ""))
+    return m.group(1) if m else (name or "GPU")
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     import zoo
 
@@ -141,6 +148,9 @@ def cmd_table(args: argparse.Namespace) -> int:
     for doc in runs:
         commits.setdefault(doc["provenance"]["device"], set()).add(doc["provenance"]["commit"])
 
+    gpus = sorted({_card(doc["provenance"].get("gpu")) for doc in runs if doc["provenance"]["device"] == "cuda"})
+    card = "/".join(gpus) or "GPU"  # the card the GPU rows ran on, as its run says
+
     def at(row: dict | None, device: str) -> str:  # names the run where one device's rows come from several
         return f" [{row['commit']}]" if row is not None and len(commits.get(device, ())) > 1 else ""
 
@@ -148,7 +158,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|")
     for e in zoo.EXPLOITS:
         row = by.get((e.device, e.name))
-        where = "H200" if e.device == "cuda" else "CPU"
+        where = card if e.device == "cuda" else "CPU"
         off = ", ".join(sorted(e.off)) if e.off else (", ".join(f"{k}={v}" for k, v in e.off_policy.items()) or "nothing to switch off")
         if e.context or e.context_off:
             both = [f"{k}={v}" for k, v in e.context.items()] + sorted(e.context_off)
@@ -162,7 +172,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     print("|---|---|---|")
     for c in zoo.CONTROLS:
         row = by.get((c.device, c.name))
-        print(f"| `{c.name}` ({'H200' if c.device == 'cuda' else 'CPU'}) | {c.what} | {_cell(row, 'on')}{at(row, c.device)} |")
+        print(f"| `{c.name}` ({card if c.device == 'cuda' else 'CPU'}) | {c.what} | {_cell(row, 'on')}{at(row, c.device)} |")
     for doc in runs:
         p = doc["provenance"]
         print(f"\n{p['device']}: commit {p['commit']}, {p['date']}, {p.get('gpu') or p['cpu']}, torch {p['torch']}")

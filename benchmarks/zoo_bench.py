@@ -135,7 +135,7 @@ def _cell(row: dict | None, key: str) -> str:
 
 def _card(name: str | None) -> str:
     """A GPU's short model name from the driver's (\"NVIDIA H100 80GB HBM3\" -> H100)."""
-    m = re.search(r"\b([A-Z]+\d{2,4}[A-Za-z]*)\b", (name or "").replace("NVIDIA", ""))
+    m = re.search(r"\b([A-Z]+\d{2,4}[A-Za-z]*)\b", name or "")
     return m.group(1) if m else (name or "GPU")
 
 
@@ -143,13 +143,14 @@ def cmd_table(args: argparse.Namespace) -> int:
     import zoo
 
     runs = [json.loads(Path(p).read_text()) for p in args.json]
-    by = {(r["device"], r["name"]): {**r, "commit": doc["provenance"]["commit"]} for doc in runs for r in doc["exploits"] + doc["controls"]}
+    by = {(r["device"], r["name"]): {**r, "commit": doc["provenance"]["commit"], "card": _card(doc["provenance"].get("gpu"))}
+          for doc in runs for r in doc["exploits"] + doc["controls"]}
     commits: dict[str, set[str]] = {}
     for doc in runs:
         commits.setdefault(doc["provenance"]["device"], set()).add(doc["provenance"]["commit"])
 
-    gpus = sorted({_card(doc["provenance"].get("gpu")) for doc in runs if doc["provenance"]["device"] == "cuda"})
-    card = "/".join(gpus) or "GPU"  # the card the GPU rows ran on, as its run says
+    def where(row: dict | None, device: str) -> str:  # the card of the row's own run; "GPU" for a row not run
+        return "CPU" if device != "cuda" else (row["card"] if row is not None else "GPU")
 
     def at(row: dict | None, device: str) -> str:  # names the run where one device's rows come from several
         return f" [{row['commit']}]" if row is not None and len(commits.get(device, ())) > 1 else ""
@@ -158,7 +159,6 @@ def cmd_table(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|")
     for e in zoo.EXPLOITS:
         row = by.get((e.device, e.name))
-        where = card if e.device == "cuda" else "CPU"
         off = ", ".join(sorted(e.off)) if e.off else (", ".join(f"{k}={v}" for k, v in e.off_policy.items()) or "nothing to switch off")
         if e.context or e.context_off:
             both = [f"{k}={v}" for k, v in e.context.items()] + sorted(e.context_off)
@@ -166,13 +166,13 @@ def cmd_table(args: argparse.Namespace) -> int:
         on_cell = _cell(row, "on") + at(row, e.device)
         if e.guard == "degeneracy_gate" and row is not None:
             on_cell += "; the gate: " + ("degenerate" if row.get("gate_degenerate") else "not flagged")
-        print(f"| `{e.name}` ({where}) | {e.trick} | {e.guard} | {on_cell} | {_cell(row, 'off')} | {off} |")
+        print(f"| `{e.name}` ({where(row, e.device)}) | {e.trick} | {e.guard} | {on_cell} | {_cell(row, 'off')} | {off} |")
     print()
     print("| control | what | verdict |")
     print("|---|---|---|")
     for c in zoo.CONTROLS:
         row = by.get((c.device, c.name))
-        print(f"| `{c.name}` ({card if c.device == 'cuda' else 'CPU'}) | {c.what} | {_cell(row, 'on')}{at(row, c.device)} |")
+        print(f"| `{c.name}` ({where(row, c.device)}) | {c.what} | {_cell(row, 'on')}{at(row, c.device)} |")
     for doc in runs:
         p = doc["provenance"]
         print(f"\n{p['device']}: commit {p['commit']}, {p['date']}, {p.get('gpu') or p['cpu']}, torch {p['torch']}")

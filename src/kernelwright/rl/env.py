@@ -1,0 +1,261 @@
+"""The environment an RL trainer drives: one episode is one task worked on with the agent's tools,
+ended by `submit`, the turn limit, the token limit or the wall budget, and paid by the reward of a
+final verdict judged afresh on fresh secret seeds.
+
+    env = KernelEnv(EnvConfig(device="cpu"))
+    obs = env.reset(task)                        # obs["messages"]: the system (skill) and user (problem) messages
+    obs, done, info = env.step({"name": "write_file", "arguments": {"path": "model_new.py", "content": code}})
+    obs, done, info = env.step({"name": "submit", "arguments": {}})
+    info["reward"]                               # {"value": 1.0, "milestone": 1, "reason": ..., "excluded": False}
+
+The tools, their texts and the skill text are the agent's own (agent.tools, agent.skill, agent.prompts):
+`optimize`, the MCP server and this environment are three doors to one implementation. Limits come
+from the objective (`max_turns`, `budget_tokens`, `budget_minutes`), as in `optimize`.
+
+An action is one assistant turn: a tool call (`{"name": ..., "arguments": {...}}`, a core ToolCall),
+several of them (a list, or `{"tool_calls": [...]}`), a reply's text (a str, or `{"content": ...}`)
+holding a fenced model_new.py, or a core Reply. A reply's code is judged as `optimize` judges it
+(fully, timed) unless `reply_submits` is set (single-turn training), where it ends the episode.
+
+Generated code never runs in this process: every judgement goes through agent.judging.Judge, which
+reaches the judge's sandboxed children through its client.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kernelwright.agent import prompts
+from kernelwright.agent.extract import extract_candidate, extraction_problem
+from kernelwright.agent.feedback import describe
+from kernelwright.agent.judging import Judge
+from kernelwright.agent.objective import Objective
+from kernelwright.agent.skill import render_skill
+from kernelwright.agent.tools import TOOL_SPECS, Tools
+from kernelwright.agent.workspace import Workspace
+from kernelwright.core.runs import Message, Reply, Role, ToolCall
+from kernelwright.problems.loader import Problem, load_problem
+from kernelwright.rl.reward import Reward, RewardConfig, Shaping, score
+from kernelwright.rl.tasks import Task, split_of
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """How episodes run and are paid."""
+
+    device: str = "auto"  # cuda, cpu or auto
+    objective: Objective = field(default_factory=Objective)  # policy, target and limits (max_turns, budget_tokens, budget_minutes)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    tools: bool = True  # offer the tools; False: the model answers with fenced code only
+    reply_submits: bool = False  # a reply holding code ends the episode (single-turn training)
+    store: Path | None = None  # the verdicts' store (None: the default store)
+    record: bool = True  # keep verdicts in the store (False: nothing kept, baselines measured per episode)
+    workroot: Path | None = None  # where episode workspaces go (None: a temporary folder)
+    keep_workspaces: bool = False
+
+
+class EpisodeOver(RuntimeError):
+    """step() after the episode ended: call reset()."""
+
+
+def _as_call(d: Any, n: int) -> ToolCall:
+    if isinstance(d, ToolCall):
+        return d
+    if not isinstance(d, dict) or not isinstance(d.get("name", d.get("function", {}).get("name") if isinstance(d.get("function"), dict) else None), str):
+        raise ValueError(f"a tool call is {{'name': ..., 'arguments': {{...}}}}, got {str(d)[:200]!r}")
+    fn = d.get("function") if isinstance(d.get("function"), dict) else d
+    raw = fn.get("arguments", {})
+    args, error = raw, ""
+    if isinstance(raw, str):
+        try:
+            args = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            args, error = {}, str(exc)
+    if not isinstance(args, dict):
+        args, error = {}, f"arguments must be a JSON object, got {type(args).__name__}"
+    return ToolCall(id=str(d.get("id") or f"call-{n}"), name=str(fn["name"]), arguments=args,
+                    raw_arguments=raw if isinstance(raw, str) else "", parse_error=error)
+
+
+def parse_action(action: Any) -> tuple[str, tuple[ToolCall, ...], int]:
+    """(reply text, tool calls, tokens the reply reports) from any action form the module names."""
+    if isinstance(action, Reply):
+        return action.text, action.tool_calls, action.usage.total_tokens
+    if isinstance(action, str):
+        return action, (), 0
+    if isinstance(action, (ToolCall, list, tuple)):
+        calls = [action] if isinstance(action, ToolCall) else list(action)
+        return "", tuple(_as_call(c, i) for i, c in enumerate(calls)), 0
+    if isinstance(action, dict):
+        if "tool_calls" in action or "content" in action:
+            calls = action.get("tool_calls") or []
+            return str(action.get("content") or ""), tuple(_as_call(c, i) for i, c in enumerate(calls)), 0
+        return "", (_as_call(action, 0),), 0
+    raise ValueError(f"an action is a tool call, a list of them, a reply's text or a Reply; got {type(action).__name__}")
+
+
+class KernelEnv:
+    """One episode at a time; create one environment per concurrent episode."""
+
+    def __init__(self, config: EnvConfig | None = None, **changes: Any) -> None:
+        self.config = replace(config or EnvConfig(), **changes)
+        self._tmp: Path | None = None
+        self._episode: dict[str, Any] | None = None
+
+    # -- episode -------------------------------------------------------------------------------
+
+    def reset(self, task: Task | Problem | str | Path) -> dict[str, Any]:
+        """Start an episode on `task`; the observation holds the prompt messages and the tools."""
+        self._drop_workspace()
+        task = self._task(task)
+        from kernelwright.judge.evaluate import resolve_device
+
+        cfg = self.config
+        self.device = resolve_device(cfg.device)
+        self.task = task
+        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record)
+        root = (cfg.workroot or self._tmproot()) / f"ep-{uuid.uuid4().hex[:12]}"
+        root.mkdir(parents=True, exist_ok=False)
+        self.workspace = Workspace(root)
+        self.tools = Tools(self.workspace, self.judge, target_speedup=cfg.objective.target_speedup)
+        self.shaping = Shaping(cfg.reward)
+        system = Message(Role.SYSTEM, render_skill(cfg.objective, self.device))
+        user = Message(Role.USER, prompts.problem_prompt(task.problem, self.device, tools=cfg.tools, target=cfg.objective.target_speedup))
+        self.messages: list[Message] = [system, user]
+        self.done, self.reward = False, None
+        self.turns, self.tokens, self._t0 = 0, 0, time.monotonic()
+        self._episode = {"id": f"ep-{uuid.uuid4().hex[:12]}", "task": task.to_dict(), "device": self.device, "calls": [],
+                         "objective": cfg.objective.to_dict(), "reward_config": asdict(cfg.reward)}
+        return {"messages": [m.to_dict() for m in self.messages], "text": user.content, "system": system.content,
+                "tools": [s.to_openai() for s in TOOL_SPECS] if cfg.tools else [], "task": task.to_dict()}
+
+    def step(self, action: Any, *, tokens: int = 0) -> tuple[dict[str, Any], bool, dict[str, Any]]:
+        """One assistant turn. `tokens`: what the turn cost (prompt and completion), when the action
+        does not say (a Reply's usage does)."""
+        if self._episode is None or self.done:
+            raise EpisodeOver("the episode is over (or never started): call reset(task)")
+        text, calls, used = parse_action(action)
+        self.turns += 1
+        self.tokens += max(int(tokens), used)
+        start = len(self.messages)
+        self.messages.append(Message(Role.ASSISTANT, text, tool_calls=calls))
+        submitted = self._tool_turn(calls) if calls and self.config.tools else self._text_turn(text)
+        end = "submit" if submitted else self._limit()
+        new = self.messages[start + 1:]
+        obs = {"messages": [m.to_dict() for m in new], "text": "\n\n".join(m.content for m in new)}
+        info: dict[str, Any] = {"turn": self.turns, "tokens": self.tokens}
+        if end:
+            info.update(self._finish(end))
+        return obs, self.done, info
+
+    def _tool_turn(self, calls: tuple[ToolCall, ...]) -> bool:
+        submitted = False
+        for call in calls:
+            if submitted:  # calls after a submit are not run
+                self.messages.append(Message(Role.TOOL, "not run: the candidate was already submitted", tool_call_id=call.id, name=call.name))
+                continue
+            result = self.tools.run(call)
+            bonus = self.shaping.turn(call.name, result.verdict, result.candidate_hash)
+            self.messages.append(Message(Role.TOOL, result.text, tool_call_id=call.id, name=call.name))
+            self._episode["calls"].append({"turn": self.turns, "call": call.to_dict(), "ok": result.ok, "submitted": result.submitted,
+                                           "status": (result.verdict or {}).get("status"), "candidate_hash": result.candidate_hash,
+                                           "shaping": bonus})
+            submitted = result.submitted
+        return submitted
+
+    def _text_turn(self, text: str) -> bool:
+        code = extract_candidate(text)
+        tools = self.config.tools
+        if code is None:
+            self.messages.append(Message(Role.USER, prompts.no_candidate(extraction_problem(text), tools=tools)))
+            return False
+        self.workspace.load({"model_new.py": code})
+        if self.config.reply_submits:
+            return True
+        judged = self.judge.full(self.workspace.root)
+        v = judged.verdict.to_dict()
+        self._episode["calls"].append({"turn": self.turns, "call": {"name": "reply"}, "ok": True, "submitted": False,
+                                       "status": v.get("status"), "candidate_hash": judged.candidate_hash, "shaping": 0.0})
+        ok = v.get("status") == "correct"
+        target = self.config.objective.target_speedup
+        met = bool(ok and target and (v.get("speedup_vs_best") or 0) >= target)
+        self.messages.append(Message(Role.USER, describe(judged, target_speedup=target) + "\n\n" + prompts.next_step(ok, met, tools=tools)))
+        return False
+
+    def _limit(self) -> str:
+        o = self.config.objective
+        if self.turns >= o.max_turns:
+            return f"turn limit ({o.max_turns})"
+        if o.budget_tokens is not None and self.tokens >= o.budget_tokens:
+            return f"token limit ({self.tokens} of {o.budget_tokens})"
+        if o.budget_minutes is not None and time.monotonic() - self._t0 >= o.budget_minutes * 60:
+            return f"wall budget ({o.budget_minutes:g} min)"
+        return ""
+
+    def _finish(self, end: str) -> dict[str, Any]:
+        """The final verdict on the workspace's candidate (fresh secret seeds, baselines measured
+        beside it) and the reward; the episode record is complete after this."""
+        self.done = True
+        verdict, digest = None, None
+        if self.workspace.has_candidate():
+            try:
+                judged = self.judge.final(self.workspace.candidate_path)
+                verdict, digest = judged.verdict.to_dict(), judged.candidate_hash
+            except ValueError as exc:  # a candidate the judge cannot read (a folder without model_new.py)
+                verdict = {"status": "compile_error", "log": str(exc)[:2000]}
+            except Exception as exc:  # noqa: BLE001 - the judge's own failure: excluded, never -1
+                verdict = {"status": "infra_error", "log": f"{type(exc).__name__}: {exc}"[:2000]}
+        self.reward = score(verdict, self.config.reward, shaping=self.shaping.total)
+        self._episode.update({"end": end, "turns": self.turns, "tokens": self.tokens, "wall_s": round(time.monotonic() - self._t0, 3),
+                              "final": {"verdict": verdict, "candidate_hash": digest}, "reward": self.reward.to_dict(),
+                              "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
+        return {"end": end, "reward": self.reward.to_dict(), "verdict": verdict, "excluded": self.reward.excluded}
+
+    # -- records and housekeeping --------------------------------------------------------------
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The episode so far (complete once done): task, messages, calls, final verdict, reward and why."""
+        if self._episode is None:
+            raise EpisodeOver("no episode yet: call reset(task)")
+        return dict(self._episode)
+
+    def get_reward(self) -> Reward | None:
+        """The episode's reward once it is over (None before)."""
+        return self.reward if self._episode is not None else None
+
+    def close(self) -> None:
+        self._drop_workspace()
+        if self._tmp is not None and not self.config.keep_workspaces:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> "KernelEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _tmproot(self) -> Path:
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="kw-rl-"))
+        return self._tmp
+
+    def _drop_workspace(self) -> None:
+        ws = getattr(self, "workspace", None)
+        if ws is not None and not self.config.keep_workspaces:
+            shutil.rmtree(ws.root, ignore_errors=True)
+        self.workspace = None
+
+    def _task(self, task: Task | Problem | str | Path) -> Task:
+        if isinstance(task, Task):
+            return task
+        problem = task if isinstance(task, Problem) else load_problem(task)
+        return Task(problem.name, problem, split_of(problem.hash, 0.0), str(getattr(problem, "path", task)), {})

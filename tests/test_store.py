@@ -71,7 +71,7 @@ def test_verdict_round_trip(store: Store) -> None:
 
 def test_wal_and_foreign_keys(store: Store) -> None:
     assert store.journal_mode == "wal"
-    assert store.schema_version == latest_version() == 5
+    assert store.schema_version == latest_version() == 6
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
@@ -238,7 +238,7 @@ def test_v1_store_gains_the_baselines_table(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     _v1_db(path)
     with Store.open(path) as s:
-        assert s.schema_version == 5
+        assert s.schema_version == latest_version()
         assert s.get_problem("h")["name"] == "p"  # the v1 rows survive
         rec = {"problem_hash": "h", "machine_key": "m", "precision": "fp32", "compile_mode": "default", "problem": "p",
                "eager_ms": 1.5, "compile_ms": 1.0}
@@ -273,8 +273,22 @@ def test_a_v4_store_gains_the_main_column_and_its_old_candidates_say_unknown(tmp
     conn.commit()
     conn.close()
     with Store.open(path) as s:
-        assert s.schema_version == 5
+        assert s.schema_version == latest_version()
         assert s.get_candidate("old")["main"] is None  # not recorded then: never guessed
         assert s.get_candidate_files("old") == {"a.py": "x"}
         s.put_candidate("old", "raw", {"a.py": "x"}, main="a.py")  # judged again: the main file is filled in
         assert s.get_candidate("old")["main"] == "a.py"
+
+
+def test_an_episode_is_recorded_once_per_rollout_and_seq(store: Store) -> None:
+    rec = {"id": "ep-1", "task": {"id": "builtin:relu", "split": "train", "problem": {"hash": "h"}}, "end": "submit", "turns": 3,
+           "tokens": 900, "wall_s": 1.5, "excluded": False, "final": {"verdict": {"status": "correct"}},
+           "reward": {"value": 2.0, "milestone": 2}}
+    assert store.put_episode("ro-1", 0, rec) is True
+    assert store.put_episode("ro-1", 0, {**rec, "id": "ep-again"}) is False  # a resumed rollout: the first stays
+    assert store.put_episode("ro-1", 1, {**rec, "id": "ep-2", "excluded": True, "reward": {"value": None}}) is True
+    got = store.episodes("ro-1", records=True)
+    assert [(e["seq"], e["episode_id"], e["status"], e["reward"], e["excluded"]) for e in got] == [
+        (0, "ep-1", "correct", 2.0, False), (1, "ep-2", "correct", None, True)]
+    assert got[0]["record"]["turns"] == 3 and got[0]["task_id"] == "builtin:relu" and got[0]["problem_hash"] == "h"
+    assert store.episodes("other") == []

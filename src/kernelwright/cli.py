@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.synth.commands import add_parsers as add_synth_parsers
 
     add_synth_parsers(sub)  # synth
+    from kernelwright.rl.commands import add_parsers as add_rl_parsers
+
+    add_rl_parsers(sub)  # rl rollout
     from kernelwright.client.commands import add_parser as add_serve_parser
 
     add_serve_parser(sub)  # serve

@@ -218,6 +218,18 @@ class KernelEnv:
                               "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
         return {"end": end, "reward": self.reward.to_dict(), "verdict": verdict, "excluded": self.reward.excluded}
 
+    def abort(self, reason: str) -> dict[str, Any]:
+        """End the episode without a reward, for a failure that is not the policy's (the model's
+        server went away): nothing is judged, and the episode is excluded like an infra_error."""
+        if self._episode is None or self.done:
+            raise EpisodeOver("the episode is over (or never started): call reset(task)")
+        self.done = True
+        self.reward = Reward(None, self.config.reward.kind, f"aborted: {reason}", excluded=True)
+        self._episode.update({"end": f"aborted: {reason}", "turns": self.turns, "tokens": self.tokens,
+                              "wall_s": round(time.monotonic() - self._t0, 3), "final": {"verdict": None, "candidate_hash": None},
+                              "reward": self.reward.to_dict(), "excluded": True, "messages": [m.to_dict() for m in self.messages]})
+        return {"end": self._episode["end"], "reward": self.reward.to_dict(), "verdict": None, "excluded": True}
+
     # -- records and housekeeping --------------------------------------------------------------
 
     @property

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from kernelwright.core.records import Verdict
 from kernelwright.store import migrations
+from kernelwright.store.episodes import EpisodesMixin
 from kernelwright.store.runs import RunsMixin
 from kernelwright.store.workspaces import WorkspacesMixin
 
@@ -77,7 +78,7 @@ def _enable_wal(conn: sqlite3.Connection) -> str:
             delay = min(delay * 2, 0.2)
 
 
-class Store(RunsMixin, WorkspacesMixin):
+class Store(RunsMixin, WorkspacesMixin, EpisodesMixin):
     """Problems, candidates and verdicts in one SQLite file. Use as a context manager."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:

@@ -135,12 +135,35 @@ V5_SQL = """
 ALTER TABLE candidates ADD COLUMN main TEXT;
 """
 
+V6_SQL = """
+CREATE TABLE rl_episodes (
+    rollout TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    episode_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    problem_hash TEXT NOT NULL,
+    status TEXT,
+    reward REAL,
+    milestone INTEGER,
+    excluded INTEGER NOT NULL,
+    end_reason TEXT NOT NULL,
+    turns INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    wall_s REAL NOT NULL,
+    record_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (rollout, seq)
+);
+"""
+
 MIGRATIONS: list[Migration] = [
     Migration(1, V1_SQL, "problems, candidates and verdicts"),
     Migration(2, V2_SQL, "baselines: eager and torch.compile times by problem, machine, precision and compile mode"),
     Migration(3, V3_SQL, "runs and run_steps: optimisation runs, their resumable state, best candidate, review and history"),
     Migration(4, V4_SQL, "workspaces and workspace_checks: an engineer's or coding agent's workspace and its history of checks"),
     Migration(5, V5_SQL, "candidates.main: the candidate's main file (model_new.py, or the single .py file judged); null in older rows"),
+    Migration(6, V6_SQL, "rl_episodes: RL rollouts' episodes (task, final verdict's status, reward and the whole record), once per (rollout, seq)"),
 ]
 
 

@@ -1,0 +1,105 @@
+"""`kernelwright rl rollout`: episodes of a model against the RL environment, recorded in OUT and
+in the store. The summary goes to stdout (JSON with --json); the progress to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kernelwright.errors import UsageError
+from kernelwright.flags import add_policy_flags, device_flag, json_flag, policy_settings, store_flag
+
+SPLITS = ("train", "test", "all")
+
+
+def _env_config(args: argparse.Namespace) -> Any:
+    from kernelwright.agent.objective import load_config, merge
+    from kernelwright.rl.env import EnvConfig
+    from kernelwright.rl.reward import RewardConfig
+
+    flags = {"max_turns": args.max_turns, "budget_tokens": args.budget_tokens, "budget_minutes": args.budget_minutes,
+             "target_speedup": args.target_speedup, **policy_settings(args)}
+    try:
+        objective = merge(load_config(args.config) if args.config else {}, flags)
+        reward = RewardConfig(kind=args.reward)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return EnvConfig(device=args.device, objective=objective, reward=reward, tools=not args.no_tools, reply_submits=args.reply_submits,
+                     store=Path(args.store).expanduser() if args.store else None)
+
+
+def rollout_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.agent.replay import make_backend
+    from kernelwright.console import err, out
+    from kernelwright.judge.evaluate import resolve_device
+    from kernelwright.problems.loader import ProblemError
+    from kernelwright.rl.rollout import EPISODES, run_rollout
+    from kernelwright.rl.tasks import load_tasks
+    from kernelwright.written import tell
+
+    config = _env_config(args)
+    try:
+        device = resolve_device(args.device)
+        tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=None if args.split == "all" else args.split)
+        backend = make_backend(args.model, base_url=args.base_url, timeout_s=args.timeout_s)
+    except (ValueError, ProblemError) as exc:
+        raise UsageError(str(exc)) from None
+    if not tasks:
+        raise UsageError(f"{args.tasks}: no task in split {args.split!r}")
+    n = args.episodes or len(tasks)
+    err.print(f"rollout of {n} episode(s) over {len(tasks)} task(s), {args.concurrency} at a time, model {args.model}, device {device}",
+              markup=False, highlight=False)
+    finished = [0]
+
+    def progress(row: dict[str, Any]) -> None:
+        finished[0] += 1
+        r = row.get("reward") or {}
+        value = "excluded" if row.get("excluded") else f"{r.get('value'):g}"
+        err.print(f"[{finished[0]}] episode {row['seq']} {row['task']['id']}: reward {value} ({row.get('end')}, {row.get('turns')} turns)",
+                  markup=False, highlight=False)
+
+    try:
+        result = run_rollout(tasks, backend, replace(config, device=device), episodes=n,
+                             concurrency=args.concurrency, out=Path(args.out), resume=args.resume, progress=progress)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        out.print_json(json.dumps(result))
+    else:
+        out.print(f"{result['recorded']} of {result['episodes']} episodes recorded ({result['new']} now, {result['excluded']} excluded); "
+                  f"mean reward {result['mean_reward'] if result['mean_reward'] is None else round(result['mean_reward'], 3)}; "
+                  f"milestones {result['milestones']}; {result['episodes_per_hour']} episodes per hour", markup=False, highlight=False)
+    tell([f"wrote {Path(args.out) / EPISODES} and the store's rl_episodes (rollout {result['rollout']})"])
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    r = sub.add_parser("rl", help="the RL environment: rollouts of a model, recorded for training")
+    rsub = r.add_subparsers(dest="rl_command", required=True)
+    ro = rsub.add_parser("rollout", help="run episodes of a model against the environment, many at once; each recorded as it ends")
+    ro.add_argument("--tasks", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], a problem folder, or a synthesis's tasks.jsonl")
+    ro.add_argument("--split", choices=SPLITS, default="train", help="which tasks (default train)")
+    ro.add_argument("--heldout", type=float, default=0.1, help="the fraction of problems held out as the test split (default 0.1)")
+    ro.add_argument("--model", required=True, help="openai:NAME (any OpenAI-compatible server: vLLM, SGLang), anthropic:NAME or replay:FILE")
+    ro.add_argument("--base-url", help="the model's server")
+    ro.add_argument("--episodes", type=int, default=None, help="episodes in all; episode i works on task i mod the tasks (default: one per task)")
+    ro.add_argument("--concurrency", type=int, default=1, help="episodes at once (default 1)")
+    ro.add_argument("--out", required=True, help="the rollout's folder: rollout.json and episodes.jsonl")
+    ro.add_argument("--resume", action="store_true", help="continue the rollout in --out: only the episodes not yet recorded run")
+    ro.add_argument("--config", type=Path, help="objective settings (JSON or TOML), as for optimize; flags win")
+    ro.add_argument("--max-turns", type=int, help="model turns per episode (default 40)")
+    ro.add_argument("--budget-tokens", type=int, help="tokens per episode")
+    ro.add_argument("--budget-minutes", type=float, help="wall minutes per episode")
+    ro.add_argument("--target-speedup", type=float, help="the target the prompt states")
+    ro.add_argument("--reward", choices=("milestone", "log_speedup"), default="milestone", help="the reward (default milestone: -1, 1, 2, 3)")
+    ro.add_argument("--reply-submits", action="store_true", help="a reply holding code ends the episode (single-turn)")
+    ro.add_argument("--no-tools", action="store_true", help="offer no tools: the model answers with fenced code")
+    ro.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
+    device_flag(ro, help="where candidates are judged (default: auto)")
+    add_policy_flags(ro, objective=True)
+    store_flag(ro)
+    json_flag(ro)
+    ro.set_defaults(func=rollout_cmd)

@@ -107,3 +107,37 @@ def test_a_rollout_killed_mid_run_resumes_and_records_every_episode_once(tmp_pat
     assert summary["recorded"] == 16 and summary["new"] == 16 - first
     with Store.open(store) as db:
         assert [e["seq"] for e in db.episodes(summary["rollout"])] == list(range(16))
+
+
+def _record(rid, reward, *, split="train", excluded=False, text="```python\nx = 1\n```", problem="h1", tools=False):
+    calls = [{"id": "c0", "name": "submit", "arguments": {}}] if tools else []
+    msgs = [{"role": "system", "content": "skill"}, {"role": "user", "content": "problem"},
+            {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}]
+    if tools:
+        msgs.append({"role": "tool", "content": "submitted.", "tool_call_id": "c0", "name": "submit"})
+    return {"id": rid, "task": {"id": "t", "split": split, "problem": {"hash": problem}}, "messages": msgs, "excluded": excluded,
+            "reward": {"value": None if excluded else reward, "milestone": None if excluded else int(reward)}}
+
+
+def test_export_sft_keeps_good_train_episodes_once_in_chat_form(tmp_path):
+    from kernelwright.rl.sft import export_sft, read_episodes
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    recs = [_record("a", 3.0), _record("b", 3.0), _record("c", 1.0, text="other"), _record("d", 2.0, split="test", problem="h3"),
+            _record("e", 0.0, excluded=True), _record("f", 2.0, problem="h2", tools=True), {"id": "g", "task": {}}]
+    (folder / EPISODES).write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"cut sho')
+    got = read_episodes([str(folder)])
+    assert [r["id"] for r in got] == list("abcdefg")  # the cut last line is dropped
+    result = export_sft(got, tmp_path / "sft.jsonl", min_reward=2.0)
+    assert result["written"] == 2 and result["skipped"] == {"excluded": 1, "below": 1, "split": 1, "duplicate": 1, "unfinished": 1}
+    rows = _lines(tmp_path / "sft.jsonl")
+    assert [r["episode_id"] for r in rows] == ["a", "f"] and all(r["split"] == "train" for r in rows)
+    assert rows[0]["tools"] == [] and rows[0]["messages"][-1] == {"role": "assistant", "content": "```python\nx = 1\n```"}
+    call = rows[1]["messages"][2]["tool_calls"][0]
+    assert call["function"] == {"name": "submit", "arguments": "{}"} and rows[1]["messages"][3]["role"] == "tool"
+    assert {t["function"]["name"] for t in rows[1]["tools"]} >= {"submit", "verify"}
+    everything = export_sft(got, tmp_path / "all.jsonl", min_reward=2.0, split="all")
+    assert everything["written"] == 3
+    with pytest.raises(ValueError, match="neither a rollout folder"):
+        read_episodes([str(tmp_path / "missing")])

@@ -1,5 +1,6 @@
 """`kernelwright rl rollout`: episodes of a model against the RL environment, recorded in OUT and
-in the store. The summary goes to stdout (JSON with --json); the progress to stderr."""
+in the store; `kernelwright rl export-sft`: the good episodes as chat-format training data. The
+summary goes to stdout (JSON with --json); the progress to stderr."""
 
 from __future__ import annotations
 
@@ -76,6 +77,25 @@ def rollout_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_sft_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.console import out
+    from kernelwright.rl.sft import export_sft, read_episodes
+    from kernelwright.written import tell
+
+    try:
+        records = read_episodes(args.sources, store=Path(args.store).expanduser() if args.store else None)
+        result = export_sft(records, Path(args.output), min_reward=args.min_reward, split=args.split)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        out.print_json(json.dumps(result))
+    else:
+        out.print(f"{result['written']} example(s) from {result['read']} episode(s) (reward >= {args.min_reward:g}, split {args.split}); "
+                  f"left out: {result['skipped']}", markup=False, highlight=False)
+    tell([f"wrote {args.output}"])
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     r = sub.add_parser("rl", help="the RL environment: rollouts of a model, recorded for training")
     rsub = r.add_subparsers(dest="rl_command", required=True)
@@ -103,3 +123,11 @@ def add_parsers(sub: Any) -> None:
     store_flag(ro)
     json_flag(ro)
     ro.set_defaults(func=rollout_cmd)
+    ex = rsub.add_parser("export-sft", help="the chat-format trajectories of good episodes, for rejection fine-tuning")
+    ex.add_argument("sources", nargs="+", help="rollout folders, episodes.jsonl files or rollout ids in the store (ro-...)")
+    ex.add_argument("--min-reward", type=float, required=True, help="keep episodes with at least this reward (e.g. 2: faster than eager)")
+    ex.add_argument("--split", choices=SPLITS, default="train", help="which tasks' episodes (default train: held-out problems stay out)")
+    ex.add_argument("-o", "--output", required=True, help="the JSONL to write")
+    store_flag(ex)
+    json_flag(ex)
+    ex.set_defaults(func=export_sft_cmd)

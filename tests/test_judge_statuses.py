@@ -174,3 +174,14 @@ def test_timing_on_cpu_fills_numbers_and_marks_gpu_steps(timed_verdict):
         assert steps[name].ran is False and "CPU" in steps[name].reason, steps[name]
     assert steps["timed_recheck"].ran and steps["fresh_inputs"].ran and steps["warmup"].ran
     assert v.floor_ms is not None and v.floor_ms > 0
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_a_candidate_cannot_report_its_failure_as_the_judges():
+    """An error the candidate child reports with kind "infra" comes from a process that ran the
+    candidate's code: it is the candidate's runtime_error, never infra_error (which a reward leaves
+    out instead of paying -1). The honest control beside it stays correct."""
+    forged = judge("relu", "relu_forged_infra")
+    assert forged.status is Status.RUNTIME_ERROR, (forged.status, forged.log)
+    assert "the judge failed, not me" in forged.log
+    assert judge("relu", "relu_correct").status is Status.CORRECT

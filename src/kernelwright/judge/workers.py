@@ -272,7 +272,10 @@ class Child:
             close_fds(fds)
             err = reply.get("error")
             err = err if isinstance(err, dict) else {}
-            raise ChildError(str(err.get("kind", "error")), str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
+            kind = str(err.get("kind", "error"))
+            if kind == "infra" and self.config.role == "candidate":  # candidate code can say anything: only the judge's own evidence is infra
+                kind = "error"
+            raise ChildError(kind, str(err.get("message", "unknown error")), self.log_tail(), self.config.role)
         result = reply.get("result")
         if self.config.role == "candidate":  # every candidate command answers a mapping, its fields in their forms
             field = replies.malformed(result) if isinstance(result, dict) else ""

@@ -125,3 +125,82 @@ def test_a_judge_failure_at_the_end_is_excluded_not_minus_one(tmp_path, monkeypa
         # submit's own (full) judgement ran; the final one failed
         assert done and info["excluded"] and info["reward"]["value"] is None
         assert info["verdict"]["status"] == "infra_error" and "device went away" in info["verdict"]["log"]
+
+
+def test_a_submit_is_judged_once_afresh_and_its_answer_is_the_final_verdict(tmp_path, monkeypatch):
+    from kernelwright.agent.judging import Judge
+
+    monkeypatch.setattr(Judge, "full", lambda *a, **k: pytest.fail("submit must not judge before the final judgement"))
+    with env(tmp_path) as e:
+        e.reset(PROBLEMS / "relu.py")
+        e.step(write(GOOD))
+        obs, done, info = e.step({"name": "submit", "arguments": {}})
+        assert done and info["verdict"]["status"] == "correct"
+        assert obs["messages"][-1]["role"] == "tool" and "correct" in obs["text"] and obs["text"].endswith("submitted.")
+        assert e.record["messages"][-1] == obs["messages"][-1]
+
+
+def test_an_infra_error_is_judged_once_more_before_it_excludes(tmp_path, monkeypatch):
+    from kernelwright.agent.judging import Judge
+
+    real, calls = Judge.final, []
+
+    def flaky(self, path):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError("a passing hiccup")
+        return real(self, path)
+
+    monkeypatch.setattr(Judge, "final", flaky)
+    with env(tmp_path, tools=False, reply_submits=True) as e:
+        e.reset(PROBLEMS / "relu.py")
+        _, done, info = e.step(f"```python\n{WRONG}\n```")
+        assert len(calls) == 2 and info["verdict"]["status"] == "incorrect" and info["reward"]["value"] == -1.0
+
+
+def test_a_task_that_fails_is_excluded_not_the_candidates_minus_one(tmp_path, monkeypatch):
+    from kernelwright.agent.judging import Judge
+    from kernelwright.problems.loader import ProblemError
+
+    def broken(*a, **k):
+        raise ProblemError("relu.py: too large for this device")
+
+    monkeypatch.setattr(Judge, "final", broken)
+    with env(tmp_path, tools=False, reply_submits=True) as e:
+        e.reset(PROBLEMS / "relu.py")
+        _, done, info = e.step(f"```python\n{GOOD}\n```")
+        assert info["excluded"] and "the task failed" in info["verdict"]["log"]
+
+
+@pytest.mark.timeout(3 * JUDGE_TIMEOUT_S)
+def test_a_reply_with_code_is_judged_and_answered_when_it_does_not_submit(tmp_path):
+    with env(tmp_path, tools=False) as e:
+        e.reset(PROBLEMS / "relu.py")
+        obs, done, _ = e.step(f"```python\n{WRONG}\n```")
+        assert not done and obs["messages"][-1]["role"] == "user" and "incorrect" in obs["text"].lower()
+        assert [c["status"] for c in e.record["calls"]] == ["incorrect"]
+
+
+def test_tool_calls_in_an_episode_without_tools_are_answered_and_the_text_is_used(tmp_path):
+    with env(tmp_path, tools=False) as e:
+        e.reset(PROBLEMS / "relu.py")
+        obs, done, _ = e.step({"content": "no code", "tool_calls": [{"id": "x1", "name": "verify", "arguments": {}}]})
+        roles = [m["role"] for m in obs["messages"]]
+        assert roles == ["tool", "user"] and obs["messages"][0]["tool_call_id"] == "x1" and "No candidate" in obs["text"]
+
+
+def test_reset_and_close_end_what_was_running(tmp_path):
+    e = env(tmp_path)
+    e.reset(PROBLEMS / "relu.py")
+    e.step(write(GOOD))
+    first = e.workspace.root
+    e.reset(PROBLEMS / "rowsum.py")  # a new episode: the old workspace goes, the new one is empty
+    assert not first.exists() and e.workspace.list() == [] and e.task.split == "unknown"
+    e.close()
+    with pytest.raises(EpisodeOver):
+        e.step(write(GOOD))
+    assert not (tmp_path / "episodes").exists() or not any((tmp_path / "episodes").iterdir())
+    with pytest.raises(Exception):
+        e.reset(PROBLEMS / "missing.py")
+    with pytest.raises(EpisodeOver):  # a reset that failed leaves nothing to step
+        e.step(write(GOOD))

@@ -90,3 +90,14 @@ def test_shaping_is_off_by_default():
 def test_bad_reward_settings_are_refused_by_name(settings, match):
     with pytest.raises(ValueError, match=match):
         RewardConfig.from_dict(settings)
+
+
+def test_shaping_is_withheld_when_the_final_candidate_is_not_correct():
+    r = score(v(status="incorrect"), RewardConfig(verify_bonus=0.5), shaping=0.5)
+    assert r.value == -1.0 and r.shaping == 0.0 and "withheld" in r.reason
+
+
+def test_a_correct_candidate_with_sanitizer_errors_is_paid_minus_one():
+    assert milestone({**v(), "sanitizer": {"ran": True, "errors": 3}}).milestone == -1
+    assert milestone({**v(), "sanitizer": {"ran": True, "errors": 0}}).milestone == 3
+    assert milestone({**v(), "sanitizer": {"ran": False, "errors": None}}).milestone == 3

@@ -49,8 +49,12 @@ def test_a_synthesis_tasks_jsonl_becomes_problem_files_with_the_cpu_program_on_t
     assert cpu[1].problem.source.endswith(RELU.replace("relu(x)", "relu(x) * 2")[-40:])
     cuda = load_tasks(path, device="cuda", cache=tmp_path / "problems")
     assert cuda[0].problem.source == RELU
-    # the same program from a suite and from a synthesis lands in the same split
-    assert cuda[0].split == split_of(cuda[0].problem.hash, 0.1)
+    assert cpu[0].problem.path.read_text() == small  # the CPU tasks' files are not rewritten by the CUDA load
+    # one split per task whichever program the device judges, the full program's (as a suite's file of it would get)
+    for heldout in (0.3, 0.5, 0.7):
+        a = load_tasks(path, device="cpu", cache=tmp_path / "problems", heldout=heldout)
+        b = load_tasks(path, device="cuda", cache=tmp_path / "problems", heldout=heldout)
+        assert [t.split for t in a] == [t.split for t in b] == [split_of(t.problem.hash, heldout) for t in b]
 
 
 @pytest.mark.parametrize("line, match", [

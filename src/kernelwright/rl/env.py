@@ -41,9 +41,9 @@ from kernelwright.agent.skill import render_skill
 from kernelwright.agent.tools import TOOL_SPECS, Tools
 from kernelwright.agent.workspace import Workspace
 from kernelwright.core.runs import Message, Reply, Role, ToolCall
-from kernelwright.problems.loader import Problem, load_problem
+from kernelwright.problems.loader import Problem, ProblemError, load_problem
 from kernelwright.rl.reward import Reward, RewardConfig, Shaping, score
-from kernelwright.rl.tasks import Task, split_of
+from kernelwright.rl.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ class EpisodeOver(RuntimeError):
 def _as_call(d: Any, n: int) -> ToolCall:
     if isinstance(d, ToolCall):
         return d
-    if not isinstance(d, dict) or not isinstance(d.get("name", d.get("function", {}).get("name") if isinstance(d.get("function"), dict) else None), str):
+    fn = d.get("function") if isinstance(d, dict) and isinstance(d.get("function"), dict) else d
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise ValueError(f"a tool call is {{'name': ..., 'arguments': {{...}}}}, got {str(d)[:200]!r}")
-    fn = d.get("function") if isinstance(d.get("function"), dict) else d
     raw = fn.get("arguments", {})
     args, error = raw, ""
     if isinstance(raw, str):
@@ -108,11 +108,13 @@ class KernelEnv:
         self.config = replace(config or EnvConfig(), **changes)
         self._tmp: Path | None = None
         self._episode: dict[str, Any] | None = None
+        self.done, self.reward, self._submit_at = True, None, None
 
     # -- episode -------------------------------------------------------------------------------
 
     def reset(self, task: Task | Problem | str | Path) -> dict[str, Any]:
         """Start an episode on `task`; the observation holds the prompt messages and the tools."""
+        self._episode, self.done, self._submit_at = None, True, None  # a reset that fails leaves no episode to step
         self._drop_workspace()
         task = self._task(task)
         from kernelwright.judge.evaluate import resolve_device
@@ -146,13 +148,16 @@ class KernelEnv:
         self.tokens += max(int(tokens), used)
         start = len(self.messages)
         self.messages.append(Message(Role.ASSISTANT, text, tool_calls=calls))
+        if calls and not self.config.tools:  # a transcript answers every call, even one that was not offered
+            for call in calls:
+                self.messages.append(Message(Role.TOOL, "no tools in this episode: " + prompts.CODE_ANSWER, tool_call_id=call.id, name=call.name))
         submitted = self._tool_turn(calls) if calls and self.config.tools else self._text_turn(text)
         end = "submit" if submitted else self._limit()
-        new = self.messages[start + 1:]
-        obs = {"messages": [m.to_dict() for m in new], "text": "\n\n".join(m.content for m in new)}
         info: dict[str, Any] = {"turn": self.turns, "tokens": self.tokens}
         if end:
-            info.update(self._finish(end))
+            info.update(self._finish(end))  # before the observation: a submit's answer is the final verdict's feedback
+        new = self.messages[start + 1:]
+        obs = {"messages": [m.to_dict() for m in new], "text": "\n\n".join(m.content for m in new)}
         return obs, self.done, info
 
     def _tool_turn(self, calls: tuple[ToolCall, ...]) -> bool:
@@ -160,6 +165,14 @@ class KernelEnv:
         for call in calls:
             if submitted:  # calls after a submit are not run
                 self.messages.append(Message(Role.TOOL, "not run: the candidate was already submitted", tool_call_id=call.id, name=call.name))
+                continue
+            if call.name == "submit" and self.workspace.has_candidate() and not call.parse_error:
+                # the final judgement (fresh seeds) is the submission's verdict: no full one before it; its text comes in _finish
+                self.messages.append(Message(Role.TOOL, "submitted.", tool_call_id=call.id, name=call.name))
+                self._episode["calls"].append({"turn": self.turns, "call": call.to_dict(), "ok": True, "submitted": True,
+                                               "status": None, "candidate_hash": None, "shaping": 0.0})
+                self._submit_at = len(self.messages) - 1
+                submitted = True
                 continue
             result = self.tools.run(call)
             bonus = self.shaping.turn(call.name, result.verdict, result.candidate_hash)
@@ -176,10 +189,18 @@ class KernelEnv:
         if code is None:
             self.messages.append(Message(Role.USER, prompts.no_candidate(extraction_problem(text), tools=tools)))
             return False
-        self.workspace.load({"model_new.py": code})
+        try:
+            self.workspace.load({"model_new.py": code})
+        except ValueError as exc:  # the model's mistake (a file too large): feedback, as a tool says it
+            self.messages.append(Message(Role.USER, f"Your candidate was not taken: {exc}"))
+            return False
         if self.config.reply_submits:
             return True
-        judged = self.judge.full(self.workspace.root)
+        try:
+            judged = self.judge.full(self.workspace.root)
+        except Exception as exc:  # noqa: BLE001 - as a tool's own failure: the turn goes on
+            self.messages.append(Message(Role.USER, f"Judging failed inside the environment (not your candidate's fault): {type(exc).__name__}: {exc}"))
+            return False
         v = judged.verdict.to_dict()
         self._episode["calls"].append({"turn": self.turns, "call": {"name": "reply"}, "ok": True, "submitted": False,
                                        "status": v.get("status"), "candidate_hash": judged.candidate_hash, "shaping": 0.0})
@@ -203,15 +224,26 @@ class KernelEnv:
         """The final verdict on the workspace's candidate (fresh secret seeds, baselines measured
         beside it) and the reward; the episode record is complete after this."""
         self.done = True
-        verdict, digest = None, None
-        if self.workspace.has_candidate():
+        verdict, digest, judged = None, None, None
+        for attempt in range(2 if self.workspace.has_candidate() else 0):  # an infra_error is judged once more before it excludes
             try:
                 judged = self.judge.final(self.workspace.candidate_path)
                 verdict, digest = judged.verdict.to_dict(), judged.candidate_hash
+            except ProblemError as exc:  # the task's fault (it does not load, or does not fit): excluded
+                verdict = {"status": "infra_error", "log": f"the task failed, not the candidate: {exc}"[:2000]}
+                break
             except ValueError as exc:  # a candidate the judge cannot read (a folder without model_new.py)
                 verdict = {"status": "compile_error", "log": str(exc)[:2000]}
             except Exception as exc:  # noqa: BLE001 - the judge's own failure: excluded, never -1
                 verdict = {"status": "infra_error", "log": f"{type(exc).__name__}: {exc}"[:2000]}
+            if verdict.get("status") != "infra_error":
+                break
+            verdict["attempts"] = attempt + 1
+        at = getattr(self, "_submit_at", None)
+        if at is not None and judged is not None:  # the submit call's answer: the final verdict's feedback
+            old = self.messages[at]
+            text = describe(judged, target_speedup=self.config.objective.target_speedup) + "\n\nsubmitted."
+            self.messages[at] = Message(Role.TOOL, text, tool_call_id=old.tool_call_id, name=old.name)
         self.reward = score(verdict, self.config.reward, shaping=self.shaping.total)
         self._episode.update({"end": end, "turns": self.turns, "tokens": self.tokens, "wall_s": round(time.monotonic() - self._t0, 3),
                               "final": {"verdict": verdict, "candidate_hash": digest}, "reward": self.reward.to_dict(),
@@ -244,6 +276,7 @@ class KernelEnv:
         return self.reward if self._episode is not None else None
 
     def close(self) -> None:
+        self.done = True  # a step after close has no workspace to write to
         self._drop_workspace()
         if self._tmp is not None and not self.config.keep_workspaces:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -270,4 +303,4 @@ class KernelEnv:
         if isinstance(task, Task):
             return task
         problem = task if isinstance(task, Problem) else load_problem(task)
-        return Task(problem.name, problem, split_of(problem.hash, 0.0), str(getattr(problem, "path", task)), {})
+        return Task(problem.name, problem, "unknown", str(getattr(problem, "path", task)), {})  # no split asked for

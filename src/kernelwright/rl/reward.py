@@ -12,8 +12,13 @@ episode is marked excluded and gets no reward at all, never -1.
 faster baseline the verdict timed, and `lo` for anything not correct.
 
 Shaping (off by default) pays a small bonus for the first passing `verify` and the first correct
-`profile` of each distinct candidate, so that a policy cannot farm it by calling the same tool
-again; the bonuses of one episode are capped.
+`profile` of each distinct candidate (by content hash: calling the same tool again on the same
+files pays nothing, an edit as small as a comment makes a new candidate), capped per episode, and
+paid only when the final candidate is correct.
+
+A final verdict is `correct` with compute-sanitizer's findings beside it (the judge treats them as
+advisory); the reward does not: a correct candidate with sanitizer errors is paid -1. The report
+comes from a run of candidate code, so a candidate could forge one, but only against itself.
 """
 
 from __future__ import annotations
@@ -91,6 +96,9 @@ def milestone(verdict: dict[str, Any] | None) -> Reward:
         return Reward(None, "milestone", "the judge failed (infra_error): excluded from the reward and the loss", excluded=True)
     if status != "correct":
         return Reward(-1.0, "milestone", f"the final verdict is {status}, not correct", milestone=-1)
+    found = (verdict.get("sanitizer") or {}).get("errors") if isinstance(verdict.get("sanitizer"), dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found > 0:  # a report the candidate could forge only against itself
+        return Reward(-1.0, "milestone", f"correct, but compute-sanitizer found {found} error(s) in it", milestone=-1)
     t, eager, comp = _time(verdict, "runtime_ms"), _time(verdict, "eager_ms"), _time(verdict, "compile_ms")
     if t is None or eager is None:
         return Reward(1.0, "milestone", "correct, but the verdict has no candidate or eager time to compare", milestone=1)
@@ -124,7 +132,10 @@ def score(verdict: dict[str, Any] | None, config: RewardConfig | None = None, *,
             raw = math.log(min(best) / t)
             value = min(hi, max(lo, raw))
             reason = f"log({min(best):.4g} / {t:.4g}) = {raw:.3f}, clipped to [{lo:g}, {hi:g}]"
-    if shaping:
+    if shaping and (base.milestone or 0) < 1:  # bonuses on the way to a final candidate that is not correct: none
+        reason += f"; shaping of {shaping:g} withheld: the final candidate is not correct"
+        shaping = 0.0
+    elif shaping:
         reason += f"; shaping +{shaping:g}"
     return Reward(value + shaping, config.kind, reason, milestone=base.milestone, shaping=shaping)
 

@@ -5,13 +5,16 @@ The split is the problem's own: a task is held out (`test`) when a salted hash o
 content hash falls under the held-out fraction, so the same program lands in the same split
 whatever source it came from and in whatever order, and a training set never holds a test
 problem. Synthesised tasks carry two programs; on the CPU the small one (`check_source`) is the
-problem, as synthesis itself checks it there.
+problem, as synthesis itself checks it there, and the split follows the full program either way.
+Their files are written once each, named by content, so loads for two devices never overwrite a file
+the other's tasks point at.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ class Task:
 
     id: str  # stable: the suite's name for it, or the synthesis task's id
     problem: Problem
-    split: str  # train or test
+    split: str  # train or test (unknown for a problem handed to KernelEnv.reset without a split)
     source: str  # the spec it came from
     meta: dict[str, Any]  # level, category, ops: whatever the source knew
 
@@ -103,10 +106,15 @@ def _synth_tasks(path: Path, heldout: float, device: str, cache: Path | None) ->
             raise ProblemError(f"{path}:{n}: not a synthesis task ({type(exc).__name__}: {exc})") from None
         if not isinstance(code, str) or not tid.replace("-", "").replace("_", "").isalnum():
             raise ProblemError(f"{path}:{n}: task {tid!r} has no program or an id that is not a plain name")
-        file = folder / f"{tid}.py"
-        if not file.is_file() or file.read_text() != code:
-            file.write_text(code)
+        digest = hashlib.sha256(code.encode()).hexdigest()
+        file = folder / f"{tid}-{digest[:16]}.py"  # by content: a file another load points at is never rewritten
+        if not file.is_file():
+            tmp = file.with_name(file.name + f".{os.getpid()}.tmp")
+            tmp.write_text(code)
+            tmp.replace(file)
         problem = load_problem(file)
-        meta = {"level": row.get("level"), "ops": row.get("ops"), "name": row.get("name"), "synth_hash": row.get("hash")}
-        out.append(Task(tid, problem, split_of(problem.hash, heldout), str(path), meta))
+        # the split follows the task's full program, whichever program this device judges
+        full = hashlib.sha256(str(row["source"]).encode()).hexdigest()
+        meta = {"level": row.get("level"), "ops": row.get("ops"), "name": row.get("name"), "synth_hash": row.get("hash"), "split_hash": full}
+        out.append(Task(tid, problem, split_of(full, heldout), str(path), meta))
     return out

@@ -250,6 +250,12 @@ class KernelEnv:
                               "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
         return {"end": end, "reward": self.reward.to_dict(), "verdict": verdict, "excluded": self.reward.excluded}
 
+    def finish(self, reason: str = "ended by the trainer") -> dict[str, Any]:
+        """End the episode now, as a limit would: the workspace's candidate gets the final verdict."""
+        if self._episode is None or self.done:
+            raise EpisodeOver("the episode is over (or never started): call reset(task)")
+        return self._finish(reason)
+
     def abort(self, reason: str) -> dict[str, Any]:
         """End the episode without a reward, for a failure that is not the policy's (the model's
         server went away): nothing is judged, and the episode is excluded like an infra_error."""

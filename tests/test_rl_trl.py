@@ -1,0 +1,103 @@
+"""The TRL adapter (kernelwright.rl.trl): the environment's tool cycle as GRPOTrainer calls it, and a
+GRPO run of two optimizer steps on a tiny randomly initialised causal LM (built from a config,
+tokenizer built here, nothing downloaded) whose reward is KernelEnv's milestone on the CPU backend.
+
+A random model writes no code, so its generation is steered: its vocabulary holds two whole-answer
+tokens, one decoding to a known-good candidate and one to a broken one, and every other token is
+suppressed; the completion is one token. Each reward must equal the milestone of the verdict the
+judge gave that completion, the groups must mix good and broken (rewards that differ, so
+advantages that are not all zero), and the parameters must change."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[rl]'")
+
+from conftest import CANDIDATES, JUDGE_TIMEOUT_S, PROBLEMS  # noqa: E402
+from kernelwright.agent.objective import Objective  # noqa: E402
+from kernelwright.rl import EnvConfig, load_tasks, milestone  # noqa: E402
+from kernelwright.rl.trl import dataset_rows, environment_factory, reward_function  # noqa: E402
+
+GOOD = (CANDIDATES / "relu_correct" / "model_new.py").read_text()
+BROKEN = GOOD.replace("x[i] < 0.0f ? 0.0f : x[i]", "x[i] < 0.0f ? 0.0f : 2.0f * x[i]")
+FAST = Objective(compile_baseline=False, seeds=1, timing_budget_s=1.0, max_turns=6)
+
+
+@pytest.fixture()
+def tasks(tmp_path):
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "relu.py").write_text((PROBLEMS / "relu.py").read_text())
+    return load_tasks(folder, heldout=0.0)
+
+
+def _config(tmp_path):
+    return EnvConfig(device="cpu", objective=FAST, store=tmp_path / "store.sqlite", workroot=tmp_path / "eps")
+
+
+@pytest.mark.timeout(3 * JUDGE_TIMEOUT_S)
+def test_the_environment_factory_gives_tools_trl_can_describe_and_a_reward(tmp_path, tasks):
+    from transformers.utils import get_json_schema
+
+    make = environment_factory(tasks, _config(tmp_path))
+    env = make()
+    tools = [m for m in ("list_files", "read_file", "write_file", "compile", "verify", "profile", "submit")]
+    for name in tools:
+        schema = get_json_schema(getattr(env, name))  # what TRL renders into the prompt; raises on a missing docstring
+        assert schema["function"]["name"] == name and schema["function"]["description"]
+    (row,) = dataset_rows(tasks, _config(tmp_path))
+    assert row["prompt"][0]["role"] == "system" and "relu" in row["prompt"][1]["content"]
+    assert env.reset(**row) is None
+    assert "wrote" in env.write_file("model_new.py", GOOD)
+    assert "correct" in env.verify().lower()
+    assert "submitted." in env.submit("a loop")
+    assert "episode is over" in env.verify()
+    reward = env.get_reward()
+    assert reward == milestone(env.record["final"]["verdict"]).value >= 1
+    again = make()  # an episode the trainer ends without a submit: judged as it stands, here no candidate
+    again.reset(**row)
+    assert again.get_reward() == -1.0 and again.record["end"] == "ended by the trainer"
+
+
+def _tiny_model_and_tokenizer():
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = ["<pad>", "<eos>", "<unk>", f"```python\n{GOOD}\n```", f"```python\n{BROKEN}\n```"] + [f"w{i}" for i in range(27)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=2, max_position_embeddings=4096, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    return LlamaForCausalLM(config), tokenizer, (3, 4), len(words)
+
+
+@pytest.mark.timeout(6 * JUDGE_TIMEOUT_S)
+def test_a_grpo_run_of_two_steps_is_paid_the_verdicts_milestones(tmp_path, tasks, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tokenizer, (good, broken), vocab = _tiny_model_and_tokenizer()
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    seen: list[dict] = []
+    reward = reward_function(tasks, _config(tmp_path), on_episode=seen.append)
+    rows = dataset_rows(tasks, _config(tmp_path), tools=False, conversational=False) * 2
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=4, max_completion_length=1,
+                      max_steps=2, learning_rate=0.05, beta=0.0, logging_steps=1, report_to="none", use_cpu=True, seed=3,
+                      save_strategy="no", temperature=1.0,
+                      generation_kwargs={"suppress_tokens": [i for i in range(vocab) if i not in (good, broken)]})
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer.train()
+    assert len(seen) == 8  # 2 steps x one group of 4
+    for rec in seen:
+        assert rec["reward"]["value"] == milestone(rec["final"]["verdict"]).value
+    statuses = [rec["final"]["verdict"]["status"] for rec in seen]
+    assert set(statuses) == {"correct", "incorrect"}, statuses
+    logs = [h for h in trainer.state.log_history if "reward_std" in h]
+    assert len(logs) == 2 and all(h["reward_std"] > 0 for h in logs), logs  # every group mixed: advantages not all zero
+    changed = [k for k, v in model.named_parameters() if not v.detach().equal(before[k])]
+    assert changed, "no parameter changed"

@@ -174,12 +174,14 @@ class KernelEnv:
                 self._submit_at = len(self.messages) - 1
                 submitted = True
                 continue
+            began, at = time.monotonic(), time.time()
             result = self.tools.run(call)
+            took = round(time.monotonic() - began, 3)
             bonus = self.shaping.turn(call.name, result.verdict, result.candidate_hash)
             self.messages.append(Message(Role.TOOL, result.text, tool_call_id=call.id, name=call.name))
             self._episode["calls"].append({"turn": self.turns, "call": call.to_dict(), "ok": result.ok, "submitted": result.submitted,
                                            "status": (result.verdict or {}).get("status"), "candidate_hash": result.candidate_hash,
-                                           "shaping": bonus})
+                                           "shaping": bonus, "seconds": took, "started": round(at, 3)})
             submitted = result.submitted
         return submitted
 
@@ -196,6 +198,7 @@ class KernelEnv:
             return False
         if self.config.reply_submits:
             return True
+        began, at = time.monotonic(), time.time()
         try:
             judged = self.judge.full(self.workspace.root)
         except Exception as exc:  # noqa: BLE001 - as a tool's own failure: the turn goes on
@@ -203,7 +206,8 @@ class KernelEnv:
             return False
         v = judged.verdict.to_dict()
         self._episode["calls"].append({"turn": self.turns, "call": {"name": "reply"}, "ok": True, "submitted": False,
-                                       "status": v.get("status"), "candidate_hash": judged.candidate_hash, "shaping": 0.0})
+                                       "status": v.get("status"), "candidate_hash": judged.candidate_hash, "shaping": 0.0,
+                                       "seconds": round(time.monotonic() - began, 3), "started": round(at, 3)})
         ok = v.get("status") == "correct"
         target = self.config.objective.target_speedup
         met = bool(ok and target and (v.get("speedup_vs_best") or 0) >= target)
@@ -225,6 +229,7 @@ class KernelEnv:
         beside it) and the reward; the episode record is complete after this."""
         self.done = True
         verdict, digest, judged = None, None, None
+        began, started = time.monotonic(), time.time()
         for attempt in range(2 if self.workspace.has_candidate() else 0):  # an infra_error is judged once more before it excludes
             try:
                 judged = self.judge.final(self.workspace.candidate_path)
@@ -246,7 +251,8 @@ class KernelEnv:
             self.messages[at] = Message(Role.TOOL, text, tool_call_id=old.tool_call_id, name=old.name)
         self.reward = score(verdict, self.config.reward, shaping=self.shaping.total)
         self._episode.update({"end": end, "turns": self.turns, "tokens": self.tokens, "wall_s": round(time.monotonic() - self._t0, 3),
-                              "final": {"verdict": verdict, "candidate_hash": digest}, "reward": self.reward.to_dict(),
+                              "final": {"verdict": verdict, "candidate_hash": digest, "seconds": round(time.monotonic() - began, 3), "started": round(started, 3)},
+                              "reward": self.reward.to_dict(),
                               "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
         return {"end": end, "reward": self.reward.to_dict(), "verdict": verdict, "excluded": self.reward.excluded}
 

@@ -1,0 +1,156 @@
+"""Issue 28's throughput figures: `rl rollout` of a scripted policy over problems with known-good
+candidates, many episodes at once, on one device.
+
+    PYTHONPATH=src python3 benchmarks/rl_rollout_bench.py --device cuda --episodes 64 --concurrency 4 --out "$OUT"
+    PYTHONPATH=src python3 benchmarks/rl_rollout_bench.py --device cpu --episodes 8 --concurrency 2 --out /tmp/rlb   # a dry run
+
+No LLM is involved: the policy is a scripted OpenAI-compatible server on loopback
+(kernelwright.llm.scripted) that, in every episode, writes the problem's shipped solution, calls
+verify, then submit. Problems: on cuda the built-in problems with a solution in
+benchmarks/solutions/h200 (the first --problems of them), on cpu the examples in examples/cpu.
+
+Figures (rollout_bench.json and .md in --out, with episodes.jsonl):
+- episodes per hour, over the rollout's wall time;
+- the judge's busy fraction: the share of the wall time in which at least one judgement (a tool's
+  verify or profile, or a final judgement) was in flight, from the episodes' own timestamps;
+- verdict latency inside episodes, p50 and p90, per kind (verify, final), queueing for the device
+  included;
+- lost episodes: planned minus recorded (must be 0); the rewards and milestones.
+
+With --resume the figures cover the episodes of every call (the wall time is this call's only).
+A CPU dry run at 307cfb9's successor, `--device cpu --episodes 8 --concurrency 2`: 8 of 8 correct,
+none lost, 82 s (the 2-core box).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def pairs(device: str, n: int) -> list[tuple[Path, dict[str, str]]]:
+    """(problem file, its solution's files) for up to n problems."""
+    if device == "cuda":
+        from kernelwright.problems.suite import builtin_problem
+
+        out = []
+        for sol in sorted((ROOT / "benchmarks" / "solutions" / "h200").glob("*.py"))[:n]:
+            out.append((builtin_problem(sol.stem).problem.path, {"model_new.py": sol.read_text()}))
+        return out
+    return [(d / "problem.py", {str(f.relative_to(d)): f.read_text() for f in sorted(d.rglob("*")) if f.is_file() and f.name != "problem.py"
+                                and "__pycache__" not in f.parts})
+            for d in sorted((ROOT / "examples" / "cpu").iterdir()) if (d / "problem.py").is_file()][:n]
+
+
+def script(problems: list[tuple[str, dict[str, str]]], per_problem: int) -> list[dict]:
+    """Write the solution's files (matched on the problem's name in the prompt), verify, submit."""
+    entries = []
+    for name, files in problems:
+        writes = [{"name": "write_file", "arguments": {"path": path, "content": text}} for path, text in files.items()]
+        entries += [{"when": f"Reference program `{name}`", "tool_calls": writes} for _ in range(per_problem)]
+    total = per_problem * len(problems)
+    entries += [{"when": r"^wrote \d+ bytes", "tool_calls": [{"name": "verify", "arguments": {}}]} for _ in range(total)]
+    entries += [{"tool_calls": [{"name": "submit", "arguments": {"note": "the shipped solution"}}]} for _ in range(total)]
+    return entries
+
+
+def busy_fraction(intervals: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """The share of [t0, t1] covered by the union of the intervals."""
+    covered, end = 0.0, t0
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, t1)
+        if b > a:
+            covered += b - a
+            end = b
+    return covered / (t1 - t0) if t1 > t0 else 0.0
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--problems", type=int, default=8)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--timing-budget-s", type=float, default=None, help="the judge's timing budget per verdict (default: the policy's)")
+    ap.add_argument("--resume", action="store_true", help="continue the rollout in --out (a second call when one was cut short)")
+    args = ap.parse_args()
+
+    from kernelwright.agent.objective import Objective
+    from kernelwright.llm.backend import make_backend
+    from kernelwright.llm.scripted import ScriptedServer
+    from kernelwright.rl.env import EnvConfig
+    from kernelwright.rl.rollout import run_rollout
+    from kernelwright.rl.tasks import load_tasks
+
+    found = pairs(args.device, args.problems)
+    folder = args.out / "problems"
+    folder.mkdir(parents=True, exist_ok=True)
+    named = []
+    for path, files in found:
+        name = path.parent.name if path.stem == "problem" else path.stem
+        (folder / f"{name}.py").write_text(path.read_text())
+        named.append((name, files))
+    tasks = load_tasks(folder, heldout=0.0, device=args.device)
+    per = -(-args.episodes // len(tasks))
+    objective = Objective(max_turns=6, **({"timing_budget_s": args.timing_budget_s} if args.timing_budget_s else {}))
+    config = EnvConfig(device=args.device, objective=objective, store=args.out / "store.sqlite", workroot=args.out / "episodes")
+    t0 = time.time()
+    with ScriptedServer(script(named, per)) as server:
+        backend = make_backend("openai:scripted-policy", base_url=server.url, max_retries=0)
+        summary = run_rollout(tasks, backend, config, episodes=args.episodes, concurrency=args.concurrency, out=args.out / "rollout", resume=args.resume,
+                              progress=lambda row: print(f"[{time.time() - t0:7.1f} s] episode {row['seq']} {row['task']['id']}: "
+                                                         f"{row['reward']['value']} ({row['end']})", flush=True))
+    t1 = time.time()
+    rows = [json.loads(x) for x in (args.out / "rollout" / "episodes.jsonl").read_text().splitlines()]
+    spans, lat = [], {"verify": [], "final": []}
+    for r in rows:
+        for c in r.get("calls", []):
+            if c.get("seconds") is not None and c["call"]["name"] in ("verify", "profile"):
+                spans.append((c["started"], c["started"] + c["seconds"]))
+                lat["verify"].append(c["seconds"])
+        f = r.get("final") or {}
+        if f.get("seconds") is not None and f.get("verdict"):
+            spans.append((f["started"], f["started"] + f["seconds"]))
+            lat["final"].append(f["seconds"])
+    gpu = ""
+    if args.device == "cuda":
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result = {
+        "provenance": {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": args.device, "gpu": gpu,
+                       "python": platform.python_version(), "command": " ".join(sys.argv),
+                       "policy": "scripted OpenAI-compatible server on loopback: write the shipped solution, verify, submit"},
+        "summary": summary, "planned": args.episodes, "lost": args.episodes - len({r["seq"] for r in rows}),
+        "wall_s": round(t1 - t0, 1), "episodes_per_hour": round(len(rows) * 3600 / (t1 - t0), 1),
+        "judge_busy_fraction": round(busy_fraction(spans, t0, t1), 3),
+        "latency_s": {k: {"n": len(v), "p50": pct(v, 0.5), "p90": pct(v, 0.9), "mean": statistics.fmean(v) if v else None} for k, v in lat.items()},
+        "statuses": {s: sum(1 for r in rows if ((r.get("final") or {}).get("verdict") or {}).get("status") == s)
+                     for s in {((r.get("final") or {}).get("verdict") or {}).get("status") for r in rows}},
+    }
+    (args.out / "rollout_bench.json").write_text(json.dumps(result, indent=1, default=str))
+    lines = [f"# rl rollout bench ({args.device}, {commit})", "", "```", json.dumps({k: result[k] for k in result if k != "summary"}, indent=1,
+                                                                                      default=str), "```"]
+    (args.out / "rollout_bench.md").write_text("\n".join(lines) + "\n")
+    print(json.dumps({k: result[k] for k in ("lost", "wall_s", "episodes_per_hour", "judge_busy_fraction", "latency_s", "statuses")}, default=str))
+    return 0 if result["lost"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,9 +17,9 @@ Figures (rollout_bench.json and .md in --out, with episodes.jsonl):
   included;
 - lost episodes: planned minus recorded (must be 0); the rewards and milestones.
 
-With --resume the figures cover the episodes of every call (the wall time is this call's only).
-A CPU dry run at 307cfb9's successor, `--device cpu --episodes 8 --concurrency 2`: 8 of 8 correct,
-none lost, 82 s (the 2-core box).
+With --resume, lost episodes, statuses and latencies cover every call's episodes; episodes per hour
+and the busy fraction, this call's. A CPU dry run on 2026-12-06 (the 2-core box),
+`--device cpu --episodes 8 --concurrency 2`: 8 of 8 correct, none lost, 82 s.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def main() -> int:
                        "python": platform.python_version(), "command": " ".join(sys.argv),
                        "policy": "scripted OpenAI-compatible server on loopback: write the shipped solution, verify, submit"},
         "summary": summary, "planned": args.episodes, "lost": args.episodes - len({r["seq"] for r in rows}),
-        "wall_s": round(t1 - t0, 1), "episodes_per_hour": round(len(rows) * 3600 / (t1 - t0), 1),
+        "wall_s": round(t1 - t0, 1), "episodes_per_hour": round(summary["new"] * 3600 / (t1 - t0), 1),  # this call's episodes over its wall
         "judge_busy_fraction": round(busy_fraction(spans, t0, t1), 3),
         "latency_s": {k: {"n": len(v), "p50": pct(v, 0.5), "p90": pct(v, 0.9), "mean": statistics.fmean(v) if v else None} for k, v in lat.items()},
         "statuses": {s: sum(1 for r in rows if ((r.get("final") or {}).get("verdict") or {}).get("status") == s)

@@ -77,3 +77,12 @@ def test_two_tasks_with_one_id_are_refused(tmp_path):
 def test_an_unknown_split_is_refused():
     with pytest.raises(ValueError, match="split"):
         load_tasks("builtin", split="valid")
+
+
+def test_a_kernelbench_checkout_gives_tasks_named_by_level_and_number():
+    from conftest import FIXTURES
+
+    tasks = load_tasks(f"kernelbench:{FIXTURES / 'kernelbench'}", heldout=0.0)
+    assert tasks and all(t.id.startswith("kernelbench:") and t.meta["suite"] == "kernelbench" for t in tasks)
+    level, number = tasks[0].id.split(":")[1:]
+    assert int(level) == tasks[0].meta["level"] and number.isdigit()

@@ -59,23 +59,70 @@ def test_sixteen_episodes_four_at_a_time_each_recorded_once_with_its_reward(tmp_
     with Store.open(store) as db:
         eps = db.episodes(result["rollout"])
     assert [e["seq"] for e in eps] == list(range(16)) and len({e["episode_id"] for e in eps}) == 16
-    assert result["milestones"]["-1"] == 15 and result["excluded"] == 0
+    assert result["milestones"]["-1"] == 15 and result["excluded"] == 0 and all(r["model"] == "openai:scripted" for r in rows)
 
 
-def test_a_failed_model_request_ends_the_episode_excluded_and_a_rollout_refuses_to_overwrite(tmp_path):
+def test_a_model_that_fails_leaves_its_episodes_for_resume_and_three_in_a_row_stop_the_rollout(tmp_path):
+    from kernelwright.rl.rollout import ModelDown
+
     tasks = _tasks(tmp_path, ["rowsum"])
-    config = EnvConfig(device="cpu", objective=Objective(compile_baseline=False, seeds=1, max_turns=3), tools=False,
+    config = EnvConfig(device="cpu", objective=Objective(compile_baseline=False, seeds=1, max_turns=1), tools=False,
                        store=tmp_path / "s.sqlite", workroot=tmp_path / "eps")
-    with ScriptedServer([{"text": "thinking"}]) as server:  # the second request finds the script exhausted: HTTP 500
+    with ScriptedServer([{"text": "thinking"}]) as server:  # one answer, then HTTP 500: the script is spent
         backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
-        result = run_rollout(tasks, backend, config, episodes=1, concurrency=1, out=tmp_path / "out")
-        (row,) = _lines(tmp_path / "out" / EPISODES)
-        assert row["excluded"] and row["reward"]["value"] is None and row["end"].startswith("aborted: the model's request failed")
-        assert result["excluded"] == 1 and result["mean_reward"] is None
+        with pytest.raises(ModelDown, match="--resume"):
+            run_rollout(tasks, backend, config, episodes=5, concurrency=1, out=tmp_path / "out")
+    rows = _lines(tmp_path / "out" / EPISODES)
+    assert [r["seq"] for r in rows] == [0] and rows[0]["model"] == "openai:scripted"  # the failed ones are not recorded
+    with ScriptedServer([{"text": "thinking"} for _ in range(4)]) as server:  # the server is back
+        backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
         with pytest.raises(ValueError, match="--resume"):
-            run_rollout(tasks, backend, config, episodes=1, concurrency=1, out=tmp_path / "out")
-        with pytest.raises(ValueError, match="no rollout to resume"):
-            run_rollout(tasks, backend, config, episodes=1, concurrency=1, out=tmp_path / "other", resume=True)
+            run_rollout(tasks, backend, config, episodes=5, concurrency=1, out=tmp_path / "out")
+        with pytest.raises(ValueError, match="same"):  # another model on the same rollout
+            run_rollout(tasks, make_backend("openai:other", base_url=server.url), config, episodes=None, concurrency=1,
+                        out=tmp_path / "out", resume=True)
+        result = run_rollout(tasks, backend, config, episodes=None, concurrency=2, out=tmp_path / "out", resume=True)
+    assert result["recorded"] == 5 == result["episodes"] and result["new"] == 4
+    assert sorted(r["seq"] for r in _lines(tmp_path / "out" / EPISODES)) == list(range(5))
+    with pytest.raises(ValueError, match="no rollout to resume"):
+        run_rollout(tasks, backend, config, episodes=1, concurrency=1, out=tmp_path / "other", resume=True)
+
+
+def test_a_nan_in_the_models_arguments_is_recorded_and_the_store_catches_up_with_the_file(tmp_path):
+    tasks = _tasks(tmp_path, ["rowsum"])
+    store = tmp_path / "s.sqlite"
+    config = EnvConfig(device="cpu", objective=Objective(compile_baseline=False, seeds=1, max_turns=1), store=store,
+                       workroot=tmp_path / "eps")
+    script = [{"tool_calls": [{"name": "list_files", "arguments": '{"path": NaN}'}]} for _ in range(2)]
+    with ScriptedServer(script) as server:
+        backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
+        first = run_rollout(tasks, backend, config, episodes=2, concurrency=2, out=tmp_path / "out")
+    assert first["recorded"] == 2
+    for line in (tmp_path / "out" / EPISODES).read_text().splitlines():  # strict JSON: no bare NaN (the model's text keeps its own)
+        assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in the record"))["reward"]["value"] == -1.0
+    with Store.open(store) as db:  # a crash between the file and the store: the next run puts the missing row
+        db._conn.execute("DELETE FROM rl_episodes WHERE seq = 1")
+    with ScriptedServer([]) as server:
+        run_rollout(tasks, make_backend("openai:scripted", base_url=server.url, max_retries=0), config, episodes=None, concurrency=1,
+                    out=tmp_path / "out", resume=True)
+    with Store.open(store) as db:
+        assert [e["seq"] for e in db.episodes(first["rollout"])] == [0, 1]
+
+
+def test_a_bad_line_inside_the_episodes_file_is_an_error_and_a_second_process_is_refused(tmp_path):
+    from kernelwright.rl.rollout import _lock, _read_done
+
+    path = tmp_path / EPISODES
+    path.write_text('{"seq": 0}\nnot json\n{"seq": 2}\n')
+    with pytest.raises(ValueError, match=":2: not an episode record"):
+        _read_done(path)
+    path.write_text('{"seq": 0}\n{"seq": 1}\n{"seq"')
+    assert sorted(_read_done(path)) == [0, 1] and path.read_text() == '{"seq": 0}\n{"seq": 1}\n'
+    held = _lock(tmp_path / "out")
+    with pytest.raises(ValueError, match="in use by another rollout"):
+        _lock(tmp_path / "out")
+    held.close()
+    _lock(tmp_path / "out").close()
 
 
 @pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
@@ -141,3 +188,21 @@ def test_export_sft_keeps_good_train_episodes_once_in_chat_form(tmp_path):
     assert everything["written"] == 3
     with pytest.raises(ValueError, match="neither a rollout folder"):
         read_episodes([str(tmp_path / "missing")])
+
+
+def test_export_sft_splits_again_when_asked_writes_arguments_as_objects_and_drops_a_repeated_episode(tmp_path):
+    from kernelwright.rl.sft import export_sft
+    from kernelwright.rl.tasks import split_of
+
+    hashes = [f"{i:064x}" for i in range(40)]
+    test = next(h for h in hashes if split_of(h, 0.5) == "test")
+    train = next(h for h in hashes if split_of(h, 0.5) == "train")
+    a = {**_record("a", 3.0, problem=test, tools=True), "rollout": "ro-1", "seq": 0}
+    b = {**_record("b", 3.0, problem=train, tools=True), "rollout": "ro-1", "seq": 1}
+    b["messages"][2]["tool_calls"][0]["arguments"] = {"note": "x"}
+    again = {**a, "id": "a-again"}  # the same (rollout, seq) twice, as two processes could have written it
+    result = export_sft([a, b, again], tmp_path / "sft.jsonl", min_reward=1.0, heldout=0.5, arguments="object")
+    assert result["written"] == 1 and result["skipped"]["split"] == 1 and result["skipped"]["duplicate"] == 1
+    (row,) = _lines(tmp_path / "sft.jsonl")
+    assert row["episode_id"] == "b" and row["split"] == "train"
+    assert row["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"note": "x"}

@@ -50,14 +50,15 @@ def test_the_environment_factory_gives_tools_trl_can_describe_and_a_reward(tmp_p
     assert row["prompt"][0]["role"] == "system" and "relu" in row["prompt"][1]["content"]
     assert env.reset(**row) is None
     assert "wrote" in env.write_file("model_new.py", GOOD)
-    assert "correct" in env.verify().lower()
+    assert "incorrect" not in env.verify().lower()  # its feedback on a correct candidate
     assert "submitted." in env.submit("a loop")
     assert "episode is over" in env.verify()
     reward = env.get_reward()
     assert reward == milestone(env.record["final"]["verdict"]).value >= 1
-    again = make()  # an episode the trainer ends without a submit: judged as it stands, here no candidate
-    again.reset(**row)
-    assert again.get_reward() == -1.0 and again.record["end"] == "ended by the trainer"
+    assert env.reset(**row) is None  # TRL pools instances: the same one starts the next rollout afresh
+    assert "no files yet" in env.list_files()
+    assert env.get_reward() == -1.0 and env.record["end"] == "ended by the trainer"  # ended without a submit, nothing to judge
+    assert make().get_reward() is None  # never reset: no episode, nothing to pay
 
 
 def _tiny_model_and_tokenizer():

@@ -34,12 +34,11 @@ def _env_config(args: argparse.Namespace) -> Any:
 
 def rollout_cmd(args: argparse.Namespace) -> int:
     from kernelwright.agent.replay import make_backend
-    from kernelwright.console import err, out
+    from kernelwright.console import err
     from kernelwright.judge.evaluate import resolve_device
     from kernelwright.problems.loader import ProblemError
-    from kernelwright.rl.rollout import EPISODES, run_rollout
+    from kernelwright.rl.rollout import EPISODES, ModelDown, run_rollout
     from kernelwright.rl.tasks import load_tasks
-    from kernelwright.written import tell
 
     config = _env_config(args)
     try:
@@ -50,9 +49,9 @@ def rollout_cmd(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not tasks:
         raise UsageError(f"{args.tasks}: no task in split {args.split!r}")
-    n = args.episodes or len(tasks)
-    err.print(f"rollout of {n} episode(s) over {len(tasks)} task(s), {args.concurrency} at a time, model {args.model}, device {device}",
-              markup=False, highlight=False)
+    n = args.episodes
+    err.print(f"rollout of {n or ('the planned' if args.resume else len(tasks))} episode(s) over {len(tasks)} task(s), {args.concurrency} at a time, "
+              f"model {args.model}, device {device}", markup=False, highlight=False)
     finished = [0]
 
     def progress(row: dict[str, Any]) -> None:
@@ -63,36 +62,44 @@ def rollout_cmd(args: argparse.Namespace) -> int:
                   markup=False, highlight=False)
 
     try:
-        result = run_rollout(tasks, backend, replace(config, device=device), episodes=n,
-                             concurrency=args.concurrency, out=Path(args.out), resume=args.resume, progress=progress)
+        result = run_rollout(tasks, backend, replace(config, device=device), episodes=n, concurrency=args.concurrency, out=Path(args.out),
+                             resume=args.resume, progress=progress, source=args.tasks)
+    except ModelDown as exc:
+        err.print(f"stopped: {exc}", markup=False, highlight=False)
+        return 1
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.json:
-        out.print_json(json.dumps(result))
-    else:
-        out.print(f"{result['recorded']} of {result['episodes']} episodes recorded ({result['new']} now, {result['excluded']} excluded); "
-                  f"mean reward {result['mean_reward'] if result['mean_reward'] is None else round(result['mean_reward'], 3)}; "
-                  f"milestones {result['milestones']}; {result['episodes_per_hour']} episodes per hour", markup=False, highlight=False)
-    tell([f"wrote {Path(args.out) / EPISODES} and the store's rl_episodes (rollout {result['rollout']})"])
+    mean = result["mean_reward"]
+    _report(args, result, f"{result['recorded']} of {result['episodes']} episodes recorded ({result['new']} now, {result['excluded']} excluded); "
+                          f"mean reward {mean if mean is None else round(mean, 3)}; milestones {result['milestones']}; "
+                          f"{result['episodes_per_hour']} episodes per hour",
+            f"wrote {Path(args.out) / EPISODES} and the store's rl_episodes (rollout {result['rollout']})")
     return 0
 
 
-def export_sft_cmd(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace, result: dict[str, Any], line: str, written: str) -> None:
+    """The result as JSON (--json) or one line on stdout; what was written on stderr."""
     from kernelwright.console import out
-    from kernelwright.rl.sft import export_sft, read_episodes
     from kernelwright.written import tell
 
-    try:
-        records = read_episodes(args.sources, store=Path(args.store).expanduser() if args.store else None)
-        result = export_sft(records, Path(args.output), min_reward=args.min_reward, split=args.split)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     if args.json:
         out.print_json(json.dumps(result))
     else:
-        out.print(f"{result['written']} example(s) from {result['read']} episode(s) (reward >= {args.min_reward:g}, split {args.split}); "
-                  f"left out: {result['skipped']}", markup=False, highlight=False)
-    tell([f"wrote {args.output}"])
+        out.print(line, markup=False, highlight=False)
+    tell([written])
+
+
+def export_sft_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.rl.sft import export_sft, read_episodes
+
+    try:
+        records = read_episodes(args.sources, store=Path(args.store).expanduser() if args.store else None)
+        result = export_sft(records, Path(args.output), min_reward=args.min_reward, split=args.split, heldout=args.heldout,
+                            arguments=args.tool_arguments)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    _report(args, result, f"{result['written']} example(s) from {result['read']} episode(s) (reward >= {args.min_reward:g}, split {args.split}); "
+                          f"left out: {result['skipped']}", f"wrote {args.output}")
     return 0
 
 
@@ -105,7 +112,8 @@ def add_parsers(sub: Any) -> None:
     ro.add_argument("--heldout", type=float, default=0.1, help="the fraction of problems held out as the test split (default 0.1)")
     ro.add_argument("--model", required=True, help="openai:NAME (any OpenAI-compatible server: vLLM, SGLang), anthropic:NAME or replay:FILE")
     ro.add_argument("--base-url", help="the model's server")
-    ro.add_argument("--episodes", type=int, default=None, help="episodes in all; episode i works on task i mod the tasks (default: one per task)")
+    ro.add_argument("--episodes", type=int, default=None, help="episodes in all; episode i works on task i mod the tasks "
+                                                                "(default: one per task; on --resume, the planned number)")
     ro.add_argument("--concurrency", type=int, default=1, help="episodes at once (default 1)")
     ro.add_argument("--out", required=True, help="the rollout's folder: rollout.json and episodes.jsonl")
     ro.add_argument("--resume", action="store_true", help="continue the rollout in --out: only the episodes not yet recorded run")
@@ -127,6 +135,10 @@ def add_parsers(sub: Any) -> None:
     ex.add_argument("sources", nargs="+", help="rollout folders, episodes.jsonl files or rollout ids in the store (ro-...)")
     ex.add_argument("--min-reward", type=float, required=True, help="keep episodes with at least this reward (e.g. 2: faster than eager)")
     ex.add_argument("--split", choices=SPLITS, default="train", help="which tasks' episodes (default train: held-out problems stay out)")
+    ex.add_argument("--heldout", type=float, default=None, help="split each episode's problem again with this held-out fraction "
+                                                                "(default: the split its rollout recorded)")
+    ex.add_argument("--tool-arguments", choices=("json", "object"), default="json",
+                    help="tool-call arguments as JSON text (Chat Completions, the default) or as objects (chat templates that apply tojson)")
     ex.add_argument("-o", "--output", required=True, help="the JSONL to write")
     store_flag(ex)
     json_flag(ex)

@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import time
 import uuid
+import weakref
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -303,6 +304,8 @@ class KernelEnv:
     def _tmproot(self) -> Path:
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="kw-rl-"))
+            if not self.config.keep_workspaces:  # also for an environment nobody closes (a trainer's pool)
+                weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
         return self._tmp
 
     def _drop_workspace(self) -> None:

@@ -7,8 +7,10 @@ crash loses only the episodes still running; `resume` reads the jsonl back, drop
 cut short, and runs only the episodes missing. The store keeps the first record of a (rollout, seq),
 so an episode is never recorded twice.
 
-A model request that fails (the server is down, the script ran out) ends its episode without a
-reward (`KernelEnv.abort`), as the judge's own failure does: excluded, never -1.
+A model request that fails (the server is down, the script ran out) ends its episode unrecorded, so
+that `--resume` runs it again; three such episodes in a row stop the rollout. One process at a time
+may use an OUT folder (its `.lock`); resume takes the model, the reward and the tasks of
+`rollout.json` and refuses others.
 """
 
 from __future__ import annotations
@@ -42,23 +44,35 @@ class Plan:
     tasks: list[str]  # task ids, in order
     episodes: int
     created_at: str
+    reward: str = "milestone"  # the reward's kind
+    source: str = ""  # the --tasks spec, for the record
+
+
+MAX_MODEL_FAILURES = 3  # model requests failing in a row (episodes ended by them) before the rollout stops
+
+
+class ModelDown(RuntimeError):
+    """The model's server failed several episodes in a row: the rollout stops; --resume reruns them."""
 
 
 def _read_done(path: Path) -> dict[int, dict[str, Any]]:
-    """The episodes a jsonl holds, by seq; a last line a crash cut short is cut off the file."""
+    """The episodes a jsonl holds, by seq. A last line without its newline (a crash cut it short) is
+    cut off the file; a bad line anywhere else is an error, never silently dropped."""
     done: dict[int, dict[str, Any]] = {}
     if not path.exists():
         return done
     data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
     good = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
+    for n, line in enumerate(lines, 1):
+        if not line.endswith(b"\n") and n == len(lines):
             break
         try:
             row = json.loads(line)
-        except ValueError:
-            break
-        done.setdefault(int(row["seq"]), row)
+            seq = int(row["seq"])
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}:{n}: not an episode record; the file was changed by hand or by another program") from None
+        done.setdefault(seq, row)
         good += len(line)
     if good < len(data):
         with open(path, "r+b") as f:
@@ -66,7 +80,7 @@ def _read_done(path: Path) -> dict[int, dict[str, Any]]:
     return done
 
 
-def _plan(out: Path, tasks: list[Task], model: str, episodes: int, resume: bool) -> Plan:
+def _plan(out: Path, tasks: list[Task], model: str, episodes: int | None, resume: bool, reward: str, source: str) -> Plan:
     manifest = out / MANIFEST
     ids = [t.id for t in tasks]
     if manifest.exists():
@@ -75,17 +89,34 @@ def _plan(out: Path, tasks: list[Task], model: str, episodes: int, resume: bool)
         plan = Plan(**json.loads(manifest.read_text()))
         if plan.tasks != ids:
             raise ValueError(f"{out}: the tasks differ from the rollout's ({len(plan.tasks)} then, {len(ids)} now): resume with the same --tasks")
-        if episodes < plan.episodes:
+        if model != plan.model or reward != plan.reward:
+            raise ValueError(f"{out}: the rollout ran model {plan.model} with the {plan.reward} reward; resume it with the same")
+        if episodes is not None and episodes < plan.episodes:
             raise ValueError(f"{out}: the rollout was planned with {plan.episodes} episodes; --episodes may grow, not shrink")
-        return replace(plan, episodes=episodes, model=model)
+        return replace(plan, episodes=episodes or plan.episodes)
     if resume:
         raise ValueError(f"{out}: no rollout to resume ({MANIFEST} is missing)")
     out.mkdir(parents=True, exist_ok=True)
-    return Plan(f"ro-{uuid.uuid4().hex[:8]}", model, ids, episodes, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return Plan(f"ro-{uuid.uuid4().hex[:8]}", model, ids, episodes or len(ids), datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                reward, source)
+
+
+def _lock(out: Path) -> Any:
+    """OUT's lock, held for the whole rollout: a second process on the same folder is refused."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / ".lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise ValueError(f"{out} is in use by another rollout (its .lock is held)") from None
+    return f
 
 
 def run_episode(env: KernelEnv, task: Task, backend: Any, key: str) -> dict[str, Any]:
-    """One episode of `backend` on `task`; the environment's record."""
+    """One episode of `backend` on `task`; the environment's record (its end says when the model failed)."""
     env.reset(task)
     specs = TOOL_SPECS if env.config.tools else ()
     while not env.done:
@@ -98,59 +129,94 @@ def run_episode(env: KernelEnv, task: Task, backend: Any, key: str) -> dict[str,
     return env.record
 
 
-def run_rollout(tasks: list[Task], backend: Any, config: EnvConfig, *, episodes: int, concurrency: int, out: Path,
-                resume: bool = False, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run the rollout's missing episodes, `concurrency` at a time; its summary."""
-    if episodes < 1 or concurrency < 1:
+def run_rollout(tasks: list[Task], backend: Any, config: EnvConfig, *, episodes: int | None, concurrency: int, out: Path,
+                resume: bool = False, progress: Callable[[dict[str, Any]], None] | None = None, source: str = "") -> dict[str, Any]:
+    """Run the rollout's missing episodes, `concurrency` at a time; its summary. `episodes` None: the
+    plan's on resume, one per task otherwise."""
+    if (episodes is not None and episodes < 1) or concurrency < 1:
         raise ValueError(f"--episodes and --concurrency must be at least 1, got {episodes} and {concurrency}")
     if not tasks:
         raise ValueError("no tasks")
     out = Path(out)
-    plan = _plan(out, tasks, str(getattr(backend, "name", "")), episodes, resume)
+    held = _lock(out)
+    try:
+        return _run(tasks, backend, config, episodes, concurrency, out, resume, progress, source)
+    finally:
+        held.close()
+
+
+def _run(tasks: list[Task], backend: Any, config: EnvConfig, episodes: int | None, concurrency: int, out: Path, resume: bool,
+         progress: Callable[[dict[str, Any]], None] | None, source: str) -> dict[str, Any]:
+    from kernelwright.store import Store
+    from kernelwright.store.runs import json_ready
+
+    model = str(getattr(backend, "name", ""))
+    plan = _plan(out, tasks, model, episodes, resume, config.reward.kind, source)
     (out / MANIFEST).write_text(json.dumps(asdict(plan), indent=1))
     config = replace(config, tools=config.tools and bool(getattr(backend, "supports_tools", False)))
     jsonl = out / EPISODES
     done = _read_done(jsonl)
-    from kernelwright.store import Store
-
     with Store.open(config.store) as db:
         for seq, row in done.items():  # a crash between the jsonl and the store: the store catches up
             db.put_episode(plan.rollout, seq, row)
-    todo = [s for s in range(episodes) if s not in done]
-    lock, t0, new = threading.Lock(), time.monotonic(), 0
+    todo = [s for s in range(plan.episodes) if s not in done]
+    lock, t0 = threading.Lock(), time.monotonic()
+    state = {"new": 0, "failures": 0}
+    stop = threading.Event()
 
-    def one(seq: int) -> dict[str, Any]:
+    def keep(row: dict[str, Any]) -> None:  # under the lock, in the worker that ran the episode
+        line = json.dumps(json_ready(row), allow_nan=False, default=str) + "\n"  # a NaN the model sent is null here
+        with open(jsonl, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        with Store.open(config.store) as db:
+            db.put_episode(plan.rollout, row["seq"], row)
+        done[row["seq"]] = row
+        state["new"] += 1
+
+    def one(seq: int) -> None:
+        if stop.is_set():
+            return
         task = tasks[seq % len(tasks)]
         with KernelEnv(config) as env:
             try:
-                record = run_episode(env, task, backend, f"{plan.rollout}/{seq}")
-            except Exception as exc:  # noqa: BLE001 - the environment's own failure: excluded, and the rollout goes on
-                if not env.done and getattr(env, "_episode", None) is not None:
-                    env.abort(f"{type(exc).__name__}: {str(exc)[:300]}")
+                record = run_episode(env, task, backend, f"{seq}")  # keys a replay recording can name: SEQ/tTURN
+            except Exception as exc:  # noqa: BLE001 - the environment's own failure: the episode is excluded, the rollout goes on
+                why = f"{type(exc).__name__}: {str(exc)[:300]}"
+                if getattr(env, "_episode", None) is not None and not env.done:
+                    env.abort(why)
                     record = env.record
-                else:
-                    raise
-        return {"seq": seq, "rollout": plan.rollout, **record}
-
-    def keep(row: dict[str, Any]) -> None:
-        nonlocal new
-        line = json.dumps(row, allow_nan=False, default=str) + "\n"
+                else:  # the task did not start
+                    record = {"id": None, "task": task.to_dict(), "end": f"aborted: the task did not start: {why}", "turns": 0, "tokens": 0,
+                              "wall_s": 0.0, "final": {"verdict": None}, "excluded": True, "messages": [],
+                              "reward": {"value": None, "kind": config.reward.kind, "reason": why, "milestone": None, "excluded": True}}
+        row = {"seq": seq, "rollout": plan.rollout, "model": plan.model, **record}
+        model_failed = str(row.get("end", "")).startswith("aborted: the model's request failed")
         with lock:
-            with open(jsonl, "a") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-            with Store.open(config.store) as db:
-                db.put_episode(plan.rollout, row["seq"], row)
-            done[row["seq"]] = row
-            new += 1
+            if model_failed:  # not the policy's episode: left unrecorded, so --resume runs it again
+                state["failures"] += 1
+                if state["failures"] >= MAX_MODEL_FAILURES:
+                    stop.set()
+                return
+            state["failures"] = 0
+            keep(row)
         if progress:
             progress(row)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for fut in concurrent.futures.as_completed([pool.submit(one, s) for s in todo]):
-            keep(fut.result())
-    return summary(plan, done, new=new, wall_s=time.monotonic() - t0)
+        futures = [pool.submit(one, s) for s in todo]
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                fut.result()
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    if stop.is_set():
+        raise ModelDown(f"the model's requests failed in {MAX_MODEL_FAILURES} episodes in a row; {len(done)} of {plan.episodes} "
+                        f"episodes are recorded in {jsonl}: --resume runs the rest once the server answers")
+    return summary(plan, done, new=state["new"], wall_s=time.monotonic() - t0)
 
 
 def summary(plan: Plan, done: dict[int, dict[str, Any]], *, new: int, wall_s: float) -> dict[str, Any]:

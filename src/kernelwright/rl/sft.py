@@ -20,6 +20,7 @@ from kernelwright.agent.tools import TOOL_SPECS
 from kernelwright.core.runs import Message
 from kernelwright.llm.openai_chat import to_openai_message
 from kernelwright.rl.rollout import EPISODES
+from kernelwright.rl.tasks import split_of
 
 
 def read_episodes(sources: Iterable[str], *, store: Path | None = None) -> list[dict[str, Any]]:
@@ -53,9 +54,17 @@ def read_episodes(sources: Iterable[str], *, store: Path | None = None) -> list[
     return out
 
 
-def example(record: dict[str, Any]) -> dict[str, Any]:
-    """One episode as a chat-format training example."""
+def example(record: dict[str, Any], *, arguments: str = "json") -> dict[str, Any]:
+    """One episode as a chat-format training example; tool-call arguments as JSON text ("json", as
+    Chat Completions sends them) or as objects ("object", for chat templates that encode them)."""
     messages = [to_openai_message(Message.from_dict(m), i) for i, m in enumerate(record.get("messages") or [])]
+    if arguments == "object":
+        for m in messages:
+            for call in m.get("tool_calls") or []:
+                try:
+                    call["function"]["arguments"] = json.loads(call["function"]["arguments"] or "{}")
+                except ValueError:
+                    pass  # malformed as the model wrote it: kept as its text
     used_tools = any(m.get("tool_calls") for m in messages)
     task = record.get("task") or {}
     return {"messages": messages, "tools": [s.to_openai() for s in TOOL_SPECS] if used_tools else [],
@@ -64,23 +73,37 @@ def example(record: dict[str, Any]) -> dict[str, Any]:
             "episode_id": record.get("id"), "rollout": record.get("rollout")}
 
 
-def export_sft(records: list[dict[str, Any]], out: Path, *, min_reward: float, split: str = "train") -> dict[str, Any]:
-    """Write the good episodes' examples to `out` (JSONL); counts of what was kept and why not."""
-    kept, seen = [], set()
+def export_sft(records: list[dict[str, Any]], out: Path, *, min_reward: float, split: str = "train", heldout: float | None = None,
+               arguments: str = "json") -> dict[str, Any]:
+    """Write the good episodes' examples to `out` (JSONL); counts of what was kept and why not.
+    `heldout`: split each problem again with this fraction instead of taking the recorded split.
+    One example per (rollout, seq), and one per problem and sequence of assistant turns (the tools'
+    answers, whose timings vary, do not make two examples of one trajectory)."""
+    kept, seen, episodes = [], set(), set()
     skipped = {"excluded": 0, "below": 0, "split": 0, "duplicate": 0, "unfinished": 0}
     for rec in records:
         reward = (rec.get("reward") or {}).get("value")
+        task = rec.get("task") or {}
+        problem_hash = (task.get("problem") or {}).get("hash") or ""
+        its_split = split_of(problem_hash, heldout) if heldout is not None and problem_hash else task.get("split")
+        ident = (rec.get("rollout"), rec.get("seq"))
+        if ident[0] is not None and ident[1] is not None and ident in episodes:
+            skipped["duplicate"] += 1
+            continue
+        episodes.add(ident)
         if "reward" not in rec or not rec.get("messages"):
             skipped["unfinished"] += 1
         elif rec.get("excluded") or reward is None:
             skipped["excluded"] += 1
-        elif split != "all" and (rec.get("task") or {}).get("split") != split:
+        elif split != "all" and its_split != split:
             skipped["split"] += 1
         elif reward < min_reward:
             skipped["below"] += 1
         else:
-            ex = example(rec)
-            key = hashlib.sha256(json.dumps([ex["problem_hash"], ex["messages"]], sort_keys=True).encode()).hexdigest()
+            ex = example(rec, arguments=arguments)
+            ex["split"] = its_split
+            turns = [[m.get("content"), m.get("tool_calls")] for m in ex["messages"] if m["role"] == "assistant"]
+            key = hashlib.sha256(json.dumps([ex["problem_hash"], turns], sort_keys=True).encode()).hexdigest()
             if key in seen:
                 skipped["duplicate"] += 1
                 continue
@@ -90,4 +113,5 @@ def export_sft(records: list[dict[str, Any]], out: Path, *, min_reward: float, s
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text("".join(json.dumps(ex, allow_nan=False) + "\n" for ex in kept))
     tmp.replace(out)
-    return {"written": len(kept), "read": len(records), "skipped": skipped, "min_reward": min_reward, "split": split, "out": str(out)}
+    return {"written": len(kept), "read": len(records), "skipped": skipped, "min_reward": min_reward, "split": split, "heldout": heldout,
+            "out": str(out)}

@@ -14,8 +14,14 @@ with `reset(**row)`, public typed and documented methods that become its tools, 
     GRPOTrainer(model, reward_funcs=[reward_function(tasks, EnvConfig(device="cuda"))], ...)  # single-turn
 
 Rewards are the environment's (rl.reward): a final verdict judged afresh on fresh secret seeds. An
-excluded episode (`infra_error`, a task that fails) is paid None, which TRL leaves out of the
-reward instead of counting it.
+excluded episode (`infra_error`, a task that fails) is paid None. TRL 1.16 leaves a rollout out
+only when every reward function returns None for it; with other reward functions beside this one,
+the excluded rollout still counts with theirs.
+
+On a GPU, judge on a device the trainer does not use (`EnvConfig(device="cuda")` with
+`gpu_index` in the objective, or `KERNELWRIGHT_SERVICE` naming a judge service on another GPU):
+training's own memory and kernels beside a verdict would turn correct candidates into failures
+and move the timing milestones. TRL calls these tools and `get_reward` one rollout after another.
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ from typing import Any, Callable
 from kernelwright.agent import prompts
 from kernelwright.agent.skill import render_skill
 from kernelwright.rl.env import EnvConfig, EpisodeOver, KernelEnv
-from kernelwright.rl.reward import score
 from kernelwright.rl.tasks import Task
 
 
@@ -149,10 +154,11 @@ class KernelToolEnv:
         return self._call("submit", **({"note": note} if note else {}))
 
     def get_reward(self) -> float | None:
-        """The episode's reward; an episode not yet over is ended first, as a limit would end it."""
+        """The episode's reward (None: excluded, or no episode); an episode not yet over is ended
+        first, as a limit would end it."""
         env = self._env
-        if getattr(env, "_episode", None) is None:
-            return score(None).value
+        if getattr(env, "_episode", None) is None:  # no episode started: nothing to pay
+            return None
         if not env.done:
             env.finish("ended by the trainer")
         reward = env.get_reward()

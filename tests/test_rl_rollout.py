@@ -173,9 +173,10 @@ def test_export_sft_keeps_good_train_episodes_once_in_chat_form(tmp_path):
     folder.mkdir()
     recs = [_record("a", 3.0), _record("b", 3.0), _record("c", 1.0, text="other"), _record("d", 2.0, split="test", problem="h3"),
             _record("e", 0.0, excluded=True), _record("f", 2.0, problem="h2", tools=True), {"id": "g", "task": {}}]
-    (folder / EPISODES).write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"cut sho')
+    (folder / EPISODES).write_text("".join(json.dumps({"seq": i, **r}) + "\n" for i, r in enumerate(recs)) + '{"cut sho')
     got = read_episodes([str(folder)])
     assert [r["id"] for r in got] == list("abcdefg")  # the cut last line is dropped
+    assert (folder / EPISODES).read_text().endswith('{"cut sho')  # by the reader, not from the file: an export changes no rollout
     result = export_sft(got, tmp_path / "sft.jsonl", min_reward=2.0)
     assert result["written"] == 2 and result["skipped"] == {"excluded": 1, "below": 1, "split": 1, "duplicate": 1, "unfinished": 1}
     rows = _lines(tmp_path / "sft.jsonl")

@@ -55,28 +55,37 @@ class ModelDown(RuntimeError):
     """The model's server failed several episodes in a row: the rollout stops; --resume reruns them."""
 
 
-def _read_done(path: Path) -> dict[int, dict[str, Any]]:
-    """The episodes a jsonl holds, by seq. A last line without its newline (a crash cut it short) is
-    cut off the file; a bad line anywhere else is an error, never silently dropped."""
-    done: dict[int, dict[str, Any]] = {}
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The episode records of a jsonl, in file order, and how many bytes they fill. A last line
+    without its newline (a crash cut it short) is left out; a bad line anywhere else is an error,
+    never silently dropped. The file is only read."""
     if not path.exists():
-        return done
-    data = path.read_bytes()
-    lines = data.splitlines(keepends=True)
-    good = 0
+        return [], 0
+    rows, good = [], 0
+    lines = path.read_bytes().splitlines(keepends=True)
     for n, line in enumerate(lines, 1):
         if not line.endswith(b"\n") and n == len(lines):
             break
         try:
             row = json.loads(line)
-            seq = int(row["seq"])
+            int(row["seq"])
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path}:{n}: not an episode record; the file was changed by hand or by another program") from None
-        done.setdefault(seq, row)
+        rows.append(row)
         good += len(line)
-    if good < len(data):
+    return rows, good
+
+
+def _read_done(path: Path) -> dict[int, dict[str, Any]]:
+    """The episodes a rollout's jsonl holds, by seq (the first of each); a last line a crash cut
+    short is cut off the file, so the next append starts on a line of its own."""
+    rows, good = read_rows(path)
+    if path.exists() and good < path.stat().st_size:
         with open(path, "r+b") as f:
             f.truncate(good)
+    done: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        done.setdefault(int(row["seq"]), row)
     return done
 
 

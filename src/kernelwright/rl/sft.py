@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from kernelwright.agent.tools import TOOL_SPECS
 from kernelwright.core.runs import Message
 from kernelwright.llm.openai_chat import to_openai_message
-from kernelwright.rl.rollout import EPISODES
+from kernelwright.rl.rollout import EPISODES, read_rows
 from kernelwright.rl.tasks import split_of
 
 
@@ -31,16 +31,7 @@ def read_episodes(sources: Iterable[str], *, store: Path | None = None) -> list[
         if path.is_dir():
             path = path / EPISODES
         if path.is_file():
-            lines = path.read_text().splitlines()
-            for n, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    if n == len(lines):
-                        break  # a last line a crash cut short
-                    raise ValueError(f"{path}:{n}: not an episode record") from None
+            out += read_rows(path)[0]  # the rollout's own reader, without cutting the file
         elif str(src).startswith("ro-"):
             from kernelwright.store import Store
 

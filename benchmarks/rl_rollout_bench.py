@@ -132,10 +132,13 @@ def main() -> int:
     gpu = ""
     if args.device == "cuda":
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    from kernelwright.report.bench import _commit
+
+    commit = _commit() or "unknown"
+    import torch
     result = {
         "provenance": {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": args.device, "gpu": gpu,
-                       "python": platform.python_version(), "command": " ".join(sys.argv),
+                       "python": platform.python_version(), "torch": torch.__version__, "command": " ".join(sys.argv),
                        "policy": "scripted OpenAI-compatible server on loopback: write the shipped solution, verify, submit"},
         "summary": summary, "planned": args.episodes, "lost": args.episodes - len({r["seq"] for r in rows}),
         "wall_s": round(t1 - t0, 1), "episodes_per_hour": round(summary["new"] * 3600 / (t1 - t0), 1),  # this call's episodes over its wall

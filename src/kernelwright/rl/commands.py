@@ -1,6 +1,7 @@
 """`kernelwright rl rollout`: episodes of a model against the RL environment, recorded in OUT and
-in the store; `kernelwright rl export-sft`: the good episodes as chat-format training data. The
-summary goes to stdout (JSON with --json); the progress to stderr."""
+in the store; `kernelwright rl export-sft`: the good episodes as chat-format training data;
+`kernelwright rl export-verl`: tasks as verl's parquet rows with the tools' and the agent loop's
+config files. The summary goes to stdout (JSON with --json); the progress to stderr."""
 
 from __future__ import annotations
 
@@ -103,6 +104,48 @@ def export_sft_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_verl_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.problems.loader import ProblemError
+    from kernelwright.rl.tasks import load_tasks
+    from kernelwright.rl.verl_data import AGENT_NAME, dataset_rows, write_parquet, write_tool_config
+
+    from kernelwright.judge.evaluate import resolve_device
+
+    config = _env_config(args)
+    out = Path(args.out)
+    try:
+        config = replace(config, device=resolve_device(args.device))
+        tasks = load_tasks(args.tasks, heldout=args.heldout, device=config.device)
+    except (ValueError, ProblemError) as exc:
+        raise UsageError(str(exc)) from None
+    written, counts = [], {}
+    for split in ("train", "test"):
+        rows = dataset_rows([t for t in tasks if t.split == split], config, tools=config.tools)
+        counts[split] = len(rows)
+        if rows:
+            written.append(str(write_parquet(rows, out / f"{split}.parquet")))
+    if config.tools:
+        written.append(str(write_tool_config(out / "kernelwright_tools.yaml", config)))
+        loop = out / "kernelwright_agent_loop.yaml"
+        loop.write_text(f"# actor_rollout_ref.rollout.agent.agent_loop_config_path\n- name: {AGENT_NAME}\n  _target_: kernelwright.rl.verl.KernelAgentLoop\n")
+        written.append(str(loop))
+    result = {"tasks": len(tasks), "rows": counts, "files": written, "agent_name": AGENT_NAME if config.tools else "single_turn_agent"}
+    _report(args, result, f"{counts['train']} train and {counts['test']} test row(s) from {len(tasks)} task(s) for verl "
+                          f"(agent loop {result['agent_name']}); its settings: docs/rl.md", "wrote " + ", ".join(written))
+    return 0
+
+
+def _env_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="objective settings (JSON or TOML), as for optimize; flags win")
+    p.add_argument("--max-turns", type=int, help="model turns per episode (default 40)")
+    p.add_argument("--budget-tokens", type=int, help="tokens per episode")
+    p.add_argument("--budget-minutes", type=float, help="wall minutes per episode")
+    p.add_argument("--target-speedup", type=float, help="the target the prompt states")
+    p.add_argument("--reward", choices=("milestone", "log_speedup"), default="milestone", help="the reward (default milestone: -1, 1, 2, 3)")
+    p.add_argument("--reply-submits", action="store_true", help="a reply holding code ends the episode (single-turn)")
+    p.add_argument("--no-tools", action="store_true", help="offer no tools: the model answers with fenced code")
+
+
 def add_parsers(sub: Any) -> None:
     r = sub.add_parser("rl", help="the RL environment: rollouts of a model, recorded for training")
     rsub = r.add_subparsers(dest="rl_command", required=True)
@@ -117,14 +160,7 @@ def add_parsers(sub: Any) -> None:
     ro.add_argument("--concurrency", type=int, default=1, help="episodes at once (default 1)")
     ro.add_argument("--out", required=True, help="the rollout's folder: rollout.json and episodes.jsonl")
     ro.add_argument("--resume", action="store_true", help="continue the rollout in --out: only the episodes not yet recorded run")
-    ro.add_argument("--config", type=Path, help="objective settings (JSON or TOML), as for optimize; flags win")
-    ro.add_argument("--max-turns", type=int, help="model turns per episode (default 40)")
-    ro.add_argument("--budget-tokens", type=int, help="tokens per episode")
-    ro.add_argument("--budget-minutes", type=float, help="wall minutes per episode")
-    ro.add_argument("--target-speedup", type=float, help="the target the prompt states")
-    ro.add_argument("--reward", choices=("milestone", "log_speedup"), default="milestone", help="the reward (default milestone: -1, 1, 2, 3)")
-    ro.add_argument("--reply-submits", action="store_true", help="a reply holding code ends the episode (single-turn)")
-    ro.add_argument("--no-tools", action="store_true", help="offer no tools: the model answers with fenced code")
+    _env_flags(ro)
     ro.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
     device_flag(ro, help="where candidates are judged (default: auto)")
     add_policy_flags(ro, objective=True)
@@ -143,3 +179,13 @@ def add_parsers(sub: Any) -> None:
     store_flag(ex)
     json_flag(ex)
     ex.set_defaults(func=export_sft_cmd)
+    ve = rsub.add_parser("export-verl", help="tasks as verl's parquet rows, with the tools' and the agent loop's config files")
+    ve.add_argument("--tasks", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], a problem folder, or a synthesis's tasks.jsonl")
+    ve.add_argument("--heldout", type=float, default=0.1, help="the fraction of problems held out as test.parquet (default 0.1)")
+    device_flag(ve, help="where the rollout workers judge, as the prompts say (auto: this machine's; pass cuda when exporting without the GPU)")
+    ve.add_argument("--out", required=True, help="the folder: train.parquet, test.parquet, kernelwright_tools.yaml, kernelwright_agent_loop.yaml")
+    _env_flags(ve)
+    add_policy_flags(ve, objective=True)
+    store_flag(ve)
+    json_flag(ve)
+    ve.set_defaults(func=export_verl_cmd)

@@ -118,3 +118,33 @@ def _synth_tasks(path: Path, heldout: float, device: str, cache: Path | None) ->
         meta = {"level": row.get("level"), "ops": row.get("ops"), "name": row.get("name"), "synth_hash": row.get("hash"), "split_hash": full}
         out.append(Task(tid, problem, split_of(full, heldout), str(path), meta))
     return out
+
+
+def task_payload(task: Task) -> dict[str, Any]:
+    """A task as plain data that travels with a dataset row to a process with no file of it (a
+    trainer's rollout worker, another node): its program's text, not a path."""
+    p = task.problem
+    return {"id": task.id, "name": p.name, "split": task.split, "source": task.source, "meta": task.meta, "program": p.source, "hash": p.hash}
+
+
+def task_from_payload(payload: dict[str, Any] | str, cache: Path | None = None) -> Task:
+    """The task a `task_payload` (or its JSON) describes. Its program is written once under `cache`
+    (default: the kernelwright cache's rl_tasks), named by content, and must match the hash it came with."""
+    from kernelwright.runtime.build import cache_dir
+
+    try:
+        d = json.loads(payload) if isinstance(payload, str) else dict(payload)
+        tid, name, program, digest = str(d["id"]), str(d["name"]), d["program"], str(d["hash"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProblemError(f"not a task payload ({type(exc).__name__}: {exc})") from None
+    if not isinstance(program, str) or hashlib.sha256(program.encode()).hexdigest() != digest:
+        raise ProblemError(f"task {tid!r}: its program does not match its hash")
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise ProblemError(f"task {tid!r}: the problem's name {name!r} is not a plain name")
+    file = (cache or cache_dir() / "rl_tasks").expanduser() / digest[:16] / f"{name}.py"
+    if not file.is_file():
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(file.name + f".{os.getpid()}.tmp")
+        tmp.write_text(program)
+        tmp.replace(file)
+    return Task(tid, load_problem(file), str(d.get("split") or "unknown"), str(d.get("source") or ""), dict(d.get("meta") or {}))

@@ -141,7 +141,7 @@ def test_the_tools_cycle_create_execute_calc_reward_release(tmp_path, tasks, con
     assert verdict["status"] == "incorrect" and value == -1.0
 
 
-def _loop(tmp_path, config, replies, max_assistant_turns=4, cls=None):
+def _loop(tmp_path, config, replies, max_assistant_turns=4, cls=None, **extra):
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.workers.rollout.replica import TokenOutput
@@ -162,7 +162,7 @@ def _loop(tmp_path, config, replies, max_assistant_turns=4, cls=None):
 
     def make():  # inside the event loop, as verl's worker makes one per trajectory (the loop keeps the running event loop)
         return (cls or kv.KernelAgentLoop)(trainer_config=DictConfigWrap(cfg), server_manager=StubServer(), tokenizer=tok, processor=None,
-                                  dataset_cls=None, data_config=DictConfigWrap(cfg.data), tools=tools)
+                                  dataset_cls=None, data_config=DictConfigWrap(cfg.data), tools=tools, **extra)
     return make, tok, calls
 
 
@@ -187,7 +187,7 @@ def test_the_agent_loop_runs_an_episode_and_pays_the_final_verdicts_milestone(tm
     assert "wrote" in text and "submitted." in text  # the tool answers are in the response
     generated = [i for i, m in zip(out.response_ids, out.response_mask) if m == 1]
     assert tok.decode(generated) == replies[0] + replies[1]  # the mask marks the policy's tokens, and only those
-    assert 0 in out.response_mask
+    assert 0 in out.response_mask and out.extra_fields["kernelwright_excluded"] is False  # the flag is on every output
 
     loop, _, calls = _loop(tmp_path, config, [_call("write_file", path="model_new.py", content=BROKEN), _call("submit")])
     out = _run(loop, row)
@@ -210,10 +210,42 @@ def test_a_task_that_fails_is_excluded_with_no_token_trained_on(tmp_path, tasks,
 
     payload.update(program=bad, hash=hashlib.sha256(bad.encode()).hexdigest())
     row["extra_info"]["tools_kwargs"] = {"kernelwright": {"task": json.dumps(payload)}}
-    loop, _, calls = _loop(tmp_path, config, [_call("verify")])
+    loop, tok, calls = _loop(tmp_path, config, [_call("verify")])
     out = _run(loop, row)
-    assert calls == [] and out.reward_score == 0.0 and out.extra_fields["kernelwright_excluded"]
-    assert set(out.response_mask) <= {0}
+    assert calls == [] and out.reward_score == 0.0 and out.extra_fields["kernelwright_excluded"] is True
+    assert out.response_ids == [tok.eos_token_id] and out.response_mask == [0]  # one masked token, not the prompt
+    assert len(out.prompt_ids) > 1000
+
+
+@pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
+def test_an_infra_error_at_the_final_judgement_is_excluded_and_masked(tmp_path, tasks, config, monkeypatch):
+    from kernelwright.agent.judging import Judge
+
+    def broken(self, *a, **k):
+        raise RuntimeError("the judge's worker went away")
+
+    monkeypatch.setattr(Judge, "final", broken)
+    row = dataset_rows(tasks, config)[0]
+    loop, _, calls = _loop(tmp_path, config, [_call("write_file", path="model_new.py", content=BROKEN), _call("submit")])
+    out = _run(loop, row)
+    state = out.extra_fields["kernelwright"]
+    assert len(calls) == 2 and state["status"] == "infra_error" and state["excluded"] and out.reward_score == 0.0
+    assert out.extra_fields["kernelwright_excluded"] is True and out.response_mask and set(out.response_mask) == {0}
+
+
+@pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
+def test_the_single_turn_loop_pays_the_answers_fenced_code(tmp_path, tasks, config, records):
+    from omegaconf import OmegaConf
+
+    rows = dataset_rows(tasks, config, tools=False)
+    assert rows[0]["agent_name"] == "kernelwright_single_turn"
+    settings = OmegaConf.create(config_to_dict(config))  # as Hydra hands it over: nested DictConfigs
+    loop, tok, _ = _loop(tmp_path, config, [f"Here:\n```python\n{GOOD}\n```<eos>"], cls=kv.KernelSingleTurnLoop, settings=settings)
+    out = _run(loop, rows[0])
+    assert out.extra_fields["kernelwright"]["status"] == "correct" and out.extra_fields["kernelwright_excluded"] is False
+    assert out.reward_score == milestone(records[-1]["final"]["verdict"]).value >= 1 and set(out.response_mask) == {1}
+    loop, _, _ = _loop(tmp_path, config, ["I would write a kernel.<eos>"], cls=kv.KernelSingleTurnLoop, settings=settings)
+    assert _run(loop, rows[0]).reward_score == -1.0
 
 
 @pytest.mark.timeout(6 * JUDGE_TIMEOUT_S)
@@ -230,6 +262,14 @@ def test_compute_score_single_turn_episode_state_and_unsubmitted_files(tmp_path,
     assert kv.compute_score("kernelwright", "", gt, {"kernelwright": done})["score"] == 2.0  # the episode's own reward
     with pytest.raises(ValueError, match="data_source"):
         kv.compute_score("gsm8k", "", gt, {})
+    # the tools started an episode but nothing was written: -1, and the text's code is not taken instead
+    fenced = f"```python\n{GOOD}\n```"
+    assert kv.compute_score("kernelwright", fenced, gt, {"kernelwright": {"done": False, "files": {}}}, **settings)["score"] == -1.0
+    # a task that fails is excluded, not a crash of the reward worker
+    bad = json.loads(gt)
+    bad.update(program="x = 1\n", hash=__import__("hashlib").sha256(b"x = 1\n").hexdigest())
+    failed = kv.compute_score("kernelwright", fenced, json.dumps(bad), {}, **settings)
+    assert failed["kernelwright_excluded"] and failed["score"] == 0.0
 
 
 @pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
@@ -262,8 +302,9 @@ def test_export_verl_writes_what_verl_loads(tmp_path, tasks, capsys):
     assert result["rows"] == {"train": 1, "test": 0} and not (out / "test.parquet").exists()
     tools = _tools_from(out / "kernelwright_tools.yaml")
     assert len(tools) == 7 and all(t.env_config.objective.max_turns == 5 and t.env_config.device == "cpu" for t in tools)
-    (loop,) = OmegaConf.load(out / "kernelwright_agent_loop.yaml")
-    assert loop.name == AGENT_NAME and loop._target_ == "kernelwright.rl.verl.KernelAgentLoop"
+    loops = {c.name: c for c in OmegaConf.load(out / "kernelwright_agent_loop.yaml")}
+    assert loops[AGENT_NAME]._target_ == "kernelwright.rl.verl.KernelAgentLoop"
+    assert loops["kernelwright_single_turn"].settings.objective.max_turns == 5
     import pyarrow.parquet as pq
 
     (row,) = pq.read_table(out / "train.parquet").to_pylist()
@@ -274,3 +315,22 @@ def _tools_from(path):
     from verl.tools.tool_registry import initialize_tools_from_config
 
     return initialize_tools_from_config(str(path))
+
+
+def test_export_verl_single_turn_rows_and_refusals(tmp_path, tasks, capsys):
+    import pyarrow.parquet as pq
+
+    from kernelwright.cli import main
+
+    out = tmp_path / "verl"
+    (out).mkdir()
+    (out / "test.parquet").write_text("an older export's")
+    with pytest.raises(SystemExit, match="0"):
+        main(["rl", "export-verl", "--tasks", str(tasks[0].problem.path.parent), "--heldout", "0", "--device", "cpu", "--out", str(out),
+              "--no-tools", "--store", str(tmp_path / "s.sqlite")])
+    (row,) = pq.read_table(out / "train.parquet").to_pylist()
+    assert row["agent_name"] == "kernelwright_single_turn" and not (out / "test.parquet").exists()
+    assert not (out / "kernelwright_tools.yaml").exists()
+    with pytest.raises(SystemExit, match="2"):
+        main(["rl", "export-verl", "--tasks", str(tasks[0].problem.path.parent), "--device", "cpu", "--out", str(out), "--budget-tokens", "100"])
+    assert "not counted under verl" in capsys.readouterr().err

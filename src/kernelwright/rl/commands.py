@@ -105,12 +105,13 @@ def export_sft_cmd(args: argparse.Namespace) -> int:
 
 
 def export_verl_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.judge.evaluate import resolve_device
     from kernelwright.problems.loader import ProblemError
     from kernelwright.rl.tasks import load_tasks
-    from kernelwright.rl.verl_data import AGENT_NAME, dataset_rows, write_parquet, write_tool_config
+    from kernelwright.rl.verl_data import AGENT_NAME, SINGLE_TURN, dataset_rows, write_agent_loop_config, write_parquet, write_tool_config
 
-    from kernelwright.judge.evaluate import resolve_device
-
+    if args.budget_tokens is not None:
+        raise UsageError("--budget-tokens is not counted under verl: its rollout.response_length bounds an episode's tokens")
     config = _env_config(args)
     out = Path(args.out)
     try:
@@ -124,12 +125,12 @@ def export_verl_cmd(args: argparse.Namespace) -> int:
         counts[split] = len(rows)
         if rows:
             written.append(str(write_parquet(rows, out / f"{split}.parquet")))
+        else:
+            (out / f"{split}.parquet").unlink(missing_ok=True)  # an older export's rows are not this one's
+    written.append(str(write_agent_loop_config(out / "kernelwright_agent_loop.yaml", config)))
     if config.tools:
         written.append(str(write_tool_config(out / "kernelwright_tools.yaml", config)))
-        loop = out / "kernelwright_agent_loop.yaml"
-        loop.write_text(f"# actor_rollout_ref.rollout.agent.agent_loop_config_path\n- name: {AGENT_NAME}\n  _target_: kernelwright.rl.verl.KernelAgentLoop\n")
-        written.append(str(loop))
-    result = {"tasks": len(tasks), "rows": counts, "files": written, "agent_name": AGENT_NAME if config.tools else "single_turn_agent"}
+    result = {"tasks": len(tasks), "rows": counts, "files": written, "agent_name": AGENT_NAME if config.tools else SINGLE_TURN}
     _report(args, result, f"{counts['train']} train and {counts['test']} test row(s) from {len(tasks)} task(s) for verl "
                           f"(agent loop {result['agent_name']}); its settings: docs/rl.md", "wrote " + ", ".join(written))
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,9 @@ def task_from_payload(payload: dict[str, Any] | str, cache: Path | None = None) 
     if not name.replace("-", "").replace("_", "").isalnum():
         raise ProblemError(f"task {tid!r}: the problem's name {name!r} is not a plain name")
     file = (cache or cache_dir() / "rl_tasks").expanduser() / digest[:16] / f"{name}.py"
-    if not file.is_file():
+    if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:  # a file changed since is written again
         file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_name(file.name + f".{os.getpid()}.tmp")
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # threads of one process write apart
         tmp.write_text(program)
         tmp.replace(file)
     return Task(tid, load_problem(file), str(d.get("split") or "unknown"), str(d.get("source") or ""), dict(d.get("meta") or {}))

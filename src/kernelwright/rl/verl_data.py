@@ -12,6 +12,7 @@ for the tools and the agent loop, and `reward_model.ground_truth` (the same JSON
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from kernelwright.rl.tasks import Task, task_payload
 from kernelwright.rl.trl import dataset_rows as _prompt_rows
 
 AGENT_NAME = "kernelwright"  # the agent loop's registered name
+SINGLE_TURN = "kernelwright_single_turn"  # the single-turn loop's: one answer, its fenced model_new.py judged
 DATA_SOURCE = "kernelwright"  # the rows' data_source; compute_score refuses others
 TOOL_CLASSES = {"list_files": "ListFilesTool", "read_file": "ReadFileTool", "write_file": "WriteFileTool", "compile": "CompileTool",
                 "verify": "VerifyTool", "profile": "ProfileTool", "submit": "SubmitTool"}
@@ -40,10 +42,19 @@ def config_to_dict(config: EnvConfig) -> dict[str, Any]:
     return d
 
 
+def _plain(x: Any) -> Any:
+    """Mappings and sequences as dicts and lists: Hydra hands over its own containers."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return [_plain(v) for v in x]
+    return x
+
+
 def config_from_dict(d: dict[str, Any] | None) -> EnvConfig:
     """The EnvConfig of `config_to_dict`'s data; unknown keys are an error, not silently dropped.
     verl's own keys in a tool's config (`type`) are left to verl."""
-    d = {k: v for k, v in dict(d or {}).items() if k != "type"}
+    d = {k: v for k, v in _plain(d or {}).items() if k != "type"}
     known = {f.name for f in fields(EnvConfig)}
     unknown = sorted(set(d) - known)
     if unknown:
@@ -69,10 +80,10 @@ def dataset_rows(tasks: list[Task], config: EnvConfig | None = None, *, tools: b
     rows = []
     for i, (task, base) in enumerate(zip(tasks, _prompt_rows(tasks, config, tools=tools))):
         payload = json.dumps(task_payload(task), sort_keys=True)
-        rows.append({"data_source": DATA_SOURCE, "agent_name": AGENT_NAME if tools else "single_turn_agent", "prompt": base["prompt"],
+        rows.append({"data_source": DATA_SOURCE, "agent_name": AGENT_NAME if tools else SINGLE_TURN, "prompt": base["prompt"],
                      "ability": "kernels", "reward_model": {"style": "rule", "ground_truth": payload},
-                     "extra_info": {"index": i, "task_id": task.id, "split": task.split, "need_tools_kwargs": tools,
-                                    "tools_kwargs": {"kernelwright": {"task": payload}} if tools else {}}})
+                     "extra_info": {"index": i, "task_id": task.id, "split": task.split, "need_tools_kwargs": True,
+                                    "tools_kwargs": {"kernelwright": {"task": payload}}}})
     return rows
 
 
@@ -96,6 +107,22 @@ def tool_config(config: EnvConfig | None = None) -> dict[str, Any]:
     each with the environment's settings. Their schemas come from the tools themselves."""
     settings = {"type": "native", **config_to_dict(config or EnvConfig())}
     return {"tools": [{"class_name": f"kernelwright.rl.verl.{cls}", "config": settings} for cls in TOOL_CLASSES.values()]}
+
+
+def agent_loop_config(config: EnvConfig | None = None) -> list[dict[str, Any]]:
+    """verl's agent-loop config (`actor_rollout_ref.rollout.agent.agent_loop_config_path`): both
+    loops by name; the single-turn one takes the environment's settings here (the multi-turn one
+    takes them from its tools)."""
+    return [{"name": AGENT_NAME, "_target_": "kernelwright.rl.verl.KernelAgentLoop"},
+            {"name": SINGLE_TURN, "_target_": "kernelwright.rl.verl.KernelSingleTurnLoop", "settings": config_to_dict(config or EnvConfig())}]
+
+
+def write_agent_loop_config(path: Path, config: EnvConfig | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# kernelwright's agent loops for verl: actor_rollout_ref.rollout.agent.agent_loop_config_path\n"
+                    + json.dumps(agent_loop_config(config), indent=2) + "\n")
+    return path
 
 
 def write_tool_config(path: Path, config: EnvConfig | None = None) -> Path:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -90,7 +91,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--timing-budget-s", type=float, default=None, help="the judge's timing budget per verdict (default: the policy's)")
     ap.add_argument("--resume", action="store_true", help="continue the rollout in --out (a second call when one was cut short)")
+    ap.add_argument("--warm-references", type=int, default=None,
+                    help="KERNELWRIGHT_WARM_REFERENCES for this run: idle reference children kept (default: the judge's, 2)")
     args = ap.parse_args()
+    if args.warm_references is not None:  # before the judge is imported: its pool reads it
+        os.environ["KERNELWRIGHT_WARM_REFERENCES"] = str(args.warm_references)
 
     from kernelwright.agent.objective import Objective
     from kernelwright.llm.backend import make_backend
@@ -138,12 +143,15 @@ def main() -> int:
     import torch
     result = {
         "provenance": {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": args.device, "gpu": gpu,
-                       "python": platform.python_version(), "torch": torch.__version__, "command": " ".join(sys.argv),
+                       "python": platform.python_version(), "torch": torch.__version__,
+                       "warm_references": os.environ.get("KERNELWRIGHT_WARM_REFERENCES"), "command": " ".join(sys.argv),
                        "policy": "scripted OpenAI-compatible server on loopback: write the shipped solution, verify, submit"},
         "summary": summary, "planned": args.episodes, "lost": args.episodes - len({r["seq"] for r in rows}),
         "wall_s": round(t1 - t0, 1), "episodes_per_hour": round(summary["new"] * 3600 / (t1 - t0), 1),  # this call's episodes over its wall
         "judge_busy_fraction": round(busy_fraction(spans, t0, t1), 3),
         "latency_s": {k: {"n": len(v), "p50": pct(v, 0.5), "p90": pct(v, 0.9), "mean": statistics.fmean(v) if v else None} for k, v in lat.items()},
+        "reference_children": {k: sum(1 for r in rows if (((r.get("final") or {}).get("verdict") or {}).get("workers") or {}).get("reference") == k)
+                               for k in ("new", "warm", None)},  # how each final verdict's reference child came
         "statuses": {s: sum(1 for r in rows if ((r.get("final") or {}).get("verdict") or {}).get("status") == s)
                      for s in {((r.get("final") or {}).get("verdict") or {}).get("status") for r in rows}},
     }

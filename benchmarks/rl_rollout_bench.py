@@ -15,7 +15,8 @@ Figures (rollout_bench.json and .md in --out, with episodes.jsonl):
   verify or profile, or a final judgement) was in flight, from the episodes' own timestamps;
 - verdict latency inside episodes, p50 and p90, per kind (verify, final), queueing for the device
   included;
-- lost episodes: planned minus recorded (must be 0); the rewards and milestones.
+- lost episodes: planned minus recorded minus those not started in time (--start-within-s), which
+  --resume runs (must be 0); the rewards and milestones.
 
 With --resume, lost episodes, statuses and latencies cover every call's episodes; episodes per hour
 and the busy fraction, this call's. A CPU dry run on 2026-12-06 (the 2-core box),
@@ -91,6 +92,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--timing-budget-s", type=float, default=None, help="the judge's timing budget per verdict (default: the policy's)")
     ap.add_argument("--resume", action="store_true", help="continue the rollout in --out (a second call when one was cut short)")
+    ap.add_argument("--start-within-s", type=float, default=None,
+                    help="start no episode later than this; the rest stay for --resume (fit a device call's limit, results still written)")
     ap.add_argument("--warm-references", type=int, default=None,
                     help="KERNELWRIGHT_WARM_REFERENCES for this run: idle reference children kept (default: the judge's, 2)")
     args = ap.parse_args()
@@ -120,7 +123,7 @@ def main() -> int:
     with ScriptedServer(script(named, per)) as server:
         backend = make_backend("openai:scripted-policy", base_url=server.url, max_retries=0)
         summary = run_rollout(tasks, backend, config, episodes=args.episodes, concurrency=args.concurrency, out=args.out / "rollout", resume=args.resume,
-                              progress=lambda row: print(f"[{time.time() - t0:7.1f} s] episode {row['seq']} {row['task']['id']}: "
+                              start_within_s=args.start_within_s, progress=lambda row: print(f"[{time.time() - t0:7.1f} s] episode {row['seq']} {row['task']['id']}: "
                                                          f"{row['reward']['value']} ({row['end']})", flush=True))
     t1 = time.time()
     rows = [json.loads(x) for x in (args.out / "rollout" / "episodes.jsonl").read_text().splitlines()]
@@ -146,7 +149,8 @@ def main() -> int:
                        "python": platform.python_version(), "torch": torch.__version__,
                        "warm_references": os.environ.get("KERNELWRIGHT_WARM_REFERENCES"), "command": " ".join(sys.argv),
                        "policy": "scripted OpenAI-compatible server on loopback: write the shipped solution, verify, submit"},
-        "summary": summary, "planned": args.episodes, "lost": args.episodes - len({r["seq"] for r in rows}),
+        "summary": summary, "planned": args.episodes, "recorded": len({r["seq"] for r in rows}), "not_started": summary["not_started"],
+        "lost": args.episodes - len({r["seq"] for r in rows}) - summary["not_started"],  # started and not recorded
         "wall_s": round(t1 - t0, 1), "episodes_per_hour": round(summary["new"] * 3600 / (t1 - t0), 1),  # this call's episodes over its wall
         "judge_busy_fraction": round(busy_fraction(spans, t0, t1), 3),
         "latency_s": {k: {"n": len(v), "p50": pct(v, 0.5), "p90": pct(v, 0.9), "mean": statistics.fmean(v) if v else None} for k, v in lat.items()},
@@ -159,7 +163,7 @@ def main() -> int:
     lines = [f"# rl rollout bench ({args.device}, {commit})", "", "```", json.dumps({k: result[k] for k in result if k != "summary"}, indent=1,
                                                                                       default=str), "```"]
     (args.out / "rollout_bench.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps({k: result[k] for k in ("lost", "wall_s", "episodes_per_hour", "judge_busy_fraction", "latency_s", "statuses")}, default=str))
+    print(json.dumps({k: result[k] for k in ("recorded", "not_started", "lost", "wall_s", "episodes_per_hour", "judge_busy_fraction", "latency_s", "statuses")}, default=str))
     return 0 if result["lost"] == 0 else 1
 
 

@@ -207,3 +207,23 @@ def test_export_sft_splits_again_when_asked_writes_arguments_as_objects_and_drop
     (row,) = _lines(tmp_path / "sft.jsonl")
     assert row["episode_id"] == "b" and row["split"] == "train"
     assert row["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"note": "x"}
+
+
+@pytest.mark.timeout(4 * JUDGE_TIMEOUT_S)
+def test_episodes_not_started_in_time_are_left_for_resume(tmp_path):
+    """--start-within-minutes: the running episode finishes, later ones do not start, and a resume
+    runs exactly those."""
+    tasks = _tasks(tmp_path, ["relu"])
+    config = EnvConfig(device="cpu", objective=Objective(compile_baseline=False, seeds=1, timing_budget_s=1.0, max_turns=1), tools=False,
+                       reply_submits=True, store=tmp_path / "s.sqlite", workroot=tmp_path / "eps")
+    script = [{"text": f"```python\n{GOOD}\n```"}] + [{"text": "thinking"} for _ in range(3)]
+    with ScriptedServer(script) as server:
+        backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
+        first = run_rollout(tasks, backend, config, episodes=4, concurrency=1, out=tmp_path / "out", start_within_s=1.0)
+        assert (first["recorded"], first["not_started"]) == (1, 3)  # the first one's judgement outlasts the second
+        assert _lines(tmp_path / "out" / EPISODES)[0]["final"]["verdict"]["status"] == "correct"
+        second = run_rollout(tasks, backend, config, episodes=None, concurrency=2, out=tmp_path / "out", resume=True)
+    assert (second["recorded"], second["new"], second["not_started"]) == (4, 3, 0)
+    assert sorted(r["seq"] for r in _lines(tmp_path / "out" / EPISODES)) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="positive"):
+        run_rollout(tasks, backend, config, episodes=1, concurrency=1, out=tmp_path / "x", start_within_s=0)

@@ -64,14 +64,16 @@ def rollout_cmd(args: argparse.Namespace) -> int:
 
     try:
         result = run_rollout(tasks, backend, replace(config, device=device), episodes=n, concurrency=args.concurrency, out=Path(args.out),
-                             resume=args.resume, progress=progress, source=args.tasks)
+                             resume=args.resume, progress=progress, source=args.tasks,
+                             start_within_s=None if args.start_within_minutes is None else args.start_within_minutes * 60)
     except ModelDown as exc:
         err.print(f"stopped: {exc}", markup=False, highlight=False)
         return 1
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     mean = result["mean_reward"]
-    _report(args, result, f"{result['recorded']} of {result['episodes']} episodes recorded ({result['new']} now, {result['excluded']} excluded); "
+    later = f"; {result['not_started']} not started in time (--resume runs them)" if result["not_started"] else ""
+    _report(args, result, f"{result['recorded']} of {result['episodes']} episodes recorded ({result['new']} now, {result['excluded']} excluded{later}); "
                           f"mean reward {mean if mean is None else round(mean, 3)}; milestones {result['milestones']}; "
                           f"{result['episodes_per_hour']} episodes per hour",
             f"wrote {Path(args.out) / EPISODES} and the store's rl_episodes (rollout {result['rollout']})")
@@ -161,6 +163,8 @@ def add_parsers(sub: Any) -> None:
     ro.add_argument("--concurrency", type=int, default=1, help="episodes at once (default 1)")
     ro.add_argument("--out", required=True, help="the rollout's folder: rollout.json and episodes.jsonl")
     ro.add_argument("--resume", action="store_true", help="continue the rollout in --out: only the episodes not yet recorded run")
+    ro.add_argument("--start-within-minutes", type=float, help="start no episode later than this (those running finish; "
+                                                                  "--resume runs the rest): a rollout that fits a time slot")
     _env_flags(ro)
     ro.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
     device_flag(ro, help="where candidates are judged (default: auto)")

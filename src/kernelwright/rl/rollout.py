@@ -139,23 +139,27 @@ def run_episode(env: KernelEnv, task: Task, backend: Any, key: str) -> dict[str,
 
 
 def run_rollout(tasks: list[Task], backend: Any, config: EnvConfig, *, episodes: int | None, concurrency: int, out: Path,
-                resume: bool = False, progress: Callable[[dict[str, Any]], None] | None = None, source: str = "") -> dict[str, Any]:
+                resume: bool = False, progress: Callable[[dict[str, Any]], None] | None = None, source: str = "",
+                start_within_s: float | None = None) -> dict[str, Any]:
     """Run the rollout's missing episodes, `concurrency` at a time; its summary. `episodes` None: the
-    plan's on resume, one per task otherwise."""
+    plan's on resume, one per task otherwise. `start_within_s`: no episode starts later than this
+    after the call began (those running finish); the rest are `not_started`, for --resume."""
     if (episodes is not None and episodes < 1) or concurrency < 1:
         raise ValueError(f"--episodes and --concurrency must be at least 1, got {episodes} and {concurrency}")
+    if start_within_s is not None and not start_within_s > 0:
+        raise ValueError(f"the time to start episodes in must be positive, got {start_within_s}")
     if not tasks:
         raise ValueError("no tasks")
     out = Path(out)
     held = _lock(out)
     try:
-        return _run(tasks, backend, config, episodes, concurrency, out, resume, progress, source)
+        return _run(tasks, backend, config, episodes, concurrency, out, resume, progress, source, start_within_s)
     finally:
         held.close()
 
 
 def _run(tasks: list[Task], backend: Any, config: EnvConfig, episodes: int | None, concurrency: int, out: Path, resume: bool,
-         progress: Callable[[dict[str, Any]], None] | None, source: str) -> dict[str, Any]:
+         progress: Callable[[dict[str, Any]], None] | None, source: str, start_within_s: float | None) -> dict[str, Any]:
     from kernelwright.store import Store
     from kernelwright.store.runs import json_ready
 
@@ -170,8 +174,9 @@ def _run(tasks: list[Task], backend: Any, config: EnvConfig, episodes: int | Non
             db.put_episode(plan.rollout, seq, row)
     todo = [s for s in range(plan.episodes) if s not in done]
     lock, t0 = threading.Lock(), time.monotonic()
-    state = {"new": 0, "failures": 0}
+    state = {"new": 0, "failures": 0, "not_started": 0}
     stop = threading.Event()
+    late = None if start_within_s is None else t0 + start_within_s
 
     def keep(row: dict[str, Any]) -> None:  # under the lock, in the worker that ran the episode
         line = json.dumps(json_ready(row), allow_nan=False, default=str) + "\n"  # a NaN the model sent is null here
@@ -186,6 +191,10 @@ def _run(tasks: list[Task], backend: Any, config: EnvConfig, episodes: int | Non
 
     def one(seq: int) -> None:
         if stop.is_set():
+            return
+        if late is not None and time.monotonic() > late:
+            with lock:
+                state["not_started"] += 1
             return
         task = tasks[seq % len(tasks)]
         with KernelEnv(config) as env:
@@ -225,10 +234,10 @@ def _run(tasks: list[Task], backend: Any, config: EnvConfig, episodes: int | Non
     if stop.is_set():
         raise ModelDown(f"the model's requests failed in {MAX_MODEL_FAILURES} episodes in a row; {len(done)} of {plan.episodes} "
                         f"episodes are recorded in {jsonl}: --resume runs the rest once the server answers")
-    return summary(plan, done, new=state["new"], wall_s=time.monotonic() - t0)
+    return summary(plan, done, new=state["new"], wall_s=time.monotonic() - t0, not_started=state["not_started"])
 
 
-def summary(plan: Plan, done: dict[int, dict[str, Any]], *, new: int, wall_s: float) -> dict[str, Any]:
+def summary(plan: Plan, done: dict[int, dict[str, Any]], *, new: int, wall_s: float, not_started: int = 0) -> dict[str, Any]:
     rows = [done[s] for s in sorted(done)]
     paid = [r["reward"]["value"] for r in rows if not r.get("excluded") and r.get("reward", {}).get("value") is not None]
     milestones: dict[str, int] = {}
@@ -237,5 +246,5 @@ def summary(plan: Plan, done: dict[int, dict[str, Any]], *, new: int, wall_s: fl
         milestones[key] = milestones.get(key, 0) + 1
     return {"rollout": plan.rollout, "model": plan.model, "episodes": plan.episodes, "recorded": len(rows), "new": new,
             "excluded": sum(1 for r in rows if r.get("excluded")), "mean_reward": sum(paid) / len(paid) if paid else None,
-            "milestones": milestones, "wall_s": round(wall_s, 2),
+            "milestones": milestones, "wall_s": round(wall_s, 2), "not_started": not_started,
             "episodes_per_hour": round(new * 3600 / wall_s, 1) if wall_s > 0 and new else None}

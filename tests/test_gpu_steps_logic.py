@@ -19,7 +19,7 @@ from kernelwright.judge.verdicts import Stop, VerdictBuilder
 def _flow(tmp_path: Path, policy: Policy | None = None, meta: dict | None = None, sources: tuple[str, ...] = ()):
     model_new = tmp_path / "model_new.py"
     model_new.write_text("import torch\n")
-    files = SimpleNamespace(sources=tuple(SimpleNamespace(text=t) for t in sources), model_new=model_new)
+    files = SimpleNamespace(sources=tuple(SimpleNamespace(text=t) for t in sources), model_new=model_new, root=tmp_path)
     policy = policy or Policy()
     vb = VerdictBuilder(problem=SimpleNamespace(name="p", hash="h"), policy=policy, device="cuda")
     return SimpleNamespace(vb=vb, policy=policy, device="cuda", meta=meta or {}, files=files, retimed=[])

@@ -127,3 +127,70 @@ def test_torch_arange_is_allocation_and_anonymous_namespaces_inside_aten_are_ate
               "c10::Scalar const&, c10::Scalar const&, at::Tensor&)::{lambda()#1}>(int, long*)")
     assert origin(arange, set()) == "allocation"
     assert origin("void at::native::(anonymous namespace)::foo_kernel<int>(float*)", {"foo_kernel"}) == "aten"
+
+
+TRITON_SOURCE = '''
+import torch
+import triton
+import triton.language as tl
+from triton import jit
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.maximum(tl.load(x_ptr + i, mask=i < n), 0.0), mask=i < n)
+
+
+@jit
+def scale_kernel(x_ptr, n):
+    pass
+
+
+def _add(x_ptr, n):
+    pass
+
+
+add_kernel = triton.jit(_add)
+
+
+@triton.jit
+def triton_poi_fused_relu_0(x_ptr):  # Inductor's name: declaring it claims nothing
+    pass
+
+
+def launch(x):  # a plain helper: not a kernel
+    return x
+'''
+
+
+def test_triton_kernel_names_are_the_jitted_functions_of_a_file_that_imports_triton():
+    from kernelwright.judge.provenance import triton_kernel_names
+
+    assert triton_kernel_names([TRITON_SOURCE]) == {"relu_kernel", "scale_kernel", "_add"}
+    assert triton_kernel_names([TRITON_SOURCE.replace("import triton\n", "").replace("from triton import jit\n", "")
+                                .replace("import triton.language as tl\n", "")]) == set()  # no triton: a jit of something else
+    assert triton_kernel_names(["def f(:\n"]) == set()  # unparsable text: nothing, no error
+    own = triton_kernel_names([TRITON_SOURCE])
+    assert origin("relu_kernel", own) == "candidate"
+    assert origin("triton_poi_fused_relu_0", own | {"triton_poi_fused_relu_0"}) == "triton"  # torch.compile's prefix stays a library
+    assert origin("triton_per_fused_sum_1", own) == "triton" and origin("void at::native::relu_kernel(float*)", own) == "aten"
+
+
+def test_the_provenance_guard_reads_the_candidates_python_files_for_triton_kernels(tmp_path):
+    from types import SimpleNamespace
+
+    from kernelwright.judge.guards import kernel_provenance
+    from kernelwright.judge.policy import Policy
+    from kernelwright.judge.verdicts import Stop
+
+    (tmp_path / "model_new.py").write_text("from kernels import launch\n")
+    (tmp_path / "kernels.py").write_text(TRITON_SOURCE)
+    steps, guards = [], []
+    vb = SimpleNamespace(step=lambda *a: steps.append(a), guard=lambda *a: guards.append(a))
+    flow = SimpleNamespace(vb=vb, policy=Policy(), files=SimpleNamespace(sources=(), model_new=tmp_path / "model_new.py", root=tmp_path))
+    kernel_provenance.apply(flow, [["relu_kernel", 0.2, 7], ["Memset (Device)", 0.01, 7]])
+    assert guards[-1][1] is False and "relu_kernel" in steps[-1][2]
+    with pytest.raises(Stop, match="triton"):  # Inductor's kernel in a candidate's call: a library the default policy does not name
+        kernel_provenance.apply(flow, [["relu_kernel", 0.2, 7], ["triton_poi_fused_relu_0", 0.2, 7]])

@@ -4,8 +4,9 @@ The candidate child profiles one call and sends back every device activity it sa
 stream). Here each is put in one origin:
 
 - `candidate`: a kernel whose unqualified function name is a `__global__` function of the
-  candidate's own sources (names under torch's and the libraries' own namespaces and prefixes are
-  theirs first, so declaring a kernel of the same name claims nothing);
+  candidate's own sources, or a `@triton.jit` function of its Python files (names under torch's and
+  the libraries' own namespaces and prefixes are theirs first, so declaring a kernel of the same
+  name claims nothing: `triton_*` is torch.compile's);
 - `allocation`: memsets, memcpys and ATen's fill, arange and copy kernels (what `torch.zeros`,
   `.contiguous()` or `.to()` run: the op audit's allow-list, seen from the GPU; a copy that
   converts dtype runs the same kernel, which only the op audit tells apart);
@@ -26,6 +27,7 @@ the device's answer, and it also sees kernels launched where no dispatch mode lo
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -68,6 +70,43 @@ def kernel_names(texts: Iterable[str]) -> set[str]:
     for text in texts:
         names.update(_GLOBAL.findall(_C_COMMENT.sub(" ", text)))
     return names
+
+
+_TRITON_DECORATORS = {"jit", "autotune", "heuristics"}
+
+
+def _dotted_tail(node: Any) -> str:
+    """`triton.jit` -> `jit`; `triton.autotune(configs=...)` -> `autotune`; `jit` -> `jit`."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def triton_kernel_names(texts: Iterable[str]) -> set[str]:
+    """The Triton kernels defined in the candidate's Python texts: functions decorated with
+    `@triton.jit` (alone or under `@triton.autotune` / `@triton.heuristics`), and `f` in
+    `k = triton.jit(f)`; only in a text that imports triton. A compiled Triton kernel runs under its
+    Python function's name. Names starting with `triton_` are torch.compile's (Inductor's
+    prefix) and stay the `triton` library's whoever declares them."""
+    names: set[str] = set()
+    for text in texts:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        imports = any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == "triton" for a in n.names)
+                      or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "triton" for n in ast.walk(tree))
+        if not imports:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(_dotted_tail(d) in _TRITON_DECORATORS
+                                                                                 for d in node.decorator_list):
+                names.add(node.name)
+            elif isinstance(node, ast.Call) and _dotted_tail(node.func) == "jit" and node.args and isinstance(node.args[0], ast.Name):
+                names.add(node.args[0].id)
+    return {n for n in names if not n.startswith("triton_")}
 
 
 def qualified_name(name: str) -> str:

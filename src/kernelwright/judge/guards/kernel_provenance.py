@@ -15,11 +15,13 @@ from kernelwright.judge.verdicts import Stop
 
 SPEC = GuardSpec(
     name="kernel_provenance", step="kernel_provenance", phases=("profile",),
-    watches="the origin of every kernel in one profiled call, against the candidate's own __global__ functions",
+    watches="the origin of every kernel in one profiled call, against the candidate's own __global__ and @triton.jit functions",
     finding="the GPU time split by origin and the candidate's own kernels by name", refusal="rejected",
     proofs=("tests/test_protocol_steps.py::test_kernel_provenance_refuses_torch_kernels_the_op_audit_did_not_see",
-            "tests/test_gpu_steps_logic.py::test_provenance_refuses_aten_time_and_names_its_share"),
-    accepts=("tests/test_gpu_steps_logic.py::test_provenance_accepts_own_kernels_and_allowed_torch", "relu_cuda"),
+            "tests/test_gpu_steps_logic.py::test_provenance_refuses_aten_time_and_names_its_share",
+            "tests/test_provenance.py::test_the_provenance_guard_reads_the_candidates_python_files_for_triton_kernels"),
+    accepts=("tests/test_gpu_steps_logic.py::test_provenance_accepts_own_kernels_and_allowed_torch", "relu_cuda",
+             "tests/test_provenance.py::test_the_provenance_guard_reads_the_candidates_python_files_for_triton_kernels"),
     where="judge.provenance (the classification)", cuda_only=True,
 )
 
@@ -33,12 +35,25 @@ def apply(flow: Any, activities: list[Any]) -> None:
         texts += [text for _, text in embedded_sources(Path(flow.files.model_new).read_text(errors="replace"))]
     except (OSError, SyntaxError, ValueError):
         pass
-    own = provenance.kernel_names(texts)
+    own = provenance.kernel_names(texts) | provenance.triton_kernel_names(_python_texts(Path(flow.files.root)))
     prov = provenance.classify(activities, own)
     bad = prov.disallowed(allow_torch=policy.allow_torch_compute, libraries=policy.libraries)
-    detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own else "; no __global__ function in its sources")
+    detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own
+                                else "; no __global__ or @triton.jit function in its sources")
     vb.step("kernel_provenance", True, detail)
     vb.guard("kernel_provenance", bool(bad), (f"not allowed by the policy: {', '.join(bad)}; " if bad else "") + detail)
     if bad:
         shares = ", ".join(f"{o} {100 * prov.share(o):.1f} %" for o in bad)
         raise Stop(Status.REJECTED, f"GPU time in kernels the policy does not allow ({shares} of the profiled call): {prov.describe()}")
+
+
+def _python_texts(root: Path, limit: int = 64) -> list[str]:
+    """The candidate's Python files (model_new.py and its helpers), at most `limit` of them."""
+    texts = []
+    for path in sorted(root.rglob("*.py"))[:limit]:
+        if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
+            try:
+                texts.append(path.read_text(errors="replace"))
+            except OSError:
+                continue
+    return texts

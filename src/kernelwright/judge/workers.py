@@ -94,6 +94,9 @@ def child_env(config: ChildConfig) -> dict[str, str]:
     env.setdefault("KINETO_LOG_LEVEL", "99")  # the profiler (op audit, profile step) prints two lines per use otherwise
     if config.device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = physical_gpu(config.gpu_index)
+        env.pop("TRITON_INTERPRET", None)  # a GPU verdict times compiled Triton kernels, never the interpreter
+    else:
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels on the CPU backend: its interpreter (no GPU to compile for)
     return env
 
 

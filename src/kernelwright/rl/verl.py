@@ -307,23 +307,30 @@ class KernelSingleTurnLoop(SingleTurnAgentLoop):
 
 
 def _judge_answer(config: EnvConfig, payload: Any, text: str) -> dict[str, Any]:
-    """A single answer's episode, ended and closed: its state (as the tools would carry it)."""
-    try:
-        task = task_from_payload(payload) if payload is not None else None
-    except ProblemError as exc:
-        return _excluded_state(f"the task failed: {exc}"[:2000], config.reward.kind)
-    if task is None:
+    """A single answer's episode (its fenced model_new.py), ended and closed: its state."""
+    return _judge_once(config, payload, text=text)
+
+
+def _judge_once(config: EnvConfig, payload: Any, *, text: str | None = None, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """One episode judged finally, from an answer's text or from workspace files: its state (as the
+    tools would carry it); a task that fails is excluded."""
+    if payload is None:
         raise ValueError("no task: the row's extra_info.tools_kwargs.kernelwright.task is missing")
     ep = _Episode(config, payload)
     ep.started = True
     with ep.env as env:
         try:
-            env.reset(task)
+            env.reset(task_from_payload(payload))
         except ProblemError as exc:
             return _excluded_state(f"the task failed: {exc}"[:2000], config.reward.kind)
-        _, done, _ = env.step(text)
-        if not done:
-            env.finish("the answer held no model_new.py")
+        if text is not None:
+            _, done, _ = env.step(text)
+            if not done:
+                env.finish("the answer held no model_new.py")
+        else:
+            if files:
+                env.workspace.load(files)
+            env.finish("the trajectory ended without a submit")
         return ep.state()
 
 
@@ -347,28 +354,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
         reward = {"value": -1.0, "milestone": -1, "reason": f"the workspace could not be read: {info['unreadable']}"}
         return _scored(-1.0, reward, "compile_error", "judged here")
     if KEY in (extra_info or {}):  # the tools started an episode: its files are the candidate, the text never is
-        state = _judge_files(config, ground_truth, info.get("files") or {})
+        state = _judge_once(config, ground_truth, files=info.get("files") or {})
     else:
         state = _judge_answer(replace(config, tools=False, reply_submits=True), ground_truth, solution_str)
     return _scored(state["reward"]["value"], state["reward"], state.get("status"), "judged here")
-
-
-def _judge_files(config: EnvConfig, payload: Any, files: dict[str, str]) -> dict[str, Any]:
-    try:
-        task = task_from_payload(payload)
-    except ProblemError as exc:
-        return _excluded_state(f"the task failed: {exc}"[:2000], config.reward.kind)
-    ep = _Episode(config, payload)
-    ep.started = True
-    with ep.env as env:
-        try:
-            env.reset(task)
-        except ProblemError as exc:
-            return _excluded_state(f"the task failed: {exc}"[:2000], config.reward.kind)
-        if files:
-            env.workspace.load(files)
-        env.finish("the trajectory ended without a submit")
-        return ep.state()
 
 
 def _scored(value: Any, reward: dict[str, Any], status: Any, how: str) -> dict[str, Any]:

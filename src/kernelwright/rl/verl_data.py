@@ -118,19 +118,18 @@ def agent_loop_config(config: EnvConfig | None = None) -> list[dict[str, Any]]:
 
 
 def write_agent_loop_config(path: Path, config: EnvConfig | None = None) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("# kernelwright's agent loops for verl: actor_rollout_ref.rollout.agent.agent_loop_config_path\n"
-                    + json.dumps(agent_loop_config(config), indent=2) + "\n")
-    return path
+    return _write_yaml(path, "agent loops", "actor_rollout_ref.rollout.agent.agent_loop_config_path", agent_loop_config(config))
 
 
 def write_tool_config(path: Path, config: EnvConfig | None = None) -> Path:
-    """tool_config() as YAML (JSON is YAML; no YAML writer needed)."""
+    return _write_yaml(path, "tools", "actor_rollout_ref.rollout.multi_turn.tool_config_path", tool_config(config))
+
+
+def _write_yaml(path: Path, what: str, setting: str, data: Any) -> Path:
+    """Data as YAML (JSON is YAML; no YAML writer needed), headed by the verl setting that reads it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("# kernelwright's tools for verl: actor_rollout_ref.rollout.multi_turn.tool_config_path\n"
-                    + json.dumps(tool_config(config), indent=2) + "\n")
+    path.write_text(f"# kernelwright's {what} for verl: {setting}\n" + json.dumps(data, indent=2) + "\n")
     return path
 
 

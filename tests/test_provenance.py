@@ -172,10 +172,18 @@ def test_triton_kernel_names_are_the_jitted_functions_of_a_file_that_imports_tri
     assert triton_kernel_names([TRITON_SOURCE.replace("import triton\n", "").replace("from triton import jit\n", "")
                                 .replace("import triton.language as tl\n", "")]) == set()  # no triton: a jit of something else
     assert triton_kernel_names(["def f(:\n"]) == set()  # unparsable text: nothing, no error
+    sham = ("import numba\nif False:\n    import triton\n\n@numba.jit\ndef ampere_sgemm_128x64_nn():\n    pass\n\n"
+            "k = numba.jit(implicit_convolve_sgemm)\n\ndef outer():\n    import triton\n\n    @triton.jit\n    def inner():\n        pass\n")
+    assert triton_kernel_names([sham]) == set()  # dead imports, another library's jit, undefined and nested functions claim nothing
+    aliased = "import triton as t\nfrom triton import jit as J\n\n@t.autotune(configs=[], key=[])\n@t.jit\ndef a():\n    pass\n\n@J\ndef b():\n    pass\n"
+    assert triton_kernel_names([aliased.encode()]) == {"a", "b"}
     own = triton_kernel_names([TRITON_SOURCE])
     assert origin("relu_kernel", own) == "candidate"
     assert origin("triton_poi_fused_relu_0", own | {"triton_poi_fused_relu_0"}) == "triton"  # torch.compile's prefix stays a library
     assert origin("triton_per_fused_sum_1", own) == "triton" and origin("void at::native::relu_kernel(float*)", own) == "aten"
+    # the libraries' own name shapes stay theirs whoever declares them, on the CUDA path too
+    assert origin("ampere_sgemm_128x64_nn", {"ampere_sgemm_128x64_nn"}) == "cublas"
+    assert origin("void implicit_convolve_sgemm<float, 1024, 5, 5, 3, 3, 3, 1, false>(int, int)", {"implicit_convolve_sgemm"}) == "cudnn"
 
 
 def test_the_provenance_guard_reads_the_candidates_python_files_for_triton_kernels(tmp_path):
@@ -185,12 +193,19 @@ def test_the_provenance_guard_reads_the_candidates_python_files_for_triton_kerne
     from kernelwright.judge.policy import Policy
     from kernelwright.judge.verdicts import Stop
 
+    from kernelwright.judge.candidate import discover
+
     (tmp_path / "model_new.py").write_text("from kernels import launch\n")
     (tmp_path / "kernels.py").write_text(TRITON_SOURCE)
+    files = discover(tmp_path)  # the names are read here, before any child runs
+    assert files.triton_kernels == {"relu_kernel", "scale_kernel", "_add"}
+    (tmp_path / "late.py").write_text("import triton\n\n@triton.jit\ndef ampere_late():\n    pass\n")  # written after discovery
     steps, guards = [], []
     vb = SimpleNamespace(step=lambda *a: steps.append(a), guard=lambda *a: guards.append(a))
-    flow = SimpleNamespace(vb=vb, policy=Policy(), files=SimpleNamespace(sources=(), model_new=tmp_path / "model_new.py", root=tmp_path))
+    flow = SimpleNamespace(vb=vb, policy=Policy(), files=files)
     kernel_provenance.apply(flow, [["relu_kernel", 0.2, 7], ["Memset (Device)", 0.01, 7]])
     assert guards[-1][1] is False and "relu_kernel" in steps[-1][2]
     with pytest.raises(Stop, match="triton"):  # Inductor's kernel in a candidate's call: a library the default policy does not name
         kernel_provenance.apply(flow, [["relu_kernel", 0.2, 7], ["triton_poi_fused_relu_0", 0.2, 7]])
+    kernel_provenance.apply(flow, [["ampere_late", 0.2, 7]])
+    assert "ampere_late" not in steps[-1][2].split("own kernels by name:")[-1]  # a file written after discovery claims nothing

@@ -220,7 +220,7 @@ def test_episodes_not_started_in_time_are_left_for_resume(tmp_path):
     with ScriptedServer(script) as server:
         backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
         first = run_rollout(tasks, backend, config, episodes=4, concurrency=1, out=tmp_path / "out", start_within_s=1.0)
-        assert (first["recorded"], first["not_started"]) == (1, 3)  # the first one's judgement outlasts the second
+        assert (first["recorded"], first["not_started"]) == (1, 3)  # the first one's judgement outlasts the 1 s to start in
         assert _lines(tmp_path / "out" / EPISODES)[0]["final"]["verdict"]["status"] == "correct"
         second = run_rollout(tasks, backend, config, episodes=None, concurrency=2, out=tmp_path / "out", resume=True)
     assert (second["recorded"], second["new"], second["not_started"]) == (4, 3, 0)

@@ -179,7 +179,10 @@ def test_a_multi_turn_grpo_run_through_the_environment_factory(tmp_path, tasks, 
         assert value == (milestone(verdict).value if verdict else -1.0), rec["end"]
     names = [c["call"]["name"] for _, rec in seen for c in rec["calls"]]
     assert "write_file" in names and "submit" in names  # the tools were called through TRL's parser
+    assert any(len({c["turn"] for c in rec["calls"]}) >= 2 for _, rec in seen)  # at least one episode made several tool calls
     logs = [h for h in trainer.state.log_history if "reward_std" in h]
     assert len(logs) == 2 and all(h["reward_std"] > 0 for h in logs), logs
+    for step, h in enumerate(logs):  # what TRL trained on is what the environment paid
+        assert float(h["reward"]) == pytest.approx(sum(v for v, _ in seen[4 * step:4 * step + 4]) / 4)
     changed = [k for k, v in model.named_parameters() if not v.detach().equal(before[k])]
     assert changed, "no parameter changed"

@@ -61,6 +61,7 @@ class CandidateFiles:
     sources: tuple[KernelSource, ...]  # raw kernel sources found
     build_path: BuildPath  # raw, torch_extension or none
     hash: str  # sha256 over every file of the candidate (snapshot.files_hash), names included
+    triton_kernels: frozenset[str] = frozenset()  # its own @triton.jit functions (judge.provenance), read before any child runs
 
 
 def discover(path: str | Path) -> CandidateFiles:
@@ -79,7 +80,22 @@ def discover(path: str | Path) -> CandidateFiles:
         build_path = BuildPath.TORCH_EXTENSION
     else:
         build_path = BuildPath.RAW if sources else BuildPath.NONE
-    return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path))
+    return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path), frozenset(_triton_kernels(root)))
+
+
+def _triton_kernels(root: Path, limit: int = 64) -> set[str]:
+    """The @triton.jit functions of the candidate's Python files (at most `limit` files, symlinks
+    and caches left out), read as bytes so that a file's declared encoding is honoured."""
+    from kernelwright.judge.provenance import triton_kernel_names
+
+    texts = []
+    for path in sorted(root.rglob("*.py"))[:limit]:
+        if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
+            try:
+                texts.append(path.read_bytes())
+            except OSError:
+                continue
+    return triton_kernel_names(texts)
 
 
 def prebuild(files: CandidateFiles, *, timeout_s: float = 300.0, sandbox_mode: str = "auto") -> list[_build.BuildResult]:

@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from kernelwright import pysource
+
 LIBRARIES = ("cublas", "cudnn", "cutlass", "triton")  # what Policy.libraries may name
 
 _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+|__noinline__\s+)*void\s+"
@@ -46,7 +48,9 @@ _MARKED_WHOLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("allocation", re.compile(r"^(Memset|Memcpy)|FillFunctor|direct_copy_kernel|copy_kernel_cuda|arange_cuda_out")),
     ("aten", re.compile(r"\bcunn_|softmax_warp_(forward|backward)")),
     ("cudnn", re.compile(r"cudnn", re.I)),
-    ("cublas", re.compile(r"cublas|^cutlass_|^cutlass3x|^nvjet|xmma", re.I)),
+    ("cublas", re.compile(r"cublas|^cutlass_|^cutlass3x|^nvjet|xmma|^(maxwell|pascal|volta|turing|ampere|ada|hopper|sm\d+)_\w*gemm|gemmk1_|splitKreduce",
+                          re.I)),
+    ("cudnn", re.compile(r"convolve_sgemm|^fft2d_|^fft3d_", re.I)),
     ("triton", re.compile(r"^triton_")),
 )
 _MARKED_QUALIFIED: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -75,37 +79,57 @@ def kernel_names(texts: Iterable[str]) -> set[str]:
 _TRITON_DECORATORS = {"jit", "autotune", "heuristics"}
 
 
-def _dotted_tail(node: Any) -> str:
-    """`triton.jit` -> `jit`; `triton.autotune(configs=...)` -> `autotune`; `jit` -> `jit`."""
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else ""
+def _triton_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names bound to the triton module, names bound to triton's jit/autotune/heuristics) by the
+    file's top-level imports: an import inside a function or under `if` does not count."""
+    modules: set[str] = set()
+    decorators: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "triton":
+                    modules.add(alias.asname or "triton")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "triton":
+            decorators.update(alias.asname or alias.name for alias in node.names if alias.name in _TRITON_DECORATORS)
+    return modules, decorators
 
 
-def triton_kernel_names(texts: Iterable[str]) -> set[str]:
-    """The Triton kernels defined in the candidate's Python texts: functions decorated with
-    `@triton.jit` (alone or under `@triton.autotune` / `@triton.heuristics`), and `f` in
-    `k = triton.jit(f)`; only in a text that imports triton. A compiled Triton kernel runs under its
-    Python function's name. Names starting with `triton_` are torch.compile's (Inductor's
-    prefix) and stay the `triton` library's whoever declares them."""
+def _is_triton(expr: ast.expr, modules: set[str], decorators: set[str]) -> bool:
+    """`triton.jit`, `triton.autotune(...)`, `jit` imported from triton, under the file's own names."""
+    if isinstance(expr, ast.Call):
+        expr = expr.func
+    dotted = pysource.dotted(expr)
+    if dotted is None:
+        return False
+    if "." not in dotted:
+        return dotted in decorators
+    prefix, _, attr = dotted.rpartition(".")
+    return attr in _TRITON_DECORATORS and prefix in modules
+
+
+def triton_kernel_names(texts: Iterable[str | bytes]) -> set[str]:
+    """The Triton kernels defined in the candidate's Python texts: top-level functions decorated
+    with triton's `jit` (alone or under its `autotune` / `heuristics`), and `f` in
+    `k = triton.jit(f)` for a top-level function `f` of the same file, where the file imports triton
+    at its top level. A compiled Triton kernel runs under its Python function's name. Names
+    starting with `triton_` are torch.compile's (Inductor's prefix) and stay the `triton`
+    library's whoever declares them, as do the libraries' own name shapes (`_MARKED_WHOLE`)."""
     names: set[str] = set()
     for text in texts:
         try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = pysource.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, SystemError):
             continue
-        imports = any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == "triton" for a in n.names)
-                      or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "triton" for n in ast.walk(tree))
-        if not imports:
+        modules, decorators = _triton_aliases(tree)
+        if not modules and not decorators:
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(_dotted_tail(d) in _TRITON_DECORATORS
-                                                                                 for d in node.decorator_list):
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(_is_triton(d, modules, decorators) for d in node.decorator_list):
                 names.add(node.name)
-            elif isinstance(node, ast.Call) and _dotted_tail(node.func) == "jit" and node.args and isinstance(node.args[0], ast.Name):
-                names.add(node.args[0].id)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_triton(node.value.func, modules, decorators) \
+                    and node.value.args and isinstance(node.value.args[0], ast.Name) and node.value.args[0].id in defined:
+                names.add(node.value.args[0].id)
     return {n for n in names if not n.startswith("triton_")}
 
 

@@ -42,6 +42,8 @@ def rollout_cmd(args: argparse.Namespace) -> int:
     from kernelwright.rl.tasks import load_tasks
 
     config = _env_config(args)
+    if args.start_within_minutes is not None and not args.start_within_minutes > 0:
+        raise UsageError(f"--start-within-minutes must be positive, got {args.start_within_minutes}")
     try:
         device = resolve_device(args.device)
         tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=None if args.split == "all" else args.split)

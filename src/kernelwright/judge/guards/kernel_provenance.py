@@ -35,7 +35,7 @@ def apply(flow: Any, activities: list[Any]) -> None:
         texts += [text for _, text in embedded_sources(Path(flow.files.model_new).read_text(errors="replace"))]
     except (OSError, SyntaxError, ValueError):
         pass
-    own = provenance.kernel_names(texts) | provenance.triton_kernel_names(_python_texts(Path(flow.files.root)))
+    own = provenance.kernel_names(texts) | set(getattr(flow.files, "triton_kernels", ()))  # read at discovery, before the candidate ran
     prov = provenance.classify(activities, own)
     bad = prov.disallowed(allow_torch=policy.allow_torch_compute, libraries=policy.libraries)
     detail = prov.describe() + (f"; the candidate's own kernels by name: {', '.join(sorted(own)[:8])}" if own
@@ -46,14 +46,3 @@ def apply(flow: Any, activities: list[Any]) -> None:
         shares = ", ".join(f"{o} {100 * prov.share(o):.1f} %" for o in bad)
         raise Stop(Status.REJECTED, f"GPU time in kernels the policy does not allow ({shares} of the profiled call): {prov.describe()}")
 
-
-def _python_texts(root: Path, limit: int = 64) -> list[str]:
-    """The candidate's Python files (model_new.py and its helpers), at most `limit` of them."""
-    texts = []
-    for path in sorted(root.rglob("*.py"))[:limit]:
-        if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
-            try:
-                texts.append(path.read_text(errors="replace"))
-            except OSError:
-                continue
-    return texts

@@ -256,6 +256,24 @@ def test_skill_is_rendered_for_the_objective():
     assert "C++ built by g++" in render_skill(FAST, "cpu")
 
 
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+@pytest.mark.parametrize("language", ["cuda", "triton"])
+def test_the_skill_speaks_the_objectives_language(device, language):
+    from kernelwright.agent.skill import PLACEHOLDERS
+
+    text = render_skill(Objective(language=language), device)
+    assert not [p for p in PLACEHOLDERS if p in text]
+    assert ("@triton.jit" in text) == (language == "triton") and ("runtime.load(SRC)" in text) == (language == "cuda")
+    if language == "triton":
+        assert "never `triton_...`" in text
+        assert ("which checks results but says nothing about speed" in text) == (device == "cpu") != ("compiled by Triton's JIT" in text)
+
+
+def test_an_unknown_language_is_refused_by_name():
+    with pytest.raises(ValueError, match="language must be one of"):
+        Objective(language="cute")
+
+
 # -- ncu parsing (no GPU needed) ----------------------------------------------------------------------
 
 NCU_CSV = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)

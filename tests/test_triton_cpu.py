@@ -41,3 +41,40 @@ def test_a_wrong_triton_kernel_is_incorrect():
 def test_a_triton_launcher_that_has_torch_do_the_work_is_rejected_by_the_op_audit():
     v = judge("relu", "relu_triton_calls_torch", correctness_policy(**STRICT))
     assert v.status is Status.REJECTED and "aten::relu" in v.log, v.log
+
+
+def test_an_rl_episode_in_triton_on_the_cpu(tmp_path):
+    """The language choice reaches the environment: the skill shows Triton, compile() says where a
+    Triton kernel is built, and a submit of the honest kernel is paid its final verdict's milestone."""
+    from conftest import CANDIDATES, PROBLEMS
+    from kernelwright.agent.objective import Objective
+    from kernelwright.rl import EnvConfig, KernelEnv, milestone
+
+    code = (CANDIDATES / "relu_triton" / "model_new.py").read_text()
+    objective = Objective(language="triton", compile_baseline=False, seeds=1, timing_budget_s=1.0, allow_torch_compute=False)
+    with KernelEnv(EnvConfig(device="cpu", objective=objective, store=tmp_path / "s.sqlite", workroot=tmp_path / "eps")) as env:
+        obs = env.reset(PROBLEMS / "relu.py")
+        assert "@triton.jit" in obs["system"] and "interpreter" in obs["system"]
+        env.step({"name": "write_file", "arguments": {"path": "model_new.py", "content": code}})
+        compiled, _, _ = env.step({"name": "compile", "arguments": {}})
+        assert "Triton kernels found (kw_relu_kernel)" in compiled["text"]
+        _, done, info = env.step({"name": "submit", "arguments": {}})
+        assert done and info["verdict"]["status"] == "correct"
+        assert info["reward"]["value"] == milestone(info["verdict"]).value >= 1
+
+
+def test_a_workspace_in_triton(tmp_path):
+    """`workspace init --language triton`: its SKILL.md and model_new.py speak Triton, and its
+    checks judge a Triton kernel on the CPU."""
+    from conftest import CANDIDATES, PROBLEMS
+    from kernelwright.cli import main
+
+    ws = tmp_path / "ws"
+    with pytest.raises(SystemExit, match="0"):
+        main(["workspace", "init", str(PROBLEMS / "relu.py"), str(ws), "--language", "triton", "--device", "cpu",
+              "--store", str(tmp_path / "s.sqlite")])
+    assert "@triton.jit" in (ws / "SKILL.md").read_text() and "runtime.load(SRC)" not in (ws / "SKILL.md").read_text()
+    assert "@triton.jit" in (ws / "model_new.py").read_text()
+    (ws / "model_new.py").write_text((CANDIDATES / "relu_triton" / "model_new.py").read_text())
+    with pytest.raises(SystemExit, match="0"):
+        main(["check", "--quick", "--workspace", str(ws), "--store", str(tmp_path / "s.sqlite")])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright import written
-from kernelwright.agent.objective import STRATEGIES, load_config, merge
+from kernelwright.agent.objective import LANGUAGES, STRATEGIES, load_config, merge
 from kernelwright.core.runs import StepKind
 from kernelwright.agent.transcript import CLIP
 from kernelwright.client.commands import service_flag
@@ -35,7 +35,7 @@ OBJECTIVE_FLAGS = {
     "strategy": "strategy", "rounds": "rounds", "branches": "branches", "ideas": "ideas", "max_turns": "max_turns",
     "budget_tokens": "budget_tokens", "budget_minutes": "budget_minutes", "target_speedup": "target_speedup",
     "stuck_after": "stuck_after", "max_failures": "max_failures", "price_in": "price_in_per_mtok",
-    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds",
+    "price_out": "price_out_per_mtok", "parallel_builds": "parallel_builds", "language": "language",
 }
 
 
@@ -245,6 +245,7 @@ def _objective_flags(p: argparse.ArgumentParser, *, full: bool) -> None:
     p.add_argument("--max-failures", type=int, help="pause after this many failed turns in a row (default 4)")
     if not full:
         return
+    p.add_argument("--language", choices=LANGUAGES, help="what the model writes kernels in: cuda (default; C++ on the CPU backend) or triton")
     p.add_argument("--strategy", choices=STRATEGIES, help="refine (default): one multi-turn trajectory; tree: ideas, K implementations each, a bank; best-of-n")
     p.add_argument("--branches", type=int, help="tree: implementations per idea; best-of-n: attempts (default 4)")
     p.add_argument("--ideas", type=int, help="tree: ideas per round (default 2)")

@@ -210,6 +210,10 @@ class Judge:
             return self._compile_raw(files, t0)
         if files.build_path == BuildPath.TORCH_EXTENSION:
             return self._compile_extension(files, t0, Path(cand_dir))
+        if files.triton_kernels:  # Triton compiles at the first call, in the judge's child
+            names = ", ".join(sorted(files.triton_kernels)[:8])
+            return BuildReport(True, f"Triton kernels found ({names}): they compile at their first call, so verify() builds and checks them",
+                               time.perf_counter() - t0)
         return BuildReport(True, "no kernel sources found: nothing to build (no runtime.load source, no kernels/ file, no cpp_extension)",
                            time.perf_counter() - t0)
 

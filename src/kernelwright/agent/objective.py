@@ -16,6 +16,7 @@ from kernelwright.judge.policy import OBJECTIVE_SETTINGS, Policy, policy_from_se
 from kernelwright.judge.settings import REPEAT
 
 STRATEGIES = ("refine", "tree", "best-of-n")
+LANGUAGES = ("cuda", "triton")  # what the candidates are written in: CUDA C++ (C++ on the CPU backend) or Triton
 
 
 def _with_policy_settings(cls: type) -> type:
@@ -40,6 +41,7 @@ class Objective:
 
     target_speedup: float | None = None  # stop once a candidate is this much faster than the faster of eager and torch.compile; None: spend the budgets
     strategy: str = "refine"  # refine, tree or best-of-n
+    language: str = "cuda"  # cuda (CUDA C++; C++ on the CPU backend) or triton: the skill text and examples the model gets
     rounds: int = 5  # tree: idea rounds (refine and best-of-n: ignored)
     branches: int = 4  # tree: implementations per idea; best-of-n: samples
     ideas: int = 2  # tree: ideas asked for per round
@@ -56,6 +58,8 @@ class Objective:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language must be one of {LANGUAGES}, got {self.language!r}")
         if self.target_speedup is not None and not self.target_speedup > 0:
             raise ValueError(f"target_speedup must be positive, got {self.target_speedup}")
         for name in ("rounds", "branches", "ideas", "max_turns", "stuck_after", "max_failures", "parallel_builds"):

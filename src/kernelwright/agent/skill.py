@@ -1,7 +1,9 @@
 """The skill text (the core of the system prompt), filled for one objective and device.
 
-skill.md holds the text with three placeholders, `{device}`, `{target}` and `{policy_rules}`,
-replaced literally (the text holds C++ braces, so str.format is not used).
+skill.md holds the text with four placeholders, `{device}`, `{target}`, `{policy_rules}` and
+`{candidate}`, replaced literally (the text holds C++ braces, so str.format is not used).
+`{candidate}` is the language's own section: skill_cuda.md (CUDA C++, or C++ on the CPU backend)
+or skill_triton.md, as the objective's `language` says.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from kernelwright.agent.objective import Objective
 from kernelwright.judge.policy import DEFAULT_TOLERANCE, PRECISION_TOLERANCE
 
 SKILL_PATH = Path(__file__).with_name("skill.md")
-PLACEHOLDERS = ("{device}", "{target}", "{policy_rules}")
+PLACEHOLDERS = ("{device}", "{target}", "{policy_rules}", "{candidate}")
+GPU = "an NVIDIA GPU with CUDA (the reference machine is an H200: Hopper, sm_90, 132 SMs, 60 MB of L2, HBM3e at 4.8 TB/s peak)"
 
-DEVICES = {
-    "cuda": ("an NVIDIA GPU with CUDA (the reference machine is an H200: Hopper, sm_90, 132 SMs, 60 MB of L2, "
-             "HBM3e at 4.8 TB/s peak). Kernels are CUDA C++ built by nvcc"),
-    "cpu": ("the CPU backend (no GPU): kernels are C++ built by g++ with -O3 -march=native -fopenmp and called "
-            "the same way as CUDA ones. CPU times are for practice only"),
+DEVICES = {  # (device, language) -> the device sentence
+    ("cuda", "cuda"): f"{GPU}. Kernels are CUDA C++ built by nvcc",
+    ("cpu", "cuda"): ("the CPU backend (no GPU): kernels are C++ built by g++ with -O3 -march=native -fopenmp and called "
+                      "the same way as CUDA ones. CPU times are for practice only"),
+    ("cuda", "triton"): f"{GPU}. Kernels are Triton, compiled by Triton's JIT at their first call",
+    ("cpu", "triton"): ("the CPU backend (no GPU): Triton kernels run in Triton's interpreter, which checks results but says "
+                        "nothing about speed. CPU times are for practice only"),
 }
 
 
@@ -28,11 +33,14 @@ def skill_template() -> str:
 
 
 def render_skill(objective: Objective, device: str) -> str:
-    """The skill text for this objective on this device ("cuda" or "cpu")."""
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {tuple(DEVICES)}, got {device!r}")
+    """The skill text for this objective on this device ("cuda" or "cpu"), in its language."""
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be one of ('cuda', 'cpu'), got {device!r}")
+    language = objective.language
     text = skill_template()
-    for key, value in (("{device}", DEVICES[device]), ("{target}", target_text(objective)), ("{policy_rules}", policy_rules(objective))):
+    section = SKILL_PATH.with_name(f"skill_{language}.md").read_text().rstrip("\n")
+    for key, value in (("{device}", DEVICES[(device, language)]), ("{target}", target_text(objective)),
+                       ("{policy_rules}", policy_rules(objective)), ("{candidate}", section)):
         text = text.replace(key, value)
     return text
 

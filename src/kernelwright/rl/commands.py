@@ -23,7 +23,7 @@ def _env_config(args: argparse.Namespace) -> Any:
     from kernelwright.rl.reward import RewardConfig
 
     flags = {"max_turns": args.max_turns, "budget_tokens": args.budget_tokens, "budget_minutes": args.budget_minutes,
-             "target_speedup": args.target_speedup, **policy_settings(args)}
+             "target_speedup": args.target_speedup, "language": args.language, **policy_settings(args)}
     try:
         objective = merge(load_config(args.config) if args.config else {}, flags)
         reward = RewardConfig(kind=args.reward)
@@ -149,6 +149,7 @@ def _env_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reward", choices=("milestone", "log_speedup"), default="milestone", help="the reward (default milestone: -1, 1, 2, 3)")
     p.add_argument("--reply-submits", action="store_true", help="a reply holding code ends the episode (single-turn)")
     p.add_argument("--no-tools", action="store_true", help="offer no tools: the model answers with fenced code")
+    p.add_argument("--language", choices=("cuda", "triton"), help="what the model writes kernels in: cuda (default; C++ on the CPU backend) or triton")
 
 
 def add_parsers(sub: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelwright import written
 from kernelwright.client.commands import service_flag
+from kernelwright.agent.objective import LANGUAGES
 from kernelwright.flags import add_policy_flags, device_flag, json_flag, store_flag
 from kernelwright.workspace.exits import EXIT_CODES
 
@@ -185,6 +186,7 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
                                                "allow_torch_compute, target_speedup, ...; flags win over it")
     device_flag(p, help="where checks judge (default auto: cuda when present, decided at each check)")
     p.add_argument("--target-speedup", type=float, help="the goal, against the faster of eager and torch.compile")
+    p.add_argument("--language", choices=LANGUAGES, help="what the kernels are written in: cuda (default; C++ on the CPU backend) or triton")
     add_policy_flags(p, objective=True)
     store_flag(p, help="the store that records the workspace (default: $KERNELWRIGHT_STORE or the user data dir)")
     json_flag(p)

@@ -153,7 +153,7 @@ def init_workspace(problem_spec: str, root: str | Path, *, objective: Objective,
                              created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), origin=origin)
     (root / KERNELS).mkdir(parents=True, exist_ok=True)
     _write_reference(root, config, problem.source)
-    files = candidate if candidate is not None else {MAIN: template(problem.source, config.problem_name)}
+    files = candidate if candidate is not None else {MAIN: template(problem.source, config.problem_name, config.objective_obj().language)}
     for name, text in files.items():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +199,7 @@ def write_guides(root: Path, config: WorkspaceConfig) -> None:
 # -- the model_new.py template -----------------------------------------------------------------------
 
 
-def template(reference: str, name: str) -> str:
+def template(reference: str, name: str, language: str = "cuda") -> str:
     """A starting model_new.py: the reference's module with `Model` renamed `ModelNew` and the input
     functions left out, under a docstring that says what to do. It computes with torch operators, which
     the judge refuses unless the policy allows torch compute: replace them with your kernels."""
@@ -217,7 +217,8 @@ def template(reference: str, name: str) -> str:
     body = re.sub(r"\bclass Model\b(\s*[(:])", r"class ModelNew\1", body)
     body = re.sub(r"\bsuper\(\s*Model\s*,", "super(ModelNew,", body)
     body = re.sub(r"\n{3,}", "\n\n\n", body).strip() + "\n"
-    return _TEMPLATE_HEAD.replace("{name}", name) + "\n" + body
+    hint = (_TRITON_HINT if language == "triton" else _CUDA_HINT).replace("{name}", name)
+    return _TEMPLATE_HEAD.replace("{hint}", hint).replace("{name}", name) + "\n" + body
 
 
 _TEMPLATE_HEAD = '''"""Your candidate for {name}: class ModelNew, with the same constructor and forward as the
@@ -227,13 +228,21 @@ As written below it is the reference itself, computing with torch operators. Unl
 policy allows torch compute (see SKILL.md), the judge refuses that: replace the work with your own
 kernels, e.g.
 
-    from pathlib import Path
-    from kernelwright import runtime
-    lib = runtime.load(Path(__file__).parent / "kernels" / "{name}.cu")   # extern "C" entry points
-    ...
-    lib.my_kernel(x, y, x.numel())                                       # tensors pass as pointers
+{hint}
 
 Then: kernelwright check --quick (build + correctness), kernelwright check (+ timing), kernelwright
 check --final (fresh seeds, baselines timed beside it). See SKILL.md and README.md.
 """
 '''
+_CUDA_HINT = """    from pathlib import Path
+    from kernelwright import runtime
+    lib = runtime.load(Path(__file__).parent / "kernels" / "{name}.cu")   # extern "C" entry points
+    ...
+    lib.my_kernel(x, y, x.numel())                                       # tensors pass as pointers"""
+_TRITON_HINT = """    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def my_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):               # never named triton_...
+        ...
+    my_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)              # tensors pass as pointers"""

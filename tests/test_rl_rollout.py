@@ -227,3 +227,19 @@ def test_episodes_not_started_in_time_are_left_for_resume(tmp_path):
     assert sorted(r["seq"] for r in _lines(tmp_path / "out" / EPISODES)) == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="positive"):
         run_rollout(tasks, backend, config, episodes=1, concurrency=1, out=tmp_path / "x", start_within_s=0)
+
+
+def test_a_rollout_resumes_only_in_its_own_language(tmp_path):
+    from dataclasses import replace as changed
+
+    tasks = _tasks(tmp_path, ["rowsum"])
+    config = EnvConfig(device="cpu", objective=Objective(compile_baseline=False, seeds=1, max_turns=1, language="triton"), tools=False,
+                       store=tmp_path / "s.sqlite", workroot=tmp_path / "eps")
+    with ScriptedServer([{"text": "thinking"} for _ in range(2)]) as server:
+        backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
+        run_rollout(tasks, backend, config, episodes=2, concurrency=1, out=tmp_path / "out", start_within_s=0.001)
+        assert json.loads((tmp_path / "out" / "rollout.json").read_text())["language"] == "triton"
+        cuda = changed(config, objective=changed(config.objective, language="cuda"))
+        with pytest.raises(ValueError, match="--language triton"):
+            run_rollout(tasks, backend, cuda, episodes=None, concurrency=1, out=tmp_path / "out", resume=True)
+        assert run_rollout(tasks, backend, config, episodes=None, concurrency=1, out=tmp_path / "out", resume=True)["recorded"] == 2

@@ -78,3 +78,14 @@ def test_a_workspace_in_triton(tmp_path):
     (ws / "model_new.py").write_text((CANDIDATES / "relu_triton" / "model_new.py").read_text())
     with pytest.raises(SystemExit, match="0"):
         main(["check", "--quick", "--workspace", str(ws), "--store", str(tmp_path / "s.sqlite")])
+
+
+def test_compile_tells_a_triton_kernel_under_torch_compiles_prefix_to_be_renamed(tmp_path):
+    from conftest import CANDIDATES, PROBLEMS
+    from kernelwright.agent.judging import Judge
+    from kernelwright.agent.objective import Objective
+    from kernelwright.problems.loader import load_problem
+
+    (tmp_path / "model_new.py").write_text((CANDIDATES / "relu_triton" / "model_new.py").read_text().replace("kw_relu_kernel", "triton_relu"))
+    report = Judge(load_problem(PROBLEMS / "relu.py"), Objective(language="triton"), device="cpu", store=None, record=False).compile(tmp_path)
+    assert not report.ok and "triton_relu" in report.log and "rename" in report.log

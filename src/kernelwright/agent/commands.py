@@ -28,7 +28,7 @@ CPU_DEMO_SENTENCE = ("This was a CPU run: it shows the whole loop (the model's r
                      "this machine's only, never claims; the GPU speedups kernelwright is for need a CUDA device.")
 
 # what a replay takes from the recording's objective (never the judging rules: tolerances, precision, libraries...)
-SEARCH_SETTINGS = ("strategy", "rounds", "branches", "ideas", "max_turns", "target_speedup", "stuck_after", "max_failures")
+SEARCH_SETTINGS = ("strategy", "rounds", "branches", "ideas", "max_turns", "target_speedup", "stuck_after", "max_failures", "language")
 
 # flag name -> objective field, for the agent's own settings (the judging policy's flags come from its declaration)
 OBJECTIVE_FLAGS = {

@@ -38,11 +38,13 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec("read_file", "Read one text file of the workspace. Long files are shortened, with a note saying so.",
              _object({"path": _PATH}, ["path"])),
     ToolSpec("write_file", "Create or replace one file of the workspace with the full content given (not a diff). "
-             "model_new.py must define class ModelNew; kernel sources may sit in it as strings or under kernels/. "
+             "model_new.py must define class ModelNew; CUDA/C++ kernel sources may sit in it as strings or under kernels/, "
+             "Triton kernels in it or in a Python file beside it. "
              "Allowed suffixes: .py .cu .cuh .cpp .cc .c .h .hpp .txt .md; at most 512 KB.",
              _object({"path": _PATH, "content": {"type": "string", "description": "the complete new text of the file"}}, ["path", "content"])),
     ToolSpec("compile", "Build the candidate's kernels only (no correctness check, no timing) and report compiler errors, "
-             "registers, shared memory and spills. Fast: use it after every edit of a kernel.", _NO_ARGS),
+             "registers, shared memory and spills. Fast: use it after every edit of a kernel. Triton kernels build at their "
+             "first call instead (in verify): compile lists them.", _NO_ARGS),
     ToolSpec("verify", "Check the candidate's correctness against the reference on the judge's secret inputs "
              "(several seeds, distributions, extra shapes), without timing. Says which check failed and by how much.", _NO_ARGS),
     ToolSpec("profile", "Judge the candidate fully: correctness, then its time against eager PyTorch and torch.compile "

@@ -83,7 +83,7 @@ def discover(path: str | Path) -> CandidateFiles:
     return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path), frozenset(_triton_kernels(root)))
 
 
-def _triton_kernels(root: Path, limit: int = 64) -> set[str]:
+def _triton_kernels(root: Path, limit: int = 64, *, reserved: bool = False) -> set[str]:
     """The @triton.jit functions of the candidate's Python files (at most `limit` files, symlinks
     and caches left out), read as bytes so that a file's declared encoding is honoured."""
     from kernelwright.judge.provenance import triton_kernel_names
@@ -95,7 +95,7 @@ def _triton_kernels(root: Path, limit: int = 64) -> set[str]:
                 texts.append(path.read_bytes())
             except OSError:
                 continue
-    return triton_kernel_names(texts)
+    return triton_kernel_names(texts, reserved=reserved)
 
 
 def prebuild(files: CandidateFiles, *, timeout_s: float = 300.0, sandbox_mode: str = "auto") -> list[_build.BuildResult]:

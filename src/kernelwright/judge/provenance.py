@@ -107,13 +107,14 @@ def _is_triton(expr: ast.expr, modules: set[str], decorators: set[str]) -> bool:
     return attr in _TRITON_DECORATORS and prefix in modules
 
 
-def triton_kernel_names(texts: Iterable[str | bytes]) -> set[str]:
+def triton_kernel_names(texts: Iterable[str | bytes], *, reserved: bool = False) -> set[str]:
     """The Triton kernels defined in the candidate's Python texts: top-level functions decorated
     with triton's `jit` (alone or under its `autotune` / `heuristics`), and `f` in
     `k = triton.jit(f)` for a top-level function `f` of the same file, where the file imports triton
     at its top level. A compiled Triton kernel runs under its Python function's name. Names
     starting with `triton_` are torch.compile's (Inductor's prefix) and stay the `triton`
-    library's whoever declares them, as do the libraries' own name shapes (`_MARKED_WHOLE`)."""
+    library's whoever declares them, as do the libraries' own name shapes (`_MARKED_WHOLE`);
+    `reserved=True` gives those `triton_` names instead (to tell a candidate to rename them)."""
     names: set[str] = set()
     for text in texts:
         try:
@@ -130,7 +131,7 @@ def triton_kernel_names(texts: Iterable[str | bytes]) -> set[str]:
             elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_triton(node.value.func, modules, decorators) \
                     and node.value.args and isinstance(node.value.args[0], ast.Name) and node.value.args[0].id in defined:
                 names.add(node.value.args[0].id)
-    return {n for n in names if not n.startswith("triton_")}
+    return {n for n in names if n.startswith("triton_") == reserved}
 
 
 def qualified_name(name: str) -> str:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kernelwright.agent.objective import LANGUAGES
 from kernelwright.errors import UsageError
 from kernelwright.flags import add_policy_flags, device_flag, json_flag, policy_settings, store_flag
 
@@ -149,7 +150,7 @@ def _env_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reward", choices=("milestone", "log_speedup"), default="milestone", help="the reward (default milestone: -1, 1, 2, 3)")
     p.add_argument("--reply-submits", action="store_true", help="a reply holding code ends the episode (single-turn)")
     p.add_argument("--no-tools", action="store_true", help="offer no tools: the model answers with fenced code")
-    p.add_argument("--language", choices=("cuda", "triton"), help="what the model writes kernels in: cuda (default; C++ on the CPU backend) or triton")
+    p.add_argument("--language", choices=LANGUAGES, help="what the model writes kernels in: cuda (default; C++ on the CPU backend) or triton")
 
 
 def add_parsers(sub: Any) -> None:

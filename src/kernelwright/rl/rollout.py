@@ -46,6 +46,7 @@ class Plan:
     created_at: str
     reward: str = "milestone"  # the reward's kind
     source: str = ""  # the --tasks spec, for the record
+    language: str = "cuda"  # what the prompts ask the kernels to be written in (the objective's)
 
 
 MAX_MODEL_FAILURES = 3  # model requests failing in a row (episodes ended by them) before the rollout stops
@@ -89,7 +90,8 @@ def _read_done(path: Path) -> dict[int, dict[str, Any]]:
     return done
 
 
-def _plan(out: Path, tasks: list[Task], model: str, episodes: int | None, resume: bool, reward: str, source: str) -> Plan:
+def _plan(out: Path, tasks: list[Task], model: str, episodes: int | None, resume: bool, reward: str, source: str,
+          language: str = "cuda") -> Plan:
     manifest = out / MANIFEST
     ids = [t.id for t in tasks]
     if manifest.exists():
@@ -100,6 +102,8 @@ def _plan(out: Path, tasks: list[Task], model: str, episodes: int | None, resume
             raise ValueError(f"{out}: the tasks differ from the rollout's ({len(plan.tasks)} then, {len(ids)} now): resume with the same --tasks")
         if model != plan.model or reward != plan.reward:
             raise ValueError(f"{out}: the rollout ran model {plan.model} with the {plan.reward} reward; resume it with the same")
+        if language != plan.language:
+            raise ValueError(f"{out}: the rollout's prompts asked for {plan.language} kernels; resume it with --language {plan.language}")
         if episodes is not None and episodes < plan.episodes:
             raise ValueError(f"{out}: the rollout was planned with {plan.episodes} episodes; --episodes may grow, not shrink")
         return replace(plan, episodes=episodes or plan.episodes)
@@ -107,7 +111,7 @@ def _plan(out: Path, tasks: list[Task], model: str, episodes: int | None, resume
         raise ValueError(f"{out}: no rollout to resume ({MANIFEST} is missing)")
     out.mkdir(parents=True, exist_ok=True)
     return Plan(f"ro-{uuid.uuid4().hex[:8]}", model, ids, episodes or len(ids), datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                reward, source)
+                reward, source, language)
 
 
 def _lock(out: Path) -> Any:
@@ -164,7 +168,7 @@ def _run(tasks: list[Task], backend: Any, config: EnvConfig, episodes: int | Non
     from kernelwright.store.runs import json_ready
 
     model = str(getattr(backend, "name", ""))
-    plan = _plan(out, tasks, model, episodes, resume, config.reward.kind, source)
+    plan = _plan(out, tasks, model, episodes, resume, config.reward.kind, source, config.objective.language)
     (out / MANIFEST).write_text(json.dumps(asdict(plan), indent=1))
     config = replace(config, tools=config.tools and bool(getattr(backend, "supports_tools", False)))
     jsonl = out / EPISODES

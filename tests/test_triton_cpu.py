@@ -89,3 +89,21 @@ def test_compile_tells_a_triton_kernel_under_torch_compiles_prefix_to_be_renamed
     (tmp_path / "model_new.py").write_text((CANDIDATES / "relu_triton" / "model_new.py").read_text().replace("kw_relu_kernel", "triton_relu"))
     report = Judge(load_problem(PROBLEMS / "relu.py"), Objective(language="triton"), device="cpu", store=None, record=False).compile(tmp_path)
     assert not report.ok and "triton_relu" in report.log and "rename" in report.log
+
+
+def test_a_replay_takes_the_recordings_language(tmp_path):
+    """A recording made in Triton replays with the Triton skill text, not the default's."""
+    import json
+    from types import SimpleNamespace
+
+    from pathlib import Path
+
+    from kernelwright.agent.commands import _objective
+
+    recording = json.loads((Path(__file__).resolve().parents[1] / "examples" / "recordings" / "cpu_elementwise_chain.json").read_text())
+    recording.setdefault("objective", {})["language"] = "triton"
+    (tmp_path / "r.json").write_text(json.dumps(recording))
+    args = SimpleNamespace(config=None)
+    assert _objective(args, f"replay:{tmp_path / 'r.json'}").language == "triton"
+    args.language = "cuda"  # a flag still wins over the recording
+    assert _objective(args, f"replay:{tmp_path / 'r.json'}").language == "cuda"

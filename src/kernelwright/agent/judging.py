@@ -214,9 +214,9 @@ class Judge:
             names = ", ".join(sorted(files.triton_kernels)[:8])
             return BuildReport(True, f"Triton kernels found ({names}): they compile at their first call, so verify() builds and checks them",
                                time.perf_counter() - t0)
-        from kernelwright.judge.candidate import _triton_kernels
+        from kernelwright.judge.candidate import triton_kernels_of
 
-        reserved = _triton_kernels(files.root, reserved=True)
+        reserved = triton_kernels_of(files.root, reserved=True)
         if reserved:  # its own Triton kernels under torch.compile's prefix: refused on a GPU as the triton library's
             return BuildReport(False, f"Triton kernels named {', '.join(sorted(reserved)[:8])}: the triton_ prefix is torch.compile's, and the "
                                       "judge counts such kernels as a library's (refused on a GPU): rename them", time.perf_counter() - t0)

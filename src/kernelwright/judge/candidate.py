@@ -80,10 +80,10 @@ def discover(path: str | Path) -> CandidateFiles:
         build_path = BuildPath.TORCH_EXTENSION
     else:
         build_path = BuildPath.RAW if sources else BuildPath.NONE
-    return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path), frozenset(_triton_kernels(root)))
+    return CandidateFiles(model_new, root, tuple(sources), build_path, files_hash(path), frozenset(triton_kernels_of(root)))
 
 
-def _triton_kernels(root: Path, limit: int = 64, *, reserved: bool = False) -> set[str]:
+def triton_kernels_of(root: Path, limit: int = 64, *, reserved: bool = False) -> set[str]:
     """The @triton.jit functions of the candidate's Python files (at most `limit` files, symlinks
     and caches left out), read as bytes so that a file's declared encoding is honoured."""
     from kernelwright.judge.provenance import triton_kernel_names

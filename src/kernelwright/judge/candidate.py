@@ -92,9 +92,11 @@ def triton_kernels_of(root: Path, limit: int = 64, *, reserved: bool = False) ->
     for path in sorted(root.rglob("*.py"))[:limit]:
         if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
             try:
-                texts.append(path.read_bytes())
+                text = path.read_bytes()
             except OSError:
                 continue
+            if b"triton" in text:  # no parse for a file that cannot import it (most candidates: CUDA ones)
+                texts.append(text)
     return triton_kernel_names(texts, reserved=reserved)
 
 

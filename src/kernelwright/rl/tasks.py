@@ -109,10 +109,7 @@ def _synth_tasks(path: Path, heldout: float, device: str, cache: Path | None) ->
             raise ProblemError(f"{path}:{n}: task {tid!r} has no program or an id that is not a plain name")
         digest = hashlib.sha256(code.encode()).hexdigest()
         file = folder / f"{tid}-{digest[:16]}.py"  # by content: a file another load points at is never rewritten
-        if not file.is_file():
-            tmp = file.with_name(file.name + f".{os.getpid()}.tmp")
-            tmp.write_text(code)
-            tmp.replace(file)
+        _write_once(file, code, digest)
         problem = load_problem(file)
         # the split follows the task's full program, whichever program this device judges
         full = hashlib.sha256(str(row["source"]).encode()).hexdigest()
@@ -143,9 +140,16 @@ def task_from_payload(payload: dict[str, Any] | str, cache: Path | None = None) 
     if not name.replace("-", "").replace("_", "").isalnum():
         raise ProblemError(f"task {tid!r}: the problem's name {name!r} is not a plain name")
     file = (cache or cache_dir() / "rl_tasks").expanduser() / digest[:16] / f"{name}.py"
-    if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:  # a file changed since is written again
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_name(f"{file.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # threads of one process write apart
-        tmp.write_text(program)
-        tmp.replace(file)
+    _write_once(file, program, digest)
     return Task(tid, load_problem(file), str(d.get("split") or "unknown"), str(d.get("source") or ""), dict(d.get("meta") or {}))
+
+
+def _write_once(file: Path, text: str, digest: str) -> None:
+    """`text` at `file`, named by its content: written (whole, then moved into place) when the file
+    is missing or no longer holds that content; processes and threads write apart."""
+    if file.is_file() and hashlib.sha256(file.read_bytes()).hexdigest() == digest:
+        return
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f"{file.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(text)
+    tmp.replace(file)

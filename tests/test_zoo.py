@@ -5,17 +5,22 @@ no guard fired."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from conftest import needs_gpu
 from kernelwright.judge.policy import ALL_STEPS
-from zoo import CONTROLS, EXPLOITS, GAINS, STRUCTURAL, control_failures, exploit_failures, judge_control, judge_exploit
+from zoo import CONTROLS, EXPLOITS, GAINS, STRUCTURAL, control_failures, exploit_failures, judge_control, judge_exploit, uses_triton
 
 ZOO_TIMEOUT_S = 300
 
 
-def _marks(device: str) -> list:
-    return [pytest.mark.gpu, needs_gpu()] if device == "cuda" else []
+def _marks(device: str, candidate_path) -> list:
+    marks = [pytest.mark.gpu, needs_gpu()] if device == "cuda" else []
+    if uses_triton(candidate_path) and importlib.util.find_spec("triton") is None:
+        marks.append(pytest.mark.skip(reason="Triton is not installed: pip install -e '.[test]'"))
+    return marks
 
 
 def test_the_zoo_is_as_large_as_promised():
@@ -34,14 +39,14 @@ def test_the_zoo_is_as_large_as_promised():
 
 
 @pytest.mark.timeout(ZOO_TIMEOUT_S)
-@pytest.mark.parametrize("e", [pytest.param(e, id=e.name, marks=_marks(e.device)) for e in EXPLOITS])
+@pytest.mark.parametrize("e", [pytest.param(e, id=e.name, marks=_marks(e.device, e.candidate_path)) for e in EXPLOITS])
 def test_exploit_is_refused_by_its_guard(e):
     row = judge_exploit(e)
     assert not exploit_failures(e, row), (exploit_failures(e, row), row)
 
 
 @pytest.mark.timeout(ZOO_TIMEOUT_S)
-@pytest.mark.parametrize("c", [pytest.param(c, id=c.name, marks=_marks(c.device)) for c in CONTROLS])
+@pytest.mark.parametrize("c", [pytest.param(c, id=c.name, marks=_marks(c.device, c.candidate_path)) for c in CONTROLS])
 def test_honest_control_is_accepted(c):
     row = judge_control(c)
     assert not control_failures(row), row

@@ -249,6 +249,16 @@ EXPLOITS: tuple[Exploit, ...] = (
             context=KB_TOLERANCE, evidence=("computed in reduced precision once timed",)),
     Exploit("zoo_matmul_tf32_cuda", "matmul", "a CUDA product rounding its operands to TF32 (cvt.rna), under KernelBench's 1e-2 tolerance",
             "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
+    # -- Triton (issue 31): each trick in a candidate's own @triton.jit kernels, the CPU ones through Triton's interpreter ---------
+    Exploit("zoo_triton_replay", "relu", "a Triton kernel computes once; a Triton copy kernel hands back that first answer for every input",
+            "seeds", REPLAY),
+    Exploit("relu_triton_calls_torch", "relu", "a Triton kernel that copies, then torch computes the ReLU in the launcher", "op_audit", _f("op_audit")),
+    Exploit("zoo_triton_dot_fp16", "matmul", "a Triton product casting its operand tiles to fp16 before tl.dot, under KernelBench's 1e-2 tolerance",
+            "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
+    Exploit("zoo_triton_dot_tf32", "matmul", "a Triton product keeping tl.dot's default input precision for fp32, TF32, under KernelBench's "
+            "1e-2 tolerance", "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
+    Exploit("zoo_triton_side_stream", "relu", "a Triton ReLU behind a long dependent loop, launched on a torch.cuda.Stream(), returns at once",
+            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
     # -- torch compute --------------------------------------------------------------------------
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
     Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
@@ -322,11 +332,20 @@ CONTROLS: tuple[Control, ...] = (
             "fp32 sums of 2**16-long rows, term after term (step precision's honest control)"),
     Control("zoo_conv2d_direct", FIXTURES / "problems" / "conv2d.py", FIXTURES / "candidates" / "zoo_conv2d_direct", "exact fp32 3x3 convolution, direct loops"),
     *(Control(f"examples/cpu/{n}", *_ex("cpu", n), f"shipped example: {n}") for n in ("softmax", "layernorm", "elementwise_chain", "matmul")),
+    *(Control(f"{name}@{device}", FIXTURES / "problems" / f"{problem}.py", FIXTURES / "candidates" / name, what, device=device)
+      for name, problem, what in (("relu_triton", "relu", "ReLU, a Triton kernel"),
+                                  ("zoo_triton_matmul_ieee", "matmul", 'fp32 product, a Triton kernel with tl.dot(..., input_precision="ieee")'))
+      for device in ("cpu", "cuda")),
     Control("relu_cuda", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "relu_cuda", "ReLU, CUDA kernel", device="cuda"),
     Control("zoo_relu_vectorized", FIXTURES / "problems" / "relu.py", FIXTURES / "candidates" / "zoo_relu_vectorized", "ReLU, float4 CUDA kernel with a tail", device="cuda"),
     *(Control(f"examples/cuda/{n}", *_ex("cuda", n), f"shipped example: {n}", device="cuda")
       for n in ("softmax", "softmax_load_inline", "layernorm", "elementwise_chain", "matmul")),
 )
+
+
+def uses_triton(candidate_path: Path) -> bool:
+    """Whether a zoo candidate imports Triton (its entry skips where Triton is not installed)."""
+    return any(b"import triton" in f.read_bytes() for f in candidate_path.glob("*.py"))
 
 
 def policy(device: str, *, off: frozenset[str] = frozenset(), allow_torch: bool = False, **changes: Any):

@@ -126,8 +126,11 @@ def _child(request: dict[str, Any], fds: list[int], steps: dict[str, float], bef
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", write_through=True, errors="backslashreplace")
+    interpreted = _interprets(os.environ)
     os.environ.clear()
     os.environ.update(request["env"])
+    if _interprets(os.environ) != interpreted:
+        forget_triton()
     os.chdir(request["cwd"])
     steps["environment"] = time.perf_counter() - before_fork
     from kernelwright.judge import child
@@ -136,6 +139,22 @@ def _child(request: dict[str, Any], fds: list[int], steps: dict[str, float], bef
     child.FORK_STEPS.clear()
     child.FORK_STEPS.update(steps, started=child.STARTED - before_fork)
     return child.main(["kernelwright.judge.child", request["role"], str(result_fd)])
+
+
+def _interprets(env: Any) -> bool:
+    """Whether Triton, imported under `env`, runs its kernels in its interpreter (TRITON_INTERPRET, read as Triton reads it)."""
+    return env.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def forget_triton() -> None:
+    """Let the next `import triton` happen afresh. Triton chooses compiled or interpreted kernels for
+    each @triton.jit function as it is defined, and its standard library (tl.zeros, tl.sum,
+    tl.sigmoid, ...) was defined when the server imported it (torch.utils.flop_counter imports
+    Triton): a CPU child, which interprets, would otherwise call compiled library functions from its
+    interpreted kernels ("Cannot call @triton.jit'd outside of the scope of a kernel"). Triton's
+    native module stays: it cannot be imported twice in one process."""
+    for name in [n for n in sys.modules if (n == "triton" or n.startswith("triton.")) and not n.startswith("triton._C")]:
+        del sys.modules[name]
 
 
 def _close_pipes_and_sockets(keep: tuple[int, ...]) -> None:

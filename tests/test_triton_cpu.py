@@ -107,3 +107,29 @@ def test_a_replay_takes_the_recordings_language(tmp_path):
     assert _objective(args, f"replay:{tmp_path / 'r.json'}").language == "triton"
     args.language = "cuda"  # a flag still wins over the recording
     assert _objective(args, f"replay:{tmp_path / 'r.json'}").language == "cuda"
+
+
+def test_a_forked_cpu_child_interprets_tritons_standard_library_too():
+    """tl.zeros is itself a @triton.jit function of Triton's, defined when the fork server imported
+    Triton (torch.utils.flop_counter imports it) without the interpreter; a forked CPU child must
+    import Triton afresh, or an interpreted kernel calls a compiled tl.zeros and fails."""
+    from conftest import PROBLEMS, CANDIDATES
+    from kernelwright.judge.evaluate import evaluate
+    from kernelwright.judge.forkserver import _interprets
+
+    assert _interprets({"TRITON_INTERPRET": "1"}) and _interprets({"TRITON_INTERPRET": "True"}) and not _interprets({})
+    v = evaluate(PROBLEMS / "matmul.py", CANDIDATES / "zoo_triton_matmul_ieee", correctness_policy(**STRICT), device="cpu")
+    assert v.status is Status.CORRECT, v.log
+
+
+def test_kernelbench_style_triton_candidates_are_discovered_with_their_kernels():
+    """KernelBench's Triton backend: one file per problem, launchers named triton_* that are plain
+    Python (not kernels), kernels under @triton.jit. Discovery finds the kernels, not the launchers;
+    the files assert CUDA inputs, so they are judged on the GPU (tests/test_triton_gpu.py)."""
+    from pathlib import Path
+
+    from kernelwright.judge.candidate import triton_kernels_of
+
+    root = Path(__file__).resolve().parent / "fixtures" / "kernelbench_triton"
+    assert triton_kernels_of(root / "level1") == {"relu_kernel", "matmul_kernel"}  # triton_relu, triton_matmul: launchers
+    assert triton_kernels_of(root / "level2") == {"linear_relu_scale_kernel"}

@@ -48,3 +48,26 @@ def test_kernelbench_triton_backend_candidates_are_judged_as_they_are(tmp_path):
         v = evaluate(entry.problem.path, cand, kernelbench_preset(compile_baseline=False, allow_torch_compute=False), device="cuda")
         rows[entry.problem.name] = (v.status.value, _provenance(v) if v.status.value == "correct" else v.log)
     assert all(s == "correct" and "candidate 100.0 %" in why for s, why in rows.values()), rows
+
+
+def test_triton_compiles_and_autotuning_are_timed_apart_and_cached_by_content(tmp_path):
+    """The first verdict of an autotuned Triton candidate compiles and benchmarks its configurations
+    in the candidate child (the verdict's `jit`); a second verdict of the same files loads both from
+    the candidate's own cache. The copy carries a fresh comment: content no earlier test judged."""
+    import shutil
+    import uuid
+
+    from kernelwright.core.records import Status
+    from kernelwright.judge.evaluate import evaluate
+
+    cand = tmp_path / "cand"
+    shutil.copytree(CANDIDATES / "relu_triton_autotune", cand)
+    with (cand / "model_new.py").open("a") as f:
+        f.write(f"# {uuid.uuid4()}\n")
+    policy = timing_policy(allow_torch_compute=False, seeds=(11, 12, 13))  # fixed: the same extra shapes, the same autotuning keys
+    first = evaluate(PROBLEMS / "relu.py", cand, policy, device="cuda")
+    second = evaluate(PROBLEMS / "relu.py", cand, policy, device="cuda")
+    assert first.status is Status.CORRECT and second.status is Status.CORRECT, (first.log, second.log)
+    assert first.jit["cache"] == "candidate" and first.jit["compiles"] >= 3 and first.jit["configs_benchmarked"] >= 3, first.jit
+    assert second.jit["configs_benchmarked"] == 0 and second.jit["compile_s"] < first.jit["compile_s"], (first.jit, second.jit)
+    assert "kw_relu_tuned_kernel" in _provenance(first)

@@ -131,6 +131,7 @@ class Verdict:
     memory: dict[str, Any] | None = None  # the verdict's GPU memory: estimate, device size, admission wait (judge.memory)
     sandbox: dict[str, Any] | None = None  # the sandbox generated code ran in: mode, layers, full, missing (judge.sandbox)
     pricing_version: int | None = None  # the rule the times were priced by (judge.pricing.VERSION); null when nothing was timed
+    jit: dict[str, Any] | None = None  # Triton's just-in-time work in the candidate child, outside the timed calls (judge.jit_clock); null without
     schema_version: int = SCHEMA_VERSION  # contract version
 
     def to_dict(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernelwright.judge import correctness, digest, handover, inputs, ops, sandbox, timing
+from kernelwright.judge import correctness, digest, handover, inputs, jit_clock, ops, sandbox, timing
 from kernelwright.judge.channel import close_fds
 from kernelwright.judge.child import CODE_ROOT, OUTBOX, CommandError, describe, hush, lead_status
 from kernelwright.judge.watch import dispatch_moved, flags_diff, identities_moved, pin_flags, snapshot_dispatch, snapshot_flags, snapshot_identities
@@ -121,7 +121,14 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     except BaseException as exc:  # noqa: BLE001
         raise CommandError("runtime", f"constructing ModelNew(*get_init_inputs()) failed: {describe(exc)}") from None
     del reference
+    jit_clock.watch(CODE_ROOT[0])  # the candidate's Triton kernels compile (and autotune) at their first calls: timed apart
     return {"weights_copied": copied, **lead_info, **_replaced()}
+
+
+def _jit() -> dict[str, Any]:
+    """{"jit": ...}: Triton's just-in-time work so far (judge.jit_clock), when any Triton function is watched."""
+    done = jit_clock.report()
+    return {"jit": done} if done is not None else {}
 
 
 def _replaced() -> dict[str, Any]:
@@ -171,7 +178,7 @@ def run_case(args: dict[str, Any]) -> dict[str, Any]:
         clock[0] = now
 
     def reply(d: dict[str, Any]) -> dict[str, Any]:
-        return {**d, "parts_s": parts}
+        return {**d, "parts_s": parts, **_jit()}
 
     if case.kind == "near":
         patch = inputs.near_patch(S.problem, case.seed, S.device)  # drawn first: one input set at a time (judge.memory)
@@ -239,7 +246,7 @@ def setup_timing(args: dict[str, Any]) -> dict[str, Any]:
         if rehearsal:
             got = inputs.pool_getter(S.problem, S.pool, rehearsal["calls"], S.device)
             timing.rehearse(S.model, got, len(rehearsal["calls"]), cuda=cuda, switches=rehearsal["switches"])
-    return {"warmup_calls": calls, "per_call_ms": per_call, **_replaced()}
+    return {"warmup_calls": calls, "per_call_ms": per_call, **_replaced(), **_jit()}
 
 
 def time_batch(args: dict[str, Any]) -> dict[str, Any]:

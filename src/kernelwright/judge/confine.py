@@ -190,10 +190,16 @@ def _capset(caps: int) -> None:
 CACHE_VARS = ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR")  # shared: not writable here
 
 
-def home_env(env: dict[str, str], home: str, tmp: str) -> dict[str, str]:
+def home_env(env: dict[str, str], home: str, tmp: str, keep_under: tuple[str, ...] = ()) -> dict[str, str]:
     """A confined process's home, temporary folders and caches in its own folder. TRITON_HOME too:
-    Triton reads its home once, at import, which the fork server did as the judge's user."""
+    Triton reads its home once, at import, which the fork server did as the judge's user. A cache
+    variable that names a folder inside one of `keep_under` (the folders it may write: a Triton
+    candidate's own cache, judge.extension.triton_env) stays."""
+    kept = [os.path.join(os.path.realpath(k), "") for k in keep_under if k]
     for var in CACHE_VARS:
+        value = env.get(var)
+        if value and any(os.path.join(os.path.realpath(value), "").startswith(k) for k in kept):
+            continue
         env.pop(var, None)
     env.update({"TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "HOME": home, "TRITON_HOME": home})
     return env

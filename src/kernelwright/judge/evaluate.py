@@ -274,7 +274,12 @@ class Flow(Children):
         if early is not None:
             raise Stop(early.status, early.reason)
         self.say("starting the children")
-        self.cand_env = extension.env(files.hash) if ext else {}
+        if ext:
+            self.cand_env = extension.env(files.hash)
+        elif files.triton_kernels and self.device == "cuda":  # its Triton kernels compile in the child: a cache of its own
+            self.cand_env = extension.triton_env(files.hash)
+        else:
+            self.cand_env = {}
         builder = self._child("candidate", self.cand_env) if ext else None
         # a torch extension's run child starts once its build is done: a child spawned afresh enters
         # the sandbox at its start, and must find the build's folder as the build left it

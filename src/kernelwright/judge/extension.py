@@ -32,6 +32,16 @@ def env(candidate_hash: str | None) -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": str(folder(candidate_hash))}
 
 
+def triton_env(candidate_hash: str | None) -> dict[str, str]:
+    """The environment that gives a candidate's Triton kernels a compile cache of their own, keyed by
+    the candidate's content: its folder (as env(); the sandbox makes it writable) holds Triton's
+    cache, compiled kernels and autotuning results both (TRITON_CACHE_AUTOTUNING), so a second
+    verdict of the same files compiles and autotunes nothing. Only this candidate's children write
+    there: no other candidate, and no torch.compile baseline, ever loads what it wrote."""
+    base = folder(candidate_hash)
+    return {"TORCH_EXTENSIONS_DIR": str(base), "TRITON_CACHE_DIR": str(base / "triton"), "TRITON_CACHE_AUTOTUNING": "1"}
+
+
 def candidate_config(sandbox_mode: str, device: str, gpu_index: int, workdir: Path, read: tuple[str, ...],
                      extra_env: dict[str, str] | None = None) -> tuple[ChildConfig, sandbox.Spec]:
     """A candidate child's config and its sandbox spec: confined from its setup on by the policy's

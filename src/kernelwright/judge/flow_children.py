@@ -157,9 +157,20 @@ class Children:
         else:
             child = Child(config)
         self.children.append(child)
+        if role == "candidate":
+            self.vb.jit_from = self._jit_report
         if role == "candidate" and not extra_env:
             spares.POOL.refill(config)  # for the next evaluation, in the background
         return child
+
+    def _jit_report(self) -> dict[str, Any] | None:
+        """The verdict's `jit`: the last report of Triton's just-in-time work from this verdict's candidate
+        children (judge.jit_clock), with the folder its cache lives in; None when none reported."""
+        for child in reversed(self.children):
+            if child.config.role == "candidate" and child.jit is not None:
+                folder = self.cand_env.get("TRITON_CACHE_DIR")
+                return {**child.jit, "cache": "candidate" if folder else "process"}
+        return None
 
     def _oom(self, exc: ChildError, doing: str) -> Stop:
         """Whose a candidate child's out-of-memory is, decided from the trusted side: the candidate

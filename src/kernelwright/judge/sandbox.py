@@ -294,7 +294,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
     box = tempfile.mkdtemp(prefix="box-", dir=parent)
     tmp = os.path.join(box, "tmp")
     os.mkdir(tmp, 0o700)
-    confine.home_env(os.environ, box, tmp)  # type: ignore[arg-type]
+    confine.home_env(os.environ, box, tmp, keep_under=tuple(spec.write))  # type: ignore[arg-type]
     tempfile.tempdir = tmp  # tempfile read /tmp once, in the fork server: its answer is inherited
     os.environ[CONFINED_ENV] = "1"
     os.chdir(box)

@@ -7,7 +7,7 @@ import functools
 import platform
 import shutil
 import subprocess
-from typing import Any
+from typing import Any, Callable
 
 import kernelwright
 from kernelwright.judge import guards, pricing
@@ -113,6 +113,7 @@ class VerdictBuilder:
         self.workers: dict[str, Any] | None = None  # the verdict's `workers` field
         self.memory: dict[str, Any] | None = None  # the verdict's `memory` field
         self.sandbox: dict[str, Any] | None = None  # the verdict's `sandbox` field (judge.sandbox_check.record)
+        self.jit_from: Callable[[], dict[str, Any] | None] | None = None  # the verdict's `jit` field, read at the end (judge.jit_clock)
         self.build_s: float | None = None
         self.resources: Resources | None = None
         self.log = ""
@@ -171,6 +172,7 @@ class VerdictBuilder:
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory,
             sandbox=self.sandbox if self.sandbox is not None else not_started(self.policy.sandbox),
             pricing_version=pricing.VERSION if n.get("runtime_ms") is not None or n.get("eager_ms") is not None else None,
+            jit=self.jit_from() if self.jit_from is not None else None,
         )
 
 

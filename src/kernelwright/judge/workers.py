@@ -163,6 +163,7 @@ class Child:
         self._closed = False
         self._killed = False
         self.outstanding = 0  # commands sent whose replies were not collected
+        self.jit: dict[str, Any] | None = None  # a candidate child's latest report of Triton's just-in-time work
         self._received: list[int] = []  # descriptors of the last reply, until taken (received_fds)
         self._send_line(self._key.hex())
 
@@ -287,6 +288,8 @@ class Child:
                 close_fds(fds)
                 self.kill()
                 raise ChildError("forged", f"candidate child: the reply to '{command}' is forged: {bad}", self.log_tail(), self.config.role)
+        if self.config.role == "candidate" and isinstance(result, dict) and "jit" in result:
+            self.jit = result.pop("jit")  # Triton's just-in-time work so far, the child's own report (judge.jit_clock)
         self._received = fds
         mem = result.pop("memory_mib", None) if isinstance(result, dict) else None
         if mem is not None and memory_log.isEnabledFor(logging.DEBUG):

@@ -191,16 +191,14 @@ CACHE_VARS = ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TOR
 
 
 def home_env(env: dict[str, str], home: str, tmp: str, keep_under: tuple[str, ...] = ()) -> dict[str, str]:
-    """A confined process's home, temporary folders and caches in its own folder. TRITON_HOME too:
-    Triton reads its home once, at import, which the fork server did as the judge's user. A cache
-    variable that names a folder inside one of `keep_under` (the folders it may write: a Triton
-    candidate's own cache, judge.extension.triton_env) stays."""
+    """A confined process's home, temporary folders and caches in its own folder (TRITON_HOME too: Triton read
+    its home at import, in the fork server). A cache variable naming a folder inside one of `keep_under`, the
+    folders it may write (a Triton candidate's own cache, judge.extension.triton_env), stays."""
     kept = [os.path.join(os.path.realpath(k), "") for k in keep_under if k]
     for var in CACHE_VARS:
         value = env.get(var)
-        if value and any(os.path.join(os.path.realpath(value), "").startswith(k) for k in kept):
-            continue
-        env.pop(var, None)
+        if not (value and any(os.path.join(os.path.realpath(value), "").startswith(k) for k in kept)):
+            env.pop(var, None)
     env.update({"TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "HOME": home, "TRITON_HOME": home})
     return env
 

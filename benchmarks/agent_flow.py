@@ -81,19 +81,24 @@ def _steps(store: Path, run_id: str) -> list[dict]:
     return rows
 
 
+def _recording_name(a: argparse.Namespace) -> str:
+    return f"{a.device}_{a.problem}{'_triton' if a.language == 'triton' else ''}.json"
+
+
 def section_flow(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
     problem = str(ROOT / "examples" / a.device / a.problem / "problem.py")
-    script = demo_script.optimize_script(a.device, a.problem)
+    script = demo_script.optimize_script(a.device, a.problem, a.language)
     with ScriptedServer(script) as server:
         rc, result, wall = _cli(["optimize", problem, "--model", "openai:scripted", "--base-url", server.url, *common,
                                  *(["--target-speedup", str(a.target)] if a.device == "cuda" else []),  # CPU times are never claims
                                  "--max-turns", str(len(script)), "--out", str(out / "flow_export"), "--sanitize-timeout-s", str(a.sanitize_timeout_s),
-                                 "--note", f"scripted local server (kernelwright.llm.scripted), script demo_script.optimize_script('{a.device}', '{a.problem}')"],
+                                 "--language", a.language, "--note", "scripted local server (kernelwright.llm.scripted), script "
+                                 f"demo_script.optimize_script('{a.device}', '{a.problem}', '{a.language}')"],
                                 out / "flow_console.log", a.timeout_s)
         carried = _carried(server.requests)
     rec = out / "flow_export" / "recording.json"
     if rec.is_file():
-        shutil.copy(rec, out / f"{a.device}_{a.problem}.json")
+        shutil.copy(rec, out / _recording_name(a))
     return {"rc": rc, "wall_s": round(wall, 1), "result": result, "requests": carried,
             "steps": _steps(out / "store.sqlite", result.get("run_id", "")) if result.get("run_id") else []}
 
@@ -115,7 +120,7 @@ def section_stall(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
 
 
 def section_replay(a: argparse.Namespace, out: Path, common: list[str]) -> dict:
-    rec = out / f"{a.device}_{a.problem}.json"
+    rec = out / _recording_name(a)
     if not rec.is_file():
         return {"skipped": f"no recording at {rec} (the flow section did not export)"}
     problem = str(ROOT / "examples" / a.device / a.problem / "problem.py")
@@ -140,6 +145,8 @@ def main() -> int:
     p.add_argument("--commit", default="unknown")
     p.add_argument("--sections", default="flow,stall,replay")
     p.add_argument("--problem", default="softmax", choices=("softmax", "elementwise_chain"), help="the flow's and the replay's example (stall keeps softmax)")
+    p.add_argument("--language", default="cuda", choices=("cuda", "triton"),
+                   help="the scripted candidates' language (flow and replay; triton: examples/triton, stall keeps CUDA)")
     p.add_argument("--target", type=float, default=None, help="target speedup for flow (CUDA only) and stall (default 1.2 on CUDA, 0.1 on CPU)")
     p.add_argument("--timeout-s", type=float, default=280.0, help="per CLI call")
     p.add_argument("--sanitize-timeout-s", type=float, default=90.0, help="per compute-sanitizer tool in the flow's final re-judge (stall and replay skip it)")
@@ -150,7 +157,7 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     common = ["--device", a.device, "--store", str(a.out / "store.sqlite")]
     doc = {"provenance": provenance(a), "sections": {}}
-    path = a.out / f"agent_{a.device}.json"
+    path = a.out / f"agent_{a.device}{'_triton' if a.language == 'triton' else ''}.json"
     for name in a.sections.split(","):
         t0 = time.monotonic()
         try:

@@ -95,8 +95,27 @@ def _inline(model_new: str, kernel: str, lang: str) -> str:
     return text.replace("import pathlib\n\n", "")
 
 
-def candidates(device: str, problem: str = "softmax") -> dict[str, str]:
-    """The scripted candidates for a device and example problem: compile_error, wrong, (slow,) good."""
+def triton_candidates(problem: str) -> dict[str, str]:
+    """The scripted Triton candidates (examples/triton/PROBLEM): a Python syntax error in the kernel
+    (what `compile()` catches for Triton: the kernels themselves build at their first call), a
+    wrong kernel, the good one."""
+    good = (EXAMPLES / "triton" / problem / "model_new.py").read_text()
+    if problem == "softmax":
+        broken = good.replace("def kw_softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):", "def kw_softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr)", 1)
+        wrong = good.replace("tl.store(yr + c + offs, tl.exp(v - row_max) * inv, mask=mask)", "tl.store(yr + c + offs, tl.exp(v - row_max), mask=mask)", 1)
+    elif problem == "elementwise_chain":
+        broken = good.replace("    x = tl.load(x_ptr + i, mask=m, other=0.0)\n", "    x = tl.load(x_ptr + i, mask=m, other=0.0\n", 1)
+        wrong = good.replace("tl.exp(-x)", "tl.exp(x)", 1)  # sigmoid(-x): a sign slip
+    else:
+        raise ValueError(f"no scripted Triton candidates for {problem}")
+    assert broken != good and wrong != good, f"examples/triton/{problem} changed: update the scripted edits"
+    return {"compile_error": broken, "wrong": wrong, "good": good}
+
+
+def candidates(device: str, problem: str = "softmax", language: str = "cuda") -> dict[str, str]:
+    """The scripted candidates for a device, example problem and language: compile_error, wrong, (slow,) good."""
+    if language == "triton":
+        return triton_candidates(problem)
     if problem == "elementwise_chain" and device == "cpu":
         folder = EXAMPLES / "cpu" / problem
         good = _inline((folder / "model_new.py").read_text(), (folder / "kernels" / "elementwise_chain.cpp").read_text(), "cpp")
@@ -128,15 +147,24 @@ WORDS = {
 }
 
 
-def optimize_script(device: str, problem: str = "softmax") -> list[dict[str, Any]]:
+WORDS_TRITON = {
+    "softmax": ("Softmax is memory bound. In Triton: one program per row, an online max and sum over chunks of the row, "
+                "then one pass that writes exp(x - max) / sum.",
+                "The output was never divided by the row's sum. Writing the fixed kernel and verifying it.", "online softmax, two passes per row"),
+    "elementwise_chain": ("Eager runs five passes over memory. One Triton kernel reads x once and writes y once.",
+                          "The sigmoid takes exp(-x), not exp(x). Writing the fixed kernel and verifying it.", "one fused Triton pass"),
+}
+
+
+def optimize_script(device: str, problem: str = "softmax", language: str = "cuda") -> list[dict[str, Any]]:
     """The full flow: no code, a compile error, a wrong kernel, (a slow correct one,) then tool calls
     that write the good kernel, verify it, profile it and submit it (which ends the trajectory)."""
-    c = candidates(device, problem)
-    plan, fix, note = WORDS[problem]
+    c = candidates(device, problem, language)
+    plan, fix, note = (WORDS_TRITON if language == "triton" else WORDS)[problem]
     script: list[dict[str, Any]] = [
         {"text": plan},
         {"text": _block(c["compile_error"], "Here is a first kernel.")},
-        {"text": _block(c["wrong"], "Fixed the syntax error.")},
+        {"text": _block(c["wrong"], "Fixed the syntax error." if language == "cuda" else "Fixed the Python syntax error.")},
     ]
     if "slow" in c:
         script.append({"text": _block(c["slow"], "Fixed the bound of the sum loop. Three passes over each row for now.")})

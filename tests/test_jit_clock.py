@@ -18,19 +18,24 @@ pytest.importorskip("triton", reason="Triton is not installed: pip install -e '.
 CLOCK_SCRIPT = r"""
 import importlib.util, json, os, sys, time
 os.environ.pop("TRITON_INTERPRET", None)  # compiled functions (JITFunction), as a GPU child has
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
+def slow_compile(self, *a, **k):
+    time.sleep(0.05)
+    return "compiled"
+def slow_bench(self, *a, **k):
+    time.sleep(0.02)
+    return [1.0]
+JITFunction._do_compile = slow_compile  # stand-ins for the class's own methods: compiling needs a GPU here
+Autotuner._bench = slow_bench
 root = sys.argv[1]
 spec = importlib.util.spec_from_file_location("kw_candidate", os.path.join(root, "model_new.py"))
 mod = importlib.util.module_from_spec(spec); sys.modules["kw_candidate"] = mod; spec.loader.exec_module(mod)
 from kernelwright.judge import jit_clock
 assert jit_clock.report() is None
-def slow(*a, **k):
-    time.sleep(0.05)
-    return "compiled"
-mod.plain.compile = slow                # stand-ins: a compile needs a GPU here
-mod.tuned.fn.compile = slow
-mod.tuned._bench = lambda *a, **k: (time.sleep(0.02), [1.0])[1]
-watched = jit_clock.watch(root)
-assert mod.plain.compile("src") == "compiled" and mod.tuned.fn.compile("src") == "compiled"
+watched = jit_clock.watch(root)  # on the functions as Triton made them: no attribute set by the test
+mod.plain.compile = lambda *a, **k: "set by Triton at a first launch"  # must not undo the clock
+assert mod.plain._do_compile("key") == "compiled" and mod.tuned.fn._do_compile("key") == "compiled"
 mod.tuned._bench(config=None); mod.tuned._bench(config=None); mod.tuned._bench(config=None)
 print(json.dumps({"watched": watched, "report": jit_clock.report(), "again": jit_clock.watch(root)}))
 """
@@ -65,7 +70,7 @@ def test_the_clock_times_compiles_and_autotuning_of_the_candidates_triton_functi
     assert rep["compiles"] == 2 and rep["compile_s"] >= 0.1 and rep["configs_benchmarked"] == 3 and rep["autotune_s"] >= 0.06, rep
 
 
-def test_the_clock_watches_nothing_without_triton_or_outside_the_candidates_folder(tmp_path):
+def test_the_clock_watches_nothing_outside_the_candidates_folder(tmp_path):
     from kernelwright.judge import jit_clock
 
     assert jit_clock.watch(str(tmp_path)) == 0 and jit_clock.report() is None
@@ -78,7 +83,7 @@ def test_a_jit_report_of_the_wrong_form_is_a_forged_reply():
     assert replies.malformed({"jit": {"compiles": "2"}}) == "jit"
     assert replies.malformed({"jit": {"compile_s": float("inf")}}) == "jit"
     assert replies.malformed({"jit": {"compiles": -1}}) == "jit"
-    assert replies.malformed({"jit": {f"k{i}": 1 for i in range(5)}}) == "jit"
+    assert replies.malformed({"jit": {f"k{i}": 1 for i in range(13)}}) == "jit"
     assert replies.malformed({"jit": [1, 2]}) == "jit"
 
 
@@ -108,3 +113,25 @@ def test_a_verdict_carries_jit_through_its_json():
     v = Verdict(status=Status.CORRECT, problem={}, candidate={}, policy={}, jit={"compiles": 1, "compile_s": 0.2, "cache": "candidate"})
     assert Verdict.from_dict(v.to_dict()).jit == v.jit and Verdict.from_dict({**v.to_dict(), "jit": None}).jit is None
 
+
+
+def test_one_verdict_at_a_time_holds_a_candidates_triton_cache(tmp_path, monkeypatch):
+    """Each confined child takes the cache folder for its own uid: a second verdict of the same files
+    while the first runs does without the shared cache (no lock), and gets it once the first let go."""
+    import os
+
+    from kernelwright.judge import extension
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    first = extension.hold_triton_cache("ef" * 32)
+    assert first is not None
+    assert extension.hold_triton_cache("ef" * 32) is None  # the same files, meanwhile
+    other = extension.hold_triton_cache("01" * 32)  # other files: their own folder, their own lock
+    assert other is not None
+    lock = tmp_path / "cache" / "torch_extensions" / ("ef" * 8 + ".triton.lock")
+    assert lock.is_file() and not str(lock).startswith(extension.triton_env("ef" * 32)["TORCH_EXTENSIONS_DIR"] + os.sep)
+    os.close(first)
+    again = extension.hold_triton_cache("ef" * 32)
+    assert again is not None
+    os.close(again)
+    os.close(other)

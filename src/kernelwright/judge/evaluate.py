@@ -214,7 +214,9 @@ class Flow(Children):
         self.precision: list[dict[str, Any]] | None = None  # step precision's figures from the oracle's case comparison
         self.warm_ref: refpool.Warm | None = None  # the reference child, kept warm across evaluations
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
-        self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's build folder)
+        self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's or Triton's folder)
+        self.triton_lock: int | None = None  # the lock on the candidate's Triton cache, held for the verdict (extension.hold_triton_cache)
+        self.jit_before: list[dict[str, Any]] = []  # jit reports of candidate children let go (flow_children.fresh_candidate)
         self.retimed: list[float] = []  # per timing window not priced: how far step device_sync's charge moved its price (a share)
         self.files: CandidateFiles | None = None  # what discovery found (read_statically)
         self.copies: list[Path] = [Path(candidate) if Path(candidate).is_dir() else Path(candidate).parent]  # the candidate's private copies
@@ -261,6 +263,9 @@ class Flow(Children):
             return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         finally:
             self._release_children() if clean else self._close_children()
+            if self.triton_lock is not None:
+                os.close(self.triton_lock)
+                self.triton_lock = None
 
     def _run(self) -> None:
         files = self.files or self._discover()
@@ -274,12 +279,10 @@ class Flow(Children):
         if early is not None:
             raise Stop(early.status, early.reason)
         self.say("starting the children")
-        if ext:
-            self.cand_env = extension.env(files.hash)
-        elif files.triton_kernels and self.device == "cuda":  # its Triton kernels compile in the child: a cache of its own
-            self.cand_env = extension.triton_env(files.hash)
-        else:
-            self.cand_env = {}
+        self.cand_env = extension.env(files.hash) if ext else {}
+        if not ext and files.triton_kernels and self.device == "cuda":  # its Triton kernels compile in the child: a cache of its own
+            self.triton_lock = extension.hold_triton_cache(files.hash)  # unless a verdict of the same files holds it now
+            self.cand_env = extension.triton_env(files.hash) if self.triton_lock is not None else {}
         builder = self._child("candidate", self.cand_env) if ext else None
         # a torch extension's run child starts once its build is done: a child spawned afresh enters
         # the sandbox at its start, and must find the build's folder as the build left it

@@ -42,6 +42,25 @@ def triton_env(candidate_hash: str | None) -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": str(base), "TRITON_CACHE_DIR": str(base / "triton"), "TRITON_CACHE_AUTOTUNING": "1"}
 
 
+def hold_triton_cache(candidate_hash: str | None) -> int | None:
+    """The descriptor of a lock on the candidate's Triton cache, held until closed; None when another
+    verdict of the same files holds it. Each confined child takes the folder's ownership for its uid
+    (judge.sandbox.enter), so two live children of the same files would shut each other out of it
+    mid-verdict: the second verdict does without the shared cache instead. The lock file lies beside
+    the folder, where no candidate can write."""
+    import fcntl
+    import os
+
+    base = folder(candidate_hash)
+    fd = os.open(str(base.parent / f"{base.name}.triton.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def candidate_config(sandbox_mode: str, device: str, gpu_index: int, workdir: Path, read: tuple[str, ...],
                      extra_env: dict[str, str] | None = None) -> tuple[ChildConfig, sandbox.Spec]:
     """A candidate child's config and its sandbox spec: confined from its setup on by the policy's

@@ -47,6 +47,7 @@ class Children:
     meta: dict[str, Any]
     cand_meta: dict[str, Any]
     cand_env: dict[str, str]
+    jit_before: list[dict[str, Any]]
     warm_ref: refpool.Warm | None
     cancel: threading.Event | None
     copies: list[Path]
@@ -164,13 +165,17 @@ class Children:
         return child
 
     def _jit_report(self) -> dict[str, Any] | None:
-        """The verdict's `jit`: the last report of Triton's just-in-time work from this verdict's candidate
-        children (judge.jit_clock), with the folder its cache lives in; None when none reported."""
-        for child in reversed(self.children):
-            if child.config.role == "candidate" and child.jit is not None:
-                folder = self.cand_env.get("TRITON_CACHE_DIR")
-                return {**child.jit, "cache": "candidate" if folder else "process"}
-        return None
+        """The verdict's `jit`: Triton's just-in-time work summed over this verdict's candidate children
+        (each one's last report, judge.jit_clock; those a re-timed window let go included), and where its
+        cache lived; None when none reported."""
+        reports = list(self.jit_before) + [c.jit for c in self.children if c.config.role == "candidate" and c.jit is not None]
+        if not reports:
+            return None
+        total: dict[str, Any] = {}
+        for rep in reports:
+            for key, value in rep.items():
+                total[key] = round(total.get(key, 0) + value, 3)
+        return {**total, "children": len(reports), "cache": "candidate" if self.cand_env.get("TRITON_CACHE_DIR") else "process"}
 
     def _oom(self, exc: ChildError, doing: str) -> Stop:
         """Whose a candidate child's out-of-memory is, decided from the trusted side: the candidate
@@ -339,6 +344,8 @@ class Children:
         in it before timing."""
         old.request_exit()
         old.close()
+        if old.jit is not None:
+            self.jit_before.append(old.jit)  # its compiles and autotuning count in the verdict's `jit` too
         if old in self.children:
             self.children.remove(old)  # reaped: nothing may signal its pid again
         for spare in [s for s in self.spares_taken if s.child is old]:

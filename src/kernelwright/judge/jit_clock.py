@@ -42,14 +42,14 @@ def watch(code_root: str) -> int:
         return 0
     root = os.path.join(os.path.realpath(code_root), "")
     for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not isinstance(path, str) or not os.path.realpath(path).startswith(root):
-            continue
-        for value in list(vars(module).values()):
-            try:
-                _watch_chain(value, JITFunction, Autotuner)
-            except Exception:  # noqa: BLE001 - an object of the candidate's that misbehaves is not timed
+        try:
+            path = getattr(module, "__file__", None)
+            if not isinstance(path, str) or not os.path.realpath(path).startswith(root):
                 continue
+            for value in list(vars(module).values()):
+                _watch_chain(value, JITFunction, Autotuner)
+        except Exception:  # noqa: BLE001 - a module or object that misbehaves is not timed
+            continue
     return len(_WATCHED)
 
 
@@ -59,9 +59,11 @@ def _watch_chain(value: Any, jit_cls: type, autotuner_cls: type) -> None:
         if id(value) in _WATCHED:
             return
         if isinstance(value, jit_cls):
-            compile_fn = getattr(value, "compile", None)
-            if callable(compile_fn):
-                value.compile = _timed(compile_fn, "compiles", "compile_s")
+            # _do_compile: where a launch with a new signature compiles or loads from the cache (Triton 3.3
+            # to 3.9). Not `compile`, which Triton sets on the instance only at its first launch.
+            do_compile = getattr(value, "_do_compile", None)
+            if callable(do_compile):
+                value._do_compile = _timed(do_compile, "compiles", "compile_s")
                 _WATCHED.add(id(value))
             return
         if isinstance(value, autotuner_cls):

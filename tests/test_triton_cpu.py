@@ -133,3 +133,24 @@ def test_kernelbench_style_triton_candidates_are_discovered_with_their_kernels()
     root = Path(__file__).resolve().parent / "fixtures" / "kernelbench_triton"
     assert triton_kernels_of(root / "level1") == {"relu_kernel", "matmul_kernel"}  # triton_relu, triton_matmul: launchers
     assert triton_kernels_of(root / "level2") == {"linear_relu_scale_kernel"}
+
+
+def test_the_demo_in_triton_replays_the_triton_recording_for_the_device():
+    """`optimize --demo --language triton` takes examples/recordings/DEVICE_PROBLEM_triton.json, whose
+    objective says triton, and whose last candidate is the shipped Triton example."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from kernelwright.agent.commands import _demo
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    problem, model = _demo(SimpleNamespace(device="cpu", language="triton"))
+    assert problem.endswith("examples/cpu/elementwise_chain/problem.py") and model.endswith("cpu_elementwise_chain_triton.json")
+    assert _demo(SimpleNamespace(device="cpu", language=None))[1].endswith("cpu_elementwise_chain.json")
+    for device, name in (("cpu", "elementwise_chain"), ("cuda", "softmax")):
+        rec = json.loads((root / "recordings" / f"{device}_{name}_triton.json").read_text())
+        assert rec["objective"]["language"] == "triton"
+        good = (root / "triton" / name / "model_new.py").read_text()
+        written = [tc["arguments"].get("content") for turn in rec["turns"] for tc in turn["reply"].get("tool_calls") or () if tc["name"] == "write_file"]
+        assert written and written[-1] == good, f"{device}: examples/triton/{name} changed since the recording"

@@ -46,6 +46,7 @@ GAINS = {
     "speed": "judged correct and faster than eager (and than with every step on): a time it did not earn",
     "none": "nothing: a second layer holds and the time shows the work (under 1x eager); the guard refuses the attempt",
     "racy": "a speedup only when a spare core or a timer's phase allows: asserted in neither direction on a shared box",
+    "hidden": "a time at least 10x under its price with every step on (the work it hid), yet not faster than eager: the launch alone costs more than eager's call",
 }
 
 
@@ -257,8 +258,10 @@ EXPLOITS: tuple[Exploit, ...] = (
             "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
     Exploit("zoo_triton_dot_tf32", "matmul", "a Triton product keeping tl.dot's default input precision for fp32, TF32, under KernelBench's "
             "1e-2 tolerance", "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
+    # hidden, not speed: on the H200 at 18fad6f its calls were priced 14.2 ms with every step on and timed 0.018-0.041 ms with
+    # the four steps off, while eager's ReLU of this fixture takes 0.0026 ms, under a Triton launch's own host time
     Exploit("zoo_triton_side_stream", "relu", "a Triton ReLU behind a long dependent loop, launched on a torch.cuda.Stream(), returns at once",
-            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
+            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="hidden"),
     # -- torch compute --------------------------------------------------------------------------
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
     Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
@@ -432,6 +435,8 @@ def _ablation_failures(e: Exploit, on: dict[str, Any], off: dict[str, Any], said
         bar = max(1.0, on["speedup_vs_eager"] or 0.0) if on["status"] == "correct" else 1.0
         if speedup <= bar:
             return [f"{said}: {speedup:.2f}x eager, not above {bar:.2f}x: no gain that the guard took away"]
+    if e.gain == "hidden" and not (on["status"] == "correct" and on["speedup_vs_eager"] and speedup >= 10 * on["speedup_vs_eager"]):
+        return [f"{said}: {speedup:.4g}x eager against {on['speedup_vs_eager']}x with every step on: not the 10x the hidden work should show"]
     if e.gain == "none" and speedup >= 1.0:
         return [f"{said}: {speedup:.2f}x eager: the trick gains when unguarded, so its gain is 'speed', not 'none'"]
     return []

@@ -55,11 +55,17 @@ def objective_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _demo(args: argparse.Namespace) -> tuple[str, str]:
-    """The demo's problem and replay recording for the device found."""
+    """The demo's problem and replay recording for the device found (with --language triton, the
+    recording whose kernels are Triton's: examples/recordings/DEVICE_PROBLEM_triton.json)."""
+    import importlib.util
+
     from kernelwright.judge.evaluate import resolve_device
 
     dev = resolve_device(args.device)
-    recording = EXAMPLES / "recordings" / f"{dev}_{DEMO_PROBLEMS[dev]}.json"
+    triton = getattr(args, "language", None) == "triton"
+    if triton and importlib.util.find_spec("triton") is None:
+        raise _usage("the Triton demo needs Triton: pip install triton (the test extra has it)")
+    recording = EXAMPLES / "recordings" / f"{dev}_{DEMO_PROBLEMS[dev]}{'_triton' if triton else ''}.json"
     problem = EXAMPLES / dev / DEMO_PROBLEMS[dev] / "problem.py"
     if not recording.is_file() or not problem.is_file():
         raise _usage(f"the demo needs {recording} and {problem} (a source checkout)")
@@ -268,7 +274,8 @@ def add_parsers(sub: Any) -> None:
     o.add_argument("--config", type=Path, help="a run config file (JSON or TOML) with objective settings; flags win over it")
     o.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
     o.add_argument("--note", default="", help="provenance in words, kept with the run and its export")
-    o.add_argument("--demo", action="store_true", help="replay the recording shipped for this device's example (elementwise_chain on a CPU, softmax on CUDA); every candidate is judged again")
+    o.add_argument("--demo", action="store_true", help="replay the recording shipped for this device's example (elementwise_chain on a CPU, softmax on CUDA; "
+                   "with --language triton, its Triton recording); every candidate is judged again")
     _objective_flags(o, full=True)
     _store_flag(o)
     o.set_defaults(func=optimize_cmd)

@@ -54,21 +54,26 @@ def watch(code_root: str) -> int:
 
 
 def _watch_chain(value: Any, jit_cls: type, autotuner_cls: type) -> None:
-    """Follow an autotune/heuristics wrapper's `.fn` down to its JITFunction, timing each level.
-    A JITFunction's `_do_compile` is where a launch with a new signature compiles or loads from the
-    cache (Triton 3.6 and 3.9 alike); not `compile`, which Triton sets on it only at its first launch."""
-    hooks = ((jit_cls, "_do_compile", "compiles", "compile_s"), (autotuner_cls, "_bench", "configs_benchmarked", "autotune_s"))
+    """Follow an autotune/heuristics wrapper's `.fn` down to its JITFunction, timing each level."""
     for _ in range(8):
-        if value is None or id(value) in _WATCHED:
+        if id(value) in _WATCHED:
             return
-        for cls, method, count, seconds in hooks:
-            bound = getattr(value, method, None) if isinstance(value, cls) else None
-            if callable(bound):
-                setattr(value, method, _timed(bound, count, seconds))
-                _WATCHED.add(id(value))
         if isinstance(value, jit_cls):
+            # _do_compile: where a launch with a new signature compiles or loads from the cache (Triton 3.3
+            # to 3.9). Not `compile`, which Triton sets on the instance only at its first launch.
+            do_compile = getattr(value, "_do_compile", None)
+            if callable(do_compile):
+                value._do_compile = _timed(do_compile, "compiles", "compile_s")
+                _WATCHED.add(id(value))
             return
+        if isinstance(value, autotuner_cls):
+            bench = getattr(value, "_bench", None)
+            if callable(bench):
+                value._bench = _timed(bench, "configs_benchmarked", "autotune_s")
+                _WATCHED.add(id(value))
         value = getattr(value, "fn", None)
+        if value is None:
+            return
 
 
 def _timed(fn: Any, count: str, seconds: str) -> Any:

@@ -59,8 +59,8 @@ def _watch_chain(value: Any, jit_cls: type, autotuner_cls: type) -> None:
         if id(value) in _WATCHED:
             return
         if isinstance(value, jit_cls):
-            # _do_compile: where a launch with a new signature compiles or loads from the cache (Triton 3.3
-            # to 3.9). Not `compile`, which Triton sets on the instance only at its first launch.
+            # _do_compile: where a launch with a new signature compiles or loads from the cache (Triton 3.6
+            # and 3.9 alike). Not `compile`, which Triton sets on the instance only at its first launch.
             do_compile = getattr(value, "_do_compile", None)
             if callable(do_compile):
                 value._do_compile = _timed(do_compile, "compiles", "compile_s")

@@ -14,7 +14,8 @@ Figures (rollout_bench.json and .md in --out, with episodes.jsonl):
 - the judge's busy fraction: the share of the wall time in which at least one judgement (a tool's
   verify or profile, or a final judgement) was in flight, from the episodes' own timestamps;
 - verdict latency inside episodes, p50 and p90, per kind (verify, final), queueing for the device
-  included;
+  included; for finals also split into the wait for the device lock (final_device_wait, from each
+  verdict's workers.device_wait_s) and the rest (final_own);
 - lost episodes: planned minus recorded minus those not started in time (--start-within-s), which
   --resume runs (must be 0); the rewards and milestones.
 
@@ -137,6 +138,10 @@ def main() -> int:
         if f.get("seconds") is not None and f.get("verdict"):
             spans.append((f["started"], f["started"] + f["seconds"]))
             lat["final"].append(f["seconds"])
+            waits = (f["verdict"].get("workers") or {}).get("device_wait_s")
+            if isinstance(waits, dict):  # the final's queueing for the device lock, and the rest: its own work
+                lat.setdefault("final_device_wait", []).append(sum(waits.values()))
+                lat.setdefault("final_own", []).append(f["seconds"] - sum(waits.values()))
     gpu = ""
     if args.device == "cuda":
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()

@@ -373,3 +373,30 @@ def test_a_candidate_holding_the_device_lock_is_rejected_not_waited_for(name, st
         assert refpool.POOL.idle() == 0  # its reference child was closed, not handed back without the lock
     with device_lock("cpu", 0, "exclusive") as held:  # the candidate's process is gone, and its lock with it
         assert held.waited_s < 0.5
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_a_verdict_says_how_long_it_waited_for_the_device(lock_dir):
+    """workers.device_wait_s: the seconds each verdict queued for the device lock, by mode, so that a
+    rollout's verdict latency can be split into queueing and its own work (issue 28)."""
+    from kernelwright.judge.evaluate import evaluate
+
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with device_lock("cpu", 0, "exclusive", what="a test holding the device"):
+            taken.set()
+            release.wait(20)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(10)
+    timer = threading.Timer(1.5, release.set)
+    timer.start()
+    try:
+        v = evaluate(problem("rowsum"), candidate("rowsum_correct"), timing_policy(), device="cpu")
+    finally:
+        release.set()
+        holder.join(10)
+    waits = v.workers["device_wait_s"]
+    assert v.status.value == "correct" and 1.0 <= sum(waits.values()) < 30, waits

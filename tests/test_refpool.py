@@ -142,8 +142,10 @@ def test_the_verdict_says_how_its_workers_came():
     first, _ = _judge("rowsum_correct")
     second, _ = _judge("rowsum_wrong")
     assert first.workers["reference"] == "new" and first.workers["reference_evaluations"] == 1
+    waits = second.workers.pop("device_wait_s")  # seconds waited for the device lock, by mode
     assert second.workers == {"children": first.workers["children"], "reference": "warm", "reference_evaluations": 2,
                               "candidate": "new", "retimed": 0}  # spare candidate children are CUDA's by default (test_spares.py)
+    assert set(waits) <= {"shared", "exclusive"} and all(w >= 0 for w in waits.values())
 
 
 def test_a_service_keeps_one_idle_child_for_each_worker(monkeypatch):

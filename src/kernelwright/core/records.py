@@ -127,7 +127,7 @@ class Verdict:
     system: SystemInfo | None = None  # where it ran
     created_at: str = ""  # ISO-8601 UTC
     sanitizer: dict[str, Any] | None = None  # compute-sanitizer findings when asked for (--sanitize); never decides the status
-    workers: dict[str, Any] | None = None  # how the children came: forked or spawned, the reference child new or warm (judge.refpool)
+    workers: dict[str, Any] | None = None  # how the children came (forked or spawned, the reference child new or warm: judge.refpool), and the seconds waited for the device lock by mode
     memory: dict[str, Any] | None = None  # the verdict's GPU memory: estimate, device size, admission wait (judge.memory)
     sandbox: dict[str, Any] | None = None  # the sandbox generated code ran in: mode, layers, full, missing (judge.sandbox)
     pricing_version: int | None = None  # the rule the times were priced by (judge.pricing.VERSION); null when nothing was timed

@@ -130,7 +130,8 @@ class Children:
         """Hold the device lock (judge.gpulock: shared for untimed work, exclusive for timing); when
         the section ends in a verdict or fails, the children are released or closed before the
         lock goes, so none of their device work (references still computing, say) outlives it."""
-        with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say, check=self._lock_check):
+        with device_lock(self.device, self.policy.gpu_index, mode, what=what, progress=self.say, check=self._lock_check) as held:
+            self.vb.device_wait_s[mode] = self.vb.device_wait_s.get(mode, 0.0) + held.waited_s  # the verdict's queueing, apart
             try:
                 yield
             except Stop:

@@ -114,6 +114,7 @@ class VerdictBuilder:
         self.memory: dict[str, Any] | None = None  # the verdict's `memory` field
         self.sandbox: dict[str, Any] | None = None  # the verdict's `sandbox` field (judge.sandbox_check.record)
         self.jit_from: Callable[[], dict[str, Any] | None] | None = None  # the verdict's `jit` field, read at the end (judge.jit_clock)
+        self.device_wait_s: dict[str, float] = {}  # seconds waited for the device lock, by mode (workers.device_wait_s)
         self.build_s: float | None = None
         self.resources: Resources | None = None
         self.log = ""
@@ -169,7 +170,8 @@ class VerdictBuilder:
             guards=tuple(self.guards), static_findings=tuple(self.static_findings), steps=tuple(self.steps[s] for s in ALL_STEPS),
             timing=self.timing, resources=self.resources, log=self.log,
             system=system_info(self.device, self.policy.gpu_index, self.meta),
-            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), workers=self.workers, memory=self.memory,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), memory=self.memory,
+            workers=self.workers if self.workers is None else {**self.workers, "device_wait_s": {k: round(v, 3) for k, v in self.device_wait_s.items()}},
             sandbox=self.sandbox if self.sandbox is not None else not_started(self.policy.sandbox),
             pricing_version=pricing.VERSION if n.get("runtime_ms") is not None or n.get("eager_ms") is not None else None,
             jit=self.jit_from() if self.jit_from is not None else None,

@@ -24,7 +24,8 @@ are not steps say what refuses the exploit without a switch:
 Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer
 (`hides_time`) may be judged correct with every step on (or refused), but a correct verdict's time
 must show the hidden work (no speedup over eager) while the ablation shows the speedup it would
-have claimed. A trick that
+have claimed (gain `speed`), or, where even the unguarded time cannot beat eager, a time at least
+10x under the guarded one (gain `hidden`). A trick that
 needs a setting to have any chance (`context`: policy fields, `context_off`: steps off) gets that
 setting in both runs, so the two runs differ by `off` alone; a guard that leaves no record of its
 own when it refuses (poison: the failing case is reported by its step) is shown by that ablation.
@@ -435,8 +436,13 @@ def _ablation_failures(e: Exploit, on: dict[str, Any], off: dict[str, Any], said
         bar = max(1.0, on["speedup_vs_eager"] or 0.0) if on["status"] == "correct" else 1.0
         if speedup <= bar:
             return [f"{said}: {speedup:.2f}x eager, not above {bar:.2f}x: no gain that the guard took away"]
-    if e.gain == "hidden" and not (on["status"] == "correct" and on["speedup_vs_eager"] and speedup >= 10 * on["speedup_vs_eager"]):
-        return [f"{said}: {speedup:.4g}x eager against {on['speedup_vs_eager']}x with every step on: not the 10x the hidden work should show"]
+    if e.gain == "hidden":
+        if on["status"] != "correct" or not on["speedup_vs_eager"]:
+            return []  # refused with every step on: nothing priced to compare with (more than the entry promised)
+        if speedup < 10 * on["speedup_vs_eager"]:
+            return [f"{said}: {speedup:.4g}x eager against {on['speedup_vs_eager']:.4g}x with every step on: not the 10x the hidden work should show"]
+        if speedup >= 1.0:
+            return [f"{said}: {speedup:.2f}x eager: the trick gains over eager when unguarded, so its gain is 'speed', not 'hidden'"]
     if e.gain == "none" and speedup >= 1.0:
         return [f"{said}: {speedup:.2f}x eager: the trick gains when unguarded, so its gain is 'speed', not 'none'"]
     return []

@@ -62,7 +62,13 @@ def _demo(args: argparse.Namespace) -> tuple[str, str]:
     from kernelwright.judge.evaluate import resolve_device
 
     dev = resolve_device(args.device)
-    triton = getattr(args, "language", None) == "triton"
+    language = getattr(args, "language", None)
+    if language is None and getattr(args, "config", None):  # a config file's language chooses the recording too
+        try:
+            language = load_config(args.config).get("language")
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
+    triton = language == "triton"
     if triton and importlib.util.find_spec("triton") is None:
         raise _usage("the Triton demo needs Triton: pip install triton (the test extra has it)")
     recording = EXAMPLES / "recordings" / f"{dev}_{DEMO_PROBLEMS[dev]}{'_triton' if triton else ''}.json"

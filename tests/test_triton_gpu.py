@@ -71,3 +71,27 @@ def test_triton_compiles_and_autotuning_are_timed_apart_and_cached_by_content(tm
     assert first.jit["cache"] == "candidate" and first.jit["compiles"] >= 3 and first.jit["configs_benchmarked"] >= 3, first.jit
     assert second.jit["configs_benchmarked"] == 0 and second.jit["compile_s"] < first.jit["compile_s"], (first.jit, second.jit)
     assert "kw_relu_tuned_kernel" in _provenance(first)
+
+
+def test_two_verdicts_of_the_same_triton_files_at_once_do_not_share_the_cache(tmp_path):
+    """A confined child takes the candidate's cache folder for its own uid: while one verdict holds
+    the folder's lock, a second verdict of the same files uses its child's own cache (`process`)."""
+    import shutil
+    import threading
+    import uuid
+
+    from kernelwright.judge.evaluate import evaluate
+
+    cand = tmp_path / "cand"
+    shutil.copytree(CANDIDATES / "relu_triton", cand)
+    with (cand / "model_new.py").open("a") as f:
+        f.write(f"# {uuid.uuid4()}\n")
+    policy = timing_policy(allow_torch_compute=False)
+    verdicts: list = []
+    threads = [threading.Thread(target=lambda: verdicts.append(evaluate(PROBLEMS / "relu.py", cand, policy, device="cuda"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert [v.status.value for v in verdicts] == ["correct", "correct"], [v.log for v in verdicts]
+    assert sorted(v.jit["cache"] for v in verdicts) == ["candidate", "process"], [v.jit for v in verdicts]

@@ -95,3 +95,17 @@ def test_two_verdicts_of_the_same_triton_files_at_once_do_not_share_the_cache(tm
         t.join(600)
     assert [v.status.value for v in verdicts] == ["correct", "correct"], [v.log for v in verdicts]
     assert sorted(v.jit["cache"] for v in verdicts) == ["candidate", "process"], [v.jit for v in verdicts]
+
+
+def test_a_candidate_that_calls_torch_compile_has_inductors_kernels_refused_as_a_library():
+    """With the op audit and the thread check off, what stays between torch.compile's Triton kernels
+    and a `correct` is the provenance step: Inductor names its kernels triton_*, the `triton` library's whoever runs
+    them, and the default policy allows no library."""
+    from kernelwright.core.records import Status
+    from kernelwright.judge.evaluate import evaluate
+
+    # between_calls off too: Inductor's compile threads alive between timed calls refuse it there (tests/zoo.py)
+    policy = timing_policy(allow_torch_compute=False, disabled_steps=frozenset({"op_audit", "between_calls"}))
+    v = evaluate(PROBLEMS / "relu.py", CANDIDATES / "zoo_compile_inside", policy, device="cuda")
+    assert v.status is Status.REJECTED and "kernel_provenance" in [g.name for g in v.guards if g.fired], v.log
+    assert "triton" in _provenance(v) and "triton_" in _provenance(v), _provenance(v)

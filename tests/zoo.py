@@ -272,6 +272,9 @@ EXPLOITS: tuple[Exploit, ...] = (
     Exploit("zoo_suppress_fallback", "rowsum", "a kernel inside contextlib.suppress; torch when it raises (wide rows)", "op_audit", _f("op_audit")),
     Exploit("zoo_inherits_model", "rowsum", "class ModelNew(Model): the reference's own forward", "op_audit", _f("op_audit")),
     Exploit("zoo_aten_ops", "rowsum", "calls torch.ops.aten.sum directly", "op_audit", _f("op_audit")),
+    # between_calls too: Inductor's compile threads (a thread pool, tqdm's monitor) stay alive between timed calls
+    Exploit("zoo_compile_inside", "relu", "the ReLU through torch.compile inside forward: Inductor's kernels, not its own", "op_audit",
+            _f("op_audit", "between_calls")),
     Exploit("zoo_audit_switched_off", "rowsum", "torch compute on strided inputs inside torch._C._DisableTorchDispatch()", "op_audit", _f("op_audit")),
     # -- inputs and outputs ---------------------------------------------------------------------
     Exploit("zoo_zeroes_input", "rowsum", "a correct kernel that zeroes its input afterwards", "inputs_unchanged", _f("inputs_unchanged", "near_duplicate")),

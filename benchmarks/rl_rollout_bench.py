@@ -9,7 +9,7 @@ No LLM is involved: the policy is a scripted OpenAI-compatible server on loopbac
 verify, then submit. Problems: on cuda the built-in problems with a solution in
 benchmarks/solutions/h200 (the first --problems of them), on cpu the examples in examples/cpu.
 
-Figures (rollout_bench.json and .md in --out, with episodes.jsonl):
+Figures (rollout_bench.json and .md in --out, with episodes.jsonl.gz, a copy of rollout/episodes.jsonl):
 - episodes per hour, over the rollout's wall time;
 - the judge's busy fraction: the share of the wall time in which at least one judgement (a tool's
   verify or profile, or a final judgement) was in flight, from the episodes' own timestamps;
@@ -27,6 +27,7 @@ and the busy fraction, this call's. A CPU dry run on 2026-12-06 (the 2-core box)
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -168,6 +169,8 @@ def main() -> int:
     lines = [f"# rl rollout bench ({args.device}, {commit})", "", "```", json.dumps({k: result[k] for k in result if k != "summary"}, indent=1,
                                                                                       default=str), "```"]
     (args.out / "rollout_bench.md").write_text("\n".join(lines) + "\n")
+    with gzip.open(args.out / "episodes.jsonl.gz", "wt") as f:  # every recorded episode beside the figures: one folder to copy back
+        f.write((args.out / "rollout" / "episodes.jsonl").read_text())
     print(json.dumps({k: result[k] for k in ("recorded", "not_started", "lost", "wall_s", "episodes_per_hour", "judge_busy_fraction", "latency_s", "statuses")}, default=str))
     return 0 if result["lost"] == 0 else 1
 

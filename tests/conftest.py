@@ -88,6 +88,16 @@ def candidate(name: str) -> Path:
 ALLOW_TORCH = dict(allow_torch_compute=True)
 
 
+def relu_tasks(tmp_path: Path) -> list:
+    """The RL environment's tasks for a folder holding the relu fixture alone (the trainer adapters' tests)."""
+    from kernelwright.rl import load_tasks
+
+    folder = tmp_path / "problems"
+    folder.mkdir()
+    (folder / "relu.py").write_text((PROBLEMS / "relu.py").read_text())
+    return load_tasks(folder, heldout=0.0)
+
+
 def correctness_policy(**kw) -> Policy:
     """The default test policy: correctness only, no baselines, torch compute allowed (see ALLOW_TORCH)."""
     base = dict(time_candidate=False, compile_baseline=False, baselines="skip", **ALLOW_TORCH)

@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("trl", reason="TRL is not installed: pip install -e '.[rl]'")
 
-from conftest import CANDIDATES, JUDGE_TIMEOUT_S, PROBLEMS  # noqa: E402
+from conftest import CANDIDATES, JUDGE_TIMEOUT_S, relu_tasks  # noqa: E402
 from kernelwright.agent.objective import Objective  # noqa: E402
-from kernelwright.rl import EnvConfig, load_tasks, milestone  # noqa: E402
+from kernelwright.rl import EnvConfig, milestone  # noqa: E402
 from kernelwright.rl.trl import dataset_rows, environment_factory, reward_function  # noqa: E402
 
 GOOD = (CANDIDATES / "relu_correct" / "model_new.py").read_text()
@@ -30,10 +30,7 @@ FAST = Objective(compile_baseline=False, seeds=1, timing_budget_s=1.0, max_turns
 
 @pytest.fixture()
 def tasks(tmp_path):
-    folder = tmp_path / "problems"
-    folder.mkdir()
-    (folder / "relu.py").write_text((PROBLEMS / "relu.py").read_text())
-    return load_tasks(folder, heldout=0.0)
+    return relu_tasks(tmp_path)
 
 
 def _config(tmp_path):

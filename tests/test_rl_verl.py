@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("verl.experimental.agent_loop", reason="verl is not installed: pip install -e '.[verl]'")
 
-from conftest import CANDIDATES, JUDGE_TIMEOUT_S, PROBLEMS  # noqa: E402
+from conftest import CANDIDATES, JUDGE_TIMEOUT_S, relu_tasks  # noqa: E402
 from kernelwright.agent.objective import Objective  # noqa: E402
-from kernelwright.rl import EnvConfig, load_tasks, milestone  # noqa: E402
+from kernelwright.rl import EnvConfig, milestone  # noqa: E402
 from kernelwright.rl import verl as kv  # noqa: E402
 from kernelwright.rl.tasks import task_from_payload  # noqa: E402
 from kernelwright.rl.verl_data import (AGENT_NAME, config_from_dict, config_to_dict, dataset_rows, write_parquet,  # noqa: E402
@@ -32,10 +32,7 @@ TEMPLATE = ("{% if tools %}<|system|>tools: {{ tools | tojson }}\n{% endif %}"
 
 @pytest.fixture()
 def tasks(tmp_path):
-    folder = tmp_path / "problems"
-    folder.mkdir()
-    (folder / "relu.py").write_text((PROBLEMS / "relu.py").read_text())
-    return load_tasks(folder, heldout=0.0)
+    return relu_tasks(tmp_path)
 
 
 @pytest.fixture()

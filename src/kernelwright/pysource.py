@@ -29,3 +29,15 @@ def dotted(node: ast.AST) -> str | None:
     if not isinstance(node, ast.Name):
         return None
     return ".".join([node.id, *reversed(parts)])
+
+
+def names(node: ast.AST, modules: set[str], funcs: set[str], attrs: frozenset[str] | set[str]) -> bool:
+    """Whether `node` names a function imported under the file's own names: a bare name in `funcs`
+    (`from m import f [as g]`), or `M.attr` with M in `modules` (`import m [as M]`) and attr in `attrs`."""
+    path = dotted(node)
+    if path is None:
+        return False
+    if "." not in path:
+        return path in funcs
+    prefix, _, attr = path.rpartition(".")
+    return attr in attrs and prefix in modules

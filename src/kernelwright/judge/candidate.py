@@ -189,13 +189,7 @@ def _load_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
 
 def _is_load(func: ast.expr, modules: set[str], funcs: set[str]) -> bool:
     """Whether a call's target is runtime.load under one of its import names."""
-    dotted = pysource.dotted(func)
-    if dotted is None:
-        return False
-    if "." not in dotted:
-        return dotted in funcs
-    prefix, _, attr = dotted.rpartition(".")
-    return attr == "load" and prefix in modules
+    return pysource.names(func, modules, funcs, {"load"})
 
 
 def _inline_source(call: ast.Call, strings: "_Strings", index: int) -> KernelSource | None:

@@ -301,6 +301,7 @@ class Children:
             "problem_path": problem, "size": self.vb.size, "candidate_path": cand,
             "device": self.device, "precision": self.policy.precision, "init_seed": self.seeds[0],
             "check_identities": self.policy.enabled("function_identities"), "check_inputs": self.policy.enabled("inputs_unchanged"),
+            "triton_kernels": bool(getattr(self.files, "triton_kernels", ())),  # the child times Triton's compiles only then (judge.jit_clock)
         }
 
     def _spare_paths(self, child: Child) -> tuple[str, str]:

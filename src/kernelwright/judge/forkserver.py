@@ -142,18 +142,9 @@ def _child(request: dict[str, Any], fds: list[int], steps: dict[str, float], bef
 
 
 def _interprets(env: Any) -> bool:
-    """Whether Triton, imported under `env`, runs its kernels in its interpreter: TRITON_INTERPRET read
-    by Triton's own rule where its native module is loaded, else by the words that rule takes."""
-    value = env.get("TRITON_INTERPRET")
-    if value is None:
-        return False
-    native = sys.modules.get("triton._C.libtriton")
-    if native is not None and hasattr(native, "getenv_bool") and env is os.environ:
-        try:
-            return bool(native.getenv_bool("TRITON_INTERPRET", False))
-        except Exception:  # noqa: BLE001 - fall back to the words below
-            pass
-    return value.lower() in ("1", "true", "on", "y", "yes")
+    """Whether Triton, imported under `env`, runs its kernels in its interpreter: TRITON_INTERPRET
+    holding one of the words Triton reads as true, in any case, unstripped (as its getenv_bool)."""
+    return env.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "y", "yes")
 
 
 def forget_triton() -> None:

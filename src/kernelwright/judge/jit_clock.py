@@ -40,11 +40,11 @@ def watch(code_root: str) -> int:
         from triton.runtime.jit import JITFunction
     except ImportError:  # a Triton without these names: nothing is timed, and `jit` stays null
         return 0
-    root = os.path.join(os.path.realpath(code_root), "")
-    for module in list(sys.modules.values()):
+    roots = tuple({os.path.join(code_root, ""), os.path.join(os.path.realpath(code_root), "")})
+    for module in list(sys.modules.values()):  # thousands with torch: a prefix test each, no system call
         try:
             path = getattr(module, "__file__", None)
-            if not isinstance(path, str) or not os.path.realpath(path).startswith(root):
+            if not isinstance(path, str) or not path.startswith(roots):
                 continue
             for value in list(vars(module).values()):
                 _watch_chain(value, JITFunction, Autotuner)

@@ -96,15 +96,7 @@ def _triton_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
 
 def _is_triton(expr: ast.expr, modules: set[str], decorators: set[str]) -> bool:
     """`triton.jit`, `triton.autotune(...)`, `jit` imported from triton, under the file's own names."""
-    if isinstance(expr, ast.Call):
-        expr = expr.func
-    dotted = pysource.dotted(expr)
-    if dotted is None:
-        return False
-    if "." not in dotted:
-        return dotted in decorators
-    prefix, _, attr = dotted.rpartition(".")
-    return attr in _TRITON_DECORATORS and prefix in modules
+    return pysource.names(expr.func if isinstance(expr, ast.Call) else expr, modules, decorators, _TRITON_DECORATORS)
 
 
 def triton_kernel_names(texts: Iterable[str | bytes], *, reserved: bool = False) -> set[str]:

@@ -15,7 +15,10 @@ Figures (rollout_bench.json and .md in --out, with episodes.jsonl.gz, a copy of 
   verify or profile, or a final judgement) was in flight, from the episodes' own timestamps;
 - verdict latency inside episodes, p50 and p90, per kind (verify, final), queueing for the device
   included; for finals also split into the wait for the device lock (final_device_wait, from each
-  verdict's workers.device_wait_s) and the rest (final_own);
+  verdict's workers.device_wait_s) and the rest (final_own), and into phases from the verdict's own
+  progress messages (final_setup, final_correctness, final_to_timing: the audit and the wait for
+  the timing lock, final_baselines: eager and torch.compile timed, final_candidate_timing,
+  final_after) with the reference's torch.compile seconds (final_reference_compile);
 - lost episodes: planned minus recorded minus those not started in time (--start-within-s), which
   --resume runs (must be 0); the rewards and milestones.
 
@@ -76,6 +79,34 @@ def busy_fraction(intervals: list[tuple[float, float]], t0: float, t1: float) ->
             covered += b - a
             end = b
     return covered / (t1 - t0) if t1 > t0 else 0.0
+
+
+# where a final verdict's seconds go: the first of its progress messages (env's final["progress"],
+# [seconds since the final began, message]) starting with each prefix, in the order they come
+PHASES = (("setup", "checking correctness"), ("correctness", "correctness cases done"), ("to_timing", "timing "),
+          ("baselines", "warming up the candidate"), ("candidate_timing", "timed "), ("after", "verdict "))
+
+
+def final_phases(progress: list) -> dict[str, float]:
+    """Seconds of each phase of one final verdict (the phases whose start and end were both heard),
+    and the reference's torch.compile seconds when a message says them."""
+    at: dict[str, float] = {}
+    for t, msg in progress or []:
+        for key, prefix in PHASES:
+            if key not in at and str(msg).startswith(prefix):
+                at[key] = float(t)
+        if "torch.compile took " in str(msg):
+            at["compile"] = float(str(msg).split("torch.compile took ", 1)[1].split(" s", 1)[0])
+    out, last = {}, 0.0
+    for key, _ in PHASES:
+        if key in at:
+            out[key] = round(at[key] - last, 3)
+            last = at[key]
+        else:
+            break  # a phase not heard (a refusal before timing): the later ones are not counted
+    if "compile" in at:
+        out["reference_compile"] = at["compile"]
+    return out
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -143,6 +174,8 @@ def main() -> int:
             if isinstance(waits, dict):  # the final's queueing for the device lock, and the rest: its own work
                 lat.setdefault("final_device_wait", []).append(sum(waits.values()))
                 lat.setdefault("final_own", []).append(f["seconds"] - sum(waits.values()))
+            for key, secs in final_phases(f.get("progress") or []).items():
+                lat.setdefault(f"final_{key}", []).append(secs)
     gpu = ""
     if args.device == "cuda":
         gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()

@@ -363,3 +363,16 @@ def test_verdict_phases_split_a_served_verdict_and_skip_what_they_cannot_read():
     assert summary["n"] == 1 and summary["waited_for_the_lock"] == 1
     assert summary["median_s"] == pytest.approx({"queued": 0.5, "setup": 0.2, "correctness": 0.7, "to_timing": 0.4, "timing": 0.6, "after": 0.1})
     assert phases.phase_medians([]) == {"n": 0, "waited_for_the_lock": 0, "median_s": {}}
+
+
+def test_rollout_bench_splits_a_final_verdict_into_its_phases():
+    rollout = _load("rl_rollout_bench")
+    heard = [[0.01, "building 1 raw kernel source(s)"], [0.5, "checking correctness on 11 input sets"],
+             [2.0, "correctness cases done in 1.5 s"], [2.5, "waiting for the GPU (cuda): other work is running on it; then timing"],
+             [9.0, "timing candidate, eager and torch.compile"], [20.0, "warming up the candidate (baselines ready, torch.compile took 8.5 s)"],
+             [26.0, "timed 200 candidate calls (time budget 5 s spent); profiling one call"], [26.25, "verdict correct"]]
+    assert rollout.final_phases(heard) == {"setup": 0.5, "correctness": 1.5, "to_timing": 7.0, "baselines": 11.0, "candidate_timing": 6.0,
+                                           "after": 0.25, "reference_compile": 8.5}
+    refused = heard[:3] + [[2.2, "verdict rejected"]]  # refused before timing: no timing phases, none made up
+    assert rollout.final_phases(refused) == {"setup": 0.5, "correctness": 1.5}
+    assert rollout.final_phases([]) == {}

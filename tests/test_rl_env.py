@@ -71,6 +71,9 @@ def test_a_submitted_correct_candidate_earns_the_milestone_of_its_fresh_final_ve
         assert rec["end"] == "submit" and rec["turns"] == 3 and rec["reward"] == info["reward"]
         assert [c["call"]["name"] for c in rec["calls"]] == ["write_file", "verify", "submit"]
         assert rec["messages"][-1]["role"] == "tool" and rec["final"]["candidate_hash"]
+        heard = rec["final"]["progress"]  # the final's progress messages alone, the verify's left out
+        assert heard[-1][1].startswith("verdict correct") and sum(m.startswith("verdict ") for _, m in heard) == 1
+        assert all(0 <= t <= rec["final"]["seconds"] + 0.01 for t, _ in heard)
         with pytest.raises(EpisodeOver):
             e.step({"name": "list_files"})
 

@@ -123,7 +123,9 @@ class KernelEnv:
         cfg = self.config
         self.device = resolve_device(cfg.device)
         self.task = task
-        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record)
+        self._heard: list[tuple[float, str]] = []  # the judge's progress messages, (time.time(), message)
+        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record,
+                           progress=lambda msg: self._heard.append((time.time(), str(msg))))
         root = (cfg.workroot or self._tmproot()) / f"ep-{uuid.uuid4().hex[:12]}"
         root.mkdir(parents=True, exist_ok=False)
         self.workspace = Workspace(root)
@@ -231,6 +233,7 @@ class KernelEnv:
         self.done = True
         verdict, digest, judged = None, None, None
         began, started = time.monotonic(), time.time()
+        self._heard = []  # the final's own messages: where its seconds went (the rollout bench's phases)
         for attempt in range(2 if self.workspace.has_candidate() else 0):  # an infra_error is judged once more before it excludes
             try:
                 judged = self.judge.final(self.workspace.candidate_path)
@@ -252,7 +255,8 @@ class KernelEnv:
             self.messages[at] = Message(Role.TOOL, text, tool_call_id=old.tool_call_id, name=old.name)
         self.reward = score(verdict, self.config.reward, shaping=self.shaping.total)
         self._episode.update({"end": end, "turns": self.turns, "tokens": self.tokens, "wall_s": round(time.monotonic() - self._t0, 3),
-                              "final": {"verdict": verdict, "candidate_hash": digest, "seconds": round(time.monotonic() - began, 3), "started": round(started, 3)},
+                              "final": {"verdict": verdict, "candidate_hash": digest, "seconds": round(time.monotonic() - began, 3), "started": round(started, 3),
+                                        "progress": [[round(t - started, 3), m[:200]] for t, m in self._heard[:200]]},
                               "reward": self.reward.to_dict(),
                               "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
         return {"end": end, "reward": self.reward.to_dict(), "verdict": verdict, "excluded": self.reward.excluded}

@@ -26,6 +26,12 @@ ROWSUM = FIX / "problems" / "rowsum.py"
 GIB = 2**30
 
 
+def no_wait(msg: str) -> None:
+    """admitted()'s `say` where admission must come at the first look: it speaks only when it waits
+    (a wall-clock bound instead failed on a loaded 2-core CI machine: 0.053 s against 0.05)."""
+    raise AssertionError(f"admitted only after a wait: {msg}")
+
+
 def _meta(i: int, o: int, w: int = 0, p: int = 0) -> dict:
     return {"memory": {"input_bytes": i, "output_bytes": o, "param_bytes": p, "forward_peak_bytes": w}}
 
@@ -131,15 +137,15 @@ def test_admission_waits_for_memory_held_by_another_verdict(ledger):
     assert order == ["first in", "first out", "second in"]
     assert waited >= 0.15 and said and "waiting for GPU memory" in said[0]
     with memory.admitted("cuda-9", 4 * GIB, total):  # fits beside nothing: no wait
-        with memory.admitted("cuda-9", 4 * GIB, total) as w2:  # 8 of 10 GiB: within the share, no wait
-            assert w2 < 0.05
+        with memory.admitted("cuda-9", 4 * GIB, total, say=no_wait):  # 8 of 10 GiB: within the share, no wait
+            pass  # admitted at the first look, or no_wait raised
     assert json.loads((ledger / "cuda-9.mem").read_text()) == {}  # every reservation went with its block
 
 
 def test_a_verdict_alone_is_admitted_whatever_it_needs_and_dead_processes_hold_nothing(ledger):
     (ledger / "cuda-8.mem").write_text(json.dumps({"x": {"pid": 2**22 + 12345, "bytes": 9 * GIB}}))  # no such process
-    with memory.admitted("cuda-8", 9 * GIB, 10 * GIB) as waited:
-        assert waited < 0.05
+    with memory.admitted("cuda-8", 9 * GIB, 10 * GIB, say=no_wait):
+        pass  # admitted at the first look, or no_wait raised
     with pytest.raises(TimeoutError):
         with memory.admitted("cuda-8", 6 * GIB, 10 * GIB):
             with memory.admitted("cuda-8", 6 * GIB, 10 * GIB, timeout_s=0.1):
@@ -234,11 +240,11 @@ def test_forged_ledger_entries_hold_nothing_and_a_held_lock_does(ledger):
     os.mkfifo(fifo)  # opening a FIFO for reading would wait for a writer: every admission would hang
     forged["fifo"] = {"bytes": 9 * GIB, "lock": str(fifo)}
     (ledger / "cuda-6.mem").write_text(json.dumps(forged))
-    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:
-        assert waited < 0.05
+    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5, say=no_wait):
+        pass  # admitted at the first look, or no_wait raised
     (ledger / "cuda-6.mem").write_text("[not, json")
-    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:
-        assert waited < 0.05
+    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5, say=no_wait):
+        pass  # admitted at the first look, or no_wait raised
     held = ledger / "cuda-6.mem.y.held"
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
                                "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)", str(held)],
@@ -252,8 +258,8 @@ def test_forged_ledger_entries_hold_nothing_and_a_held_lock_does(ledger):
     finally:
         holder.kill()
         holder.wait()
-    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5) as waited:  # its process gone, its lock went with it
-        assert waited < 0.05
+    with memory.admitted("cuda-6", 6 * GIB, 10 * GIB, timeout_s=0.5, say=no_wait):  # its process gone, its lock went with it
+        pass  # admitted at the first look, or no_wait raised
     assert not list(ledger.glob("cuda-6.mem.*-*.held"))  # our own lock files go with their reservations
     with open(held) as f:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -558,8 +564,7 @@ def test_a_ledger_locked_by_another_process_delays_admission_and_release_only_so
         with contextlib.suppress(OSError):
             fcntl.flock(hog, fcntl.LOCK_UN)
 
-    with memory.admitted("cuda-5", GIB, 10 * GIB) as waited:
-        assert waited < 0.05
+    with memory.admitted("cuda-5", GIB, 10 * GIB, say=no_wait):
         hog = os.open(path, os.O_RDWR)
         fcntl.flock(hog, fcntl.LOCK_EX)  # another open file: a lock of its own, as another process's would be
         timer = threading.Timer(5, let_go)

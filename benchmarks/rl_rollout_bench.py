@@ -23,8 +23,13 @@ Figures (rollout_bench.json and .md in --out, with episodes.jsonl.gz, a copy of 
   --resume runs (must be 0); the rewards and milestones.
 
 With --resume, lost episodes, statuses and latencies cover every call's episodes; episodes per hour
-and the busy fraction, this call's. A CPU dry run on 2026-12-06 (the 2-core box),
-`--device cpu --episodes 8 --concurrency 2`: 8 of 8 correct, none lost, 82 s.
+and the busy fraction, this call's. A rollout may go on on another machine: copy back
+`tar czf state.tgz OUT/rollout OUT/store.sqlite OUT/problems` (OUT relative to the checkout, as
+`out/rlb`), unpack it in the next checkout and pass the same --out with --resume (on the GPU
+machine's tool, `carry` that folder). Tried on the CPU on 2026-12-07: 2 of 4 episodes in one folder, the
+other 2 resumed from the tar in another checkout, 4 recorded once, none lost.
+A CPU dry run on 2026-12-06 (the 2-core box), `--device cpu --episodes 8 --concurrency 2`: 8 of 8
+correct, none lost, 82 s.
 """
 
 from __future__ import annotations

@@ -16,9 +16,14 @@ Figures (rollout_bench.json and .md in --out, with episodes.jsonl.gz, a copy of 
 - verdict latency inside episodes, p50 and p90, per kind (verify, final), queueing for the device
   included; for finals also split into the wait for the device lock (final_device_wait, from each
   verdict's workers.device_wait_s) and the rest (final_own), and into phases from the verdict's own
-  progress messages (final_setup, final_correctness, final_to_timing: the audit and the wait for
-  the timing lock, final_baselines: eager and torch.compile timed, final_candidate_timing,
-  final_after) with the reference's torch.compile seconds (final_reference_compile);
+  progress messages: final_setup (children, import), final_correctness (the cases),
+  final_to_timing (the op audit and the wait for the timing lock), final_timing_setup (the reference
+  child's warm-up and torch.compile build), final_timing (the candidate's warm-up, then the
+  interleaved timing rounds of candidate, eager and compiled), final_guards (the profile and the timing guards),
+  final_after_verdict (after the verdict's message: on CUDA the compute-sanitizer run), with the
+  reference's torch.compile seconds (final_reference_compile). Through a judge service
+  (KERNELWRIGHT_SERVICE) the episode hears one message per poll: few or no phases; this bench
+  judges in process;
 - lost episodes: planned minus recorded minus those not started in time (--start-within-s), which
   --resume runs (must be 0); the rewards and milestones.
 
@@ -87,30 +92,36 @@ def busy_fraction(intervals: list[tuple[float, float]], t0: float, t1: float) ->
 
 
 # where a final verdict's seconds go: the first of its progress messages (env's final["progress"],
-# [seconds since the final began, message]) starting with each prefix, in the order they come
+# [seconds since the final's last attempt began, message]) starting with each prefix, in order
 PHASES = (("setup", "checking correctness"), ("correctness", "correctness cases done"), ("to_timing", "timing "),
-          ("baselines", "warming up the candidate"), ("candidate_timing", "timed "), ("after", "verdict "))
+          ("timing_setup", "warming up the candidate"), ("timing", "timed "), ("guards", "verdict "))
 
 
-def final_phases(progress: list) -> dict[str, float]:
-    """Seconds of each phase of one final verdict (the phases whose start and end were both heard),
-    and the reference's torch.compile seconds when a message says them."""
+def final_phases(progress: list, seconds: float | None = None) -> dict[str, float]:
+    """Seconds of each phase of one final verdict (those whose start and end were both heard), the
+    rest after its `verdict` message when `seconds` (the attempt's) is given (on CUDA the
+    compute-sanitizer run), and the reference's torch.compile seconds when a message says them."""
     at: dict[str, float] = {}
+    compile_s = None
     for t, msg in progress or []:
         for key, prefix in PHASES:
             if key not in at and str(msg).startswith(prefix):
                 at[key] = float(t)
-        if "torch.compile took " in str(msg):
-            at["compile"] = float(str(msg).split("torch.compile took ", 1)[1].split(" s", 1)[0])
+        if compile_s is None and "torch.compile took " in str(msg):  # the first: a retime says it again, from the cache
+            try:
+                compile_s = float(str(msg).split("torch.compile took ", 1)[1].split(" s", 1)[0])
+            except ValueError:
+                pass
     out, last = {}, 0.0
     for key, _ in PHASES:
-        if key in at:
-            out[key] = round(at[key] - last, 3)
-            last = at[key]
-        else:
+        if key not in at:
             break  # a phase not heard (a refusal before timing): the later ones are not counted
-    if "compile" in at:
-        out["reference_compile"] = at["compile"]
+        out[key] = round(at[key] - last, 3)
+        last = at[key]
+    if seconds is not None and out:
+        out["after_verdict" if "guards" in out else "unheard"] = round(max(0.0, seconds - last), 3)
+    if compile_s is not None:
+        out["reference_compile"] = compile_s
     return out
 
 
@@ -179,7 +190,7 @@ def main() -> int:
             if isinstance(waits, dict):  # the final's queueing for the device lock, and the rest: its own work
                 lat.setdefault("final_device_wait", []).append(sum(waits.values()))
                 lat.setdefault("final_own", []).append(f["seconds"] - sum(waits.values()))
-            for key, secs in final_phases(f.get("progress") or []).items():
+            for key, secs in final_phases(f.get("progress") or [], f["seconds"] - (f.get("progress_from") or 0.0)).items():
                 lat.setdefault(f"final_{key}", []).append(secs)
     gpu = ""
     if args.device == "cuda":

@@ -371,8 +371,13 @@ def test_rollout_bench_splits_a_final_verdict_into_its_phases():
              [2.0, "correctness cases done in 1.5 s"], [2.5, "waiting for the GPU (cuda): other work is running on it; then timing"],
              [9.0, "timing candidate, eager and torch.compile"], [20.0, "warming up the candidate (baselines ready, torch.compile took 8.5 s)"],
              [26.0, "timed 200 candidate calls (time budget 5 s spent); profiling one call"], [26.25, "verdict correct"]]
-    assert rollout.final_phases(heard) == {"setup": 0.5, "correctness": 1.5, "to_timing": 7.0, "baselines": 11.0, "candidate_timing": 6.0,
-                                           "after": 0.25, "reference_compile": 8.5}
+    assert rollout.final_phases(heard) == {"setup": 0.5, "correctness": 1.5, "to_timing": 7.0, "timing_setup": 11.0, "timing": 6.0,
+                                           "guards": 0.25, "reference_compile": 8.5}
+    assert rollout.final_phases(heard, seconds=30.0)["after_verdict"] == 3.75  # on CUDA the compute-sanitizer's run
+    retimed = heard[:-1] + [[27.0, "retiming: torch.compile took 0.4 s"], [30.0, "verdict correct"]]
+    assert rollout.final_phases(retimed)["reference_compile"] == 8.5  # the first build's, not the retime's cache load
     refused = heard[:3] + [[2.2, "verdict rejected"]]  # refused before timing: no timing phases, none made up
     assert rollout.final_phases(refused) == {"setup": 0.5, "correctness": 1.5}
+    assert rollout.final_phases(refused, seconds=2.5) == {"setup": 0.5, "correctness": 1.5, "unheard": 0.5}
+    assert rollout.final_phases([[1.0, "torch.compile took ? s"]]) == {}
     assert rollout.final_phases([]) == {}

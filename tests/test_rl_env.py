@@ -20,6 +20,18 @@ def env(tmp_path, **kw) -> KernelEnv:
                                workroot=tmp_path / "episodes", **kw))
 
 
+def _rollout_bench():
+    """benchmarks/rl_rollout_bench.py, loaded as test_bench_helpers loads the benchmark scripts."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rl_rollout_bench.py"
+    spec = importlib.util.spec_from_file_location("kw_bench_rl_rollout_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def write(code: str) -> dict:
     return {"name": "write_file", "arguments": {"path": "model_new.py", "content": code}}
 
@@ -74,6 +86,8 @@ def test_a_submitted_correct_candidate_earns_the_milestone_of_its_fresh_final_ve
         heard = rec["final"]["progress"]  # the final's progress messages alone, the verify's left out
         assert heard[-1][1].startswith("verdict correct") and sum(m.startswith("verdict ") for _, m in heard) == 1
         assert all(0 <= t <= rec["final"]["seconds"] + 0.01 for t, _ in heard)
+        phases = _rollout_bench().final_phases(heard, rec["final"]["seconds"])  # the bench's prefixes match the judge's words
+        assert list(phases)[:7] == ["setup", "correctness", "to_timing", "timing_setup", "timing", "guards", "after_verdict"], heard
         with pytest.raises(EpisodeOver):
             e.step({"name": "list_files"})
 

@@ -233,8 +233,9 @@ class KernelEnv:
         self.done = True
         verdict, digest, judged = None, None, None
         began, started = time.monotonic(), time.time()
-        self._heard = []  # the final's own messages: where its seconds went (the rollout bench's phases)
+        heard_from = started
         for attempt in range(2 if self.workspace.has_candidate() else 0):  # an infra_error is judged once more before it excludes
+            self._heard, heard_from = [], time.time()  # the last attempt's own messages: where its seconds went (the rollout bench's phases)
             try:
                 judged = self.judge.final(self.workspace.candidate_path)
                 verdict, digest = judged.verdict.to_dict(), judged.candidate_hash
@@ -256,7 +257,10 @@ class KernelEnv:
         self.reward = score(verdict, self.config.reward, shaping=self.shaping.total)
         self._episode.update({"end": end, "turns": self.turns, "tokens": self.tokens, "wall_s": round(time.monotonic() - self._t0, 3),
                               "final": {"verdict": verdict, "candidate_hash": digest, "seconds": round(time.monotonic() - began, 3), "started": round(started, 3),
-                                        "progress": [[round(t - started, 3), m[:200]] for t, m in self._heard[:200]]},
+                                        # the judge's messages in the last attempt, [seconds since it began, text]; through a judge
+                                        # service only what the client's polls heard (one message per poll)
+                                        "progress": [[round(t - heard_from, 3), m[:200]] for t, m in self._heard[:200]],
+                                        "progress_from": round(heard_from - started, 3)},
                               "reward": self.reward.to_dict(),
                               "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
         return {"end": end, "reward": self.reward.to_dict(), "verdict": verdict, "excluded": self.reward.excluded}

@@ -206,12 +206,15 @@ def test_session_tools_keep_their_calls_and_refuse_the_protected_files(tmp_path:
 # -- CUDA Agent workdirs -------------------------------------------------------------------------------
 
 
+# the kernel's file needs no pybind: torch/types.h parses in about 11 s on the 2-core box against
+# torch/extension.h's 25 s (g++ -fsyntax-only). The imported workdir's build, CI's longest test, took
+# 63 s of CPU instead of 77 s alone; its wall time alone stayed about 47 s (two files built at once)
 BINDING = """#include <torch/extension.h>
 torch::Tensor rowsum_forward(torch::Tensor x);
 PYBIND11_MODULE(cuda_extension, m) { m.def("rowsum_forward", &rowsum_forward); }
 """
 
-KERNEL = """#include <torch/extension.h>
+KERNEL = """#include <torch/types.h>
 torch::Tensor rowsum_forward(torch::Tensor x) {
     auto xc = x.contiguous();
     auto y = torch::empty({xc.size(0)}, xc.options());

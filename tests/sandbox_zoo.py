@@ -16,8 +16,8 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -548,7 +548,9 @@ class World:
         self.service_dir = Path(tempfile.mkdtemp(prefix="kw-zoo-svc-", dir="/tmp" if os.path.isdir("/tmp") else None))  # a short path
         self.server, url = make_server(self.service, socket_path=self.service_dir / "j.sock")
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.tag = str(random.randrange(10**6, 10**7))
+        # 18 digits from the OS, not `random` (tests elsewhere in the worker reseed it): a tag that
+        # can only be in a command line because an attack put it there
+        self.tag = str(10**17 + secrets.randbelow(9 * 10**17))
         self.values = {"store": str(self.store), "judge_pid": os.getpid(), "outside": str(self.outside), "tag": self.tag,
                        "port": self.listeners.port, "unix_path": self.listeners.unix_path, "other_dir": str(self.other),
                        "other_file": str(self.other / "model_new.py"), "shm_file": str(self.shm / "model_new.py"), "bomb": BOMB, "fill_mib": FILL_MIB, "map_gib": MAP_GIB,
@@ -590,7 +592,7 @@ class World:
             with contextlib.suppress(OSError):
                 os.kill(pid, 9)
         if left:
-            changed.append(f"{len(left)} process(es) outlived the verdict")
+            changed.append(f"{len(left)} process(es) outlived the verdict: {sorted(left.items())}")
         return changed
 
 
@@ -608,16 +610,18 @@ def unsound_cache(cache: Path) -> list[str]:
     return bad
 
 
-def tagged(tag: str) -> list[int]:
-    """Processes whose command line carries the tag (what the bomb and the daemon exec)."""
-    found = []
+def tagged(tag: str) -> dict[int, str]:
+    """Processes whose command line carries the tag (what the bomb and the daemon exec): their
+    command lines by pid."""
+    found = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if tag.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
+                line = Path(f"/proc/{name}/cmdline").read_bytes()
             except OSError:
                 continue
+            if tag.encode() in line:
+                found[int(name)] = line.replace(b"\0", b" ").decode(errors="replace").strip()[:200]
     return found
 
 

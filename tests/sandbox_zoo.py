@@ -592,7 +592,7 @@ class World:
             with contextlib.suppress(OSError):
                 os.kill(pid, 9)
         if left:
-            changed.append(f"{len(left)} process(es) outlived the verdict: {sorted(left.items())}")
+            changed.append(f"{len(left)} process(es) outlived the verdict: {sorted(left.items())[:5]}")
         return changed
 
 

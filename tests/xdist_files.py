@@ -4,8 +4,8 @@ Under `-n 2 --dist loadfile` (pyproject's addopts) each file runs whole on one w
 fixtures are set up once, and the files that build the same C++ torch extensions share a worker, so
 each extension is compiled once (half a minute each on the 2-core box). The scheduler groups by
 file name itself: xdist's `loadgroup` does not group under pytest 9.2, whose test ids ignore the
-group suffix xdist 3.8 writes (every test became a group of its own: module fixtures set up once
-per test, extensions compiled on both workers, and the sandbox zoo's attacks run beside each other).
+group suffix xdist 3.8 writes (every test became a group of its own: a file's module fixtures set up
+on both workers, extensions compiled on both, and the sandbox zoo's attacks run beside each other).
 tests/test_xdist_files.py checks the grouping in a pytest run of its own.
 """
 
@@ -28,7 +28,10 @@ def work_unit(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest groups first (a stable sort: the rest keep their order)."""
+    """In an xdist worker, the longest groups first (a stable sort: the rest keep their order; the
+    workers' collections, which must agree, are sorted alike). A serial run keeps pytest's order."""
+    if not hasattr(config, "workerinput"):
+        return
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))
 
@@ -36,7 +39,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under `--dist loadfile`, xdist's file scheduler with work_unit as a file's group, the groups
-    handed out in collection order (pytest_collection_modifyitems'), not by their number of tests."""
+    handed out in collection order (pytest_collection_modifyitems'), not by their number of tests
+    (so `--loadscope-reorder` has no effect here)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

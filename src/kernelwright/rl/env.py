@@ -123,9 +123,8 @@ class KernelEnv:
         cfg = self.config
         self.device = resolve_device(cfg.device)
         self.task = task
-        self._heard: list[tuple[float, str]] = []  # the judge's progress messages, (time.time(), message)
-        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record,
-                           progress=lambda msg: self._heard.append((time.time(), str(msg))))
+        self._heard: list[tuple[float, str]] | None = None  # the final's progress messages, (time.time(), message); None outside it
+        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record, progress=self._hear)
         root = (cfg.workroot or self._tmproot()) / f"ep-{uuid.uuid4().hex[:12]}"
         root.mkdir(parents=True, exist_ok=False)
         self.workspace = Workspace(root)
@@ -259,7 +258,7 @@ class KernelEnv:
                               "final": {"verdict": verdict, "candidate_hash": digest, "seconds": round(time.monotonic() - began, 3), "started": round(started, 3),
                                         # the judge's messages in the last attempt, [seconds since it began, text]; through a judge
                                         # service only what the client's polls heard (one message per poll)
-                                        "progress": [[round(t - heard_from, 3), m[:200]] for t, m in self._heard[:200]],
+                                        "progress": [[round(t - heard_from, 3), m[:200]] for t, m in (self._heard or [])[:200]],
                                         "progress_from": round(heard_from - started, 3)},
                               "reward": self.reward.to_dict(),
                               "excluded": self.reward.excluded, "messages": [m.to_dict() for m in self.messages]})
@@ -308,6 +307,11 @@ class KernelEnv:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _hear(self, msg: object) -> None:
+        """The judge's progress callback: kept during the final only (the verifies' are not used)."""
+        if self._heard is not None:
+            self._heard.append((time.time(), str(msg)))
 
     def _tmproot(self) -> Path:
         if self._tmp is None:

@@ -10,6 +10,10 @@ Sections, each the median (and all runs) of --runs fresh processes:
   timed, the interpreter's start and torch's import included, and the status is recorded.
 - `dynamo_import`: `import torch._dynamo` in a fresh interpreter after `import torch`
   (docs/judge.md, the fork server).
+- `synth_fresh_worker`: `kernelwright synth --n 6 --device cpu --workers 1` (the rule composer's
+  tasks: workers are reused), then `synth --from` that run's folder, the same 6 tasks, each job in
+  a fresh worker (docs/synth.md). Per run: each command's wall time and report, and the difference
+  per task.
 
 Writes DIR/doc_figures_cpu.json. Nothing here needs a GPU; run it on a quiet machine.
 """
@@ -88,6 +92,30 @@ def dynamo_import(runs: int) -> dict:
     return {"median_s": round(statistics.median(secs), 3), "runs_s": secs}
 
 
+def synth_fresh_worker(runs: int) -> dict:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(runs):
+            shared, fresh = Path(tmp) / f"shared{i}", Path(tmp) / f"fresh{i}"
+            common = ["--n", "6", "--device", "cpu", "--workers", "1", "--json"]
+            took_s, done_s = _timed([sys.executable, "-m", "kernelwright", "synth", "--seed", str(i), "--out", str(shared), *common], Path(tmp))
+            took_f, done_f = _timed([sys.executable, "-m", "kernelwright", "synth", "--from", str(shared), "--out", str(fresh), *common], Path(tmp))
+            if done_s.returncode or done_f.returncode:
+                raise RuntimeError(f"synth failed: {done_s.stderr[-400:]} {done_f.stderr[-400:]}")
+            rep_s, rep_f = (json.loads((d / "report.json").read_text()) for d in (shared, fresh))
+            row = {"seed": i, "shared_wall_s": round(took_s, 3), "fresh_wall_s": round(took_f, 3),
+                   "shared_report_wall_s": rep_s.get("wall_s"), "fresh_report_wall_s": rep_f.get("wall_s"),
+                   "shared_candidates": rep_s.get("n_candidates"), "fresh_candidates": rep_f.get("n_candidates"),
+                   "accepted": [rep_s.get("n_accepted"), rep_f.get("n_accepted")]}
+            if isinstance(row["shared_report_wall_s"], (int, float)) and isinstance(row["fresh_report_wall_s"], (int, float)):
+                row["fresh_minus_shared_per_candidate_s"] = round(row["fresh_report_wall_s"] / max(1, row["fresh_candidates"] or 1)
+                                                                  - row["shared_report_wall_s"] / max(1, row["shared_candidates"] or 1), 3)
+            rows.append(row)
+            print(f"[synth_fresh_worker] run {i + 1}/{runs}: {json.dumps(row)}", flush=True)
+    deltas = [r["fresh_minus_shared_per_candidate_s"] for r in rows if "fresh_minus_shared_per_candidate_s" in r]
+    return {"runs": rows, "median_fresh_minus_shared_per_candidate_s": round(statistics.median(deltas), 3) if deltas else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for doc_figures_cpu.json")
@@ -106,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                        "load_before": os.getloadavg()[0], "command": " ".join(sys.argv)},
         "early_refusals": early_refusals(args.runs),
         "dynamo_import": dynamo_import(args.runs),
+        "synth_fresh_worker": synth_fresh_worker(max(1, min(args.runs, 3))),
     }
     result["provenance"]["load_after"] = os.getloadavg()[0]
     path = out / "doc_figures_cpu.json"

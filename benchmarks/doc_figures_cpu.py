@@ -12,8 +12,9 @@ Sections, each the median (and all runs) of --runs fresh processes:
   (docs/judge.md, the fork server).
 - `synth_fresh_worker`: `kernelwright synth --n 6 --device cpu --workers 1` (the rule composer's
   tasks: workers are reused), then `synth --from` that run's folder, the same 6 tasks, each job in
-  a fresh worker (docs/synth.md). Per run: each command's wall time and report, and the difference
-  per task.
+  a fresh worker (docs/synth.md). Per run: each command's wall time, the reports' worker seconds per
+  candidate of each stage, and, where both runs examined the same number of candidates, the
+  difference of the reports' wall times per task.
 
 Writes DIR/doc_figures_cpu.json. Nothing here needs a GPU; run it on a quiet machine.
 """
@@ -107,13 +108,17 @@ def synth_fresh_worker(runs: int) -> dict:
                    "shared_report_wall_s": rep_s.get("wall_s"), "fresh_report_wall_s": rep_f.get("wall_s"),
                    "shared_candidates": rep_s.get("n_candidates"), "fresh_candidates": rep_f.get("n_candidates"),
                    "accepted": [rep_s.get("n_accepted"), rep_f.get("n_accepted")]}
-            if isinstance(row["shared_report_wall_s"], (int, float)) and isinstance(row["fresh_report_wall_s"], (int, float)):
-                row["fresh_minus_shared_per_candidate_s"] = round(row["fresh_report_wall_s"] / max(1, row["fresh_candidates"] or 1)
-                                                                  - row["shared_report_wall_s"] / max(1, row["shared_candidates"] or 1), 3)
+            per = {r["stage"]: [r["worker_seconds"], r["entered"]] for r in rep_s.get("stages", [])}
+            row["worker_s_per_entered"] = {r["stage"]: [round(per[r["stage"]][0] / max(1, per[r["stage"]][1]), 3),
+                                                        round(r["worker_seconds"] / max(1, r["entered"]), 3)]
+                                           for r in rep_f.get("stages", []) if r["stage"] in per}  # [shared, fresh]
+            if row["shared_candidates"] == row["fresh_candidates"]:  # the same work both ways: the wall time compares
+                row["fresh_minus_shared_per_task_s"] = round((row["fresh_report_wall_s"] - row["shared_report_wall_s"]) / row["fresh_candidates"], 3)
             rows.append(row)
             print(f"[synth_fresh_worker] run {i + 1}/{runs}: {json.dumps(row)}", flush=True)
-    deltas = [r["fresh_minus_shared_per_candidate_s"] for r in rows if "fresh_minus_shared_per_candidate_s" in r]
-    return {"runs": rows, "median_fresh_minus_shared_per_candidate_s": round(statistics.median(deltas), 3) if deltas else None}
+    deltas = [r["fresh_minus_shared_per_task_s"] for r in rows if "fresh_minus_shared_per_task_s" in r]
+    return {"runs": rows, "median_fresh_minus_shared_per_task_s": round(statistics.median(deltas), 3) if deltas else None,
+            "runs_compared": len(deltas)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                        "load_before": os.getloadavg()[0], "command": " ".join(sys.argv)},
         "early_refusals": early_refusals(args.runs),
         "dynamo_import": dynamo_import(args.runs),
-        "synth_fresh_worker": synth_fresh_worker(max(1, min(args.runs, 3))),
+        "synth_fresh_worker": synth_fresh_worker(args.runs),
     }
     result["provenance"]["load_after"] = os.getloadavg()[0]
     path = out / "doc_figures_cpu.json"

@@ -3,26 +3,33 @@ comes from benchmarks/results/ or names its commit).
 
     PYTHONPATH=src python3 benchmarks/doc_figures_cpu.py --out DIR [--runs 5] [--commit SHA]
 
-Sections, each the median (and all runs) of --runs fresh processes:
+The docs quote these as ratios against an anchor measured in the same run (STYLE 14: absolute
+times come from the GPU machine only); the seconds are kept for the record. Sections, each over
+--runs fresh processes (median and every run):
 - `early_refusals`: the wall time of `kernelwright eval --device cpu --no-store` for a candidate
   with a syntax error, an empty model_new.py, and a ModelNew whose constructor cannot take the
   problem's init inputs (README.md, "Using it", and docs/judge.md, "eval"). The whole command is
-  timed, the interpreter's start and torch's import included, and the status is recorded.
-- `dynamo_import`: `import torch._dynamo` in a fresh interpreter after `import torch`
-  (docs/judge.md, the fork server).
-- `synth_fresh_worker`: `kernelwright synth --n 6 --device cpu --workers 1` (the rule composer's
-  tasks: workers are reused), then `synth --from` that run's folder, the same 6 tasks, each job in
-  a fresh worker (docs/synth.md). Per run: each command's wall time, the reports' worker seconds per
-  candidate of each stage, and, where both runs examined the same number of candidates, the
-  difference of the reports' wall times per task.
+  timed: the interpreter's start and kernelwright's imports (the judge's process imports no torch
+  for these). Anchor: the same command judging the example's honest candidate (a full verdict),
+  runs interleaved with the refusals'.
+- `dynamo_import`: `import torch._dynamo` in a fresh interpreter after `import torch`; anchor:
+  that `import torch` in the same process (docs/judge.md, the fork server).
+- `synth_fresh_worker`: `kernelwright synth --n N --device cpu --workers 1` (the rule composer's
+  tasks: one worker reused for every job), and `synth --from` that run's folder (the same tasks,
+  each job in a fresh worker; docs/synth.md). Per run, the compile stage's worker seconds per
+  candidate both ways, the other stages' too, and the paired difference; the two runs' reports are
+  copied to DIR. Each run's first job pays a fresh worker both ways, so N (--synth-n, default 12)
+  dilutes that.
 
-Writes DIR/doc_figures_cpu.json. Nothing here needs a GPU; run it on a quiet machine.
+Writes DIR/doc_figures_cpu.json. Nothing here needs a GPU; run it on a quiet machine (the load
+average before and after is recorded).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import os
 import platform
 import statistics
@@ -34,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "cpu" / "elementwise_chain" / "problem.py"
+HONEST = PROBLEM.parent  # the example's own candidate folder (model_new.py and kernels/)
 
 CANDIDATES = {
     "syntax_error": "import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n",
@@ -51,6 +59,12 @@ def _commit(given: str) -> str:
     return out.stdout.strip() or given
 
 
+def _tree_changed() -> bool | None:
+    """Whether the working tree differs from the commit recorded (None outside a git checkout)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT)
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
+
+
 def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
@@ -62,73 +76,107 @@ def _timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProces
     return time.perf_counter() - t0, done
 
 
+def _eval(cand: Path) -> list[str]:
+    return [sys.executable, "-m", "kernelwright", "eval", str(PROBLEM), str(cand), "--device", "cpu", "--no-store"]
+
+
 def early_refusals(runs: int) -> dict:
-    rows = {}
+    secs: dict[str, list[float]] = {name: [] for name in CANDIDATES}
+    statuses: dict[str, set[str]] = {name: set() for name in CANDIDATES}
+    reasons: dict[str, set[str]] = {name: set() for name in CANDIDATES}
+    anchor: list[float] = []
+    honest: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in CANDIDATES.items():
-            cand = Path(tmp) / name
-            cand.mkdir()
-            (cand / "model_new.py").write_text(text)
-            secs, statuses, reasons = [], [], set()
-            for i in range(runs):
-                took, done = _timed([sys.executable, "-m", "kernelwright", "eval", str(PROBLEM), str(cand), "--device", "cpu",
-                                     "--no-store"], Path(tmp))
+            (Path(tmp) / name).mkdir()
+            (Path(tmp) / name / "model_new.py").write_text(text)
+        for i in range(runs):  # each round: the three refusals, then the anchor
+            for name in CANDIDATES:
+                took, done = _timed(_eval(Path(tmp) / name), Path(tmp))
                 first = (done.stdout.strip().splitlines() or [f"exit {done.returncode}: {done.stderr.strip()[-200:]}"])[0]
-                statuses.append(first.split(":")[0])  # eval's first line: the status and its reason
-                reasons.add(first.replace(tmp, "TMP")[:300])
-                secs.append(round(took, 3))
-                print(f"[early_refusals] {name} run {i + 1}/{runs}: {took:.2f} s, {statuses[-1]}", flush=True)
-            rows[name] = {"median_s": round(statistics.median(secs), 3), "runs_s": secs, "statuses": sorted(set(statuses)),
-                          "reasons": sorted(reasons)}
-    return rows
+                statuses[name].add(first.split(":")[0])  # eval's first line: the status and its reason
+                reasons[name].add(first.replace(tmp, "TMP")[:300])
+                secs[name].append(round(took, 3))
+                print(f"[early_refusals] {name} run {i + 1}/{runs}: {took:.2f} s, {first.split(':')[0]}", flush=True)
+            took, done = _timed(_eval(HONEST), Path(tmp))
+            anchor.append(round(took, 3))
+            honest.add((done.stdout.strip().splitlines() or [f"exit {done.returncode}"])[0].split(":")[0])
+            print(f"[early_refusals] anchor run {i + 1}/{runs}: {took:.2f} s", flush=True)
+    med = statistics.median(anchor)
+    rows = {name: {"median_s": round(statistics.median(secs[name]), 3), "runs_s": secs[name], "statuses": sorted(statuses[name]),
+                   "reasons": sorted(reasons[name]), "ratio_to_full_verdict": round(statistics.median(secs[name]) / med, 4)}
+            for name in CANDIDATES}
+    return {"refusals": rows, "anchor": {"what": "the same command judging the example's own candidate (a full verdict)", "median_s": round(med, 3),
+                                         "runs_s": anchor, "statuses": sorted(honest)}}
 
 
 def dynamo_import(runs: int) -> dict:
-    code = "import time, torch; t = time.perf_counter(); import torch._dynamo; print(time.perf_counter() - t)"
-    secs = []
+    code = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); import torch._dynamo; "
+            "print(t1 - t0, time.perf_counter() - t1)")
+    secs, anchor = [], []
     for i in range(runs):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300, check=True)
-        secs.append(round(float(done.stdout.strip().splitlines()[-1]), 3))
-        print(f"[dynamo_import] run {i + 1}/{runs}: {secs[-1]:.2f} s", flush=True)
-    return {"median_s": round(statistics.median(secs), 3), "runs_s": secs}
+        torch_s, dynamo_s = (float(x) for x in done.stdout.strip().splitlines()[-1].split())
+        secs.append(round(dynamo_s, 3))
+        anchor.append(round(torch_s, 3))
+        print(f"[dynamo_import] run {i + 1}/{runs}: import torch {torch_s:.2f} s, then torch._dynamo {dynamo_s:.2f} s", flush=True)
+    ratios = [round(d / a, 3) for d, a in zip(secs, anchor)]
+    return {"median_s": round(statistics.median(secs), 3), "runs_s": secs,
+            "anchor": {"what": "import torch, in the same process before it", "median_s": round(statistics.median(anchor), 3), "runs_s": anchor},
+            "ratio_to_torch_import": {"median": statistics.median(ratios), "runs": ratios}}
 
 
-def synth_fresh_worker(runs: int) -> dict:
+def synth_fresh_worker(runs: int, n: int, out: Path) -> dict:
+    """Per seed: an untimed composer run makes the task set; then the composer run again (same seed,
+    same tasks, one reused worker) and `--from` the set (a fresh worker per job), in alternating
+    order. Compared: each stage's worker seconds per candidate that entered it."""
     rows = []
+    keep = out / "synth_reports"
+    keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
-            shared, fresh = Path(tmp) / f"shared{i}", Path(tmp) / f"fresh{i}"
-            common = ["--n", "6", "--device", "cpu", "--workers", "1", "--json"]
-            took_s, done_s = _timed([sys.executable, "-m", "kernelwright", "synth", "--seed", str(i), "--out", str(shared), *common], Path(tmp))
-            took_f, done_f = _timed([sys.executable, "-m", "kernelwright", "synth", "--from", str(shared), "--out", str(fresh), *common], Path(tmp))
-            if done_s.returncode or done_f.returncode:
-                raise RuntimeError(f"synth failed: {done_s.stderr[-400:]} {done_f.stderr[-400:]}")
-            rep_s, rep_f = (json.loads((d / "report.json").read_text()) for d in (shared, fresh))
-            row = {"seed": i, "shared_wall_s": round(took_s, 3), "fresh_wall_s": round(took_f, 3),
-                   "shared_report_wall_s": rep_s.get("wall_s"), "fresh_report_wall_s": rep_f.get("wall_s"),
-                   "shared_candidates": rep_s.get("n_candidates"), "fresh_candidates": rep_f.get("n_candidates"),
-                   "accepted": [rep_s.get("n_accepted"), rep_f.get("n_accepted")]}
-            per = {r["stage"]: [r["worker_seconds"], r["entered"]] for r in rep_s.get("stages", [])}
-            row["worker_s_per_entered"] = {r["stage"]: [round(per[r["stage"]][0] / max(1, per[r["stage"]][1]), 3),
-                                                        round(r["worker_seconds"] / max(1, r["entered"]), 3)]
-                                           for r in rep_f.get("stages", []) if r["stage"] in per}  # [shared, fresh]
-            if row["shared_candidates"] == row["fresh_candidates"]:  # the same work both ways: the wall time compares
-                row["fresh_minus_shared_per_task_s"] = round((row["fresh_report_wall_s"] - row["shared_report_wall_s"]) / row["fresh_candidates"], 3)
+            common = ["--n", str(n), "--device", "cpu", "--workers", "1", "--json"]
+            base = [sys.executable, "-m", "kernelwright", "synth"]
+            made, shared, fresh = (Path(tmp) / f"{k}{i}" for k in ("made", "shared", "fresh"))
+            cmds = {"made": [*base, "--seed", str(i), "--out", str(made), *common],
+                    "shared": [*base, "--seed", str(i), "--out", str(shared), *common],
+                    "fresh": [*base, "--from", str(made), "--out", str(fresh), *common]}
+            order = ["made", "shared", "fresh"] if i % 2 == 0 else ["made", "fresh", "shared"]
+            reports = {}
+            for key in order:
+                _, done = _timed(cmds[key], Path(tmp))
+                if done.returncode:
+                    raise RuntimeError(f"synth ({key}) failed: {done.stderr[-600:]}")
+                reports[key] = json.loads((Path(tmp) / f"{key}{i}" / "report.json").read_text())
+                shutil.copy(Path(tmp) / f"{key}{i}" / "report.json", keep / f"seed{i}_{key}.json")
+            stages = {}
+            for kind in ("shared", "fresh"):
+                for r in reports[kind].get("stages", []):
+                    stages.setdefault(r["stage"], {})[kind] = round(r["worker_seconds"] / max(1, r["entered"]), 3)
+            comp = stages.get("compile", {})
+            row = {"seed": i, "order": order[1:], "candidates": {k: reports[k].get("n_candidates") for k in ("shared", "fresh")},
+                   "accepted": {k: reports[k].get("n_accepted") for k in ("shared", "fresh")},
+                   "worker_s_per_candidate": stages,
+                   "compile_fresh_minus_shared_s": round(comp["fresh"] - comp["shared"], 3) if len(comp) == 2 else None,
+                   "compile_fresh_over_shared": round(comp["fresh"] / comp["shared"], 2) if len(comp) == 2 and comp["shared"] else None}
             rows.append(row)
             print(f"[synth_fresh_worker] run {i + 1}/{runs}: {json.dumps(row)}", flush=True)
-    deltas = [r["fresh_minus_shared_per_task_s"] for r in rows if "fresh_minus_shared_per_task_s" in r]
-    return {"runs": rows, "median_fresh_minus_shared_per_task_s": round(statistics.median(deltas), 3) if deltas else None,
-            "runs_compared": len(deltas)}
+    diffs = [r["compile_fresh_minus_shared_s"] for r in rows if r["compile_fresh_minus_shared_s"] is not None]
+    ratios = [r["compile_fresh_over_shared"] for r in rows if r["compile_fresh_over_shared"] is not None]
+    return {"tasks_per_run": n, "runs": rows,
+            "compile_fresh_minus_shared_s": {"median": statistics.median(diffs) if diffs else None, "runs": diffs},
+            "compile_fresh_over_shared": {"median": statistics.median(ratios) if ratios else None, "runs": ratios}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for doc_figures_cpu.json")
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per figure (default 5)")
+    ap.add_argument("--synth-n", type=int, default=12, help="tasks per synth run (default 12)")
     ap.add_argument("--commit", default=os.environ.get("KERNELWRIGHT_COMMIT", "unknown"))
     args = ap.parse_args(argv)
-    if args.runs < 1:
-        ap.error("--runs must be at least 1")
+    if args.runs < 1 or args.synth_n < 1:
+        ap.error("--runs and --synth-n must be at least 1")
     import torch
 
     out = Path(args.out)
@@ -136,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "provenance": {"commit": _commit(args.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        "python": platform.python_version(), "torch": torch.__version__, "cores": os.cpu_count(),
-                       "load_before": os.getloadavg()[0], "command": " ".join(sys.argv)},
+                       "load_before": os.getloadavg()[0], "tree_changed": _tree_changed(),
+                       "command": " ".join([Path(sys.executable).name, *sys.argv]), "pythonpath": os.environ.get("PYTHONPATH", "")},
         "early_refusals": early_refusals(args.runs),
         "dynamo_import": dynamo_import(args.runs),
-        "synth_fresh_worker": synth_fresh_worker(args.runs),
+        "synth_fresh_worker": synth_fresh_worker(args.runs, args.synth_n, out),
     }
     result["provenance"]["load_after"] = os.getloadavg()[0]
     path = out / "doc_figures_cpu.json"

@@ -11,7 +11,7 @@ times come from the GPU machine only); the seconds are kept for the record. Sect
   problem's init inputs (README.md, "Using it", and docs/judge.md, "eval"). The whole command is
   timed: the interpreter's start and kernelwright's imports (the judge's process imports no torch
   for these). Anchor: the same command judging the example's honest candidate (a full verdict),
-  runs interleaved with the refusals'.
+  one per round after the round's refusals, after one untimed verdict; ratios per round.
 - `dynamo_import`: `import torch._dynamo` in a fresh interpreter after `import torch`; anchor:
   that `import torch` in the same process (docs/judge.md, the fork server).
 - `synth_fresh_worker`: `kernelwright synth --n N --device cpu --workers 1` (the rule composer's
@@ -90,6 +90,7 @@ def early_refusals(runs: int) -> dict:
         for name, text in CANDIDATES.items():
             (Path(tmp) / name).mkdir()
             (Path(tmp) / name / "model_new.py").write_text(text)
+        _timed(_eval(HONEST), Path(tmp))  # untimed: the first verdict also fills caches the later ones find
         for i in range(runs):  # each round: the three refusals, then the anchor
             for name in CANDIDATES:
                 took, done = _timed(_eval(Path(tmp) / name), Path(tmp))
@@ -103,9 +104,11 @@ def early_refusals(runs: int) -> dict:
             honest.add((done.stdout.strip().splitlines() or [f"exit {done.returncode}"])[0].split(":")[0])
             print(f"[early_refusals] anchor run {i + 1}/{runs}: {took:.2f} s", flush=True)
     med = statistics.median(anchor)
-    rows = {name: {"median_s": round(statistics.median(secs[name]), 3), "runs_s": secs[name], "statuses": sorted(statuses[name]),
-                   "reasons": sorted(reasons[name]), "ratio_to_full_verdict": round(statistics.median(secs[name]) / med, 4)}
-            for name in CANDIDATES}
+    rows = {}
+    for name in CANDIDATES:
+        ratios = [round(s / a, 4) for s, a in zip(secs[name], anchor)]  # each refusal against its own round's anchor
+        rows[name] = {"median_s": round(statistics.median(secs[name]), 3), "runs_s": secs[name], "statuses": sorted(statuses[name]),
+                      "reasons": sorted(reasons[name]), "ratio_to_full_verdict": {"median": statistics.median(ratios), "runs": ratios}}
     return {"refusals": rows, "anchor": {"what": "the same command judging the example's own candidate (a full verdict)", "median_s": round(med, 3),
                                          "runs_s": anchor, "statuses": sorted(honest)}}
 
@@ -140,7 +143,7 @@ def synth_fresh_worker(runs: int, n: int, out: Path) -> dict:
             made, shared, fresh = (Path(tmp) / f"{k}{i}" for k in ("made", "shared", "fresh"))
             cmds = {"made": [*base, "--seed", str(i), "--out", str(made), *common],
                     "shared": [*base, "--seed", str(i), "--out", str(shared), *common],
-                    "fresh": [*base, "--from", str(made), "--out", str(fresh), *common]}
+                    "fresh": [*base, "--seed", str(i), "--from", str(made), "--out", str(fresh), *common]}
             order = ["made", "shared", "fresh"] if i % 2 == 0 else ["made", "fresh", "shared"]
             reports = {}
             for key in order:

@@ -9,8 +9,8 @@ times come from the GPU machine only); the seconds are kept for the record. Sect
 - `early_refusals`: the wall time of `kernelwright eval --device cpu --no-store` for a candidate
   with a syntax error, an empty model_new.py, and a ModelNew whose constructor cannot take the
   problem's init inputs (README.md, "Using it", and docs/judge.md, "eval"). The whole command is
-  timed: the interpreter's start and kernelwright's imports (the judge's process imports no torch
-  for these). Anchor: the same command judging the example's honest candidate (a full verdict),
+  timed: the interpreter's start and kernelwright's imports (that the judge's process imports no
+  torch for these is inferred from the times, not checked). Anchor: the same command judging the example's honest candidate (a full verdict),
   one per round after the round's refusals, after one untimed verdict; ratios per round.
 - `dynamo_import`: `import torch._dynamo` in a fresh interpreter after `import torch`; anchor:
   that `import torch` in the same process (docs/judge.md, the fork server).
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys

@@ -381,3 +381,37 @@ def test_rollout_bench_splits_a_final_verdict_into_its_phases():
     assert rollout.final_phases(refused, seconds=2.5) == {"setup": 0.5, "correctness": 1.5, "unheard": 0.5}
     assert rollout.final_phases([[1.0, "torch.compile took ? s"]]) == {}
     assert rollout.final_phases([]) == {}
+
+
+def test_repeat_bench_spread_is_judged_only_when_every_verdict_asked_for_is_timed():
+    rep = _load("repeat_bench")
+    rows = [{"example": "a", "round": k, "status": "correct", "runtime_ms": t} for k, t in enumerate([1.00, 1.01, 1.015], 1)]
+    rows += [{"example": "b", "round": 1, "status": "correct", "runtime_ms": 2.0}, {"example": "b", "round": 2, "status": "correct", "runtime_ms": 2.1},
+             {"example": "b", "round": 3, "status": "incorrect", "runtime_ms": None}]
+    s = rep.summarise(rows, ["a", "b", "c"], 3)
+    assert s["a"]["median_ms"] == 1.01 and abs(s["a"]["spread"] - 0.015 / 1.01) < 1e-12 and s["a"]["within_limit"] is True
+    # b: only 2 of 3 timed (one verdict incorrect), 2.0 -> 2.1 is 4.9 %: not judged, and the status shows
+    assert s["b"]["within_limit"] is None and s["b"]["statuses"] == ["correct", "incorrect"] and s["b"]["spread"] > 0.02
+    assert s["c"] == {"verdicts": 0, "statuses": [], "runtime_ms": [], "within_limit": None}
+    wide = rep.summarise([{"example": "a", "round": k, "status": "correct", "runtime_ms": t} for k, t in enumerate([1.0, 1.03], 1)], ["a"], 2)
+    assert wide["a"]["within_limit"] is False
+    assert "| a | 2 | correct |" in rep.table({"provenance": {"device": "cpu", "gpu": None, "commit": "c", "date": "d", "command": "x"},
+                                             "summary": wide})
+
+
+def test_repeat_bench_names_the_examples_it_knows_and_refuses_others():
+    rep = _load("repeat_bench")
+    names = rep.examples("cpu", "")
+    assert "softmax" in names and names == sorted(names)
+    assert rep.examples("cpu", "softmax") == ["softmax"]
+    with pytest.raises(SystemExit, match="no example nope"):
+        rep.examples("cpu", "softmax,nope")
+
+
+def test_repeat_bench_resumes_only_its_own_commit_and_device(tmp_path, monkeypatch):
+    rep = _load("repeat_bench")
+    old = {"provenance": {"commit": "aaaa", "device": "cpu"}, "rows": []}
+    (tmp_path / "repeat_bench.json").write_text(__import__("json").dumps(old))
+    monkeypatch.setattr(rep, "_provenance", lambda a: {"commit": "bbbb", "device": "cpu"})
+    with pytest.raises(SystemExit, match="from aaaa on cpu, not this run's bbbb"):
+        rep.main(["--out", str(tmp_path), "--device", "cpu", "--n", "2", "--resume"])

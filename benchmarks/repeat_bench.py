@@ -6,14 +6,18 @@ each time, and the spread (max - min) / median per example (issue 32 asks for at
     PYTHONPATH=src python3 benchmarks/repeat_bench.py --out /tmp/rep --device cpu --n 2   # a dry run of this script
 
 Each verdict is a full `evaluate()` with the default policy (strict fp32, secret seeds, every
-guard), baselines skipped: the spread asked for is the candidate's. Verdicts go round robin (one
+guard) but for the baselines, which are skipped: the spread asked for is the candidate's time's,
+not a speedup's. Verdicts go round robin (one
 of each example, then the next round), so drift over the run spreads over every example instead
 of landing on the last one. The judge's children are new for every verdict; the process that
 asks for them stays, as an agent's or a service's would.
 
 DIR/repeat_bench.json is rewritten after every verdict, with provenance; a run cut by its deadline
-(no verdict starts after --deadline-s) or killed keeps what it finished, and the same command with
---resume goes on from there. CPU times are never claims: the cpu device is for trying the script.
+(no verdict starts after --deadline-s; exit status 3) or killed keeps what it finished, and the
+same command with --resume goes on from there, on the same commit, device, GPU and torch only. A
+round that ended `infra_error`, or whose judgement raised, runs again then; the rows of both are
+kept. Exit status 1: an example was not `correct` every time, or its spread is over 2 %. CPU times
+are never claims: the cpu device is for trying the script.
 """
 
 from __future__ import annotations
@@ -33,18 +37,33 @@ import hostinfo  # beside this file: on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 0.02  # issue 32: the spread over 10 verdicts of each example at most 2 %
+SAME = ("commit", "device", "gpu", "torch")  # what a resumed run must share with the file's
+AGAIN = ("infra_error", "raised")  # a round that ended so is run again on --resume
+STOPPED = 3  # the exit status of a run its deadline cut short (the rest: --resume)
+
+
+def _says(p: dict[str, Any]) -> str:
+    return f"{p['commit']} on {p['device']} ({p['gpu'] or 'no GPU'}, torch {p['torch']})"
+
+
+def _git(*args: str) -> str | None:
+    try:
+        p = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+    except OSError:
+        return None
+    return p.stdout.strip() if p.returncode == 0 else None
 
 
 def _commit(given: str) -> str:
-    """The commit given, else HEAD with `+dirty` when src/ or benchmarks/ differ from it."""
-    if given != "unknown":
-        return given
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    except OSError:
-        return given
-    return (head + ("+dirty" if dirty else "")) if head else given
+    """The commit given, else HEAD's."""
+    return given if given != "unknown" else (_git("rev-parse", "--short", "HEAD") or given)
+
+
+def _tree_dirty() -> bool | None:
+    """Whether tracked files of the code being measured (src/, examples/, benchmarks/) differ from
+    HEAD, whatever commit was given (a GPU machine runs a copy of the working tree); None without git."""
+    out = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "examples", "benchmarks")
+    return None if out is None else bool(out)
 
 
 def _provenance(a: argparse.Namespace) -> dict[str, Any]:
@@ -53,7 +72,7 @@ def _provenance(a: argparse.Namespace) -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(0) if a.device == "cuda" and torch.cuda.is_available() else None
     return {"commit": _commit(a.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": a.device, "gpu": gpu,
             "torch": torch.__version__, "python": platform.python_version(), "command": " ".join(sys.argv), "n": a.n,
-            "host": hostinfo.host()}
+            "tree_dirty": _tree_dirty(), "host": hostinfo.host()}
 
 
 def examples(device: str, only: str) -> list[str]:
@@ -102,26 +121,32 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     names = examples(a.device, a.examples)
     path = a.out / "repeat_bench.json"
     doc: dict[str, Any] = {"provenance": _provenance(a), "runs": [], "rows": []}
+    if path.exists() and not a.resume:
+        raise SystemExit(f"{path} exists: pass --resume to go on from it, or give another --out")
     if a.resume and path.exists():
         old = json.loads(path.read_text())
-        if old["provenance"]["commit"] != doc["provenance"]["commit"] or old["provenance"]["device"] != a.device:
-            raise SystemExit(f"{path} is from {old['provenance']['commit']} on {old['provenance']['device']}, not this run's "
-                             f"{doc['provenance']['commit']} on {a.device}: give another --out")
+        mine = {k: doc["provenance"].get(k) for k in SAME}
+        theirs = {k: old["provenance"].get(k) for k in SAME}
+        if mine != theirs:
+            raise SystemExit(f"{path} is from {_says(theirs)}, not this run's {_says(mine)}: give another --out")
         doc["rows"], doc["runs"] = old["rows"], old.get("runs", [old["provenance"]])
     doc["runs"].append(doc["provenance"])
     policy = Policy(baselines="skip")
     started, stop = time.perf_counter(), None
     for k in range(1, a.n + 1):
         for name in names:
-            if any(r["example"] == name and r["round"] == k for r in doc["rows"]):
-                continue
+            if any(r["example"] == name and r["round"] == k and r.get("status") not in AGAIN for r in doc["rows"]):
+                continue  # done; a round that ended infra_error or raised runs again, its row kept beside the new one
             if time.perf_counter() - started > a.deadline_s:
                 stop = f"deadline: no verdict started after {a.deadline_s:.0f} s"
                 break
             ex = ROOT / "examples" / a.device / name
             t0 = time.perf_counter()
-            v = evaluate(ex / "problem.py", ex, policy, device=a.device)
-            row = _row(name, k, v, time.perf_counter() - t0)
+            try:
+                row = _row(name, k, evaluate(ex / "problem.py", ex, policy, device=a.device), time.perf_counter() - t0)
+            except Exception as exc:  # noqa: BLE001 - a malformed example or setting must not stop the others
+                row = {"example": name, "round": k, "status": "raised", "runtime_ms": None, "wall_s": round(time.perf_counter() - t0, 3),
+                       "log": f"{type(exc).__name__}: {exc}"[:300]}
             doc["rows"].append(row)
             doc["summary"] = summarise(doc["rows"], names, a.n)
             _write(path, doc)
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(a)
     sys.stdout.write(table(doc))
     bad = [n for n, s in doc["summary"].items() if s["within_limit"] is False or (s["statuses"] and s["statuses"] != ["correct"])]
-    return 1 if bad else 0
+    return 1 if bad else STOPPED if doc.get("stopped") else 0
 
 
 if __name__ == "__main__":

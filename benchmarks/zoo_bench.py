@@ -1,11 +1,13 @@
 """Run the exploit zoo (tests/zoo.py) on one device and write every verdict, or merge the CPU and
 GPU runs into the table of docs/zoo.md.
 
-    PYTHONPATH=src python3 benchmarks/zoo_bench.py run --device cpu --out DIR [--only NAME,...] [--commit SHA]
+    PYTHONPATH=src python3 benchmarks/zoo_bench.py run --device cpu --out DIR [--only NAME,...] [--commit SHA] [--resume]
     python3 benchmarks/zoo_bench.py table CPU.json [GPU.json] > table.md
 
 `run` judges the entries of that device (the CPU fixtures call C++ on host memory, so they run on
-the CPU only; the GPU ones need a GPU) and rewrites DIR/zoo_DEVICE.json after every entry.
+the CPU only; the GPU ones need a GPU) and rewrites DIR/zoo_DEVICE.json after every entry. With
+--resume, a run cut short goes on: the entries already in that file (same commit, device, GPU and
+torch) that kept their promise are kept, and the rest run; without it the file is written anew.
 """
 
 from __future__ import annotations
@@ -87,9 +89,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"zoo_{args.device}.json"
     doc = {"provenance": provenance(args.device, args.commit), "exploits": [], "controls": []}
-    jobs = [("exploits", e.name, lambda e=e: _exploit_row(zoo, e)) for e in exploits] + \
-           [("controls", c.name, lambda c=c: _control_row(zoo, c)) for c in controls]
+    done: set[str] = set()
+    if args.resume and path.exists():
+        old = json.loads(path.read_text())
+        mine = {k: doc["provenance"].get(k) for k in ("commit", "device", "gpu", "torch")}
+        theirs = {k: old["provenance"].get(k) for k in mine}
+        if mine != theirs:
+            print(f"{path} is from {theirs}, not this run's {mine}: give another --out", file=sys.stderr)
+            return 2
+        doc["exploits"], doc["controls"] = old["exploits"], old["controls"]
+        doc["earlier_runs"] = [*old.get("earlier_runs", []), old["provenance"]]
+        done = {r["name"] for r in doc["exploits"] + doc["controls"] if not r.get("failures")}  # a failed entry runs again
+        for section in ("exploits", "controls"):
+            doc[section] = [r for r in doc[section] if r["name"] in done]
+    jobs = [("exploits", e.name, lambda e=e: _exploit_row(zoo, e)) for e in exploits if e.name not in done] + \
+           [("controls", c.name, lambda c=c: _control_row(zoo, c)) for c in controls if c.name not in done]
     total, bad = len(jobs), 0
+    if done:
+        print(f"resuming: {len(done)} entries kept from {path}, {total} to run", flush=True)
     for k, (section, name, job) in enumerate(jobs, 1):
         t0 = time.perf_counter()
         try:
@@ -187,6 +204,8 @@ def main() -> int:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--only", default="")
     r.add_argument("--commit", default="unknown")
+    r.add_argument("--resume", action="store_true", help="keep OUT's zoo_DEVICE.json entries (same commit, device, GPU and torch) "
+                                                          "that kept their promise, and run the rest")
     t = sub.add_parser("table")
     t.add_argument("json", nargs="+")
     args = ap.parse_args()

@@ -413,5 +413,48 @@ def test_repeat_bench_resumes_only_its_own_commit_and_device(tmp_path, monkeypat
     old = {"provenance": {"commit": "aaaa", "device": "cpu"}, "rows": []}
     (tmp_path / "repeat_bench.json").write_text(__import__("json").dumps(old))
     monkeypatch.setattr(rep, "_provenance", lambda a: {"commit": "bbbb", "device": "cpu"})
-    with pytest.raises(SystemExit, match="from aaaa on cpu, not this run's bbbb"):
+    with pytest.raises(SystemExit, match=r"from aaaa on cpu \(no GPU, torch None\), not this run's bbbb"):
         rep.main(["--out", str(tmp_path), "--device", "cpu", "--n", "2", "--resume"])
+    with pytest.raises(SystemExit, match="exists: pass --resume"):  # never written over without --resume
+        rep.main(["--out", str(tmp_path), "--device", "cpu", "--n", "2"])
+
+
+def test_repeat_bench_resumes_the_rounds_left_and_reruns_failed_ones(tmp_path, monkeypatch):
+    """A fake judge: round 1 of softmax is in the file, round 1 of matmul ended infra_error. The
+    resumed run judges only what is left, records a judgement that raised and runs on, and a
+    deadline stops it with exit status 3."""
+    import json
+
+    from kernelwright.core.records import Status, Timing, Verdict
+    from kernelwright.judge import evaluate as ev
+
+    rep = _load("repeat_bench")
+    prov = {"commit": "c", "device": "cpu", "gpu": None, "torch": "t", "date": "d", "command": "x"}
+    monkeypatch.setattr(rep, "_provenance", lambda a: dict(prov))
+    rows = [{"example": "softmax", "round": 1, "status": "correct", "runtime_ms": 1.0},
+            {"example": "matmul", "round": 1, "status": "infra_error", "runtime_ms": None}]
+    (tmp_path / "repeat_bench.json").write_text(json.dumps({"provenance": prov, "rows": rows}))
+    asked = []
+
+    def fake(problem, cand, policy, device):
+        name = cand.name
+        asked.append(name)
+        assert policy.baselines == "skip" and device == "cpu"
+        if name == "matmul" and asked.count("matmul") == 2:
+            raise ValueError("a malformed setting")
+        return Verdict(status=Status.CORRECT, problem={"name": "p"}, candidate={"hash": "h"}, policy={}, runtime_ms=1.0 + 0.001 * len(asked),
+                       timing=Timing(n=24, median_ms=1.0, iqr_ms=0.01))
+
+    monkeypatch.setattr(ev, "evaluate", fake)
+    rc = rep.main(["--out", str(tmp_path), "--device", "cpu", "--n", "2", "--examples", "softmax,matmul", "--resume"])
+    doc = json.loads((tmp_path / "repeat_bench.json").read_text())
+    assert asked == ["matmul", "softmax", "matmul"]  # matmul 1 again, then round 2 of each; softmax 1 kept
+    got = [(r["example"], r["round"], r["status"]) for r in doc["rows"]]
+    assert got == [("softmax", 1, "correct"), ("matmul", 1, "infra_error"), ("matmul", 1, "correct"), ("softmax", 2, "correct"),
+                   ("matmul", 2, "raised")]
+    assert doc["rows"][2]["n"] == 24 and "ValueError: a malformed setting" in doc["rows"][4]["log"]
+    assert rc == 1 and doc["summary"]["softmax"]["within_limit"] is True and doc["summary"]["matmul"]["within_limit"] is None
+    asked.clear()
+    rc = rep.main(["--out", str(tmp_path), "--device", "cpu", "--n", "3", "--examples", "softmax", "--resume", "--deadline-s", "0"])
+    doc = json.loads((tmp_path / "repeat_bench.json").read_text())
+    assert asked == [] and rc == rep.STOPPED and doc["stopped"].startswith("deadline")  # cut short, nothing wrong: 3, not 0 or 1

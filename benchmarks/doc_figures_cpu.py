@@ -29,7 +29,7 @@ times come from the GPU machine only); the seconds are kept for the record. Sect
   sum rounded to fp32), against sqrt(n). These are ratios of errors; no time.
 - `socket_buffers` (docs/judge.md, what the memory watch cannot count): a thousand unix socket
   pairs, each filled both ways until a send would block; the drop in the machine's MemAvailable and the
-  growth of this process's RSS, with the kernel's default buffer sizes.
+  growth of this process's RSS, with the kernel's default buffer sizes; --runs times, closed between.
 - `watch_look` (docs/judge.md, the watch): one look of the judge's memory and disk watch
   (`judge.quota.look`) at a Python process that imported torch (as a candidate child has), with 90
   idle processes started beside it, as a share of
@@ -302,6 +302,13 @@ def watch_look(runs: int, others: int = 90) -> dict:
             "share_of_interval": med / quota.WATCH_S, "reason_last": reason}
 
 
+def _repeated(section, runs: int) -> dict:
+    """A one-shot section `runs` times over: every run, and the range of its numeric fields."""
+    rows = [section() for _ in range(runs)]
+    keys = [k for k, v in rows[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return {"runs": rows, "range": {k: [min(r[k] for r in rows), max(r[k] for r in rows)] for k in keys}}
+
+
 SECTIONS = ("early_refusals", "dynamo_import", "synth_fresh_worker", "precision_units", "socket_buffers", "watch_look")
 
 
@@ -331,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     run = {"early_refusals": lambda: early_refusals(args.runs), "dynamo_import": lambda: dynamo_import(args.runs),
            "synth_fresh_worker": lambda: synth_fresh_worker(args.runs, args.synth_n, out), "precision_units": lambda: precision_units(args.runs),
-           "socket_buffers": socket_buffers, "watch_look": lambda: watch_look(args.runs)}
+           "socket_buffers": lambda: _repeated(socket_buffers, args.runs), "watch_look": lambda: watch_look(args.runs)}
     for name in SECTIONS:
         if name in sections:
             result[name] = run[name]()

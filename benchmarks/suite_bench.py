@@ -4,6 +4,8 @@ baselines timed by `kernelwright baseline`'s code (judge.baseline), in one go; t
     PYTHONPATH=src python3 benchmarks/suite_bench.py run --out DIR --suite builtin:1 [--suite ...] [--commit SHA]
         [--jobs 8] [--gate-jobs 4] [--deadline-s 540] [--store PATH] [--budget-s 5]
     python3 benchmarks/suite_bench.py table DIR1/suite_rows.json [DIR2/suite_rows.json ...] > table.md
+        (the table, then per level the gate, the timed count and the geometric mean of eager over
+        torch.compile; exit 1 when the runs differ in commit, GPU, driver or torch)
 
 `run` gates every problem (in parallel, beside the torch.compile builds, and finished before any
 timing starts), then times them one at a time, and rewrites DIR/suite_rows.json after every
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -170,13 +173,53 @@ def table(docs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+RECORD_KEYS = ("commit", "gpu", "driver", "torch")  # what one record (issue 32) holds fixed over its runs
+
+
+def summary(docs: list[dict]) -> dict:
+    """Per level over the merged rows: problems, timed, gated (ok / degenerate / error), the
+    geometric mean of eager over torch.compile over the timed ones (above 1: compile faster) and
+    the problems where compile was the slower; and whether the runs share RECORD_KEYS."""
+    rows = merge(docs)
+    levels: dict[str, dict] = {}
+    for lv in sorted({r["level"] for r in rows}, key=lambda x: (x is None, x or 0)):
+        mine = [r for r in rows if r["level"] == lv]
+        timed = [r for r in mine if r.get("eager_ms") and r.get("compile_ms")]
+        ratios = [r["eager_ms"] / r["compile_ms"] for r in timed]
+        gates = [r.get("gate") or {} for r in mine]
+        levels[str(lv)] = {
+            "problems": len(mine), "timed": len(timed), "untimed": sorted(r["name"] for r in mine if r not in timed),
+            "gate_ok": sum(1 for g in gates if g and "error" not in g and not g.get("degenerate")),
+            "gate_degenerate": sorted(r["name"] for r, g in zip(mine, gates) if g and "error" not in g and g.get("degenerate")),
+            "gate_missing_or_error": sorted(r["name"] for r, g in zip(mine, gates) if not g or "error" in g),
+            "geomean_eager_over_compile": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+            "compile_slower": sorted((r["name"], round(x, 3)) for r, x in zip(timed, ratios) if x < 1)}
+    seen = {k: sorted({str(d["provenance"].get(k)) for d in docs}) for k in RECORD_KEYS}
+    return {"levels": levels, "runs": len(docs), "one_record": all(len(v) == 1 for v in seen.values()), "seen": seen}
+
+
+def summary_text(s: dict) -> str:
+    lines = ["", "| level | problems | timed | gate ok | degenerate | gate missing or error | eager / compile, geometric mean | compile slower |",
+             "|---:|---:|---:|---:|---|---|---:|---|"]
+    for lv, v in s["levels"].items():
+        gm = _f(v["geomean_eager_over_compile"], "{:.2f}")
+        slower = ", ".join(f"{n} ({x})" for n, x in v["compile_slower"]) or "-"
+        lines.append(f"| {lv} | {v['problems']} | {v['timed']} | {v['gate_ok']} | {', '.join(v['gate_degenerate']) or '-'} | "
+                     f"{', '.join(v['gate_missing_or_error']) or '-'} | {gm} | {slower} |")
+    if not s["one_record"]:
+        lines += ["", "NOT ONE RECORD: the runs differ in " + "; ".join(f"{k}: {', '.join(v)}" for k, v in s["seen"].items() if len(v) > 1)]
+    return "\n".join(lines)
+
+
 def cmd_table(args: argparse.Namespace) -> int:
     docs = [json.loads(Path(p).read_text()) for p in args.files]
+    s = summary(docs)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"runs": [{"provenance": d["provenance"], "policy": d["policy"]} for d in docs],
-                                                   "rows": merge(docs)}, indent=1, default=str))
+                                                   "rows": merge(docs), "summary": s}, indent=1, default=str))
     print(table(docs))
-    return 0
+    print(summary_text(s))
+    return 0 if s["one_record"] else 1
 
 
 def main() -> int:

@@ -458,3 +458,27 @@ def test_repeat_bench_resumes_the_rounds_left_and_reruns_failed_ones(tmp_path, m
     rc = rep.main(["--out", str(tmp_path), "--device", "cpu", "--n", "3", "--examples", "softmax", "--resume", "--deadline-s", "0"])
     doc = json.loads((tmp_path / "repeat_bench.json").read_text())
     assert asked == [] and rc == rep.STOPPED and doc["stopped"].startswith("deadline")  # cut short, nothing wrong: 3, not 0 or 1
+
+
+def test_suite_table_summary_per_level_and_one_record_check():
+    suite = _load("suite_bench")
+    prov = {"commit": "c1", "gpu": "G", "driver": "d", "torch": "t"}
+
+    def row(name, level, eager=None, comp=None, gate=None, h=None):
+        return {"name": name, "level": level, "category": "x", "hash": h or name, "eager_ms": eager, "compile_ms": comp,
+                "baseline_source": "timed" if eager else None, "gate": gate, "floor_ms": 0.1, "bytes": 1e6, "flops": 0}
+
+    ok, bad = {"degenerate": False, "findings": []}, {"degenerate": True, "findings": [{"check": "zeros", "native": True}]}
+    call1 = {"provenance": prov, "policy": {}, "rows": [row("a", 1, 2.0, 1.0, ok), row("b", 1, 1.0, 2.0, ok), row("c", 2, None, None, bad),
+                                                        row("d", 3, None, None, None)]}
+    call2 = {"provenance": dict(prov), "policy": {}, "rows": [row("c", 2, 4.0, 1.0, None), row("d", 3, 1.0, 1.0, {"error": "boom"})]}
+    s = suite.summary([call1, call2])
+    l1, l2, l3 = s["levels"]["1"], s["levels"]["2"], s["levels"]["3"]
+    assert (l1["problems"], l1["timed"], l1["gate_ok"]) == (2, 2, 2) and abs(l1["geomean_eager_over_compile"] - 1.0) < 1e-12
+    assert l1["compile_slower"] == [("b", 0.5)]
+    # call 2 timed c; its gate stays call 1's (degenerate), and d's failed gate counts as missing
+    assert l2["timed"] == 1 and l2["gate_degenerate"] == ["c"] and abs(l2["geomean_eager_over_compile"] - 4.0) < 1e-12
+    assert l3["gate_missing_or_error"] == ["d"] and l3["untimed"] == []
+    assert s["one_record"] is True and "NOT ONE RECORD" not in suite.summary_text(s)
+    mixed = suite.summary([call1, {**call2, "provenance": {**prov, "gpu": "H"}}])
+    assert mixed["one_record"] is False and "gpu: G, H" in suite.summary_text(mixed)

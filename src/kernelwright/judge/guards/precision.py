@@ -20,13 +20,14 @@ Refusal: `rejected` when some output has e_c > max(RATIO * e_r, FLOOR * EPS32): 
 tolerance alone may let through (KernelBench's 1e-2 does), refused as the other guards refuse
 theirs; a wrong answer stays `incorrect`, decided by the tolerance before this guard.
 
-The constants, measured on the CPU with randn inputs (relative L2 error in units of EPS32;
-benchmarks/doc_figures_cpu.py, its results at 5e33d96 in benchmarks/results/doc_figures_cpu.md):
-torch's fp32 product (its blocked sums) sits at 1-2; an honest fp32 kernel that sums naively, one
-term after another, at about 0.13-0.15 sqrt(n) for n terms: 3-4 at 513, 33-36 at 2**16, 132-188
-at 2**20. Rounding a product's operands alone costs fp16 and TF32 about 2400-2500 and bf16 about
-20000, however the products are then accumulated. FLOOR = 256 leaves the worst naive 2**20-term
-sum measured under it with margin 1.36 and fp16 above it by 9.5x; RATIO = 64 keeps candidates of
+The constants, measured on the CPU with randn inputs (relative L2 error in units of EPS32, over
+64 outputs; benchmarks/doc_figures_cpu.py, section precision_units): torch's fp32 product (its
+blocked sums) sits at 1-2; an honest fp32 kernel that sums naively, one term after another, at
+about 0.13-0.15 sqrt(n) for n terms at the median: 3-4 at 513, 33-36 at 2**16, 132-188 at 2**20.
+Rounding a product's operands alone, before any accumulation, costs fp16 and TF32 (rounded to
+nearest) about 2400-2500 and bf16 about 20000. FLOOR = 256 leaves the worst naive 2**20-term sum
+measured under it with margin 1.36 and fp16 above it by 9.5x (fewer outputs, or outputs that
+cancel, move both); RATIO = 64 keeps candidates of
 problems whose reference is itself far from the oracle (cancellation, long sequential scans)
 to the reference's own order of error.
 """

@@ -1,0 +1,180 @@
+"""Many devices behind the one door: `Pool(backend, workers=N).evaluate(problem, candidate, policy)`
+gives the same Verdict as `Judge().evaluate`, judged by one of N workers, each holding one
+device's warm judge (a `JudgeService` with one worker thread, so a GPU judges one candidate at a time).
+
+Backends:
+- `ray`: an actor per worker in a placement group (`num_gpus=1` each on CUDA, a CPU each
+  otherwise), on a running cluster (`address`) or a local one; Ray must be installed (the `ray`
+  extra). Requests and verdicts travel through Ray's object store, never as paths.
+- `local`: the same worker code in a process of its own per worker on this machine (where Ray is
+  missing, or on a GPU machine with no package index). On CUDA worker i sees GPU i alone.
+
+Every request carries the problem's bytes, the candidate's files and the whole policy (the wire
+form `kernelwright serve` takes). A worker that dies with a request in flight (a kernel that took
+the device down, a killed node) is replaced; the request is tried once more on another worker
+and otherwise ends `infra_error`. A request is answered once: its future is set once, whatever
+happens to the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kernelwright.core.records import Status, Verdict
+from kernelwright.judge.policy import Policy, policy_to_wire
+from kernelwright.problems.loader import Problem, ProblemError, load_problem
+
+BACKENDS = ("local", "ray")
+START_S = 300.0  # the longest a worker may take to start (import torch, the fork server)
+
+
+class WorkerLost(RuntimeError):
+    """A worker died or stopped answering with a request in flight."""
+
+
+class JudgeWorker:
+    """The worker's body, the same under both backends: one device's judge service; `evaluate`
+    takes a request in the service's wire form and answers with its job (state, verdict or error)."""
+
+    def __init__(self, device: str = "auto") -> None:
+        from kernelwright.client.service import JudgeService
+
+        self.device = device
+        self.service = JudgeService(workers=1)
+
+    def evaluate(self, request: dict[str, Any]) -> dict[str, Any]:
+        request = {**request, "device": self.device if request.get("device", "auto") == "auto" else request["device"]}
+        try:
+            job = self.service.submit(request)
+        except ValueError as exc:
+            return {"state": "failed", "error": {"kind": "usage", "message": str(exc)}, "verdict": None}
+        job.finished.wait()
+        return job.to_dict()
+
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "host": socket.gethostname(), "device": self.device,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+    def close(self) -> None:
+        self.service.close()
+
+
+def request_for(problem: Problem, candidate: Path, policy: Policy, device: str = "auto") -> dict[str, Any]:
+    """The wire form of one evaluation: the problem's bytes, the candidate's files, the policy."""
+    import base64
+
+    from kernelwright.judge.snapshot import main_name, read_candidate
+
+    return {"problem": {"name": problem.name, "source_b64": base64.b64encode(problem.path.read_bytes()).decode()},
+            "candidate": {"files": read_candidate(candidate), "main": main_name(candidate),
+                          "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
+            "policy": policy_to_wire(policy), "device": device}
+
+
+def lost_verdict(problem: Problem, policy: Policy, why: str) -> Verdict:
+    """The judge's own failure, as a verdict: no worker could finish the request."""
+    return Verdict(status=Status.INFRA_ERROR, problem={"name": problem.name, "hash": problem.hash, "size": None},
+                   candidate={"hash": None, "build_path": None}, policy=policy.to_dict(), log=why[:2000],
+                   created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+class Pool:
+    """N workers on one backend; `evaluate` and `submit` as the client's Judge has them."""
+
+    def __init__(self, backend: str = "local", *, workers: int = 1, device: str = "auto", address: str | None = None,
+                 retries: int = 1) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if workers < 1 or retries < 0:
+            raise ValueError(f"workers must be at least 1 and retries at least 0, got {workers} and {retries}")
+        if address is not None and backend != "ray":
+            raise ValueError("an address names a Ray cluster: it needs backend='ray'")
+        self.device, self.retries = device, retries
+        if backend == "ray":
+            from kernelwright.client.pool_ray import RayWorkers
+
+            self._workers: Any = RayWorkers(workers, device, address)
+        else:
+            from kernelwright.client.pool_local import LocalWorkers
+
+            self._workers = LocalWorkers(workers, device)
+        self._free: queue.Queue[int] = queue.Queue()
+        for i in range(workers):
+            self._free.put(i)
+        self._run = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kw-pool")
+        self.replaced = 0  # workers started again after one was lost
+        self.retried = 0  # requests sent again after their worker was lost
+        self.in_flight: set[int] = set()  # the workers judging a request now
+        self._lock = threading.Lock()
+
+    def submit(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None) -> Future:
+        """A future of the verdict. A malformed problem or candidate raises here, as Judge does."""
+        policy = policy or Policy()
+        problem = problem if isinstance(problem, Problem) else load_problem(problem)
+        request = request_for(problem, Path(candidate), policy, self.device)
+        return self._run.submit(self._one, problem, policy, request)
+
+    def evaluate(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None) -> Verdict:
+        return self.submit(problem, candidate, policy).result()
+
+    def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:
+        losses: list[str] = []
+        for attempt in range(self.retries + 1):
+            slot = self._free.get()
+            self.in_flight.add(slot)
+            try:
+                job = self._workers.call(slot, request)
+            except WorkerLost as exc:
+                losses.append(f"worker {slot}: {exc}")
+                try:
+                    self._workers.replace(slot)
+                    with self._lock:
+                        self.replaced += 1
+                except Exception as again:  # noqa: BLE001 - the slot stays empty; whoever takes it next tries again
+                    losses.append(f"worker {slot} could not be started again: {type(again).__name__}: {again}")
+                with self._lock:
+                    self.retried += attempt < self.retries
+                continue
+            finally:
+                self.in_flight.discard(slot)
+                self._free.put(slot)
+            return _answer(job)
+        return lost_verdict(problem, policy, f"no worker finished the request ({len(losses)} lost): " + "; ".join(losses))
+
+    def info(self) -> list[dict[str, Any]]:
+        return self._workers.info()
+
+    def kill(self, i: int) -> None:
+        """Worker i killed as a fault would kill it (a kernel that took the device down): tests use it."""
+        self._workers.kill(i)
+
+    def close(self) -> None:
+        self._run.shutdown(wait=True)
+        self._workers.close()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _answer(job: dict[str, Any]) -> Verdict:
+    """The job's verdict; a malformed request raises as the in-process judge would."""
+    from kernelwright.client.judge import ServiceError
+
+    state, err = job.get("state"), job.get("error") or {}
+    if state == "done":
+        return Verdict.from_dict(job["verdict"])
+    if err.get("kind") == "problem":
+        raise ProblemError(err.get("message", "malformed problem"))
+    if err.get("kind") == "usage":
+        raise ValueError(err.get("message", "malformed request"))
+    raise ServiceError(f"a pool worker's evaluation ended {state}: {err.get('message', '')}".rstrip(": "))

@@ -1,0 +1,136 @@
+"""The pool's `local` backend: each worker a process of its own on this machine, running the same
+`JudgeWorker` an actor runs under Ray, reached through a socket pair. On CUDA, worker i sees GPU i
+alone (CUDA_VISIBLE_DEVICES), as a Ray actor with one GPU does. Workers start as
+`python -m kernelwright.client.pool_local FD DEVICE`, so the caller's own script is never re-run
+in them (as multiprocessing's spawn would)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from kernelwright.client.pool import START_S, JudgeWorker, WorkerLost
+
+
+def _serve(conn: Connection, device: str) -> None:
+    """A worker process: answer requests until the connection closes."""
+    worker = JudgeWorker(device)
+    conn.send(("ready", worker.info()))
+    try:
+        while True:
+            try:
+                kind, payload = conn.recv()
+            except EOFError:
+                return
+            if kind == "evaluate":
+                conn.send(("job", worker.evaluate(payload)))
+            elif kind == "info":
+                conn.send(("info", worker.info()))
+    finally:
+        worker.close()
+
+
+class _Slot:
+    def __init__(self, device: str, gpu: int | None) -> None:
+        mine, theirs = socket.socketpair()
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "kernelwright.client.pool_local", str(theirs.fileno()), device],
+                                         pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.conn = Connection(mine.detach())
+        self.info = self._expect("ready", START_S)
+
+    def _expect(self, kind: str, timeout: float | None) -> Any:
+        """The worker's next message, of this kind; WorkerLost when it dies or falls silent first."""
+        if not wait([self.conn], timeout):
+            raise WorkerLost(f"process {self.proc.pid} said nothing in {timeout:.0f} s")
+        try:
+            got, payload = self.conn.recv()  # EOF: the process is gone (its end of the pair closed)
+        except (EOFError, OSError) as exc:
+            self.proc.poll()
+            raise WorkerLost(f"process {self.proc.pid} is gone (exit status {self.proc.returncode}, {type(exc).__name__})") from None
+        if got != kind:
+            raise WorkerLost(f"process {self.proc.pid} answered {got!r} where {kind!r} was due")
+        return payload
+
+    def stop(self) -> None:
+        try:
+            self.conn.close()
+        finally:
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class LocalWorkers:
+    """N worker processes (new interpreters: no CUDA state is inherited)."""
+
+    def __init__(self, n: int, device: str) -> None:
+        self.device = device
+        self._gpus = self._gpu_ids(n) if device == "cuda" else [None] * n
+        self._lock = threading.Lock()
+        self._slots: list[_Slot | None] = [None] * n
+        try:
+            for i in range(n):
+                self._slots[i] = _Slot(device, self._gpus[i])
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _gpu_ids(n: int) -> list[int]:
+        import torch
+
+        count = torch.cuda.device_count()
+        if count < n:
+            raise ValueError(f"{n} workers on cuda need {n} GPUs; {count} visible")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = [int(x) for x in visible.split(",")] if visible and all(x.strip().isdigit() for x in visible.split(",")) else list(range(count))
+        return ids[:n]
+
+    def call(self, i: int, request: dict[str, Any]) -> dict[str, Any]:
+        slot = self._slots[i]
+        if slot is None:
+            raise WorkerLost(f"worker {i} is not running")
+        try:
+            slot.conn.send(("evaluate", request))
+        except OSError as exc:
+            raise WorkerLost(f"process {slot.proc.pid}: {type(exc).__name__}") from None
+        return slot._expect("job", None)
+
+    def replace(self, i: int) -> None:
+        """Worker i again, in a new process (the old one killed if it still runs)."""
+        with self._lock:
+            old, self._slots[i] = self._slots[i], None
+        if old is not None:
+            old.proc.kill()
+            old.stop()
+        self._slots[i] = _Slot(self.device, self._gpus[i])
+
+    def kill(self, i: int) -> None:
+        slot = self._slots[i]
+        if slot is not None:
+            slot.proc.kill()
+
+    def info(self) -> list[dict[str, Any]]:
+        return [s.info if s is not None else {} for s in self._slots]
+
+    def close(self) -> None:
+        for s in self._slots:
+            if s is not None:
+                s.stop()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])), sys.argv[2])

@@ -1,0 +1,96 @@
+"""The pool's `ray` backend: one actor per worker, each `JudgeWorker`, in a placement group of one
+bundle per worker ({GPU: 1, CPU: 1} on CUDA, {CPU: 1} otherwise), on the cluster at `address` or a
+local one started here. Ray gives each CUDA actor its GPU alone (CUDA_VISIBLE_DEVICES)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kernelwright.client.pool import START_S, JudgeWorker, WorkerLost
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("backend 'ray' needs Ray: pip install 'kernelwright[ray]' (or use backend 'local')") from None
+    return ray
+
+
+class RayWorkers:
+    def __init__(self, n: int, device: str, address: str | None) -> None:
+        ray = self._ray = _ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if not ray.is_initialized():
+            # a running cluster when an address is given; else a local one sized for the workers
+            kw: dict[str, Any] = {"address": address} if address else {"num_cpus": max(n, 1)}
+            ray.init(**kw, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self.device, self._strategy = device, PlacementGroupSchedulingStrategy
+        bundle = {"GPU": 1, "CPU": 1} if device == "cuda" else {"CPU": 1}
+        self._group = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
+        ready = self._group.ready()
+        done, _ = ray.wait([ready], timeout=START_S)
+        if not done:
+            ray.util.remove_placement_group(self._group)
+            raise RuntimeError(f"Ray could not place {n} workers of {bundle} in {START_S:.0f} s: {ray.available_resources()}")
+        self._actor = ray.remote(JudgeWorker)
+        self._gpus = 1 if device == "cuda" else 0
+        self._lock = threading.Lock()
+        self._actors: list[Any] = [None] * n
+        self.infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        for i in range(n):
+            self._start(i)
+
+    def _start(self, i: int) -> None:
+        ray = self._ray
+        actor = self._actor.options(num_gpus=self._gpus, num_cpus=1, max_restarts=0, max_task_retries=0,
+                                    scheduling_strategy=self._strategy(placement_group=self._group, placement_group_bundle_index=i)
+                                    ).remote(self.device)
+        try:
+            self.infos[i] = ray.get(actor.info.remote(), timeout=START_S)
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot start is lost, whatever Ray says why
+            ray.kill(actor, no_restart=True)
+            raise WorkerLost(f"worker {i} did not start: {type(exc).__name__}: {exc}") from None
+        self._actors[i] = actor
+
+    def call(self, i: int, request: dict[str, Any]) -> dict[str, Any]:
+        ray = self._ray
+        actor = self._actors[i]
+        if actor is None:
+            raise WorkerLost(f"worker {i} is not running")
+        try:
+            return ray.get(actor.evaluate.remote(request))
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError) as exc:
+            raise WorkerLost(f"worker {i}: {type(exc).__name__}") from None
+
+    def replace(self, i: int) -> None:
+        with self._lock:
+            old, self._actors[i] = self._actors[i], None
+        if old is not None:
+            try:
+                self._ray.kill(old, no_restart=True)
+            except Exception:  # noqa: BLE001 - it is gone already
+                pass
+        self._start(i)
+
+    def kill(self, i: int) -> None:
+        """Worker i killed as a fault would kill it (tests): its request in flight is lost."""
+        self._ray.kill(self._actors[i], no_restart=True)
+
+    def info(self) -> list[dict[str, Any]]:
+        return list(self.infos)
+
+    def close(self) -> None:
+        for a in self._actors:
+            if a is not None:
+                try:
+                    self._ray.kill(a, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+        try:
+            self._ray.util.remove_placement_group(self._group)
+        except Exception:  # noqa: BLE001
+            pass

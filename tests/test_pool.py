@@ -1,0 +1,110 @@
+"""The judge's pool (client.pool): the same verdicts as the in-process judge through worker
+processes or Ray actors, and no request lost or answered twice when a worker dies mid-request."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import candidate, correctness_policy, problem
+from kernelwright.client.pool import Pool, WorkerLost, lost_verdict
+from kernelwright.core.records import Status
+
+CASES = [("relu", "relu_correct"), ("relu", "relu_identity"), ("rowsum", "rowsum_correct"), ("rowsum", "rowsum_compile_error")]
+
+
+def _statuses_alone() -> list[str]:
+    from kernelwright.client import Judge
+
+    return [Judge(device="cpu").evaluate(problem(p), candidate(c), correctness_policy()).status.value for p, c in CASES]
+
+
+def _busy(pool: Pool, slot: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while slot not in pool.in_flight:
+        assert time.monotonic() < deadline, "the worker never took a request"
+        time.sleep(0.05)
+
+
+def _check_pool(backend: str) -> None:
+    """Same statuses as alone; then worker 0 killed while it judges: every request answered once,
+    the lost one on another worker, and the slot filled again."""
+    want = _statuses_alone()
+    assert want == ["correct", "incorrect", "correct", "compile_error"]
+    with Pool(backend, workers=2, device="cpu") as pool:
+        first = [pool.submit(problem(p), candidate(c), correctness_policy()) for p, c in CASES]
+        assert [f.result(timeout=300).status.value for f in first] == want
+        pids = [i["pid"] for i in pool.info()]
+        answered: list[str] = []
+        futures = [pool.submit(problem(p), candidate(c), correctness_policy()) for p, c in CASES]
+        for f in futures:
+            f.add_done_callback(lambda f: answered.append(f.result().status.value))
+        _busy(pool, 0)
+        pool.kill(0)  # with a request in flight on it: sent, or about to be
+        got = [f.result(timeout=300).status.value for f in futures]
+        assert got == want and sorted(answered) == sorted(want)  # each future set once, with the request's own verdict
+        assert pool.replaced == 1 and pool.retried == 1
+        assert pool.info()[0]["pid"] != pids[0] and pool.info()[1]["pid"] == pids[1]
+
+
+def test_local_pool_judges_as_the_in_process_judge_and_loses_no_request_when_a_worker_dies():
+    _check_pool("local")
+
+
+def test_ray_pool_judges_as_the_in_process_judge_and_loses_no_request_when_an_actor_dies():
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    import ray
+
+    try:
+        _check_pool("ray")
+    finally:
+        ray.shutdown()
+
+
+class _Lost:
+    """A backend whose workers always die: the request is tried 1 + retries times, then infra_error."""
+
+    def __init__(self) -> None:
+        self.calls, self.replaced = 0, 0
+
+    def call(self, i, request):
+        self.calls += 1
+        raise WorkerLost(f"worker {i} died")
+
+    def replace(self, i):
+        self.replaced += 1
+
+    def close(self):
+        pass
+
+
+def test_a_request_whose_workers_all_die_ends_infra_error_after_one_retry():
+    pool = Pool("local", workers=1, device="cpu")
+    pool._workers.close()
+    pool._workers = fake = _Lost()
+    v = pool.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
+    assert v.status is Status.INFRA_ERROR and "no worker finished the request (2 lost)" in v.log and "worker 0 died" in v.log
+    assert fake.calls == 2 and fake.replaced == 2 and pool.retried == 1 and v.problem["name"] == "relu"
+    pool.close()
+
+
+def test_the_pool_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="backend must be one of local, ray"):
+        Pool("slurm")
+    with pytest.raises(ValueError, match="needs backend='ray'"):
+        Pool("local", address="ray://head:10001")
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        Pool("local", workers=0)
+    with Pool("local", workers=1, device="cpu") as pool:
+        with pytest.raises(ValueError, match="model_new.py"):
+            pool.submit(problem("relu"), problem("relu").parent)  # a folder without model_new.py: refused before any worker
+
+
+def test_lost_verdict_is_a_whole_verdict():
+    from kernelwright.judge.policy import Policy
+    from kernelwright.problems.loader import load_problem
+
+    v = lost_verdict(load_problem(problem("relu")), Policy(), "why")
+    d = v.to_dict()
+    assert d["status"] == "infra_error" and d["log"] == "why" and d["problem"]["name"] == "relu" and d["policy"]["precision"] == "fp32"

@@ -108,3 +108,20 @@ def test_lost_verdict_is_a_whole_verdict():
     v = lost_verdict(load_problem(problem("relu")), Policy(), "why")
     d = v.to_dict()
     assert d["status"] == "infra_error" and d["log"] == "why" and d["problem"]["name"] == "relu" and d["policy"]["precision"] == "fp32"
+
+
+def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_this_process_writes_the_store(tmp_path):
+    from kernelwright.report.bench import BenchConfig, run_bench
+    from kernelwright.store import Store
+
+    policy = correctness_policy()
+    plain = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", keep=False), policy)
+    store = tmp_path / "store.sqlite"
+    with Pool("local", workers=2, device="cpu") as pool:
+        pooled = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", store=store, out=tmp_path / "b.json", pool=pool), policy)
+    assert [(r["name"], r["status"]) for r in pooled["problems"]] == [(r["name"], r["status"]) for r in plain["problems"]]
+    assert {r["status"] for r in pooled["problems"]} == {"correct"} and pooled["complete"]
+    ids = [r["verdict_id"] for r in pooled["problems"]]
+    assert all(ids)
+    with Store.open(store) as db:  # the driver kept every verdict it received
+        assert all(db.get_verdict(i) is not None for i in ids)

@@ -29,6 +29,36 @@ def service_flag(p: argparse.ArgumentParser) -> None:
                         "cached baselines then come from the service's store")
 
 
+def pool_flags(p: argparse.ArgumentParser) -> None:
+    """`--ray [ADDRESS]` and `--pool N` on a command that judges many candidates (client.pool)."""
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="judge on Ray actors, one per GPU (on CUDA): a running cluster at ADDRESS, or a local Ray when none is given "
+                        "(the `ray` extra)")
+    p.add_argument("--pool", type=int, default=None, metavar="N",
+                   help="judge N candidates at once, each worker holding one device's judge: Ray actors with --ray, else processes "
+                        "on this machine (default with --ray: the visible GPUs on CUDA, 2 on the CPU)")
+
+
+def pool_from_args(args: argparse.Namespace, device: str) -> Any:
+    """The client.pool.Pool that --ray / --pool ask for, or None (ValueError for a bad combination)."""
+    ray, n = getattr(args, "ray", None), getattr(args, "pool", None)
+    if ray is None and n is None:
+        return None
+    if getattr(args, "service", None):
+        raise ValueError("--service and --ray/--pool are two ways of judging elsewhere: give one")
+    if n is None:
+        n = _gpus() if device == "cuda" else 2
+    from kernelwright.client.pool import Pool
+
+    return Pool("ray" if ray is not None else "local", workers=n, device=device, address=ray or None)
+
+
+def _gpus() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
 def use_service(args: argparse.Namespace) -> None:
     """Make a command's --service the process's KERNELWRIGHT_SERVICE (checked: ValueError)."""
     url = getattr(args, "service", None)

@@ -44,6 +44,7 @@ class BenchConfig:
     out: Optional[Path] = None  # the bench JSON, rewritten after every problem
     resume: bool = False  # reuse finished problems from `out`
     boot: Bootstrap = Bootstrap()  # how intervals are drawn
+    pool: Any = None  # a client.pool.Pool: every candidate sent at once, judged by its workers (only this process writes)
 
     def __post_init__(self) -> None:
         if self.resume and self.out is None:
@@ -88,6 +89,29 @@ def judge_solution(entry: Entry, sol: Solution, policy: Any, config: BenchConfig
             return None, None, f"the problem did not load: {exc}"[:2000], PROBLEM_ERROR
         except ValueError as exc:
             return None, None, f"the judge could not take the candidate: {exc}"[:2000], INVALID
+    return (verdict, *_keep(entry, sol, verdict, config), verdict.status.value)
+
+
+def _sent(entry: Entry, sol: Solution, policy: Any, pool: Any) -> Any:
+    """The pool's future of the verdict, or the (None, None, note, status) a refused candidate gets.
+    The request carries the files, so the folder can go once it is sent."""
+    with tempfile.TemporaryDirectory(prefix="kw-bench-") as tmp:
+        try:
+            return pool.submit(entry.problem, _materialise(sol, Path(tmp)), policy)
+        except ValueError as exc:
+            return None, None, f"the judge could not take the candidate: {exc}"[:2000], INVALID
+
+
+def _received(entry: Entry, sol: Solution, sent: Any, config: BenchConfig) -> tuple[Any, Optional[str], str, str]:
+    """judge_solution's answer for a candidate sent to the pool."""
+    if isinstance(sent, tuple):
+        return sent
+    try:
+        verdict = sent.result()
+    except ProblemError as exc:
+        return None, None, f"the problem did not load: {exc}"[:2000], PROBLEM_ERROR
+    except ValueError as exc:
+        return None, None, f"the judge could not take the candidate: {exc}"[:2000], INVALID
     return (verdict, *_keep(entry, sol, verdict, config), verdict.status.value)
 
 
@@ -240,6 +264,10 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
         warn(w)
     device, pdict = check_environment(config.device, policy), policy.to_dict()
     done = _resumable(config, pdict, device)
+    judged = lambda entry, sol: entry.problem.name not in done or not _reusable(done[entry.problem.name], entry, sol)  # noqa: E731
+    sent = {e.problem.name: _sent(e, solutions[e.problem.name], policy, config.pool) for e in entries
+            if config.pool is not None and solutions.get(e.problem.name) is not None and solutions[e.problem.name].files
+            and not solutions[e.problem.name].error and judged(e, solutions[e.problem.name])}
     rows: list[dict[str, Any]] = []
     for i, entry in enumerate(entries):
         name, sol = entry.problem.name, solutions.get(entry.problem.name)
@@ -250,6 +278,8 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
             rows.append(problem_row(entry, sol, note=sol.error, status=INVALID))
         elif sol is None or not sol.files:
             rows.append(problem_row(entry, sol))
+        elif name in sent:  # judged by the pool's workers meanwhile; collected in suite order
+            rows.append(problem_row(entry, sol, *_received(entry, sol, sent[name], config)))
         else:
             rows.append(problem_row(entry, sol, *judge_solution(entry, sol, policy, config, say)))
         if config.out is not None:

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelwright import written
-from kernelwright.client.commands import service_flag
+from kernelwright.client.commands import pool_flags, service_flag
 from kernelwright.errors import UsageError
 from kernelwright.flags import add_policy_flags, device_flag, json_flag, no_store_flag, policy_from_args, store_flag
 from kernelwright.report.metrics import Bootstrap
@@ -73,17 +73,36 @@ def problems_table(doc: dict[str, Any]) -> Table:
 
 def bench_cmd(args: argparse.Namespace) -> int:
     """Judge one candidate per problem of a suite; print the metrics (and write the bench JSON)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from kernelwright.report.bench import BenchConfig
 
-    from kernelwright.console import err, out
-    from kernelwright.report.bench import BenchConfig, run_bench
+    from kernelwright.client.commands import pool_from_args
 
     policy = policy_from_args(args)
     try:
+        pool = pool_from_args(args, args.device if args.device != "auto" else _auto_device())
         config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=tuple(_names(args.only)), device=args.device,
-                             store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args))
+                             store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args), pool=pool)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        return _bench(args, config, policy)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _auto_device() -> str:
+    from kernelwright.judge.evaluate import resolve_device
+
+    return resolve_device("auto")
+
+
+def _bench(args: argparse.Namespace, config: Any, policy: Any) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kernelwright.console import err, out
+    from kernelwright.report.bench import run_bench
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[phase]}"))
     with Progress(*columns, console=err, transient=False) as bar:
         task = bar.add_task("bench", total=None, phase="")
@@ -195,6 +214,7 @@ def add_parsers(sub: Any) -> None:
     b.add_argument("--suite", required=True, help="builtin, builtin:LEVEL, kernelbench:PATH[:LEVEL], or a folder of problems "
                                                    "(NAME.py files, or NAME/problem.py folders such as examples/cpu)")
     service_flag(b)
+    pool_flags(b)
     b.add_argument("--solutions", nargs="+", default=[], metavar="DIR|RUN",
                    help="folders holding NAME.py or NAME/model_new.py per problem (or under levelN/), and run ids (their best candidate); "
                         "default: the model_new.py beside each problem written as DIR/problem.py (the shipped examples: --suite examples/cpu)")

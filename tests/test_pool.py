@@ -3,6 +3,7 @@ processes or Ray actors, and no request lost or answered twice when a worker die
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -36,15 +37,12 @@ def _check_pool(backend: str) -> None:
         first = [pool.submit(problem(p), candidate(c), correctness_policy()) for p, c in CASES]
         assert [f.result(timeout=300).status.value for f in first] == want
         pids = [i["pid"] for i in pool.info()]
-        answered: list[str] = []
         futures = [pool.submit(problem(p), candidate(c), correctness_policy()) for p, c in CASES]
-        for f in futures:
-            f.add_done_callback(lambda f: answered.append(f.result().status.value))
         _busy(pool, 0)
         pool.kill(0)  # with a request in flight on it: sent, or about to be
         got = [f.result(timeout=300).status.value for f in futures]
-        assert got == want and sorted(answered) == sorted(want)  # each future set once, with the request's own verdict
-        assert pool.replaced == 1 and pool.retried == 1
+        assert got == want  # each request's own verdict, the lost one's too
+        assert pool.replaced == 1 and pool.retried == 1 and pool.sent == 2 * len(CASES) + 1  # the first round, the second, one retry
         assert pool.info()[0]["pid"] != pids[0] and pool.info()[1]["pid"] == pids[1]
 
 
@@ -99,6 +97,11 @@ def test_the_pool_refuses_what_it_cannot_do():
     with Pool("local", workers=1, device="cpu") as pool:
         with pytest.raises(ValueError, match="model_new.py"):
             pool.submit(problem("relu"), problem("relu").parent)  # a folder without model_new.py: refused before any worker
+        with pytest.raises(ValueError, match="sees its one GPU as index 0"):
+            pool.submit(problem("relu"), candidate("relu_correct"), correctness_policy(gpu_index=1))
+        with pytest.raises(ValueError, match="cached baselines"):
+            pool.submit(problem("relu"), candidate("relu_correct"), correctness_policy(baselines="cached"))
+        assert pool.sent == 0
 
 
 def test_lost_verdict_is_a_whole_verdict():
@@ -110,18 +113,29 @@ def test_lost_verdict_is_a_whole_verdict():
     assert d["status"] == "infra_error" and d["log"] == "why" and d["problem"]["name"] == "relu" and d["policy"]["precision"] == "fp32"
 
 
-def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_this_process_writes_the_store(tmp_path):
+def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_this_process_writes_the_store(tmp_path, monkeypatch):
+    """A worker is killed mid-bench; the pool judged every candidate (the in-process path raises
+    here), every row has its verdict stored once, by this process."""
+    import sqlite3
+
+    from kernelwright.report import bench
     from kernelwright.report.bench import BenchConfig, run_bench
-    from kernelwright.store import Store
 
     policy = correctness_policy()
     plain = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", keep=False), policy)
     store = tmp_path / "store.sqlite"
+
+    def not_here(*a, **k):
+        raise AssertionError("judged in the driver's process, not by the pool")
+
+    monkeypatch.setattr(bench, "judge_solution", not_here)
     with Pool("local", workers=2, device="cpu") as pool:
+        threading.Thread(target=lambda: (_busy(pool, 1), pool.kill(1)), daemon=True).start()
         pooled = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", store=store, out=tmp_path / "b.json", pool=pool), policy)
+        assert pool.replaced == 1 and pool.sent == len(pooled["problems"]) + 1
     assert [(r["name"], r["status"]) for r in pooled["problems"]] == [(r["name"], r["status"]) for r in plain["problems"]]
     assert {r["status"] for r in pooled["problems"]} == {"correct"} and pooled["complete"]
     ids = [r["verdict_id"] for r in pooled["problems"]]
-    assert all(ids)
-    with Store.open(store) as db:  # the driver kept every verdict it received
-        assert all(db.get_verdict(i) is not None for i in ids)
+    assert all(ids) and len(set(ids)) == len(ids)
+    with sqlite3.connect(store) as db:  # one verdict stored per row, none twice
+        assert db.execute("select count(*) from verdicts").fetchone()[0] == len(ids)

@@ -36,7 +36,7 @@ def pool_flags(p: argparse.ArgumentParser) -> None:
                         "(the `ray` extra)")
     p.add_argument("--pool", type=int, default=None, metavar="N",
                    help="judge N candidates at once, each worker holding one device's judge: Ray actors with --ray, else processes "
-                        "on this machine (default with --ray: the visible GPUs on CUDA, 2 on the CPU)")
+                        "on this machine (default with --ray: the cluster's GPUs on CUDA, 2 on the CPU)")
 
 
 def pool_from_args(args: argparse.Namespace, device: str) -> Any:
@@ -46,17 +46,12 @@ def pool_from_args(args: argparse.Namespace, device: str) -> Any:
         return None
     if getattr(args, "service", None):
         raise ValueError("--service and --ray/--pool are two ways of judging elsewhere: give one")
-    if n is None:
-        n = _gpus() if device == "cuda" else 2
     from kernelwright.client.pool import Pool
 
-    return Pool("ray" if ray is not None else "local", workers=n, device=device, address=ray or None)
-
-
-def _gpus() -> int:
-    import torch
-
-    return max(1, torch.cuda.device_count())
+    try:  # workers None: one per GPU of the cluster (Ray) or of this machine, 2 on the CPU
+        return Pool("ray" if ray is not None else "local", workers=n, device=device, address=ray or None)
+    except (ImportError, RuntimeError) as exc:  # Ray missing, a placement that never came, a worker that did not start
+        raise ValueError(f"the judge's pool did not start: {exc}") from None
 
 
 def use_service(args: argparse.Namespace) -> None:

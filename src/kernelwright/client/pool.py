@@ -88,15 +88,19 @@ def lost_verdict(problem: Problem, policy: Policy, why: str) -> Verdict:
 class Pool:
     """N workers on one backend; `evaluate` and `submit` as the client's Judge has them."""
 
-    def __init__(self, backend: str = "local", *, workers: int = 1, device: str = "auto", address: str | None = None,
+    def __init__(self, backend: str = "local", *, workers: int | None = None, device: str = "auto", address: str | None = None,
                  retries: int = 1) -> None:
+        """`workers`: None gives one per GPU (the cluster's under Ray, the visible ones locally) on
+        CUDA and 2 on the CPU; `device` auto is CUDA where there are GPUs (the cluster's under Ray)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        if workers < 1 or retries < 0:
+        if (workers is not None and workers < 1) or retries < 0:
             raise ValueError(f"workers must be at least 1 and retries at least 0, got {workers} and {retries}")
         if address is not None and backend != "ray":
             raise ValueError("an address names a Ray cluster: it needs backend='ray'")
-        self.device, self.retries = device, retries
+        if device not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"device must be auto, cuda or cpu, got {device!r}")
+        self.retries = retries
         if backend == "ray":
             from kernelwright.client.pool_ray import RayWorkers
 
@@ -105,18 +109,23 @@ class Pool:
             from kernelwright.client.pool_local import LocalWorkers
 
             self._workers = LocalWorkers(workers, device)
+        self.device, self.size = self._workers.device, self._workers.size  # as resolved by the backend
         self._free: queue.Queue[int] = queue.Queue()
-        for i in range(workers):
+        for i in range(self.size):
             self._free.put(i)
-        self._run = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kw-pool")
+        self._run = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-pool")
         self.replaced = 0  # workers started again after one was lost
         self.retried = 0  # requests sent again after their worker was lost
+        self.sent = 0  # requests sent to workers, retries included
         self.in_flight: set[int] = set()  # the workers judging a request now
+        self._closing = threading.Event()
         self._lock = threading.Lock()
 
     def submit(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None) -> Future:
-        """A future of the verdict. A malformed problem or candidate raises here, as Judge does."""
+        """A future of the verdict. A malformed problem or candidate, or a policy a pool cannot
+        honour, raises here (ValueError, ProblemError), as Judge does."""
         policy = policy or Policy()
+        self.check(policy)
         problem = problem if isinstance(problem, Problem) else load_problem(problem)
         request = request_for(problem, Path(candidate), policy, self.device)
         return self._run.submit(self._one, problem, policy, request)
@@ -124,15 +133,30 @@ class Pool:
     def evaluate(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None) -> Verdict:
         return self.submit(problem, candidate, policy).result()
 
+    @staticmethod
+    def check(policy: Policy) -> None:
+        """ValueError for a policy a pool cannot honour."""
+        if policy.gpu_index != 0:
+            raise ValueError(f"a pool's worker sees its one GPU as index 0: gpu_index {policy.gpu_index} does not apply (leave it 0)")
+        if policy.baselines == "cached":
+            raise ValueError("cached baselines are read from a store, and a pool's workers have none of the driver's: "
+                             "measure them (the default) or skip them")
+
     def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:
         losses: list[str] = []
         for attempt in range(self.retries + 1):
+            if self._closing.is_set():
+                break
             slot = self._free.get()
             self.in_flight.add(slot)
             try:
+                with self._lock:
+                    self.sent += 1
                 job = self._workers.call(slot, request)
             except WorkerLost as exc:
                 losses.append(f"worker {slot}: {exc}")
+                if self._closing.is_set():  # lost because the pool is closing: neither replaced nor retried
+                    break
                 try:
                     self._workers.replace(slot)
                     with self._lock:
@@ -146,7 +170,8 @@ class Pool:
                 self.in_flight.discard(slot)
                 self._free.put(slot)
             return _answer(job)
-        return lost_verdict(problem, policy, f"no worker finished the request ({len(losses)} lost): " + "; ".join(losses))
+        why = "the pool was closed" if self._closing.is_set() else "no worker finished the request"
+        return lost_verdict(problem, policy, f"{why} ({len(losses)} lost): " + "; ".join(losses))
 
     def info(self) -> list[dict[str, Any]]:
         return self._workers.info()
@@ -156,8 +181,11 @@ class Pool:
         self._workers.kill(i)
 
     def close(self) -> None:
-        self._run.shutdown(wait=True)
+        """Requests not yet sent are cancelled; those in flight end with their workers."""
+        self._closing.set()
+        self._run.shutdown(wait=False, cancel_futures=True)
         self._workers.close()
+        self._run.shutdown(wait=True)
 
     def __enter__(self) -> "Pool":
         return self

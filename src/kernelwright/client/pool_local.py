@@ -15,6 +15,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kernelwright.client.pool import START_S, JudgeWorker, WorkerLost
+from kernelwright.judge.forkpool import absolute_pythonpath
 
 
 def _serve(conn: Connection, device: str) -> None:
@@ -36,26 +37,37 @@ def _serve(conn: Connection, device: str) -> None:
 
 
 class _Slot:
-    def __init__(self, device: str, gpu: int | None) -> None:
+    def __init__(self, device: str, gpu: str | None) -> None:
         mine, theirs = socket.socketpair()
-        env = dict(os.environ)
+        env = absolute_pythonpath(dict(os.environ))
         if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            env["CUDA_VISIBLE_DEVICES"] = gpu
         try:
+            # its own session: a Ctrl-C at the terminal reaches the driver, which closes the pool, not each worker;
+            # its stdout unused (a command's --json output is the driver's stdout)
             self.proc = subprocess.Popen([sys.executable, "-m", "kernelwright.client.pool_local", str(theirs.fileno()), device],
-                                         pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+                                         pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except BaseException:
+            mine.close()
+            raise
         finally:
             theirs.close()
         self.conn = Connection(mine.detach())
-        self.info = self._expect("ready", START_S)
+        try:
+            self.info = self._expect("ready", START_S)
+        except BaseException:
+            self.proc.kill()
+            self.stop()
+            raise
 
     def _expect(self, kind: str, timeout: float | None) -> Any:
         """The worker's next message, of this kind; WorkerLost when it dies or falls silent first."""
-        if not wait([self.conn], timeout):
-            raise WorkerLost(f"process {self.proc.pid} said nothing in {timeout:.0f} s")
         try:
+            if not wait([self.conn], timeout):
+                raise WorkerLost(f"process {self.proc.pid} said nothing in {timeout:.0f} s")
             got, payload = self.conn.recv()  # EOF: the process is gone (its end of the pair closed)
-        except (EOFError, OSError) as exc:
+        except (EOFError, OSError, ValueError) as exc:  # ValueError, OSError: the pool closed the connection meanwhile
             self.proc.poll()
             raise WorkerLost(f"process {self.proc.pid} is gone (exit status {self.proc.returncode}, {type(exc).__name__})") from None
         if got != kind:
@@ -76,9 +88,14 @@ class _Slot:
 class LocalWorkers:
     """N worker processes (new interpreters: no CUDA state is inherited)."""
 
-    def __init__(self, n: int, device: str) -> None:
-        self.device = device
-        self._gpus = self._gpu_ids(n) if device == "cuda" else [None] * n
+    def __init__(self, n: int | None, device: str) -> None:
+        from kernelwright.judge.evaluate import resolve_device
+
+        self.device = resolve_device(device)
+        if n is None:
+            n = len(self._visible()) if self.device == "cuda" else 2
+        self.size = n
+        self._gpus: list[str | None] = self._gpu_ids(n) if self.device == "cuda" else [None] * n
         self._lock = threading.Lock()
         self._slots: list[_Slot | None] = [None] * n
         try:
@@ -89,15 +106,19 @@ class LocalWorkers:
             raise
 
     @staticmethod
-    def _gpu_ids(n: int) -> list[int]:
+    def _visible() -> list[str]:
+        """This process's GPUs as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or MIG ids), else their indices."""
         import torch
 
         count = torch.cuda.device_count()
-        if count < n:
-            raise ValueError(f"{n} workers on cuda need {n} GPUs; {count} visible")
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = [int(x) for x in visible.split(",")] if visible and all(x.strip().isdigit() for x in visible.split(",")) else list(range(count))
-        return ids[:n]
+        listed = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+        return listed[:count] if listed else [str(i) for i in range(count)]
+
+    def _gpu_ids(self, n: int) -> list[str | None]:
+        visible = self._visible()
+        if len(visible) < n:
+            raise ValueError(f"{n} workers on cuda need {n} GPUs; {len(visible)} visible")
+        return list(visible[:n])
 
     def call(self, i: int, request: dict[str, Any]) -> dict[str, Any]:
         slot = self._slots[i]
@@ -133,4 +154,5 @@ class LocalWorkers:
 
 
 if __name__ == "__main__":
+    os.set_inheritable(int(sys.argv[1]), False)  # the judge's own children do not get the driver's connection
     _serve(Connection(int(sys.argv[1])), sys.argv[2])

@@ -19,30 +19,39 @@ def _ray() -> Any:
 
 
 class RayWorkers:
-    def __init__(self, n: int, device: str, address: str | None) -> None:
+    def __init__(self, n: int | None, device: str, address: str | None) -> None:
         ray = self._ray = _ray()
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        if not ray.is_initialized():
-            # a running cluster when an address is given; else a local one sized for the workers
-            kw: dict[str, Any] = {"address": address} if address else {"num_cpus": max(n, 1)}
-            ray.init(**kw, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-        self.device, self._strategy = device, PlacementGroupSchedulingStrategy
-        bundle = {"GPU": 1, "CPU": 1} if device == "cuda" else {"CPU": 1}
-        self._group = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
-        ready = self._group.ready()
-        done, _ = ray.wait([ready], timeout=START_S)
-        if not done:
-            ray.util.remove_placement_group(self._group)
-            raise RuntimeError(f"Ray could not place {n} workers of {bundle} in {START_S:.0f} s: {ray.available_resources()}")
+        self._started = not ray.is_initialized()
+        if self._started:
+            # the cluster at `address`; else a new local Ray (address "local": never one that RAY_ADDRESS or `ray start` left)
+            kw: dict[str, Any] = {"address": address} if address else {"address": "local", "num_cpus": max(n or 2, 2)}
+            ray.init(**kw, include_dashboard=False, log_to_driver=False)
+        gpus = int(ray.cluster_resources().get("GPU", 0))  # the cluster's, not this driver's
+        self.device = device if device != "auto" else ("cuda" if gpus else "cpu")
+        if self.device == "cuda" and not gpus:
+            self._shutdown()
+            raise ValueError("device cuda asked for, but the Ray cluster has no GPU")
+        self.size = n if n is not None else (gpus if self.device == "cuda" else 2)
+        self._strategy = PlacementGroupSchedulingStrategy
+        bundle = {"GPU": 1, "CPU": 1} if self.device == "cuda" else {"CPU": 1}
+        self._group = placement_group([dict(bundle) for _ in range(self.size)], strategy="PACK")
         self._actor = ray.remote(JudgeWorker)
-        self._gpus = 1 if device == "cuda" else 0
+        self._gpus = 1 if self.device == "cuda" else 0
         self._lock = threading.Lock()
-        self._actors: list[Any] = [None] * n
-        self.infos: list[dict[str, Any]] = [{} for _ in range(n)]
-        for i in range(n):
-            self._start(i)
+        self._actors: list[Any] = [None] * self.size
+        self.infos: list[dict[str, Any]] = [{} for _ in range(self.size)]
+        try:
+            done, _ = ray.wait([self._group.ready()], timeout=START_S)
+            if not done:
+                raise RuntimeError(f"Ray could not place {self.size} workers of {bundle} in {START_S:.0f} s: {ray.available_resources()}")
+            for i in range(self.size):
+                self._start(i)
+        except BaseException:
+            self.close()
+            raise
 
     def _start(self, i: int) -> None:
         ray = self._ray
@@ -84,13 +93,23 @@ class RayWorkers:
         return list(self.infos)
 
     def close(self) -> None:
+        ray = self._ray
         for a in self._actors:
             if a is not None:
                 try:
-                    self._ray.kill(a, no_restart=True)
+                    ray.get(a.close.remote(), timeout=30)  # its service's folder removed
+                except Exception:  # noqa: BLE001 - dead or stuck: killed below either way
+                    pass
+                try:
+                    ray.kill(a, no_restart=True)
                 except Exception:  # noqa: BLE001
                     pass
         try:
-            self._ray.util.remove_placement_group(self._group)
+            ray.util.remove_placement_group(self._group)
         except Exception:  # noqa: BLE001
             pass
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._started:  # a Ray this pool started goes with it; a cluster it joined stays
+            self._ray.shutdown()

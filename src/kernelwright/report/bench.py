@@ -112,6 +112,8 @@ def _received(entry: Entry, sol: Solution, sent: Any, config: BenchConfig) -> tu
         return None, None, f"the problem did not load: {exc}"[:2000], PROBLEM_ERROR
     except ValueError as exc:
         return None, None, f"the judge could not take the candidate: {exc}"[:2000], INVALID
+    except Exception as exc:  # noqa: BLE001 - the judge failed in a worker (the in-process judge would raise): a row, judged again on --resume
+        return None, None, f"the judge failed in a pool worker: {type(exc).__name__}: {exc}"[:2000], "infra_error"
     return (verdict, *_keep(entry, sol, verdict, config), verdict.status.value)
 
 
@@ -262,7 +264,14 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
     solutions, warnings = find_solutions(config.sources, entries, config.store)
     for w in warnings:
         warn(w)
-    device, pdict = check_environment(config.device, policy), policy.to_dict()
+    # a pool's workers hold the device (a Ray cluster's, maybe none of this driver's)
+    if config.pool is not None:
+        try:
+            config.pool.check(policy)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    device = config.pool.device if config.pool is not None else check_environment(config.device, policy)
+    pdict = policy.to_dict()
     done = _resumable(config, pdict, device)
     judged = lambda entry, sol: entry.problem.name not in done or not _reusable(done[entry.problem.name], entry, sol)  # noqa: E731
     sent = {e.problem.name: _sent(e, solutions[e.problem.name], policy, config.pool) for e in entries

@@ -77,24 +77,21 @@ def bench_cmd(args: argparse.Namespace) -> int:
 
     from kernelwright.client.commands import pool_from_args
 
+    import dataclasses
+
     policy = policy_from_args(args)
     try:
-        pool = pool_from_args(args, args.device if args.device != "auto" else _auto_device())
         config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=tuple(_names(args.only)), device=args.device,
-                             store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args), pool=pool)
+                             store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args))
+        pool = pool_from_args(args, args.device)  # after the config is known good: nothing to close on a usage error
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    try:
+    if pool is None:
         return _bench(args, config, policy)
+    try:  # the pool decides the device (a Ray cluster's GPUs, not this driver's)
+        return _bench(args, dataclasses.replace(config, pool=pool, device=pool.device), policy)
     finally:
-        if pool is not None:
-            pool.close()
-
-
-def _auto_device() -> str:
-    from kernelwright.judge.evaluate import resolve_device
-
-    return resolve_device("auto")
+        pool.close()
 
 
 def _bench(args: argparse.Namespace, config: Any, policy: Any) -> int:

@@ -89,3 +89,16 @@ def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 def host() -> dict[str, Any]:
     """{"cpu_model", "calibration", "topology"} for a provenance record."""
     return {"cpu_model": cpu_model(), "calibration": calibration_ms(), "topology": topology()}
+
+
+def commit(given: str = "unknown") -> str:
+    """The commit a benchmark measures: the one given, else HEAD's short hash, else "unknown"."""
+    if given != "unknown":
+        return given
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    except OSError:
+        return given
+    return head.stdout.strip() or given

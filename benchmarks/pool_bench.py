@@ -21,22 +21,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import hostinfo  # beside this file: on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _commit(given: str) -> str:
-    if given != "unknown":
-        return given
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or given
-    except OSError:
-        return given
 
 
 def _bench(a: argparse.Namespace, policy: Any, pool: Any) -> dict[str, Any]:
@@ -82,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "pool_bench.json"
     gpu = torch.cuda.get_device_name(0) if a.device == "cuda" and torch.cuda.is_available() else None
-    doc: dict[str, Any] = {"provenance": {"commit": _commit(a.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": a.device,
+    doc: dict[str, Any] = {"provenance": {"commit": hostinfo.commit(a.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": a.device,
                                           "gpu": gpu, "torch": torch.__version__, "python": platform.python_version(), "command": " ".join(sys.argv)},
                            "rounds": [], "skipped": {}}
     policy = Policy(baselines="skip")

@@ -20,23 +20,15 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import hostinfo  # beside this file: on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _commit(given: str) -> str:
-    if given != "unknown":
-        return given
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or given
-    except OSError:
-        return given
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -55,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     machine = baseline.probe_machine(device)
     prov = {**machine, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "commit": _commit(args.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
+            "commit": hostinfo.commit(args.commit), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": " ".join(sys.argv)}
     print(f"machine: {json.dumps(machine)}", flush=True)
     entries = [e for spec in args.suite for e in load_suite(spec)]
     if args.only:

@@ -28,7 +28,6 @@ from typing import Any
 
 import hostinfo  # beside this file: on sys.path when run as a script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench(a: argparse.Namespace, policy: Any, pool: Any) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import hostinfo  # beside this file: on sys.path when run as a script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -76,6 +76,9 @@ class _Lost:
     def close(self):
         pass
 
+    def shutdown(self):
+        pass
+
 
 def test_a_request_whose_workers_all_die_ends_infra_error_after_one_retry():
     pool = Pool("local", workers=1, device="cpu")
@@ -137,5 +140,30 @@ def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_thi
     assert {r["status"] for r in pooled["problems"]} == {"correct"} and pooled["complete"]
     ids = [r["verdict_id"] for r in pooled["problems"]]
     assert all(ids) and len(set(ids)) == len(ids)
-    with sqlite3.connect(store) as db:  # one verdict stored per row, none twice
+    db = sqlite3.connect(store)
+    try:  # one verdict stored per row, none twice
         assert db.execute("select count(*) from verdicts").fetchone()[0] == len(ids)
+    finally:
+        db.close()
+
+
+def test_closing_with_requests_in_flight_ends_them_lost_at_once_and_leaves_no_worker(tmp_path):
+    """Close while both workers judge and more wait: the waiting ones are cancelled, the ones in
+    flight end infra_error (not retried, no worker started again), and no worker process is left."""
+    import os
+
+    with Pool("local", workers=2, device="cpu") as pool:
+        pids = [i["pid"] for i in pool.info()]
+        futures = [pool.submit(problem(p), candidate(c), correctness_policy()) for p, c in CASES * 2]
+        _busy(pool, 0)
+        _busy(pool, 1)
+        t0 = time.monotonic()
+        pool.close()
+        closed_in = time.monotonic() - t0
+    ended = [f for f in futures if not f.cancelled()]
+    assert any(f.cancelled() for f in futures) and pool.replaced == 0 and pool.retried == 0
+    assert all(f.result().status is Status.INFRA_ERROR and "the pool was closed" in f.result().log for f in ended if f.result().status is not Status.CORRECT)
+    assert closed_in < 30, closed_in  # one shared wait, then the busy ones killed
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -50,7 +50,7 @@ def pool_from_args(args: argparse.Namespace, device: str) -> Any:
 
     try:  # workers None: one per GPU of the cluster (Ray) or of this machine, 2 on the CPU
         return Pool("ray" if ray is not None else "local", workers=n, device=device, address=ray or None)
-    except (ImportError, RuntimeError) as exc:  # Ray missing, a placement that never came, a worker that did not start
+    except (ImportError, RuntimeError, OSError) as exc:  # Ray missing or unreachable, a placement that never came, a worker that did not start
         raise ValueError(f"the judge's pool did not start: {exc}") from None
 
 

@@ -43,11 +43,11 @@ class JudgeWorker:
     """The worker's body, the same under both backends: one device's judge service; `evaluate`
     takes a request in the service's wire form and answers with its job (state, verdict or error)."""
 
-    def __init__(self, device: str = "auto") -> None:
+    def __init__(self, device: str = "auto", root: str | None = None) -> None:
         from kernelwright.client.service import JudgeService
 
         self.device = device
-        self.service = JudgeService(workers=1)
+        self.service = JudgeService(workers=1, root=Path(root) if root else None)  # its jobs' folders under root
 
     def evaluate(self, request: dict[str, Any]) -> dict[str, Any]:
         request = {**request, "device": self.device if request.get("device", "auto") == "auto" else request["device"]}
@@ -184,8 +184,9 @@ class Pool:
         """Requests not yet sent are cancelled; those in flight end with their workers."""
         self._closing.set()
         self._run.shutdown(wait=False, cancel_futures=True)
-        self._workers.close()
+        self._workers.close()  # a request in flight ends lost, and is neither retried nor its worker replaced
         self._run.shutdown(wait=True)
+        self._workers.shutdown()  # after the threads: a Ray this pool started
 
     def __enter__(self) -> "Pool":
         return self

@@ -10,17 +10,22 @@ import os
 import socket
 import subprocess
 import sys
+import shutil
+import tempfile
 import threading
+import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from kernelwright.client.pool import START_S, JudgeWorker, WorkerLost
+
+CLOSE_S = 10.0  # the longest close waits for idle workers to exit before killing what still runs
 from kernelwright.judge.forkpool import absolute_pythonpath
 
 
-def _serve(conn: Connection, device: str) -> None:
+def _serve(conn: Connection, device: str, root: str) -> None:
     """A worker process: answer requests until the connection closes."""
-    worker = JudgeWorker(device)
+    worker = JudgeWorker(device, root)
     conn.send(("ready", worker.info()))
     try:
         while True:
@@ -37,7 +42,7 @@ def _serve(conn: Connection, device: str) -> None:
 
 
 class _Slot:
-    def __init__(self, device: str, gpu: str | None) -> None:
+    def __init__(self, device: str, gpu: str | None, root: str) -> None:
         mine, theirs = socket.socketpair()
         env = absolute_pythonpath(dict(os.environ))
         if gpu is not None:
@@ -45,7 +50,7 @@ class _Slot:
         try:
             # its own session: a Ctrl-C at the terminal reaches the driver, which closes the pool, not each worker;
             # its stdout unused (a command's --json output is the driver's stdout)
-            self.proc = subprocess.Popen([sys.executable, "-m", "kernelwright.client.pool_local", str(theirs.fileno()), device],
+            self.proc = subprocess.Popen([sys.executable, "-m", "kernelwright.client.pool_local", str(theirs.fileno()), device, root],
                                          pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          start_new_session=True)
         except BaseException:
@@ -58,7 +63,7 @@ class _Slot:
             self.info = self._expect("ready", START_S)
         except BaseException:
             self.proc.kill()
-            self.stop()
+            _stop_all([self], 10.0)
             raise
 
     def _expect(self, kind: str, timeout: float | None) -> Any:
@@ -74,15 +79,25 @@ class _Slot:
             raise WorkerLost(f"process {self.proc.pid} answered {got!r} where {kind!r} was due")
         return payload
 
-    def stop(self) -> None:
+
+
+def _stop_all(slots: list[_Slot], wait_s: float) -> None:
+    """Close the slots' connections, wait for their processes up to wait_s in all, kill the rest."""
+    for x in slots:
         try:
-            self.conn.close()
-        finally:
+            x.conn.close()
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait_s
+    for x in slots:
+        try:
+            x.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            x.proc.kill()
             try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                x.proc.wait(10)
+            except subprocess.TimeoutExpired:  # stuck in the kernel (a GPU fault): left to the OS, the others still stopped
+                pass
 
 
 class LocalWorkers:
@@ -94,13 +109,17 @@ class LocalWorkers:
         self.device = resolve_device(device)
         if n is None:
             n = len(self._visible()) if self.device == "cuda" else 2
+        if n < 1:
+            raise ValueError("device cuda, but no GPU is visible to this process")
         self.size = n
         self._gpus: list[str | None] = self._gpu_ids(n) if self.device == "cuda" else [None] * n
         self._lock = threading.Lock()
+        self._closed = False
+        self._root = tempfile.mkdtemp(prefix="kw-pool-")  # the workers' job folders: removed at close, a killed worker's too
         self._slots: list[_Slot | None] = [None] * n
         try:
             for i in range(n):
-                self._slots[i] = _Slot(device, self._gpus[i])
+                self._slots[i] = _Slot(self.device, self._gpus[i], self._root)
         except BaseException:
             self.close()
             raise
@@ -131,13 +150,23 @@ class LocalWorkers:
         return slot._expect("job", None)
 
     def replace(self, i: int) -> None:
-        """Worker i again, in a new process (the old one killed if it still runs)."""
+        """Worker i again, in a new process (the old one killed if it still runs); WorkerLost once
+        the pool is closed, the new process stopped if the pool closed while it started."""
         with self._lock:
+            if self._closed:
+                raise WorkerLost("the pool is closed")
             old, self._slots[i] = self._slots[i], None
         if old is not None:
             old.proc.kill()
-            old.stop()
-        self._slots[i] = _Slot(self.device, self._gpus[i])
+            _stop_all([old], 10.0)
+        new = _Slot(self.device, self._gpus[i], self._root)
+        with self._lock:
+            if not self._closed:
+                self._slots[i] = new
+                return
+        new.proc.kill()
+        _stop_all([new], 10.0)
+        raise WorkerLost("the pool is closed")
 
     def kill(self, i: int) -> None:
         slot = self._slots[i]
@@ -148,11 +177,18 @@ class LocalWorkers:
         return [s.info if s is not None else {} for s in self._slots]
 
     def close(self) -> None:
-        for s in self._slots:
-            if s is not None:
-                s.stop()
+        """Every connection closed at once (an idle worker exits at the end of its input), then one
+        shared wait of CLOSE_S; what still runs (a busy worker) is killed."""
+        with self._lock:
+            self._closed = True
+            slots, self._slots = [x for x in self._slots if x is not None], [None] * len(self._slots)
+        _stop_all(slots, CLOSE_S)
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def shutdown(self) -> None:
+        """Nothing outlives close here."""
 
 
 if __name__ == "__main__":
     os.set_inheritable(int(sys.argv[1]), False)  # the judge's own children do not get the driver's connection
-    _serve(Connection(int(sys.argv[1])), sys.argv[2])
+    _serve(Connection(int(sys.argv[1])), sys.argv[2], sys.argv[3])

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from kernelwright.core.records import Status
 from kernelwright.errors import UsageError
 from kernelwright.problems.suite import Entry, load_suite
 from kernelwright.problems.loader import ProblemError
@@ -113,7 +114,7 @@ def _received(entry: Entry, sol: Solution, sent: Any, config: BenchConfig) -> tu
     except ValueError as exc:
         return None, None, f"the judge could not take the candidate: {exc}"[:2000], INVALID
     except Exception as exc:  # noqa: BLE001 - the judge failed in a worker (the in-process judge would raise): a row, judged again on --resume
-        return None, None, f"the judge failed in a pool worker: {type(exc).__name__}: {exc}"[:2000], "infra_error"
+        return None, None, f"the judge failed in a pool worker: {type(exc).__name__}: {exc}"[:2000], Status.INFRA_ERROR.value
     return (verdict, *_keep(entry, sol, verdict, config), verdict.status.value)
 
 
@@ -268,6 +269,13 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
     if config.pool is not None:
         try:
             config.pool.check(policy)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if config.pool is not None:
+        from kernelwright.judge.evaluate import gpu_lock_enabled
+
+        try:
+            gpu_lock_enabled()  # a bad lock setting, which the workers inherit, is a usage error here, not every row's
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     device = config.pool.device if config.pool is not None else check_environment(config.device, policy)

@@ -83,6 +83,12 @@ def bench_cmd(args: argparse.Namespace) -> int:
     try:
         config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=tuple(_names(args.only)), device=args.device,
                              store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args))
+        if getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None:
+            from kernelwright.client.pool import Pool
+            from kernelwright.report.bench import select_entries
+
+            Pool.check(policy)  # before any worker starts: a policy the pool cannot honour,
+            select_entries(config.suite, config.only)  # and an unknown --only name, are usage errors at once
         pool = pool_from_args(args, args.device)  # after the config is known good: nothing to close on a usage error
     except ValueError as exc:
         raise UsageError(str(exc)) from None

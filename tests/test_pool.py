@@ -167,3 +167,24 @@ def test_closing_with_requests_in_flight_ends_them_lost_at_once_and_leaves_no_wo
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_pooled_bench_resumes_from_its_file_and_sends_only_what_is_left(tmp_path):
+    """A bench cut short (its file marked incomplete, two rows done) resumes through a pool: the
+    finished rows are taken back, only the rest is sent to the workers."""
+    import json
+
+    from kernelwright.report.bench import BenchConfig, run_bench
+
+    policy, out = correctness_policy(), tmp_path / "b.json"
+    first = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", keep=False, out=out), policy)
+    doc = json.loads(out.read_text())
+    doc["problems"][2:] = []  # as a driver that died after two problems would have left it
+    doc["complete"], doc["pending"] = False, [r["name"] for r in first["problems"][2:]]
+    out.write_text(json.dumps(doc))
+    with Pool("local", workers=2, device="cpu") as pool:
+        again = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", keep=False, out=out, resume=True, pool=pool), policy)
+        assert pool.sent == len(first["problems"]) - 2
+    assert [r["name"] for r in again["problems"]] == [r["name"] for r in first["problems"]] and again["complete"]
+    assert [r["verdict"]["created_at"] for r in again["problems"][:2]] == [r["verdict"]["created_at"] for r in first["problems"][:2]]
+    assert {r["status"] for r in again["problems"]} == {"correct"}

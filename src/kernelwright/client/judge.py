@@ -76,13 +76,7 @@ class Judge:
         return self._call("GET", "/v1/health")
 
     def _remote(self, problem: Problem, candidate: Path, policy: Policy, progress: Any) -> Verdict:
-        from kernelwright.judge.snapshot import main_name, read_candidate
-
-        request = {"problem": {"name": problem.name, "source_b64": base64.b64encode(problem.path.read_bytes()).decode()},
-                   "candidate": {"files": read_candidate(candidate), "main": main_name(candidate),
-                                 "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
-                   "policy": policy_to_wire(policy), "device": self.device}
-        job = self._call("POST", "/v1/evaluations", request)
+        job = self._call("POST", "/v1/evaluations", request_for(problem, candidate, policy, self.device))
         try:
             while job.get("state") in ("queued", "running"):
                 job = self._call("GET", f"/v1/evaluations/{job['id']}?wait={POLL_S:g}")
@@ -122,6 +116,17 @@ class Judge:
                 raise ValueError(f"the judge service refused the request: {err.get('message')}")
             raise ServiceError(f"the judge service answered {resp.status}: {err.get('message')}")
         return data
+
+
+def request_for(problem: Problem, candidate: Path, policy: Policy, device: str = "auto") -> dict[str, Any]:
+    """The wire form of one evaluation (`kernelwright serve`'s, a pool worker's): the problem's
+    bytes, the candidate's files, the whole policy. ValueError for a malformed candidate."""
+    from kernelwright.judge.snapshot import main_name, read_candidate
+
+    return {"problem": {"name": problem.name, "source_b64": base64.b64encode(problem.path.read_bytes()).decode()},
+            "candidate": {"files": read_candidate(candidate), "main": main_name(candidate),
+                          "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
+            "policy": policy_to_wire(policy), "device": device}
 
 
 def _answer(job: dict[str, Any]) -> Verdict:

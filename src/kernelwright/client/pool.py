@@ -27,9 +27,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kernelwright.client.judge import _answer, request_for
 from kernelwright.core.records import Status, Verdict
-from kernelwright.judge.policy import Policy, policy_to_wire
-from kernelwright.problems.loader import Problem, ProblemError, load_problem
+from kernelwright.judge.policy import Policy
+from kernelwright.problems.loader import Problem, load_problem
 
 BACKENDS = ("local", "ray")
 START_S = 300.0  # the longest a worker may take to start (import torch, the fork server)
@@ -64,18 +65,6 @@ class JudgeWorker:
 
     def close(self) -> None:
         self.service.close()
-
-
-def request_for(problem: Problem, candidate: Path, policy: Policy, device: str = "auto") -> dict[str, Any]:
-    """The wire form of one evaluation: the problem's bytes, the candidate's files, the policy."""
-    import base64
-
-    from kernelwright.judge.snapshot import main_name, read_candidate
-
-    return {"problem": {"name": problem.name, "source_b64": base64.b64encode(problem.path.read_bytes()).decode()},
-            "candidate": {"files": read_candidate(candidate), "main": main_name(candidate),
-                          "shown_as": str(candidate if candidate.is_dir() else candidate.parent)},
-            "policy": policy_to_wire(policy), "device": device}
 
 
 def lost_verdict(problem: Problem, policy: Policy, why: str) -> Verdict:
@@ -193,17 +182,3 @@ class Pool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _answer(job: dict[str, Any]) -> Verdict:
-    """The job's verdict; a malformed request raises as the in-process judge would."""
-    from kernelwright.client.judge import ServiceError
-
-    state, err = job.get("state"), job.get("error") or {}
-    if state == "done":
-        return Verdict.from_dict(job["verdict"])
-    if err.get("kind") == "problem":
-        raise ProblemError(err.get("message", "malformed problem"))
-    if err.get("kind") == "usage":
-        raise ValueError(err.get("message", "malformed request"))
-    raise ServiceError(f"a pool worker's evaluation ended {state}: {err.get('message', '')}".rstrip(": "))

@@ -281,10 +281,11 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
     device = config.pool.device if config.pool is not None else check_environment(config.device, policy)
     pdict = policy.to_dict()
     done = _resumable(config, pdict, device)
-    judged = lambda entry, sol: entry.problem.name not in done or not _reusable(done[entry.problem.name], entry, sol)  # noqa: E731
-    sent = {e.problem.name: _sent(e, solutions[e.problem.name], policy, config.pool) for e in entries
-            if config.pool is not None and solutions.get(e.problem.name) is not None and solutions[e.problem.name].files
-            and not solutions[e.problem.name].error and judged(e, solutions[e.problem.name])}
+    sent: dict[str, Any] = {}  # with a pool: every candidate that will be judged, sent at once
+    for e in entries if config.pool is not None else ():
+        sol = solutions.get(e.problem.name)
+        if sol is not None and sol.files and not sol.error and not _reusable(done.get(e.problem.name), e, sol):
+            sent[e.problem.name] = _sent(e, sol, policy, config.pool)
     rows: list[dict[str, Any]] = []
     for i, entry in enumerate(entries):
         name, sol = entry.problem.name, solutions.get(entry.problem.name)

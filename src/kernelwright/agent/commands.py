@@ -15,7 +15,7 @@ from kernelwright import written
 from kernelwright.agent.objective import LANGUAGES, STRATEGIES, load_config, merge
 from kernelwright.core.runs import StepKind
 from kernelwright.agent.transcript import CLIP
-from kernelwright.client.commands import service_flag
+from kernelwright.client.commands import pool_flags, service_flag
 from kernelwright.flags import add_policy_flags, device_flag, json_flag, policy_settings, store_flag
 from kernelwright.problems.loader import ProblemError
 
@@ -102,8 +102,9 @@ def optimize_cmd(args: argparse.Namespace) -> int:
     if not problem or not model:
         raise _usage("optimize needs PROBLEM and --model PROVIDER:MODEL (or --demo)")
     objective = _objective(args, model)
+    pool = _pool(args, objective, args.device)
     req = optimize.RunRequest(problem_spec=problem, model=model, objective=objective, base_url=args.base_url, device=args.device,
-                              out_dir=args.out, store=args.store, timeout_s=args.timeout_s,
+                              out_dir=args.out, store=args.store, timeout_s=args.timeout_s, pool=pool,
                               note=args.note or ("demo: replay of a recording shipped in examples/recordings" if args.demo else ""))
     try:
         result = optimize.start(req, progress=_progress(args))
@@ -111,7 +112,27 @@ def optimize_cmd(args: argparse.Namespace) -> int:
         raise
     except ValueError as exc:
         raise _usage(str(exc)) from None
+    finally:
+        if pool is not None:
+            pool.close()
     return _report(args, result)
+
+
+def _pool(args: argparse.Namespace, objective: Any, device: str) -> Any:
+    """The judge's pool that --ray / --pool ask for (client.pool), or None; a policy it cannot honour
+    is refused before any worker starts (resume: when the run's objective is read, after)."""
+    from kernelwright.client.commands import pool_from_args
+
+    if getattr(args, "ray", None) is None and getattr(args, "pool", None) is None:
+        return None
+    from kernelwright.client.pool import Pool
+
+    try:
+        if objective is not None:
+            Pool.check(objective.policy(baselines="measured"))  # a pool's verdicts measure their baselines: see agent.judging.Judge
+        return pool_from_args(args, device)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
 
 
 def resume_cmd(args: argparse.Namespace) -> int:
@@ -119,14 +140,18 @@ def resume_cmd(args: argparse.Namespace) -> int:
     from kernelwright.agent import optimize
 
     changes = {k: v for k, v in objective_flags(args).items() if v is not None}
+    pool = _pool(args, None, "auto")  # auto: the pool's GPUs if it has any; optimize.resume checks the run's device
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
                                  base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force, out_dir=args.out,
-                                 again=args.again)
+                                 again=args.again, pool=pool)
     except ProblemError:
         raise
     except (KeyError, ValueError) as exc:
         raise _usage(str(exc).strip("'\"")) from None
+    finally:
+        if pool is not None:
+            pool.close()
     return _report(args, result)
 
 
@@ -276,6 +301,7 @@ def add_parsers(sub: Any) -> None:
     o.add_argument("--base-url", help="the server's URL (vLLM, SGLang, Ollama, a gateway); keys come only from OPENAI_API_KEY, ANTHROPIC_API_KEY or KERNELWRIGHT_API_KEY")
     device_flag(o, help="where candidates are judged (default: auto)")
     service_flag(o)
+    pool_flags(o)
     o.add_argument("--out", type=Path, default=None, help="where the winner goes as a drop-in package (default: runs/RUN_ID beside the store)")
     o.add_argument("--config", type=Path, help="a run config file (JSON or TOML) with objective settings; flags win over it")
     o.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
@@ -295,6 +321,7 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--force", action="store_true", help="resume a run still marked running (its process was killed outright)")
     r.add_argument("--again", action="store_true", help="continue a run that already finished: search, re-judge and export again "
                                                         "(beside the earlier export, which keeps its review)")
+    pool_flags(r)
     _objective_flags(r, full=False)
     _store_flag(r)
     r.set_defaults(func=resume_cmd)

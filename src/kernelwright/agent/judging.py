@@ -75,14 +75,24 @@ class Judge:
     every verdict is kept there with its problem and files, as `kernelwright eval` keeps them.
     `record=False` keeps nothing (verdict_id stays None). Only one evaluation runs at a time per
     Judge (one device); builds (`prebuild`) run in parallel.
+
+    `pool` (a client.pool.Pool: `--ray`, `--pool`): verdicts come from its workers, as many at once
+    as it has, and the device is the pool's. Its workers see none of this process's store, so
+    baselines are measured beside every candidate on the worker's own device ("cached" becomes
+    "measured"; "skip" stays skip), and `prebuild` leaves the builds to the workers. The tools
+    that profile (the reference's breakdown, ncu) still run on this machine's device.
     """
 
     def __init__(self, problem: Problem, objective: Objective, *, device: str, store: Path | None,
-                 progress: Callable[[str], None] | None = None, cache_baselines: bool = True, record: bool = True) -> None:
+                 progress: Callable[[str], None] | None = None, cache_baselines: bool = True, record: bool = True,
+                 pool: Any = None) -> None:
         from kernelwright.judge.evaluate import resolve_device
 
         self.problem, self.objective = problem, objective
-        self.device = resolve_device(device)
+        self.pool = pool
+        if pool is not None:
+            pool.check(objective.policy(baselines="measured"))  # ValueError for a policy a pool cannot honour (a gpu_index)
+        self.device = pool.device if pool is not None else resolve_device(device)  # a Ray cluster's GPUs, not this driver's
         self.store: Path | None = (Path(store).expanduser() if store is not None else default_store_path()) if record else None
         self.progress = progress
         self.cache_baselines = cache_baselines
@@ -97,6 +107,8 @@ class Judge:
     def baseline_mode(self) -> str:
         """The baselines setting full() judges with (see the class docstring)."""
         wanted = self.objective.baselines
+        if self.pool is not None:  # no store in the workers: measured beside the candidate on the worker's device
+            return "skip" if wanted == "skip" else "measured"
         if wanted == "skip" or not self.cache_baselines or self.store is None:
             return wanted
         return "cached"
@@ -148,6 +160,9 @@ class Judge:
     def _judge(self, cand_dir: Path, mode: str, digest: str, files: dict[str, str]) -> Judged:
         from kernelwright.client import Judge as JudgeClient
 
+        if self.pool is not None:  # the pool's workers judge one candidate each at a time: no lock here
+            verdict = self.pool.evaluate(self.problem, Path(cand_dir), self.policy(mode))
+            return Judged(mode, verdict, self._keep(verdict, files, main_name(cand_dir)), digest, files)
         with self.device_lock:  # in process, or through the service KERNELWRIGHT_SERVICE names
             verdict = JudgeClient(device=self.device).evaluate(self.problem, Path(cand_dir), self.policy(mode), progress=self.progress,
                                                               baseline_store=self.store)
@@ -179,7 +194,7 @@ class Judge:
             if self._baselines_done:
                 return self._baselines
             self._baselines_done = True
-        if self.objective.baselines == "skip" or self.store is None:
+        if self.objective.baselines == "skip" or self.store is None or self.pool is not None:
             return None
         from kernelwright.judge import baseline
         from kernelwright.store import Store
@@ -262,7 +277,8 @@ class Judge:
     def prebuild(self, cand_dirs: list[Path]) -> None:
         """Build many candidates' raw kernels in parallel threads (objective.parallel_builds) so
         that later judging hits the build cache. Failures are left for the judge to report; torch
-        extensions are left to the judge's own build child (it may need the device)."""
+        extensions are left to the judge's own build child (it may need the device). With a pool,
+        nothing: its workers build (a Ray worker on another node sees none of this machine's cache)."""
         def one(path: Path) -> None:
             try:
                 files = discover(path)
@@ -271,7 +287,7 @@ class Judge:
             except Exception as exc:  # noqa: BLE001 - the judge reports it properly later
                 log.debug("prebuild of %s: %s", path, exc)
 
-        if not cand_dirs:
+        if not cand_dirs or self.pool is not None:
             return
         workers = max(1, min(self.objective.parallel_builds, len(cand_dirs)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kw-prebuild") as pool:

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import shutil
 import tempfile
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ class RunRequest:
     store: Path | None = None  # the SQLite store
     timeout_s: float = 600.0  # per model request
     note: str = ""  # provenance in words (e.g. which scripted server answered), kept with the export
+    pool: Any = None  # a client.pool.Pool (--ray, --pool): verdicts judged by its workers, on its device
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
     from kernelwright.store.runs import new_run_id
 
     problem = load_problem(req.problem_spec)
-    device = resolve_device(req.device)
+    device = req.pool.device if req.pool is not None else resolve_device(req.device)
     if req.out_dir is not None:
         exporting.check_out_dir(req.out_dir)
     backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
@@ -87,18 +89,19 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
                            model=backend.name, strategy=req.objective.strategy, objective=req.objective.to_dict())
     meta = {"note": req.note, "base_url": req.base_url, "device": device, "out_dir": str(req.out_dir) if req.out_dir else None}
     runlog.say(f"{run_id}: {problem.name} with {backend.name}, strategy {req.objective.strategy}, device {device}")
-    ctx = _context(problem, req.objective, backend, runlog, device, req.store)
+    ctx = _context(problem, req.objective, backend, runlog, device, req.store, req.pool)
     _replay_check(ctx, problem)
     return _drive(ctx, {"meta": meta})
 
 
 def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = None, store: Path | None = None, model: str | None = None,
            base_url: str | None = None, changes: dict[str, Any] | None = None, progress: Progress | None = None,
-           force: bool = False, out_dir: Path | None = None, again: bool = False) -> RunResult:
+           force: bool = False, out_dir: Path | None = None, again: bool = False, pool: Any = None) -> RunResult:
     """Continue a run where it stood, with an engineer's hint and/or candidate. A run still marked
     running is refused unless `force` (its process may still be driving it; one killed outright
     leaves that mark behind); a finished one unless `again`. An earlier export is never replaced
-    unless `out_dir` names it: the stretch exports beside it."""
+    unless `out_dir` names it: the stretch exports beside it. `pool` judges this stretch's verdicts
+    (client.pool); it must be on the device the run started on."""
     from kernelwright.problems.loader import load_problem
 
     if candidate is not None:
@@ -116,6 +119,9 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     if run["status"] in FINISHED and not again:
         raise ValueError(finished_refusal(run))
     problem = load_problem(run["problem_spec"])
+    started_on = (dict(run.get("state") or {}).get("meta") or {}).get("device") or "cpu"
+    if pool is not None and pool.device != started_on:
+        raise ValueError(f"{run_id} started on {started_on} and the pool judges on {pool.device}: its candidates' times would not compare")
     if problem.hash != run["problem_hash"]:
         raise ValueError(f"{run['problem_spec']} changed since {run_id} started (hash {problem.hash[:12]}, the run has "
                          f"{run['problem_hash'][:12]}); a run continues on the problem it started on")
@@ -135,7 +141,7 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     state["meta"] = meta
     runlog.load_totals()
     runlog.carry_elapsed(float(state.get("elapsed_s") or 0.0))
-    ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store)
+    ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store, pool)
     _restore(ctx, state)
     ctx.counters.since_gain = ctx.counters.failures = ctx.counters.idle = 0  # an engineer stepped in: the stall counters start again
     _grant(objective, state)
@@ -183,13 +189,17 @@ def _grant(objective: Objective, state: dict[str, Any]) -> None:
         state["done"] = 0
 
 
-def _context(problem: Any, objective: Objective, backend: Any, runlog: RunLog, device: str, store: Path | None) -> Context:
+def _context(problem: Any, objective: Objective, backend: Any, runlog: RunLog, device: str, store: Path | None, pool: Any = None) -> Context:
+    """With a pool (client.pool), the branches' verdicts are judged as many at once as it has workers."""
     from kernelwright.agent.judging import Judge
 
-    judge = Judge(problem, objective, device=device, store=store, progress=None)
+    judge = Judge(problem, objective, device=device, store=store, progress=None, pool=pool)
     workroot = Path(tempfile.mkdtemp(prefix=f"kw-{runlog.run_id}-"))
-    return Context(problem=problem, objective=objective, backend=backend, judge=judge, runlog=runlog, device=device,
-                   workroot=workroot, replay=backend.name.startswith("replay:"))
+    ctx = Context(problem=problem, objective=objective, backend=backend, judge=judge, runlog=runlog, device=judge.device,
+                  workroot=workroot, replay=backend.name.startswith("replay:"))
+    if pool is not None:
+        ctx.gpu_lock = threading.BoundedSemaphore(pool.size)  # type: ignore[assignment] - one verdict per worker at a time
+    return ctx
 
 
 def _replay_check(ctx: Context, problem: Any) -> None:
@@ -223,7 +233,7 @@ def _drive(ctx: Context, state: dict[str, Any], *, inject: list[Message] | None 
     save = _saver(ctx, state)
     inject = list(inject or [])
     try:
-        if ctx.objective.baselines != "skip":
+        if ctx.objective.baselines != "skip" and ctx.judge.pool is None:  # a pool's workers measure them beside every candidate
             runlog.say("measuring the eager and torch.compile baselines")
             ctx.judge.ensure_baselines()
         if engineer is not None:

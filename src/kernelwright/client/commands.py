@@ -75,7 +75,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="TCP only: the address to bind (default 127.0.0.1)")
     p.add_argument("--token-file", type=Path, default=None,
                    help="TCP only: read the token from this file, or write a new one there (mode 0600) when it does not exist")
-    p.add_argument("--workers", type=int, default=2, help="evaluations judged at once (default 2; timing is serialised per GPU)")
+    p.add_argument("--workers", type=int, default=None, help="evaluations judged at once (default 2; timing is serialised per GPU); "
+                                                             "with --ray or --pool, the pool's workers judge instead")
+    pool_flags(p)
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="with --ray or --pool: the pool's device (default auto: CUDA where the cluster or this machine has GPUs)")
     p.set_defaults(func=serve_cmd)
 
 
@@ -115,18 +119,26 @@ def serve_cmd(args: argparse.Namespace) -> int:
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
     had_token = args.token_file is not None and args.token_file.is_file()
+    if args.workers is not None and (args.ray is not None or args.pool is not None):
+        raise UsageError("--workers is this process's judging; with --ray or --pool the pool's workers judge (--pool N sets how many)")
+    pool = None
     try:
         token = _token(args.token_file) if args.port is not None else None
-        service = JudgeService(workers=args.workers)
+        pool = pool_from_args(args, args.device)
+        service = JudgeService(workers=args.workers or 2, pool=pool)
         server, url = make_server(service, socket_path=None if args.port is not None else (args.socket or default_socket()),
                                   host=args.host, port=args.port, token=token)
     except (ValueError, OSError) as exc:
+        if pool is not None:
+            pool.close()
         raise UsageError(str(exc)) from None
-    from kernelwright.judge import forkpool
+    if pool is None:
+        from kernelwright.judge import forkpool
 
-    forkpool.warm_up()
-    _warm_host_facts()
-    err.print(f"kernelwright serve: listening on {url}", markup=False, highlight=False)
+        forkpool.warm_up()
+        _warm_host_facts()
+    err.print(f"kernelwright serve: listening on {url}" + ("" if pool is None else f", judging on a pool of {pool.size} {pool.device} worker(s)"),
+              markup=False, highlight=False)
     if token is not None:
         if args.token_file is not None and not had_token:
             written.tell([written.wrote(args.token_file, "a new token, mode 0600")])
@@ -141,6 +153,8 @@ def serve_cmd(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
         service.close()
+        if pool is not None:
+            pool.close()
         if args.port is None:
             Path(url.removeprefix("unix://")).unlink(missing_ok=True)
     return 0

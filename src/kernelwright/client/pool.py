@@ -122,6 +122,12 @@ class Pool:
     def evaluate(self, problem: Problem | str | Path, candidate: str | Path, policy: Policy | None = None) -> Verdict:
         return self.submit(problem, candidate, policy).result()
 
+    def submit_request(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Future:
+        """A future of the verdict of a request already in the wire form (`kernelwright serve --ray`
+        passes its callers' on); `problem` and `policy` are the request's own, loaded."""
+        self.check(policy)
+        return self._run.submit(self._one, problem, policy, request)
+
     @staticmethod
     def check(policy: Policy) -> None:
         """ValueError for a policy a pool cannot honour."""

@@ -129,10 +129,15 @@ def _safe_name(name: str) -> PurePosixPath:
 class JudgeService:
     """The queue, the worker threads and the jobs; HTTP is layered on top (make_server)."""
 
-    def __init__(self, *, workers: int = 2, root: Path | None = None) -> None:
+    def __init__(self, *, workers: int = 2, root: Path | None = None, pool: Any = None) -> None:
+        """`pool` (a client.pool.Pool: `serve --ray`): its workers judge, as many at once as it has;
+        this process only checks requests and passes them on (`workers` is then the pool's size)."""
+        self.pool = pool
+        workers = pool.size if pool is not None else workers
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
-        refpool.keep_for(workers)  # one warm reference child for each problem it may be judging
+        if pool is None:
+            refpool.keep_for(workers)  # one warm reference child for each problem it may be judging
         self.root = Path(tempfile.mkdtemp(prefix="kw-serve-", dir=root))
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._jobs: dict[str, Job] = {}
@@ -166,7 +171,9 @@ class JudgeService:
     def counts(self) -> dict[str, int]:
         with self._lock:
             jobs = list(self._jobs.values())
-        return {s: sum(j.state == s for j in jobs) for s in STATES} | {"workers": len(self._threads)}
+        pool = {} if self.pool is None else {"pool": {"size": self.pool.size, "device": self.pool.device, "replaced": self.pool.replaced,
+                                                     "retried": self.pool.retried}}
+        return {s: sum(j.state == s for j in jobs) for s in STATES} | {"workers": len(self._threads)} | pool
 
     def _forget_old(self) -> None:
         done = [j for j in self._jobs.values() if j.finished.is_set()]
@@ -207,8 +214,14 @@ class JudgeService:
 
             job.said("request materialized")
             try:
-                verdict = evaluate(load_problem(problem_path), candidate_dir, policy, device=job.request.get("device", "auto"),
-                                   progress=job.said, cancel=job.cancel, shown_as=job.request["candidate"].get("shown_as"))
+                if self.pool is not None:  # judged by a worker of the pool, which has the request's own bytes
+                    job.said("sent to the pool")
+                    verdict = self.pool.submit_request(load_problem(problem_path), policy, job.request).result()
+                    if job.cancel.is_set():  # cancelled while a pool's worker judged it: the verdict is not the answer
+                        raise Cancelled
+                else:
+                    verdict = evaluate(load_problem(problem_path), candidate_dir, policy, device=job.request.get("device", "auto"),
+                                       progress=job.said, cancel=job.cancel, shown_as=job.request["candidate"].get("shown_as"))
             except ProblemError as exc:
                 job.error = {"kind": "problem", "message": str(exc)}
                 return self._end(job, "failed")

@@ -10,6 +10,7 @@ and `--resume` takes the finished ones back.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import platform
@@ -105,8 +106,6 @@ def _sent(entry: Entry, sol: Solution, policy: Any, pool: Any) -> Any:
 
 def _received(entry: Entry, sol: Solution, sent: Any, config: BenchConfig) -> tuple[Any, Optional[str], str, str]:
     """judge_solution's answer for a candidate sent to the pool."""
-    if isinstance(sent, tuple):
-        return sent
     try:
         verdict = sent.result()
     except ProblemError as exc:
@@ -116,6 +115,43 @@ def _received(entry: Entry, sol: Solution, sent: Any, config: BenchConfig) -> tu
     except Exception as exc:  # noqa: BLE001 - the judge failed in a worker (the in-process judge would raise): a row, judged again on --resume
         return None, None, f"the judge failed in a pool worker: {type(exc).__name__}: {exc}"[:2000], Status.INFRA_ERROR.value
     return (verdict, *_keep(entry, sol, verdict, config), verdict.status.value)
+
+
+def _pooled(config: BenchConfig, policy: Any, entries: list[Entry], solutions: dict[str, Any], done: dict[str, dict[str, Any]],
+            device: str, n_suite: int, on_start: Callable[[int, int, str], None]) -> dict[str, Any]:
+    """The bench through a pool: every candidate sent at once, each row recorded (the store, then
+    `out`) as its verdict arrives, so a driver that dies loses only the verdicts not yet back;
+    the rows stay in suite order."""
+    pdict = policy.to_dict()
+    rows: dict[str, dict[str, Any]] = {}
+    sent: dict[Any, tuple[Entry, Any]] = {}
+    for e in entries:
+        name, sol = e.problem.name, solutions.get(e.problem.name)
+        if _reusable(done.get(name), e, sol):
+            rows[name] = done[name]
+        elif sol is not None and sol.error:
+            rows[name] = problem_row(e, sol, note=sol.error, status=INVALID)
+        elif sol is None or not sol.files:
+            rows[name] = problem_row(e, sol)
+        else:
+            answer = _sent(e, sol, policy, config.pool)
+            if isinstance(answer, tuple):  # refused before it was sent
+                rows[name] = problem_row(e, sol, *answer)
+            else:
+                sent[answer] = (e, sol)
+
+    def write() -> None:
+        if config.out is not None:
+            write_json(document(config, pdict, [rows[e.problem.name] for e in entries if e.problem.name in rows], device,
+                                [e.problem.name for e in entries if e.problem.name not in rows], n_suite), config.out)
+
+    write()
+    for fut in concurrent.futures.as_completed(sent):
+        e, sol = sent[fut]
+        on_start(len(rows), len(entries), e.problem.name)
+        rows[e.problem.name] = problem_row(e, sol, *_received(e, sol, fut, config))
+        write()
+    return document(config, pdict, [rows[e.problem.name] for e in entries], device, (), n_suite)
 
 
 def check_environment(device: str, policy: Any) -> str:
@@ -281,11 +317,8 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
     device = config.pool.device if config.pool is not None else check_environment(config.device, policy)
     pdict = policy.to_dict()
     done = _resumable(config, pdict, device)
-    sent: dict[str, Any] = {}  # with a pool: every candidate that will be judged, sent at once
-    for e in entries if config.pool is not None else ():
-        sol = solutions.get(e.problem.name)
-        if sol is not None and sol.files and not sol.error and not _reusable(done.get(e.problem.name), e, sol):
-            sent[e.problem.name] = _sent(e, sol, policy, config.pool)
+    if config.pool is not None:
+        return _pooled(config, policy, entries, solutions, done, device, n_suite, on_start)
     rows: list[dict[str, Any]] = []
     for i, entry in enumerate(entries):
         name, sol = entry.problem.name, solutions.get(entry.problem.name)
@@ -296,8 +329,6 @@ def run_bench(config: BenchConfig, policy: Any, *, on_start: Callable[[int, int,
             rows.append(problem_row(entry, sol, note=sol.error, status=INVALID))
         elif sol is None or not sol.files:
             rows.append(problem_row(entry, sol))
-        elif name in sent:  # judged by the pool's workers meanwhile; collected in suite order
-            rows.append(problem_row(entry, sol, *_received(entry, sol, sent[name], config)))
         else:
             rows.append(problem_row(entry, sol, *judge_solution(entry, sol, policy, config, say)))
         if config.out is not None:

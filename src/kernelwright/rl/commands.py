@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.agent.objective import LANGUAGES
+from kernelwright.client.commands import pool_flags
 from kernelwright.errors import UsageError
 from kernelwright.flags import add_policy_flags, device_flag, json_flag, policy_settings, store_flag
 
@@ -35,6 +36,33 @@ def _env_config(args: argparse.Namespace) -> Any:
 
 
 def rollout_cmd(args: argparse.Namespace) -> int:
+    config = _env_config(args)
+    if args.start_within_minutes is not None and not args.start_within_minutes > 0:
+        raise UsageError(f"--start-within-minutes must be positive, got {args.start_within_minutes}")
+    pool = _pool(args, config)
+    try:
+        return _rollout(args, replace(config, pool=pool) if pool is not None else config)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _pool(args: argparse.Namespace, config: Any) -> Any:
+    """The judge's pool that --ray / --pool ask for (client.pool), or None; a policy it cannot honour
+    is refused before any worker starts."""
+    if getattr(args, "ray", None) is None and getattr(args, "pool", None) is None:
+        return None
+    from kernelwright.client.commands import pool_from_args
+    from kernelwright.client.pool import Pool
+
+    try:
+        Pool.check(config.objective.policy(baselines="measured"))  # a pool's verdicts measure their baselines (agent.judging.Judge)
+        return pool_from_args(args, args.device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _rollout(args: argparse.Namespace, config: Any) -> int:
     from kernelwright.agent.replay import make_backend
     from kernelwright.console import err
     from kernelwright.judge.evaluate import resolve_device
@@ -42,11 +70,8 @@ def rollout_cmd(args: argparse.Namespace) -> int:
     from kernelwright.rl.rollout import EPISODES, ModelDown, run_rollout
     from kernelwright.rl.tasks import load_tasks
 
-    config = _env_config(args)
-    if args.start_within_minutes is not None and not args.start_within_minutes > 0:
-        raise UsageError(f"--start-within-minutes must be positive, got {args.start_within_minutes}")
     try:
-        device = resolve_device(args.device)
+        device = config.pool.device if config.pool is not None else resolve_device(args.device)
         tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=None if args.split == "all" else args.split)
         backend = make_backend(args.model, base_url=args.base_url, timeout_s=args.timeout_s)
     except (ValueError, ProblemError) as exc:
@@ -54,8 +79,12 @@ def rollout_cmd(args: argparse.Namespace) -> int:
     if not tasks:
         raise UsageError(f"{args.tasks}: no task in split {args.split!r}")
     n = args.episodes
+    judged = "" if config.pool is None else f", judged by a pool of {config.pool.size} worker(s)"
     err.print(f"rollout of {n or ('the planned' if args.resume else len(tasks))} episode(s) over {len(tasks)} task(s), {args.concurrency} at a time, "
-              f"model {args.model}, device {device}", markup=False, highlight=False)
+              f"model {args.model}, device {device}{judged}", markup=False, highlight=False)
+    if config.pool is not None and args.concurrency < config.pool.size:
+        err.print(f"note: --concurrency {args.concurrency} keeps at most {args.concurrency} of the pool's {config.pool.size} workers busy",
+                  markup=False, highlight=False)
     finished = [0]
 
     def progress(row: dict[str, Any]) -> None:
@@ -172,6 +201,7 @@ def add_parsers(sub: Any) -> None:
     _env_flags(ro)
     ro.add_argument("--timeout-s", type=float, default=600.0, help="per model request (default 600 s)")
     device_flag(ro, help="where candidates are judged (default: auto)")
+    pool_flags(ro)
     add_policy_flags(ro, objective=True)
     store_flag(ro)
     json_flag(ro)

@@ -60,6 +60,8 @@ class EnvConfig:
     record: bool = True  # keep verdicts in the store (False: nothing kept, baselines measured per episode)
     workroot: Path | None = None  # where episode workspaces go (None: a temporary folder)
     keep_workspaces: bool = False
+    pool: Any = field(default=None, compare=False)  # a client.pool.Pool every environment judges through (rollout --ray/--pool);
+    # its device is the episodes' device, its workers measure baselines beside every candidate (agent.judging.Judge)
 
 
 class EpisodeOver(RuntimeError):
@@ -121,10 +123,11 @@ class KernelEnv:
         from kernelwright.judge.evaluate import resolve_device
 
         cfg = self.config
-        self.device = resolve_device(cfg.device)
+        self.device = cfg.pool.device if cfg.pool is not None else resolve_device(cfg.device)
         self.task = task
         self._heard: list[tuple[float, str]] | None = None  # the final's progress messages, (time.time(), message); None outside it
-        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record, progress=self._hear)
+        self.judge = Judge(task.problem, cfg.objective, device=self.device, store=cfg.store, record=cfg.record, progress=self._hear,
+                           pool=cfg.pool)
         root = (cfg.workroot or self._tmproot()) / f"ep-{uuid.uuid4().hex[:12]}"
         root.mkdir(parents=True, exist_ok=False)
         self.workspace = Workspace(root)

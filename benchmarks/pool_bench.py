@@ -6,6 +6,9 @@ over its time alone, and the benches' wall times.
         [--backends local,ray] [--solutions DIR ...] [--commit SHA]
     PYTHONPATH=src python3 benchmarks/pool_bench.py --out /tmp/pb --device cpu --suite examples/cpu --rounds 1   # a dry run
 
+A warm-up bench of each mode comes first (`--warmup 1`, the default), outside the rounds: alone's
+pays the candidates' and references' first builds, which would otherwise fall on round 1's first
+mode, and each pool's pays its worker's first fork server and reference children.
 Each round judges the whole suite once alone and once per backend (the order rotates by round, so
 warm caches favour no mode), with the default policy but for the baselines: skipped, so the figure
 is the candidate's time. The pool's start (a worker importing torch, Ray starting) is timed apart
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solutions", nargs="*", default=[])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--backends", default="local,ray")
+    ap.add_argument("--warmup", type=int, default=1, help="benches alone before the rounds, not compared (default 1)")
     ap.add_argument("--commit", default=os.environ.get("KERNELWRIGHT_COMMIT", "unknown"))
     a = ap.parse_args(argv)
     a.suite = a.suite or f"examples/{a.device}"
@@ -87,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             doc["skipped"][b] = f"{type(exc).__name__}: {exc}"[:500]
     modes = ["alone", *pools]
     try:
+        for _ in range(max(0, a.warmup)):
+            for m in modes:
+                w = _bench(a, policy, pools.get(m))
+                doc.setdefault("warmup", []).append({"mode": m, **w})
+                print(f"warm-up: {m} {w['wall_s']:.1f} s {sorted({r['status'] for r in w['rows'].values()})}", flush=True)
         for k in range(a.rounds):
             order = modes[k % len(modes):] + modes[:k % len(modes)]
             got: dict[str, Any] = {}

@@ -3,6 +3,7 @@ candidates, many episodes at once, on one device.
 
     PYTHONPATH=src python3 benchmarks/rl_rollout_bench.py --device cuda --episodes 64 --concurrency 4 --out "$OUT"
     PYTHONPATH=src python3 benchmarks/rl_rollout_bench.py --device cpu --episodes 8 --concurrency 2 --out /tmp/rlb   # a dry run
+    ... --ray [ADDRESS] [--pool N]   # judged through the judge's pool (issue 29), as `rl rollout --ray`
 
 No LLM is involved: the policy is a scripted OpenAI-compatible server on loopback
 (kernelwright.llm.scripted) that, in every episode, writes the problem's shipped solution, calls
@@ -145,6 +146,9 @@ def main() -> int:
                     help="start no episode later than this; the rest stay for --resume (fit a device call's limit, results still written)")
     ap.add_argument("--warm-references", type=int, default=None,
                     help="KERNELWRIGHT_WARM_REFERENCES for this run: idle reference children kept (default: the judge's, 2)")
+    ap.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                    help="judge through the pool's Ray backend (client.pool; a local Ray when no address is given), as `rl rollout --ray`")
+    ap.add_argument("--pool", type=int, default=None, metavar="N", help="the pool's workers (local processes without --ray)")
     args = ap.parse_args()
     if args.warm_references is not None:  # before the judge is imported: its pool reads it
         os.environ["KERNELWRIGHT_WARM_REFERENCES"] = str(args.warm_references)
@@ -167,7 +171,12 @@ def main() -> int:
     tasks = load_tasks(folder, heldout=0.0, device=args.device)
     per = -(-args.episodes // len(tasks))
     objective = Objective(max_turns=6, **({"timing_budget_s": args.timing_budget_s} if args.timing_budget_s else {}))
-    config = EnvConfig(device=args.device, objective=objective, store=args.out / "store.sqlite", workroot=args.out / "episodes")
+    pool = None
+    if args.ray is not None or args.pool is not None:
+        from kernelwright.client.pool import Pool
+
+        pool = Pool("ray" if args.ray is not None else "local", workers=args.pool, device=args.device, address=args.ray or None)
+    config = EnvConfig(device=args.device, objective=objective, store=args.out / "store.sqlite", workroot=args.out / "episodes", pool=pool)
     t0 = time.time()
     with ScriptedServer(script(named, per)) as server:
         backend = make_backend("openai:scripted-policy", base_url=server.url, max_retries=0)
@@ -175,6 +184,8 @@ def main() -> int:
                               start_within_s=args.start_within_s, progress=lambda row: print(f"[{time.time() - t0:7.1f} s] episode {row['seq']} {row['task']['id']}: "
                                                          f"{row['reward']['value']} ({row['end']})", flush=True))
     t1 = time.time()
+    if pool is not None:
+        pool.close()
     rows = [json.loads(x) for x in (args.out / "rollout" / "episodes.jsonl").read_text().splitlines()]
     spans, lat = [], {"verify": [], "final": []}
     for r in rows:
@@ -203,6 +214,8 @@ def main() -> int:
         "provenance": {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": args.device, "gpu": gpu,
                        "python": platform.python_version(), "torch": torch.__version__,
                        "warm_references": os.environ.get("KERNELWRIGHT_WARM_REFERENCES"), "command": " ".join(sys.argv),
+                       "pool": None if pool is None else {"backend": "ray" if args.ray is not None else "local", "size": pool.size,
+                                                          "sent": pool.sent, "replaced": pool.replaced, "retried": pool.retried},
                        "policy": "scripted OpenAI-compatible server on loopback: write the shipped solution, verify, submit"},
         "summary": summary, "planned": args.episodes, "recorded": len({r["seq"] for r in rows}), "not_started": summary["not_started"],
         "lost": args.episodes - len({r["seq"] for r in rows}) - summary["not_started"],  # started and not recorded

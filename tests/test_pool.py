@@ -66,7 +66,7 @@ class _Lost:
     def __init__(self) -> None:
         self.calls, self.replaced = 0, 0
 
-    def call(self, i, request):
+    def call(self, i, request, timeout=None):
         self.calls += 1
         raise WorkerLost(f"worker {i} died")
 
@@ -90,6 +90,46 @@ def test_a_request_whose_workers_all_die_ends_infra_error_after_one_retry():
     pool.close()
 
 
+class _BrokenDevice:
+    """Two workers alive; worker 0's device broke, so its verdicts are infra_error."""
+
+    def __init__(self, good: dict) -> None:
+        self.good, self.calls = good, []
+
+    def call(self, i, request, timeout=None):
+        self.calls.append(i)
+        if i == 0:
+            return {"state": "done", "verdict": {**self.good, "status": "infra_error", "log": "CUDA error: unspecified launch failure"}}
+        return {"state": "done", "verdict": self.good}
+
+    def close(self):
+        pass
+
+    def shutdown(self):
+        pass
+
+
+def test_an_infra_error_is_judged_once_more_on_another_worker_and_a_stuck_worker_is_replaced():
+    from kernelwright.client import Judge
+
+    good = Judge(device="cpu").evaluate(problem("relu"), candidate("relu_correct"), correctness_policy()).to_dict()
+    pool = Pool("local", workers=1, device="cpu")
+    pool._workers.close()
+    pool.size, pool._workers = 2, _BrokenDevice(good)
+    pool._free.put(1)
+    try:
+        v = pool.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
+        assert v.status is Status.CORRECT and pool.retried == 1 and pool._workers.calls == [0, 1]  # slot 0 is first in the queue
+        assert "judged again after: worker 0 answered infra_error: CUDA error" in v.log
+    finally:
+        pool.close()
+    with Pool("local", workers=1, device="cpu", deadline_s=0.2) as stuck:  # no verdict comes in 0.2 s: stuck, twice
+        first = stuck.info()[0]["pid"]
+        v = stuck.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
+        assert v.status is Status.INFRA_ERROR and "said nothing in 0 s" in v.log and stuck.replaced == 2 and stuck.retried == 1
+        assert stuck.info()[0]["pid"] != first
+
+
 def test_the_pool_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="backend must be one of local, ray"):
         Pool("slurm")
@@ -97,6 +137,8 @@ def test_the_pool_refuses_what_it_cannot_do():
         Pool("local", address="ray://head:10001")
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Pool("local", workers=0)
+    with pytest.raises(ValueError, match="deadline_s positive"):
+        Pool("local", deadline_s=0)
     with Pool("local", workers=1, device="cpu") as pool:
         with pytest.raises(ValueError, match="model_new.py"):
             pool.submit(problem("relu"), problem("relu").parent)  # a folder without model_new.py: refused before any worker

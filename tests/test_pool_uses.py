@@ -29,12 +29,12 @@ def _peak(pool: Pool) -> list[int]:
     """Wrap the pool's workers so that the most requests in flight at once is counted in [0]."""
     peak, now, lock, call = [0], [0], threading.Lock(), pool._workers.call
 
-    def counted(slot, request):
+    def counted(slot, request, timeout=None):
         with lock:
             now[0] += 1
             peak[0] = max(peak[0], now[0])
         try:
-            return call(slot, request)
+            return call(slot, request, timeout)
         finally:
             with lock:
                 now[0] -= 1
@@ -130,8 +130,8 @@ def test_a_pooled_bench_records_each_verdict_as_it_comes_back(tmp_path):
     with Pool("local", workers=2, device="cpu") as pool:
         call = pool._workers.call
 
-        def held(slot, request):
-            got = call(slot, request)
+        def held(slot, request, timeout=None):
+            got = call(slot, request, timeout)
             if request["problem"]["name"] == "softmax":
                 release.wait(JUDGE_TIMEOUT_S)
             return got

@@ -260,7 +260,7 @@ def test_serve_says_it_wrote_a_new_token_file_and_not_when_it_read_one(tmp_path,
         raise KeyboardInterrupt
 
     server = SimpleNamespace(serve_forever=lambda **kw: stop(), server_close=lambda: None)
-    monkeypatch.setattr(service, "JudgeService", lambda workers: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(service, "JudgeService", lambda workers, pool=None: SimpleNamespace(close=lambda: None))
     monkeypatch.setattr(service, "make_server", lambda *a, **k: (server, "http://127.0.0.1:18998"))
     monkeypatch.setattr(forkpool, "warm_up", lambda: None)
     monkeypatch.setattr(commands, "_warm_host_facts", lambda: None)

@@ -119,13 +119,13 @@ def serve_cmd(args: argparse.Namespace) -> int:
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
     had_token = args.token_file is not None and args.token_file.is_file()
-    if args.workers is not None and (args.ray is not None or args.pool is not None):
+    if args.workers is not None and (getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None):
         raise UsageError("--workers is this process's judging; with --ray or --pool the pool's workers judge (--pool N sets how many)")
     pool = None
     try:
         token = _token(args.token_file) if args.port is not None else None
-        pool = pool_from_args(args, args.device)
-        service = JudgeService(workers=args.workers or 2, pool=pool)
+        pool = pool_from_args(args, getattr(args, "device", "auto"))
+        service = JudgeService(workers=getattr(args, "workers", None) or 2, pool=pool)
         server, url = make_server(service, socket_path=None if args.port is not None else (args.socket or default_socket()),
                                   host=args.host, port=args.port, token=token)
     except (ValueError, OSError) as exc:

@@ -11,13 +11,16 @@ Backends:
 
 Every request carries the problem's bytes, the candidate's files and the whole policy (the wire
 form `kernelwright serve` takes). A worker that dies with a request in flight (a kernel that took
-the device down, a killed node) is replaced; the request is tried once more on another worker
-and otherwise ends `infra_error`. A request is answered once: its future is set once, whatever
-happens to the workers.
+the device down, a killed node), or that holds one request past `deadline_s` (stuck), is
+replaced; the request is tried once more on another worker and otherwise ends `infra_error`. A
+verdict of `infra_error` (the judge's own failure there, e.g. a device that broke under a worker
+still alive) is tried once more on another worker too, when the pool has one. A request is answered
+once: its future is set once, whatever happens to the workers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import socket
@@ -28,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.client.judge import _answer, request_for
-from kernelwright.core.records import Status, Verdict
+from kernelwright.core.records import Status, Verdict, truncate
 from kernelwright.judge.policy import Policy
 from kernelwright.problems.loader import Problem, load_problem
 
 BACKENDS = ("local", "ray")
 START_S = 300.0  # the longest a worker may take to start (import torch, the fork server)
+DEADLINE_S = 3600.0  # the longest one request may hold a worker before the worker counts as stuck
 
 
 class WorkerLost(RuntimeError):
@@ -78,13 +82,16 @@ class Pool:
     """N workers on one backend; `evaluate` and `submit` as the client's Judge has them."""
 
     def __init__(self, backend: str = "local", *, workers: int | None = None, device: str = "auto", address: str | None = None,
-                 retries: int = 1) -> None:
+                 retries: int = 1, deadline_s: float = DEADLINE_S) -> None:
         """`workers`: None gives one per GPU (the cluster's under Ray, the visible ones locally) on
-        CUDA and 2 on the CPU; `device` auto is CUDA where there are GPUs (the cluster's under Ray)."""
+        CUDA and 2 on the CPU; `device` auto is CUDA where there are GPUs (the cluster's under Ray);
+        `deadline_s`: how long one request may hold a worker (the judge's own limits end every
+        verdict well before the default) before the worker is replaced as stuck."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        if (workers is not None and workers < 1) or retries < 0:
-            raise ValueError(f"workers must be at least 1 and retries at least 0, got {workers} and {retries}")
+        if (workers is not None and workers < 1) or retries < 0 or not deadline_s > 0:
+            raise ValueError(f"workers must be at least 1, retries at least 0 and deadline_s positive, got {workers}, {retries} and {deadline_s}")
+        self.deadline_s = float(deadline_s)
         if address is not None and backend != "ray":
             raise ValueError("an address names a Ray cluster: it needs backend='ray'")
         if device not in ("auto", "cuda", "cpu"):
@@ -137,17 +144,27 @@ class Pool:
             raise ValueError("cached baselines are read from a store, and a pool's workers have none of the driver's: "
                              "measure them (the default) or skip them")
 
+    def _take(self, avoid: int | None) -> int:
+        """A free worker's slot; not `avoid` (the one a request failed on) when there is another."""
+        slot = self._free.get()
+        if slot != avoid or self.size == 1:
+            return slot
+        other = self._free.get()  # waits for another worker to be free
+        self._free.put(slot)
+        return other
+
     def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:
         losses: list[str] = []
+        avoid: int | None = None
         for attempt in range(self.retries + 1):
             if self._closing.is_set():
                 break
-            slot = self._free.get()
+            slot = self._take(avoid)
             self.in_flight.add(slot)
             try:
                 with self._lock:
                     self.sent += 1
-                job = self._workers.call(slot, request)
+                job = self._workers.call(slot, request, self.deadline_s)
             except WorkerLost as exc:
                 losses.append(f"worker {slot}: {exc}")
                 if self._closing.is_set():  # lost because the pool is closing: neither replaced nor retried
@@ -164,7 +181,16 @@ class Pool:
             finally:
                 self.in_flight.discard(slot)
                 self._free.put(slot)
-            return _answer(job)
+            verdict = _answer(job)
+            if verdict.status is Status.INFRA_ERROR and attempt < self.retries and self.size > 1 and not self._closing.is_set():
+                losses.append(f"worker {slot} answered infra_error: {verdict.log[:300]}")  # tried once more on another worker
+                avoid = slot
+                with self._lock:
+                    self.retried += 1
+                continue
+            if losses:
+                verdict = dataclasses.replace(verdict, log=truncate(f"{verdict.log}\n[pool] judged again after: " + "; ".join(losses)))
+            return verdict
         why = "the pool was closed" if self._closing.is_set() else "no worker finished the request"
         return lost_verdict(problem, policy, f"{why} ({len(losses)} lost): " + "; ".join(losses))
 

@@ -139,7 +139,8 @@ class LocalWorkers:
             raise ValueError(f"{n} workers on cuda need {n} GPUs; {len(visible)} visible")
         return list(visible[:n])
 
-    def call(self, i: int, request: dict[str, Any]) -> dict[str, Any]:
+    def call(self, i: int, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """The worker's job for the request; WorkerLost when it dies first or says nothing for `timeout` s."""
         slot = self._slots[i]
         if slot is None:
             raise WorkerLost(f"worker {i} is not running")
@@ -147,7 +148,7 @@ class LocalWorkers:
             slot.conn.send(("evaluate", request))
         except OSError as exc:
             raise WorkerLost(f"process {slot.proc.pid}: {type(exc).__name__}") from None
-        return slot._expect("job", None)
+        return slot._expect("job", timeout)
 
     def replace(self, i: int) -> None:
         """Worker i again, in a new process (the old one killed if it still runs); WorkerLost once

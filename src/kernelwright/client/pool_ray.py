@@ -74,13 +74,17 @@ class RayWorkers:
             raise WorkerLost(f"worker {i} did not start: {type(exc).__name__}: {exc}") from None
         return actor
 
-    def call(self, i: int, request: dict[str, Any]) -> dict[str, Any]:
+    def call(self, i: int, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """The actor's job for the request; WorkerLost when it dies first or holds it past `timeout` s
+        (the pool then replaces it, which kills it)."""
         ray = self._ray
         actor = self._actors[i]
         if actor is None:
             raise WorkerLost(f"worker {i} is not running")
         try:
-            return ray.get(actor.evaluate.remote(request))
+            return ray.get(actor.evaluate.remote(request), timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerLost(f"worker {i} said nothing in {timeout:.0f} s") from None
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError) as exc:
             raise WorkerLost(f"worker {i}: {type(exc).__name__}") from None
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 29's GPU record: the judge's pool on one GPU, through Ray and through local workers.
+#
+#   KERNELWRIGHT_COMMIT=<sha> PART=bench bash benchmarks/pool_gpu.sh "$OUT"   # pool_bench: alone, local, ray
+#   KERNELWRIGHT_COMMIT=<sha> PART=uses  bash benchmarks/pool_gpu.sh "$OUT"   # optimize --demo --ray, a small rollout --ray
+#
+# Ray: the GPU machine has none and no package index, so it comes in the ignored folder .whl (the
+# device tool's `carry`): ray_min.tar.xz, Ray 2.60.0's cp312 wheel unpacked without ray/jars,
+# ray/dashboard/client/build and ray/rllib, packed with xz (pool_gpu.md says how), and the wheels
+# of the needs that machine lacks. Both go to /tmp/site, put first on PYTHONPATH.
+set -uo pipefail
+OUT=${1:?usage: pool_gpu.sh OUT}
+mkdir -p "$OUT"
+if [ -f .whl/ray_min.tar.xz ]; then
+    mkdir -p /tmp/site
+    [ -d /tmp/site/ray ] || tar -xJf .whl/ray_min.tar.xz -C /tmp/site || exit 9
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 9
+fi
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+export KERNELWRIGHT_COMMIT=${KERNELWRIGHT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tee "$OUT/ray_version.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+case "${PART:-bench}" in
+bench)
+    timeout 540 python3 benchmarks/pool_bench.py --out "$OUT/pb" --device cuda --rounds 3 --warmup 1 --backends local,ray 2>&1 | tee "$OUT/pool_bench.log"
+    ;;
+uses)
+    # the CUDA demo (a replay of a recording shipped in examples/recordings: no LLM), judged by one Ray actor
+    timeout 240 python3 -m kernelwright optimize --demo --device cuda --ray --store "$OUT/demo.sqlite" --out "$OUT/demo_export" 2>&1 | tee "$OUT/demo_ray.log"
+    echo "demo rc=$?" | tee -a "$OUT/demo_ray.log"
+    # a rollout judged by one Ray actor: a scripted policy on loopback (no LLM) writes each problem's shipped solution
+    timeout 280 python3 benchmarks/rl_rollout_bench.py --device cuda --episodes 4 --concurrency 2 --problems 4 --ray --out "$OUT/rlb" 2>&1 | tee "$OUT/rollout_ray.log"
+    echo "rollout rc=$?" | tee -a "$OUT/rollout_ray.log"
+    rm -rf "$OUT/rlb/episodes" "$OUT/rlb/rollout" "$OUT/rlb/problems" "$OUT/rlb/store.sqlite" "$OUT/demo_export" "$OUT/demo.sqlite"
+    ;;
+*) echo "PART must be bench or uses" >&2; exit 2 ;;
+esac

@@ -158,10 +158,15 @@ def test_lost_verdict_is_a_whole_verdict():
     assert d["status"] == "infra_error" and d["log"] == "why" and d["problem"]["name"] == "relu" and d["policy"]["precision"] == "fp32"
 
 
-def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_this_process_writes_the_store(tmp_path, monkeypatch):
-    """A worker is killed mid-bench; the pool judged every candidate (the in-process path raises
-    here), every row has its verdict stored once, by this process."""
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_this_process_writes_the_store(tmp_path, monkeypatch, backend):
+    """A worker (a local process, or a Ray actor standing in for a GPU's) is killed mid-bench; the
+    pool judged every candidate (the in-process path raises here), every row has its verdict
+    stored once, by this process."""
     import sqlite3
+
+    if backend == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed")
 
     from kernelwright.report import bench
     from kernelwright.report.bench import BenchConfig, run_bench
@@ -174,7 +179,7 @@ def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_thi
         raise AssertionError("judged in the driver's process, not by the pool")
 
     monkeypatch.setattr(bench, "judge_solution", not_here)
-    with Pool("local", workers=2, device="cpu") as pool:
+    with Pool(backend, workers=2, device="cpu") as pool:
         threading.Thread(target=lambda: (_busy(pool, 1), pool.kill(1)), daemon=True).start()
         pooled = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", store=store, out=tmp_path / "b.json", pool=pool), policy)
         assert pool.replaced == 1 and pool.sent == len(pooled["problems"]) + 1

@@ -88,7 +88,8 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
     runlog.db().create_run(run_id, problem_hash=problem.hash, problem_name=problem.name, problem_spec=req.problem_spec,
                            model=backend.name, strategy=req.objective.strategy, objective=req.objective.to_dict())
     meta = {"note": req.note, "base_url": req.base_url, "device": device, "out_dir": str(req.out_dir) if req.out_dir else None}
-    runlog.say(f"{run_id}: {problem.name} with {backend.name}, strategy {req.objective.strategy}, device {device}")
+    pooled = "" if req.pool is None else f", judged by a pool of {req.pool.size} worker(s) (baselines measured beside every candidate)"
+    runlog.say(f"{run_id}: {problem.name} with {backend.name}, strategy {req.objective.strategy}, device {device}{pooled}")
     ctx = _context(problem, req.objective, backend, runlog, device, req.store, req.pool)
     _replay_check(ctx, problem)
     return _drive(ctx, {"meta": meta})
@@ -145,7 +146,8 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     _restore(ctx, state)
     ctx.counters.since_gain = ctx.counters.failures = ctx.counters.idle = 0  # an engineer stepped in: the stall counters start again
     _grant(objective, state)
-    runlog.say(f"resuming {run_id} ({run['status']}): {problem.name} with {backend.name}")
+    pooled = "" if pool is None else f", judged by a pool of {pool.size} worker(s)"
+    runlog.say(f"resuming {run_id} ({run['status']}): {problem.name} with {backend.name}{pooled}")
     inject: list[Message] = []
     if hint:
         runlog.step(StepKind.HINT, {"text": hint})

@@ -41,6 +41,7 @@ correct, none lost, 82 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -178,14 +179,14 @@ def main() -> int:
         pool = Pool("ray" if args.ray is not None else "local", workers=args.pool, device=args.device, address=args.ray or None)
     config = EnvConfig(device=args.device, objective=objective, store=args.out / "store.sqlite", workroot=args.out / "episodes", pool=pool)
     t0 = time.time()
-    with ScriptedServer(script(named, per)) as server:
+    with ScriptedServer(script(named, per)) as server, contextlib.ExitStack() as stack:
+        if pool is not None:
+            stack.callback(pool.close)
         backend = make_backend("openai:scripted-policy", base_url=server.url, max_retries=0)
         summary = run_rollout(tasks, backend, config, episodes=args.episodes, concurrency=args.concurrency, out=args.out / "rollout", resume=args.resume,
                               start_within_s=args.start_within_s, progress=lambda row: print(f"[{time.time() - t0:7.1f} s] episode {row['seq']} {row['task']['id']}: "
                                                          f"{row['reward']['value']} ({row['end']})", flush=True))
     t1 = time.time()
-    if pool is not None:
-        pool.close()
     rows = [json.loads(x) for x in (args.out / "rollout" / "episodes.jsonl").read_text().splitlines()]
     spans, lat = [], {"verify": [], "final": []}
     for r in rows:

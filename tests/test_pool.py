@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -91,14 +92,18 @@ def test_a_request_whose_workers_all_die_ends_infra_error_after_one_retry():
 
 
 class _BrokenDevice:
-    """Two workers alive; worker 0's device broke, so its verdicts are infra_error."""
+    """Two workers alive; the devices of those in `broken` broke, so their verdicts are infra_error
+    (or, with `fail`, their judge fails outright); each call takes `slow` seconds."""
 
-    def __init__(self, good: dict) -> None:
-        self.good, self.calls = good, []
+    def __init__(self, good: dict, broken=(0,), fail=False, slow=0.0) -> None:
+        self.good, self.calls, self.broken, self.fail, self.slow = good, [], set(broken), fail, slow
 
     def call(self, i, request, timeout=None):
         self.calls.append(i)
-        if i == 0:
+        time.sleep(self.slow)
+        if i in self.broken and self.fail:
+            return {"state": "failed", "error": {"kind": "infra", "message": "RuntimeError: the fork server is gone"}, "verdict": None}
+        if i in self.broken:
             return {"state": "done", "verdict": {**self.good, "status": "infra_error", "log": "CUDA error: unspecified launch failure"}}
         return {"state": "done", "verdict": self.good}
 
@@ -113,14 +118,34 @@ def test_an_infra_error_is_judged_once_more_on_another_worker_and_a_stuck_worker
     from kernelwright.client import Judge
 
     good = Judge(device="cpu").evaluate(problem("relu"), candidate("relu_correct"), correctness_policy()).to_dict()
-    pool = Pool("local", workers=1, device="cpu")
-    pool._workers.close()
-    pool.size, pool._workers = 2, _BrokenDevice(good)
-    pool._free.put(1)
+    def two(fake):
+        pool = Pool("local", workers=1, device="cpu")
+        pool._workers.close()
+        pool.size, pool._workers, pool._idle = 2, fake, {0, 1}
+        pool._run = ThreadPoolExecutor(max_workers=2)
+        return pool
+
+    pool = two(_BrokenDevice(good))
     try:
         v = pool.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
-        assert v.status is Status.CORRECT and pool.retried == 1 and pool._workers.calls == [0, 1]  # slot 0 is first in the queue
+        assert v.status is Status.CORRECT and pool.retried == 1 and pool._workers.calls == [0, 1]  # the lowest free slot first
         assert "judged again after: worker 0 answered infra_error: CUDA error" in v.log
+    finally:
+        pool.close()
+    # both devices broken, two requests at once, each avoiding the worker it failed on: both end, and so does close
+    pool = two(_BrokenDevice(good, broken=(0, 1), slow=0.2))
+    futures = [pool.submit(problem("relu"), candidate("relu_correct"), correctness_policy()) for _ in range(2)]
+    got = [f.result(timeout=30) for f in futures]
+    assert [v.status for v in got] == [Status.INFRA_ERROR] * 2 and pool.retried == 2 and sorted(pool._workers.calls) == [0, 0, 1, 1]
+    assert all("judged again after: worker" in v.log for v in got)
+    closer = threading.Thread(target=pool.close)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive()
+    pool = two(_BrokenDevice(good, fail=True))  # a worker whose judge fails outright: its job judged again on the other
+    try:
+        v = pool.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
+        assert v.status is Status.CORRECT and "worker 0's judge failed (failed): RuntimeError: the fork server is gone" in v.log
     finally:
         pool.close()
     with Pool("local", workers=1, device="cpu", deadline_s=0.2) as stuck:  # no verdict comes in 0.2 s: stuck, twice

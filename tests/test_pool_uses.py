@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANDIDATES, JUDGE_TIMEOUT_S, candidate, cli, correctness_policy, problem
+from conftest import CANDIDATES, JUDGE_TIMEOUT_S, candidate, cli, correctness_policy, problem, timing_policy
 from kernelwright.agent import demo_script, optimize
 from kernelwright.agent.objective import Objective
 from kernelwright.client.pool import Pool
@@ -80,6 +80,7 @@ def test_a_rollout_on_the_pool_records_every_episode_once_and_pays_the_judged_on
     good = (CANDIDATES / "relu_correct" / "model_new.py").read_text()
     script = [{"when": "`relu`", "text": f"```python\n{good}\n```"}] * 2 + [{"text": "I have no kernel yet."}] * 2
     with Pool("local", workers=2, device="cpu") as pool, ScriptedServer(script) as server:
+        peak = _peak(pool)
         config = EnvConfig(device="cpu", objective=Objective(**FAST, max_turns=1), tools=False, reply_submits=True,
                            store=tmp_path / "s.sqlite", workroot=tmp_path / "eps", pool=pool)
         backend = make_backend("openai:scripted", base_url=server.url, max_retries=0)
@@ -88,10 +89,10 @@ def test_a_rollout_on_the_pool_records_every_episode_once_and_pays_the_judged_on
     rows = [json.loads(x) for x in (tmp_path / "out" / EPISODES).read_text().splitlines()]
     assert sorted(r["seq"] for r in rows) == [0, 1, 2, 3] and result["recorded"] == 4
     judged = [r for r in rows if r["final"]["verdict"]]
-    assert len(judged) == 2 and {r["task"]["id"] for r in judged} == {"relu"} and sent >= 2
+    assert len(judged) == 2 and {r["task"]["id"] for r in judged} == {"relu"}
+    assert sent == 2 and peak[0] == 2  # each judged episode's final went to the pool, the two at the same time
     for r in judged:
         assert r["final"]["verdict"]["status"] == "correct" and r["reward"]["milestone"] >= 1
-        assert r["final"]["verdict"]["policy"]["baselines"] == "measured"
     assert all(r["reward"]["value"] == -1.0 for r in rows if not r["final"]["verdict"])
 
 
@@ -112,6 +113,12 @@ def test_serve_on_a_pool_answers_as_the_judge_in_process_and_says_so_in_its_heal
             assert service.counts()["workers"] == 1 and pool.sent == 2
             bad = service.submit(request_for(load_problem(problem("relu")), candidate("relu_correct"), correctness_policy(gpu_index=1), "cpu"))
             assert bad.finished.wait(30) and bad.state == "failed" and bad.error["kind"] == "usage" and pool.sent == 2
+            # what an agent's judge asks for by default (cached baselines): measured beside the candidate by the worker
+            cached = service.submit(request_for(load_problem(problem("relu")), candidate("relu_correct"),
+                                                timing_policy(baselines="cached"), "cpu"))
+            assert cached.finished.wait(JUDGE_TIMEOUT_S) and cached.state == "done", cached.error
+            assert cached.verdict["policy"]["baselines"] == "measured" and cached.verdict.get("eager_ms")
+            assert any("measured beside the candidate" in m for _, m in cached.progress_log)
         finally:
             service.close()
 
@@ -161,3 +168,37 @@ def test_a_pooled_bench_records_each_verdict_as_it_comes_back(tmp_path):
     with Store.open(store) as db:
         assert len({r["verdict_id"] for r in final["problems"]}) == len(final["problems"])
         assert all(db.get_verdict(r["verdict_id"]) for r in final["problems"])
+
+
+class _FakePool:
+    device, size = "cuda", 2
+
+    def __init__(self, gpus):
+        self._gpus, self.closed = gpus, False
+
+    def gpus(self):
+        return self._gpus
+
+    def close(self):
+        self.closed = True
+
+
+def test_optimize_starts_its_pool_only_once_the_request_checks_out_and_refuses_mixed_gpus(tmp_path):
+    made = []
+
+    def factory(gpus=("NVIDIA H100 80GB HBM3", "NVIDIA H200")):
+        made.append(_FakePool(sorted(gpus)))
+        return made[-1]
+
+    def request(spec, **kw):
+        return optimize.RunRequest(problem_spec=spec, model="replay:" + str(ROOT / "examples" / "recordings" / "cpu_softmax.json"), device="cpu",
+                                   objective=Objective(**FAST), store=tmp_path / "s.sqlite", pool=factory, **kw)
+
+    with pytest.raises(ValueError):
+        optimize.start(request(str(tmp_path / "no_such_problem.py")))
+    assert made == []  # a bad problem: no worker started
+    with pytest.raises(ValueError, match="different GPUs"):
+        optimize.start(request(str(ROOT / "examples" / "cpu" / "softmax" / "problem.py")))
+    assert len(made) == 1 and made[0].closed  # the pool start made, closed again
+    with Store.open(tmp_path / "s.sqlite") as db:
+        assert db.list_runs() == []  # refused before a run was made

@@ -112,27 +112,26 @@ def optimize_cmd(args: argparse.Namespace) -> int:
         raise
     except ValueError as exc:
         raise _usage(str(exc)) from None
-    finally:
-        if pool is not None:
-            pool.close()
     return _report(args, result)
 
 
 def _pool(args: argparse.Namespace, objective: Any, device: str) -> Any:
-    """The judge's pool that --ray / --pool ask for (client.pool), or None; a policy it cannot honour
-    is refused before any worker starts (resume: when the run's objective is read, after)."""
-    from kernelwright.client.commands import pool_from_args
-
+    """A function making the judge's pool that --ray / --pool ask for (client.pool), or None. The
+    run calls it once the rest of the request checks out; a policy a pool cannot honour (an
+    explicit --baselines cached, a --gpu other than 0) is refused here, before any worker starts."""
     if getattr(args, "ray", None) is None and getattr(args, "pool", None) is None:
         return None
+    from kernelwright.client.commands import pool_from_args
     from kernelwright.client.pool import Pool
 
-    try:
-        if objective is not None:
-            Pool.check(objective.policy(baselines="measured"))  # a pool's verdicts measure their baselines: see agent.judging.Judge
-        return pool_from_args(args, device)
-    except ValueError as exc:
-        raise _usage(str(exc)) from None
+    if getattr(args, "service", None):
+        raise _usage("--service and --ray/--pool are two ways of judging elsewhere: give one")
+    if objective is not None:
+        try:
+            Pool.check(objective.policy())
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
+    return lambda: pool_from_args(args, device)
 
 
 def resume_cmd(args: argparse.Namespace) -> int:
@@ -140,7 +139,12 @@ def resume_cmd(args: argparse.Namespace) -> int:
     from kernelwright.agent import optimize
 
     changes = {k: v for k, v in objective_flags(args).items() if v is not None}
-    pool = _pool(args, None, "auto")  # auto: the pool's GPUs if it has any; optimize.resume checks the run's device
+    pool = None
+    if getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None:
+        try:  # the pool on the device the run started on
+            pool = _pool(args, None, optimize.run_device(args.run, args.store))
+        except (KeyError, ValueError) as exc:
+            raise _usage(str(exc).strip("'\"")) from None
     try:
         result = optimize.resume(args.run, hint=args.hint, candidate=args.candidate, store=args.store, model=args.model,
                                  base_url=args.base_url, changes=changes, progress=_progress(args), force=args.force, out_dir=args.out,
@@ -149,9 +153,6 @@ def resume_cmd(args: argparse.Namespace) -> int:
         raise
     except (KeyError, ValueError) as exc:
         raise _usage(str(exc).strip("'\"")) from None
-    finally:
-        if pool is not None:
-            pool.close()
     return _report(args, result)
 
 

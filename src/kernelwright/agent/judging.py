@@ -34,6 +34,14 @@ log = logging.getLogger(__name__)
 MODES = ("verify", "full", "final")
 
 
+def _gpu_here() -> bool:
+    """Whether this machine has a GPU (the driver's answer; torch's where the driver gives none)."""
+    from kernelwright.judge.evaluate import gpu_seen_by_driver, resolve_device
+
+    seen = gpu_seen_by_driver()
+    return seen if seen is not None else resolve_device("auto") == "cuda"
+
+
 @dataclass(frozen=True)
 class Judged:
     """One judgement of a candidate."""
@@ -80,7 +88,8 @@ class Judge:
     as it has, and the device is the pool's. Its workers see none of this process's store, so
     baselines are measured beside every candidate on the worker's own device ("cached" becomes
     "measured"; "skip" stays skip), and `prebuild` leaves the builds to the workers. The tools
-    that profile (the reference's breakdown, ncu) still run on this machine's device.
+    that profile (the reference's breakdown, ncu) and `compile` still run on this machine, on the
+    pool's device when this machine has one (`here`); where it has none, they say so instead.
     """
 
     def __init__(self, problem: Problem, objective: Objective, *, device: str, store: Path | None,
@@ -93,6 +102,7 @@ class Judge:
         if pool is not None:
             pool.check(objective.policy(baselines="measured"))  # ValueError for a policy a pool cannot honour (a gpu_index)
         self.device = pool.device if pool is not None else resolve_device(device)  # a Ray cluster's GPUs, not this driver's
+        self.here = pool is None or pool.device == "cpu" or _gpu_here()  # this machine has the device (compile, profile tools)
         self.store: Path | None = (Path(store).expanduser() if store is not None else default_store_path()) if record else None
         self.progress = progress
         self.cache_baselines = cache_baselines
@@ -217,6 +227,9 @@ class Judge:
         """Build the candidate's kernels without judging it. Raw sources go to the compilers; a
         torch extension is built by importing the candidate in a build child."""
         t0 = time.perf_counter()
+        if not self.here:
+            return BuildReport(True, f"not built here: this machine has no {self.device} device, and the pool's workers build and judge "
+                                     "candidates; verify builds it there and reports any compiler error", time.perf_counter() - t0)
         try:
             files = discover(cand_dir)
         except CandidateSyntaxError as exc:

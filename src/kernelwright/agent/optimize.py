@@ -55,7 +55,8 @@ class RunRequest:
     store: Path | None = None  # the SQLite store
     timeout_s: float = 600.0  # per model request
     note: str = ""  # provenance in words (e.g. which scripted server answered), kept with the export
-    pool: Any = None  # a client.pool.Pool (--ray, --pool): verdicts judged by its workers, on its device
+    pool: Any = None  # a client.pool.Pool (--ray, --pool), or a function making one once the request checks out (start closes
+    # that one): verdicts judged by its workers, on its device
 
 
 @dataclass(frozen=True)
@@ -75,22 +76,34 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
     from kernelwright.agent import exporting
     from kernelwright.judge.evaluate import resolve_device
     from kernelwright.problems.loader import load_problem
-    from kernelwright.store.runs import new_run_id
 
     problem = load_problem(req.problem_spec)
-    device = req.pool.device if req.pool is not None else resolve_device(req.device)
+    device = resolve_device(req.device) if req.pool is None else None  # with a pool, the pool's
     if req.out_dir is not None:
         exporting.check_out_dir(req.out_dir)
     backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
     preflight(backend)  # a missing key or an unreachable server stops here: nothing measured, no run made
+    made = req.pool() if callable(req.pool) else None  # only now: a pool's workers take seconds (Ray: more) to start
+    try:
+        return _start(req, problem, backend, made or req.pool, device, progress)
+    finally:
+        if made is not None:
+            made.close()
+
+
+def _start(req: RunRequest, problem: Any, backend: Any, pool: Any, device: str | None, progress: Progress | None) -> RunResult:
+    from kernelwright.store.runs import new_run_id
+
+    device = pool.device if pool is not None else device
+    _one_kind(pool)
     run_id = new_run_id()
     runlog = RunLog(req.store, run_id, progress=progress)
     runlog.db().create_run(run_id, problem_hash=problem.hash, problem_name=problem.name, problem_spec=req.problem_spec,
                            model=backend.name, strategy=req.objective.strategy, objective=req.objective.to_dict())
     meta = {"note": req.note, "base_url": req.base_url, "device": device, "out_dir": str(req.out_dir) if req.out_dir else None}
-    pooled = "" if req.pool is None else f", judged by a pool of {req.pool.size} worker(s) (baselines measured beside every candidate)"
+    pooled = "" if pool is None else f", judged by a pool of {pool.size} worker(s) (baselines measured beside every candidate)"
     runlog.say(f"{run_id}: {problem.name} with {backend.name}, strategy {req.objective.strategy}, device {device}{pooled}")
-    ctx = _context(problem, req.objective, backend, runlog, device, req.store, req.pool)
+    ctx = _context(problem, req.objective, backend, runlog, device, req.store, pool)
     _replay_check(ctx, problem)
     return _drive(ctx, {"meta": meta})
 
@@ -102,7 +115,8 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     running is refused unless `force` (its process may still be driving it; one killed outright
     leaves that mark behind); a finished one unless `again`. An earlier export is never replaced
     unless `out_dir` names it: the stretch exports beside it. `pool` judges this stretch's verdicts
-    (client.pool); it must be on the device the run started on."""
+    (client.pool, or a function making one once the rest checks out, closed at the end); it must
+    be on the device the run started on."""
     from kernelwright.problems.loader import load_problem
 
     if candidate is not None:
@@ -120,9 +134,6 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
     if run["status"] in FINISHED and not again:
         raise ValueError(finished_refusal(run))
     problem = load_problem(run["problem_spec"])
-    started_on = (dict(run.get("state") or {}).get("meta") or {}).get("device") or "cpu"
-    if pool is not None and pool.device != started_on:
-        raise ValueError(f"{run_id} started on {started_on} and the pool judges on {pool.device}: its candidates' times would not compare")
     if problem.hash != run["problem_hash"]:
         raise ValueError(f"{run['problem_spec']} changed since {run_id} started (hash {problem.hash[:12]}, the run has "
                          f"{run['problem_hash'][:12]}); a run continues on the problem it started on")
@@ -140,9 +151,24 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
         meta["base_url"] = base_url
     meta["out_dir"] = _resume_out_dir(run, meta, out_dir, runlog)
     state["meta"] = meta
+    made = pool() if callable(pool) else None  # only now: a pool's workers take seconds (Ray: more) to start
+    try:
+        return _resume(run, state, problem, objective, backend, runlog, store, made or pool, hint, candidate)
+    finally:
+        if made is not None:
+            made.close()
+
+
+def _resume(run: dict[str, Any], state: dict[str, Any], problem: Any, objective: Objective, backend: Any, runlog: RunLog,
+            store: Path | None, pool: Any, hint: str | None, candidate: Path | None) -> RunResult:
+    run_id, meta = run["id"], state["meta"]
+    started_on = meta.get("device") or "cpu"
+    if pool is not None and pool.device != started_on:
+        raise ValueError(f"{run_id} started on {started_on} and the pool judges on {pool.device}: its candidates' times would not compare")
+    _one_kind(pool)
     runlog.load_totals()
     runlog.carry_elapsed(float(state.get("elapsed_s") or 0.0))
-    ctx = _context(problem, objective, backend, runlog, meta.get("device") or "cpu", store, pool)
+    ctx = _context(problem, objective, backend, runlog, started_on, store, pool)
     _restore(ctx, state)
     ctx.counters.since_gain = ctx.counters.failures = ctx.counters.idle = 0  # an engineer stepped in: the stall counters start again
     _grant(objective, state)
@@ -189,6 +215,20 @@ def _grant(objective: Objective, state: dict[str, Any]) -> None:
         state["round_limit"] = max(objective.rounds, int(state.get("round", 0)) + 1)
     elif objective.strategy == "best-of-n":
         state["done"] = 0
+
+
+def _one_kind(pool: Any) -> None:
+    """ValueError for a pool of more than one kind of GPU: a run compares its candidates' times."""
+    if pool is not None and len(pool.gpus()) > 1:
+        raise ValueError(f"the pool's workers have different GPUs ({', '.join(pool.gpus())}): a run compares its candidates' times, "
+                         "which compare on one kind of GPU only; use a pool of one kind (bench and rl rollout take mixed pools: "
+                         "each of their ratios is from one GPU)")
+
+
+def run_device(run_id: str, store: Path | None) -> str:
+    """The device a run started on (KeyError for an unknown run)."""
+    run = RunLog(store, run_id).db().get_run(run_id)
+    return (dict(run.get("state") or {}).get("meta") or {}).get("device") or "cpu"
 
 
 def _context(problem: Any, objective: Objective, backend: Any, runlog: RunLog, device: str, store: Path | None, pool: Any = None) -> Context:

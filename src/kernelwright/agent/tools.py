@@ -149,6 +149,10 @@ class Tools:
     def _profile(self, args: dict[str, Any]) -> ToolResult:
         self._require_candidate()
         judged = self.judge.full(self.workspace.candidate_path)
+        if not getattr(self.judge, "here", True):  # judged by a pool's worker elsewhere; the profilers need the device on this machine
+            note = (f"(the reference's breakdown and ncu were not measured: they run on this machine, which has no {self.judge.device} "
+                    "device; the verdict above is the pool's)")
+            return self._judged(judged, text=feedback.describe(judged, target_speedup=self.target_speedup, limit=self.output_limit) + "\n\n" + note)
         breakdown = self._reference_breakdown()
         parts = [feedback.describe(judged, target_speedup=self.target_speedup, limit=self.output_limit), breakdown_table(breakdown)]
         extra: dict[str, Any] = {"breakdown": breakdown}

@@ -119,13 +119,16 @@ def serve_cmd(args: argparse.Namespace) -> int:
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
     had_token = args.token_file is not None and args.token_file.is_file()
-    if args.workers is not None and (getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None):
+    pooled = getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None
+    if args.workers is not None and pooled:
         raise UsageError("--workers is this process's judging; with --ray or --pool the pool's workers judge (--pool N sets how many)")
+    if getattr(args, "device", "auto") != "auto" and not pooled:
+        raise UsageError("--device is the pool's (with --ray or --pool); without one, each request names its own device")
     pool = None
     try:
         token = _token(args.token_file) if args.port is not None else None
         pool = pool_from_args(args, getattr(args, "device", "auto"))
-        service = JudgeService(workers=getattr(args, "workers", None) or 2, pool=pool)
+        service = JudgeService(workers=2 if args.workers is None else args.workers, pool=pool)
         server, url = make_server(service, socket_path=None if args.port is not None else (args.socket or default_socket()),
                                   host=args.host, port=args.port, token=token)
     except (ValueError, OSError) as exc:

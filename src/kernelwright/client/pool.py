@@ -13,16 +13,16 @@ Every request carries the problem's bytes, the candidate's files and the whole p
 form `kernelwright serve` takes). A worker that dies with a request in flight (a kernel that took
 the device down, a killed node), or that holds one request past `deadline_s` (stuck), is
 replaced; the request is tried once more on another worker and otherwise ends `infra_error`. A
-verdict of `infra_error` (the judge's own failure there, e.g. a device that broke under a worker
-still alive) is tried once more on another worker too, when the pool has one. A request is answered
-once: its future is set once, whatever happens to the workers.
+verdict of `infra_error`, or a job the worker's judge failed on (the judge's own failure there,
+e.g. a device that broke under a worker still alive), is tried once more on another worker too,
+when the pool has one. A request is answered once: its future is set once, whatever happens to the
+workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import queue
 import socket
 import threading
 import time
@@ -64,11 +64,24 @@ class JudgeWorker:
         return job.to_dict()
 
     def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "device": self.device,
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return {"pid": os.getpid(), "host": socket.gethostname(), "device": self.device, "cuda_visible_devices": visible,
+                "gpu": _gpu_name(visible) if self.device == "cuda" else None}
 
     def close(self) -> None:
         self.service.close()
+
+
+def _gpu_name(visible: str | None) -> str | None:
+    """The name of the worker's GPU (its first visible one) as nvidia-smi gives it, or None."""
+    import subprocess
+
+    first = (visible or "0").split(",")[0].strip() or "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", first, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def lost_verdict(problem: Problem, policy: Policy, why: str) -> Verdict:
@@ -106,9 +119,8 @@ class Pool:
 
             self._workers = LocalWorkers(workers, device)
         self.device, self.size = self._workers.device, self._workers.size  # as resolved by the backend
-        self._free: queue.Queue[int] = queue.Queue()
-        for i in range(self.size):
-            self._free.put(i)
+        self._cv = threading.Condition()  # guards _idle; notified when a worker is free again and when the pool closes
+        self._idle: set[int] = set(range(self.size))  # the workers free to take a request
         self._run = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-pool")
         self.replaced = 0  # workers started again after one was lost
         self.retried = 0  # requests sent again after their worker was lost
@@ -144,22 +156,31 @@ class Pool:
             raise ValueError("cached baselines are read from a store, and a pool's workers have none of the driver's: "
                              "measure them (the default) or skip them")
 
-    def _take(self, avoid: int | None) -> int:
-        """A free worker's slot; not `avoid` (the one a request failed on) when there is another."""
-        slot = self._free.get()
-        if slot != avoid or self.size == 1:
-            return slot
-        other = self._free.get()  # waits for another worker to be free
-        self._free.put(slot)
-        return other
+    def _take(self, avoid: int | None) -> int | None:
+        """A free worker's slot, never `avoid` (the one the request just failed on); None once the
+        pool closes. No slot is held while waiting, so requests that avoid each other's workers
+        cannot hold each other up."""
+        with self._cv:
+            while not self._closing.is_set():
+                free = sorted(s for s in self._idle if s != avoid)
+                if free:
+                    self._idle.discard(free[0])
+                    return free[0]
+                self._cv.wait()
+            return None
+
+    def _give(self, slot: int) -> None:
+        with self._cv:
+            self._idle.add(slot)
+            self._cv.notify_all()
 
     def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:
         losses: list[str] = []
         avoid: int | None = None
         for attempt in range(self.retries + 1):
-            if self._closing.is_set():
-                break
             slot = self._take(avoid)
+            if slot is None:  # closing
+                break
             self.in_flight.add(slot)
             try:
                 with self._lock:
@@ -177,17 +198,26 @@ class Pool:
                     losses.append(f"worker {slot} could not be started again: {type(again).__name__}: {again}")
                 with self._lock:
                     self.retried += attempt < self.retries
+                avoid = slot if self.size > 1 else None  # once more elsewhere, not on its replacement
                 continue
             finally:
                 self.in_flight.discard(slot)
-                self._free.put(slot)
-            verdict = _answer(job)
-            if verdict.status is Status.INFRA_ERROR and attempt < self.retries and self.size > 1 and not self._closing.is_set():
-                losses.append(f"worker {slot} answered infra_error: {verdict.log[:300]}")  # tried once more on another worker
-                avoid = slot
-                with self._lock:
-                    self.retried += 1
-                continue
+                self._give(slot)
+            error = job.get("error") or {}
+            failed = job.get("state") != "done" and error.get("kind") not in ("problem", "usage")  # the judge broke there
+            verdict = None if failed else _answer(job)  # a malformed problem or request raises, as Judge does
+            if verdict is None or verdict.status is Status.INFRA_ERROR:
+                what = (f"worker {slot}'s judge failed ({job.get('state')}): {str(error.get('message', ''))[:300]}" if verdict is None
+                        else f"worker {slot} answered infra_error: {verdict.log[:300]}")
+                if attempt < self.retries and self.size > 1 and not self._closing.is_set():
+                    losses.append(what)
+                    avoid = slot  # tried once more on another worker
+                    with self._lock:
+                        self.retried += 1
+                    continue
+                if verdict is None:
+                    losses.append(what)
+                    break
             if losses:
                 verdict = dataclasses.replace(verdict, log=truncate(f"{verdict.log}\n[pool] judged again after: " + "; ".join(losses)))
             return verdict
@@ -197,6 +227,10 @@ class Pool:
     def info(self) -> list[dict[str, Any]]:
         return self._workers.info()
 
+    def gpus(self) -> list[str]:
+        """The workers' GPUs by name (CUDA; empty where nvidia-smi did not say)."""
+        return sorted({i["gpu"] for i in self.info() if i.get("gpu")})
+
     def kill(self, i: int) -> None:
         """Worker i killed as a fault would kill it (a kernel that took the device down): tests use it."""
         self._workers.kill(i)
@@ -204,6 +238,8 @@ class Pool:
     def close(self) -> None:
         """Requests not yet sent are cancelled; those in flight end with their workers."""
         self._closing.set()
+        with self._cv:
+            self._cv.notify_all()  # a request waiting for a free worker ends lost
         self._run.shutdown(wait=False, cancel_futures=True)
         self._workers.close()  # a request in flight ends lost, and is neither retried nor its worker replaced
         self._run.shutdown(wait=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -42,7 +43,7 @@ from urllib.parse import parse_qs, urlparse
 
 from kernelwright.judge import refpool, sandbox_check
 from kernelwright.judge.evaluate import Cancelled
-from kernelwright.judge.policy import policy_from_wire
+from kernelwright.judge.policy import policy_from_wire, policy_to_wire
 from kernelwright.judge.snapshot import MAIN, MAX_BYTES
 
 log = logging.getLogger(__name__)
@@ -215,8 +216,13 @@ class JudgeService:
             job.said("request materialized")
             try:
                 if self.pool is not None:  # judged by a worker of the pool, which has the request's own bytes
+                    request = job.request
+                    if policy.baselines == "cached":  # the workers have no store: measured beside the candidate on the worker's device
+                        policy = dataclasses.replace(policy, baselines="measured")
+                        request = {**request, "policy": policy_to_wire(policy)}
+                        job.said("cached baselines asked for: the pool's workers have no store, so they are measured beside the candidate")
                     job.said("sent to the pool")
-                    verdict = self.pool.submit_request(load_problem(problem_path), policy, job.request).result()
+                    verdict = self.pool.submit_request(load_problem(problem_path), policy, request).result()
                     if job.cancel.is_set():  # cancelled while a pool's worker judged it: the verdict is not the answer
                         raise Cancelled
                 else:

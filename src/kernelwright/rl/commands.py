@@ -36,48 +36,56 @@ def _env_config(args: argparse.Namespace) -> Any:
 
 
 def rollout_cmd(args: argparse.Namespace) -> int:
+    from kernelwright.agent.replay import make_backend
+    from kernelwright.judge.evaluate import resolve_device
+    from kernelwright.problems.loader import ProblemError
+    from kernelwright.rl.tasks import load_tasks
+
     config = _env_config(args)
     if args.start_within_minutes is not None and not args.start_within_minutes > 0:
         raise UsageError(f"--start-within-minutes must be positive, got {args.start_within_minutes}")
+    if args.concurrency < 1 or (args.episodes is not None and args.episodes < 1):
+        raise UsageError(f"--episodes and --concurrency must be at least 1, got {args.episodes} and {args.concurrency}")
+    split = None if args.split == "all" else args.split
+    try:  # all checked before a pool's workers start
+        device = resolve_device(args.device)
+        tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=split)
+        backend = make_backend(args.model, base_url=args.base_url, timeout_s=args.timeout_s)
+    except (ValueError, ProblemError) as exc:
+        raise UsageError(str(exc)) from None
+    if not tasks:
+        raise UsageError(f"{args.tasks}: no task in split {args.split!r}")
     pool = _pool(args, config)
     try:
-        return _rollout(args, replace(config, pool=pool) if pool is not None else config)
+        if pool is not None and pool.device != device:  # a Ray cluster's device: the tasks at its sizes
+            device = pool.device
+            tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=split)
+        return _rollout(args, replace(config, pool=pool, device=device), tasks, backend)
     finally:
         if pool is not None:
             pool.close()
 
 
 def _pool(args: argparse.Namespace, config: Any) -> Any:
-    """The judge's pool that --ray / --pool ask for (client.pool), or None; a policy it cannot honour
-    is refused before any worker starts."""
+    """The judge's pool that --ray / --pool ask for (client.pool), or None. A policy a pool cannot
+    honour (an explicit --baselines cached, a --gpu other than 0) is refused before a worker starts."""
     if getattr(args, "ray", None) is None and getattr(args, "pool", None) is None:
         return None
     from kernelwright.client.commands import pool_from_args
     from kernelwright.client.pool import Pool
 
     try:
-        Pool.check(config.objective.policy(baselines="measured"))  # a pool's verdicts measure their baselines (agent.judging.Judge)
+        Pool.check(config.objective.policy())
         return pool_from_args(args, args.device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
-def _rollout(args: argparse.Namespace, config: Any) -> int:
-    from kernelwright.agent.replay import make_backend
+def _rollout(args: argparse.Namespace, config: Any, tasks: list[Any], backend: Any) -> int:
     from kernelwright.console import err
-    from kernelwright.judge.evaluate import resolve_device
-    from kernelwright.problems.loader import ProblemError
     from kernelwright.rl.rollout import EPISODES, ModelDown, run_rollout
-    from kernelwright.rl.tasks import load_tasks
 
-    try:
-        device = config.pool.device if config.pool is not None else resolve_device(args.device)
-        tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=None if args.split == "all" else args.split)
-        backend = make_backend(args.model, base_url=args.base_url, timeout_s=args.timeout_s)
-    except (ValueError, ProblemError) as exc:
-        raise UsageError(str(exc)) from None
-    if not tasks:
-        raise UsageError(f"{args.tasks}: no task in split {args.split!r}")
+    device = config.device
     n = args.episodes
     judged = "" if config.pool is None else f", judged by a pool of {config.pool.size} worker(s)"
     err.print(f"rollout of {n or ('the planned' if args.resume else len(tasks))} episode(s) over {len(tasks)} task(s), {args.concurrency} at a time, "
@@ -95,7 +103,7 @@ def _rollout(args: argparse.Namespace, config: Any) -> int:
                   markup=False, highlight=False)
 
     try:
-        result = run_rollout(tasks, backend, replace(config, device=device), episodes=n, concurrency=args.concurrency, out=Path(args.out),
+        result = run_rollout(tasks, backend, config, episodes=n, concurrency=args.concurrency, out=Path(args.out),
                              resume=args.resume, progress=progress, source=args.tasks,
                              start_within_s=None if args.start_within_minutes is None else args.start_within_minutes * 60)
     except ModelDown as exc:

@@ -121,7 +121,7 @@ def test_an_infra_error_is_judged_once_more_on_another_worker_and_a_stuck_worker
     def two(fake):
         pool = Pool("local", workers=1, device="cpu")
         pool._workers.close()
-        pool.size, pool._workers, pool._idle = 2, fake, {0, 1}
+        pool.size, pool._workers, pool._idle = 2, fake, [0, 1]
         pool._run = ThreadPoolExecutor(max_workers=2)
         return pool
 
@@ -153,6 +153,89 @@ def test_an_infra_error_is_judged_once_more_on_another_worker_and_a_stuck_worker
         v = stuck.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
         assert v.status is Status.INFRA_ERROR and "said nothing in 0 s" in v.log and stuck.replaced == 2 and stuck.retried == 1
         assert stuck.info()[0]["pid"] != first
+
+
+class _Scripted:
+    """Stand-in workers whose answers `answer(slot, call number)` gives; `closed` is set by close."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.calls, self.closed, self.lock = answer, [], threading.Event(), threading.Lock()
+
+    def call(self, i, request, timeout=None):
+        with self.lock:
+            self.calls.append(i)
+            n = len(self.calls)
+        return self.answer(i, n, request)
+
+    def close(self):
+        self.closed.set()
+
+    def shutdown(self):
+        pass
+
+
+def _stand_in(answer, size=2) -> Pool:
+    pool = Pool("local", workers=1, device="cpu")
+    pool._workers.close()
+    pool.size, pool._workers, pool._idle = size, _Scripted(answer), list(range(size))
+    pool._run = ThreadPoolExecutor(max_workers=size)
+    return pool
+
+
+def test_a_retry_gets_the_next_free_worker_first_and_both_workers_stay_busy(tmp_path):
+    """Worker 1 fails its first request: the retry waits for worker 0 ahead of the requests queued
+    behind it, and worker 1 goes on taking requests meanwhile (no worker left idle)."""
+    from kernelwright.client import Judge
+
+    good = Judge(device="cpu").evaluate(problem("relu"), candidate("relu_correct"), correctness_policy()).to_dict()
+    first_on_1 = []
+
+    def answer(slot, n, request):
+        time.sleep(0.05)
+        if slot == 1 and not first_on_1:
+            first_on_1.append(n)
+            return {"state": "done", "verdict": {**good, "status": "infra_error", "log": "device lost"}}
+        return {"state": "done", "verdict": good}
+
+    pool = _stand_in(answer)
+    done: list[int] = []
+    try:
+        futures = [pool.submit(problem("relu"), candidate("relu_correct"), correctness_policy()) for _ in range(20)]
+        for k, f in enumerate(futures):
+            f.add_done_callback(lambda _f, k=k: done.append(k))
+        assert all(f.result(timeout=60).status is Status.CORRECT for f in futures)
+    finally:
+        pool.close()
+    retried = [k for k, f in enumerate(futures) if "judged again after: worker 1 answered infra_error" in f.result().log]
+    assert len(retried) == 1 and pool.retried == 1
+    assert done.index(retried[0]) < len(done) - 4, done  # served ahead of the requests queued behind it
+    calls = pool._workers.calls
+    assert calls[first_on_1[0]:].count(1) >= 5  # worker 1 kept working after its failure
+
+
+def test_closing_ends_a_request_waiting_for_a_worker_and_one_in_flight():
+    """Worker 0 holds its request until the pool closes; worker 1's judge fails, so its request
+    waits for worker 0: close settles every future and returns."""
+    from kernelwright.client.pool import WorkerLost as Lost
+
+    def answer(slot, n, request):
+        if slot == 0:
+            pool._workers.closed.wait(60)
+            raise Lost("worker 0 killed at close")
+        return {"state": "failed", "error": {"kind": "infra", "message": "the fork server is gone"}, "verdict": None}
+
+    pool = _stand_in(answer)
+    futures = [pool.submit(problem("relu"), candidate("relu_correct"), correctness_policy()) for _ in range(3)]
+    deadline = time.monotonic() + 30
+    while not any(avoid == 1 for _, avoid in pool._waiting):  # the failed one waits for worker 0
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    pool.close()
+    assert time.monotonic() - t0 < 10
+    settled = [f for f in futures if f.done()]
+    assert len(settled) == 3
+    assert all(f.cancelled() or (f.result().status is Status.INFRA_ERROR and "the pool was closed" in f.result().log) for f in futures)
 
 
 def test_the_pool_refuses_what_it_cannot_do():

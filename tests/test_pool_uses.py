@@ -5,6 +5,7 @@ backend itself is tested in test_pool.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -56,6 +57,7 @@ def test_a_tree_search_judges_its_branches_at_once_on_the_pool_with_baselines_be
                                   objective=Objective(**FAST, strategy="tree", rounds=1, ideas=1, branches=2, parallel_builds=2))
         result = optimize.start(req)
         sent = pool.sent
+        assert not pool._closing.is_set()  # a pool passed in is its owner's to close
     assert result.final is not None and result.final["status"] == "correct", result.summary
     assert peak[0] == 2  # the two branches' verdicts were judged at the same time, one per worker
     with Store.open(tmp_path / "s.sqlite") as db:
@@ -194,11 +196,15 @@ def test_optimize_starts_its_pool_only_once_the_request_checks_out_and_refuses_m
         return optimize.RunRequest(problem_spec=spec, model="replay:" + str(ROOT / "examples" / "recordings" / "cpu_softmax.json"), device="cpu",
                                    objective=Objective(**FAST), store=tmp_path / "s.sqlite", pool=factory, **kw)
 
+    softmax = str(ROOT / "examples" / "cpu" / "softmax" / "problem.py")
     with pytest.raises(ValueError):
         optimize.start(request(str(tmp_path / "no_such_problem.py")))
-    assert made == []  # a bad problem: no worker started
+    bad_model = dataclasses.replace(request(softmax), model="openai:none", base_url="http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(ValueError):
+        optimize.start(bad_model)
+    assert made == []  # a bad problem, an unreachable model: no worker started
     with pytest.raises(ValueError, match="different GPUs"):
-        optimize.start(request(str(ROOT / "examples" / "cpu" / "softmax" / "problem.py")))
+        optimize.start(request(softmax))
     assert len(made) == 1 and made[0].closed  # the pool start made, closed again
     with Store.open(tmp_path / "s.sqlite") as db:
         assert db.list_runs() == []  # refused before a run was made

@@ -83,6 +83,7 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
         exporting.check_out_dir(req.out_dir)
     backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
     preflight(backend)  # a missing key or an unreachable server stops here: nothing measured, no run made
+    _poolable(req.pool, req.objective)
     made = req.pool() if callable(req.pool) else None  # only now: a pool's workers take seconds (Ray: more) to start
     try:
         return _start(req, problem, backend, made or req.pool, device, progress)
@@ -151,6 +152,7 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
         meta["base_url"] = base_url
     meta["out_dir"] = _resume_out_dir(run, meta, out_dir, runlog)
     state["meta"] = meta
+    _poolable(pool, objective)
     made = pool() if callable(pool) else None  # only now: a pool's workers take seconds (Ray: more) to start
     try:
         return _resume(run, state, problem, objective, backend, runlog, store, made or pool, hint, candidate)
@@ -217,6 +219,15 @@ def _grant(objective: Objective, state: dict[str, Any]) -> None:
         state["done"] = 0
 
 
+def _poolable(pool: Any, objective: Objective) -> None:
+    """ValueError, before any worker starts, for an objective a pool cannot judge under (a GPU index
+    other than 0); its cached baselines become measured ones (agent.judging.Judge)."""
+    if pool is not None:
+        from kernelwright.client.pool import Pool
+
+        Pool.check(objective.policy(baselines="measured"))
+
+
 def _one_kind(pool: Any) -> None:
     """ValueError for a pool of more than one kind of GPU: a run compares its candidates' times."""
     if pool is not None and len(pool.gpus()) > 1:
@@ -227,7 +238,11 @@ def _one_kind(pool: Any) -> None:
 
 def run_device(run_id: str, store: Path | None) -> str:
     """The device a run started on (KeyError for an unknown run)."""
-    run = RunLog(store, run_id).db().get_run(run_id)
+    log = RunLog(store, run_id)
+    try:
+        run = log.db().get_run(run_id)
+    finally:
+        log.close()
     return (dict(run.get("state") or {}).get("meta") or {}).get("device") or "cpu"
 
 

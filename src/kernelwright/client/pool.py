@@ -119,8 +119,9 @@ class Pool:
 
             self._workers = LocalWorkers(workers, device)
         self.device, self.size = self._workers.device, self._workers.size  # as resolved by the backend
-        self._cv = threading.Condition()  # guards _idle; notified when a worker is free again and when the pool closes
-        self._idle: set[int] = set(range(self.size))  # the workers free to take a request
+        self._cv = threading.Condition()  # guards _idle and _waiting; notified when a worker is free again and when the pool closes
+        self._idle: list[int] = list(range(self.size))  # the workers free to take a request, the longest idle first
+        self._waiting: list[tuple[object, int | None]] = []  # requests waiting for a worker, first come first: (token, avoid)
         self._run = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-pool")
         self.replaced = 0  # workers started again after one was lost
         self.retried = 0  # requests sent again after their worker was lost
@@ -158,20 +159,39 @@ class Pool:
 
     def _take(self, avoid: int | None) -> int | None:
         """A free worker's slot, never `avoid` (the one the request just failed on); None once the
-        pool closes. No slot is held while waiting, so requests that avoid each other's workers
-        cannot hold each other up."""
+        pool closes. Requests are served first come, first served, each the worker idle longest;
+        a request passes one ahead of it only when that one cannot use any free worker. No slot is
+        held while waiting, so requests that avoid each other's workers cannot hold each other up."""
+        me = object()
         with self._cv:
-            while not self._closing.is_set():
-                free = sorted(s for s in self._idle if s != avoid)
-                if free:
-                    self._idle.discard(free[0])
-                    return free[0]
-                self._cv.wait()
-            return None
+            self._waiting.append((me, avoid))
+            try:
+                while not self._closing.is_set():
+                    slot = self._granted(me)
+                    if slot is not None:
+                        self._idle.remove(slot)
+                        return slot
+                    self._cv.wait()
+                return None
+            finally:
+                self._waiting.remove((me, avoid))
+                self._cv.notify_all()  # a request behind this one may use what it passed over
+
+    def _granted(self, me: object) -> int | None:
+        """The slot the waiting request `me` gets now, if any (under _cv): the free workers handed to
+        the waiting requests in their order, each the longest idle one it may use."""
+        free = list(self._idle)
+        for token, avoid in self._waiting:
+            pick = next((x for x in free if x != avoid), None)
+            if token is me:
+                return pick
+            if pick is not None:
+                free.remove(pick)  # an earlier request's
+        return None
 
     def _give(self, slot: int) -> None:
         with self._cv:
-            self._idle.add(slot)
+            self._idle.append(slot)
             self._cv.notify_all()
 
     def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:

@@ -59,7 +59,10 @@ def rollout_cmd(args: argparse.Namespace) -> int:
     try:
         if pool is not None and pool.device != device:  # a Ray cluster's device: the tasks at its sizes
             device = pool.device
-            tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=split)
+            try:
+                tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=split)
+            except (ValueError, ProblemError) as exc:
+                raise UsageError(str(exc)) from None
         return _rollout(args, replace(config, pool=pool, device=device), tasks, backend)
     finally:
         if pool is not None:

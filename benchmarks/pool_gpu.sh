@@ -26,14 +26,14 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 for part in ${PARTS:-bench uses}; do
 case $part in
 bench)
-    timeout 330 python3 benchmarks/pool_bench.py --out "$OUT/pb" --device cuda --rounds "${ROUNDS:-3}" --warmup 1 --backends local,ray 2>&1 | tee "$OUT/pool_bench.log"
+    timeout 290 python3 benchmarks/pool_bench.py --out "$OUT/pb" --device cuda --rounds "${ROUNDS:-3}" --warmup 1 --backends local,ray 2>&1 | tee "$OUT/pool_bench.log"
     ;;
 uses)
     # the CUDA demo (a replay of a recording shipped in examples/recordings: no LLM), judged by one Ray actor
-    timeout 150 python3 -m kernelwright optimize --demo --device cuda --ray --store "$OUT/demo.sqlite" --out "$OUT/demo_export" 2>&1 | tee "$OUT/demo_ray.log"
+    timeout 120 python3 -m kernelwright optimize --demo --device cuda --ray --store "$OUT/demo.sqlite" --out "$OUT/demo_export" 2>&1 | tee "$OUT/demo_ray.log"
     echo "demo rc=$?" | tee -a "$OUT/demo_ray.log"
     # a rollout judged by one Ray actor: a scripted policy on loopback (no LLM) writes each problem's shipped solution
-    timeout 200 python3 benchmarks/rl_rollout_bench.py --device cuda --episodes 4 --concurrency 2 --problems 4 --ray --out "$OUT/rlb" 2>&1 | tee "$OUT/rollout_ray.log"
+    timeout 150 python3 benchmarks/rl_rollout_bench.py --device cuda --episodes 4 --concurrency 2 --problems 4 --ray --out "$OUT/rlb" 2>&1 | tee "$OUT/rollout_ray.log"
     echo "rollout rc=$?" | tee -a "$OUT/rollout_ray.log"
     rm -rf "$OUT/rlb/episodes" "$OUT/rlb/rollout" "$OUT/rlb/problems" "$OUT/rlb/store.sqlite" "$OUT/demo_export" "$OUT/demo.sqlite"
     ;;

@@ -8,9 +8,9 @@
 # Both in one call take about 9 minutes with ROUNDS=2 on an H100 (a call may run 10).
 #
 # Ray: the GPU machine has none and no package index, so it comes in the ignored folder .whl (the
-# device tool's `carry`): ray_min.tar.xz, Ray 2.60.0's cp312 wheel unpacked without ray/jars,
-# ray/dashboard/client/build and ray/rllib, packed with xz (pool_gpu.md says how), and the wheels
-# of the needs that machine lacks. Both go to /tmp/site, put first on PYTHONPATH.
+# device tool's `carry`), made here by benchmarks/ray_wheel.sh: ray_min.tar.xz, Ray 2.60.0's cp312
+# wheel unpacked without ray/jars, ray/dashboard/client/build and ray/rllib, packed with xz, and the
+# wheels of the needs that machine lacks. Both go to /tmp/site, put first on PYTHONPATH.
 set -uo pipefail
 OUT=${1:?usage: pool_gpu.sh OUT}
 mkdir -p "$OUT"

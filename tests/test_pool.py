@@ -96,7 +96,10 @@ class _BrokenDevice:
     (or, with `fail`, their judge fails outright); each call takes `slow` seconds."""
 
     def __init__(self, good: dict, broken=(0,), fail=False, slow=0.0) -> None:
-        self.good, self.calls, self.broken, self.fail, self.slow = good, [], set(broken), fail, slow
+        self.good, self.calls, self.broken, self.fail, self.slow, self.replaced = good, [], set(broken), fail, slow, []
+
+    def replace(self, i):
+        self.replaced.append(i)
 
     def call(self, i, request, timeout=None):
         self.calls.append(i)
@@ -130,6 +133,10 @@ def test_an_infra_error_is_judged_once_more_on_another_worker_and_a_stuck_worker
         v = pool.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
         assert v.status is Status.CORRECT and pool.retried == 1 and pool._workers.calls == [0, 1]  # the lowest free slot first
         assert "judged again after: worker 0 answered infra_error: CUDA error" in v.log
+        assert pool._workers.replaced == [] and pool.replaced == 0  # one failure: the worker stays
+        v = pool.evaluate(problem("relu"), candidate("relu_correct"), correctness_policy())
+        assert v.status is Status.CORRECT and pool._workers.calls == [0, 1, 0, 1]
+        assert pool._workers.replaced == [0] and pool.replaced == 1  # its second failure in a row: started again
     finally:
         pool.close()
     # both devices broken, two requests at once, each avoiding the worker it failed on: both end, and so does close
@@ -137,6 +144,7 @@ def test_an_infra_error_is_judged_once_more_on_another_worker_and_a_stuck_worker
     futures = [pool.submit(problem("relu"), candidate("relu_correct"), correctness_policy()) for _ in range(2)]
     got = [f.result(timeout=30) for f in futures]
     assert [v.status for v in got] == [Status.INFRA_ERROR] * 2 and pool.retried == 2 and sorted(pool._workers.calls) == [0, 0, 1, 1]
+    assert sorted(pool._workers.replaced) == [0, 1]  # each failed twice in a row
     assert all("judged again after: worker" in v.log for v in got)
     closer = threading.Thread(target=pool.close)
     closer.start()
@@ -160,6 +168,9 @@ class _Scripted:
 
     def __init__(self, answer) -> None:
         self.answer, self.calls, self.closed, self.lock = answer, [], threading.Event(), threading.Lock()
+
+    def replace(self, i):
+        pass
 
     def call(self, i, request, timeout=None):
         with self.lock:

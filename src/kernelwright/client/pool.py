@@ -15,8 +15,8 @@ the device down, a killed node), or that holds one request past `deadline_s` (st
 replaced; the request is tried once more on another worker and otherwise ends `infra_error`. A
 verdict of `infra_error`, or a job the worker's judge failed on (the judge's own failure there,
 e.g. a device that broke under a worker still alive), is tried once more on another worker too,
-when the pool has one. A request is answered once: its future is set once, whatever happens to the
-workers.
+when the pool has one; a worker whose judge failed two requests in a row is started again. A
+request is answered once: its future is set once, whatever happens to the workers.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from kernelwright.problems.loader import Problem, load_problem
 BACKENDS = ("local", "ray")
 START_S = 300.0  # the longest a worker may take to start (import torch, the fork server)
 DEADLINE_S = 3600.0  # the longest one request may hold a worker before the worker counts as stuck
+FAILS_TO_REPLACE = 2  # a worker whose judge failed this many requests in a row (infra_error, a failed job) is started again
 
 
 class WorkerLost(RuntimeError):
@@ -127,6 +128,7 @@ class Pool:
         self.retried = 0  # requests sent again after their worker was lost
         self.sent = 0  # requests sent to workers, retries included
         self.in_flight: set[int] = set()  # the workers judging a request now
+        self._fails: dict[int, int] = {}  # each worker's failed requests in a row
         self._closing = threading.Event()
         self._lock = threading.Lock()
 
@@ -189,6 +191,25 @@ class Pool:
                 free.remove(pick)  # an earlier request's
         return None
 
+    def _count(self, slot: int, job: dict[str, Any]) -> None:
+        """Count the worker's failures in a row; after FAILS_TO_REPLACE, start it again (a fresh
+        process or actor, a fresh CUDA context) while its request still holds it."""
+        kind = (job.get("error") or {}).get("kind")
+        failed = ((job.get("state") != "done" and kind not in ("problem", "usage"))
+                  or (job.get("verdict") or {}).get("status") == Status.INFRA_ERROR.value)
+        with self._lock:
+            self._fails[slot] = self._fails.get(slot, 0) + 1 if failed else 0
+            due = self._fails[slot] >= FAILS_TO_REPLACE
+            if due:
+                self._fails[slot] = 0
+        if due and not self._closing.is_set():
+            try:
+                self._workers.replace(slot)
+                with self._lock:
+                    self.replaced += 1
+            except Exception:  # noqa: BLE001 - the slot stays empty; whoever takes it next gets WorkerLost and tries again
+                pass
+
     def _give(self, slot: int) -> None:
         with self._cv:
             self._idle.append(slot)
@@ -206,6 +227,7 @@ class Pool:
                 with self._lock:
                     self.sent += 1
                 job = self._workers.call(slot, request, self.deadline_s)
+                self._count(slot, job)
             except WorkerLost as exc:
                 losses.append(f"worker {slot}: {exc}")
                 if self._closing.is_set():  # lost because the pool is closing: neither replaced nor retried

@@ -141,9 +141,6 @@ def resume_cmd(args: argparse.Namespace) -> int:
     changes = {k: v for k, v in objective_flags(args).items() if v is not None}
     pool = None
     if getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None:
-        if changes.get("baselines") == "cached":
-            raise _usage("cached baselines are read from a store, and a pool's workers have none of the driver's: "
-                         "measure them (the default) or skip them")
         try:  # the pool on the device the run started on
             pool = _pool(args, None, optimize.run_device(args.run, args.store))
         except (KeyError, ValueError) as exc:

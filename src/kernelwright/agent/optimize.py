@@ -83,7 +83,6 @@ def start(req: RunRequest, progress: Progress | None = None) -> RunResult:
         exporting.check_out_dir(req.out_dir)
     backend = make_backend(req.model, base_url=req.base_url, timeout_s=req.timeout_s, price=req.objective.cost)
     preflight(backend)  # a missing key or an unreachable server stops here: nothing measured, no run made
-    _poolable(req.pool, req.objective)
     made = req.pool() if callable(req.pool) else None  # only now: a pool's workers take seconds (Ray: more) to start
     try:
         return _start(req, problem, backend, made or req.pool, device, progress)
@@ -152,7 +151,6 @@ def resume(run_id: str, *, hint: str | None = None, candidate: Path | None = Non
         meta["base_url"] = base_url
     meta["out_dir"] = _resume_out_dir(run, meta, out_dir, runlog)
     state["meta"] = meta
-    _poolable(pool, objective)
     made = pool() if callable(pool) else None  # only now: a pool's workers take seconds (Ray: more) to start
     try:
         return _resume(run, state, problem, objective, backend, runlog, store, made or pool, hint, candidate)
@@ -217,15 +215,6 @@ def _grant(objective: Objective, state: dict[str, Any]) -> None:
         state["round_limit"] = max(objective.rounds, int(state.get("round", 0)) + 1)
     elif objective.strategy == "best-of-n":
         state["done"] = 0
-
-
-def _poolable(pool: Any, objective: Objective) -> None:
-    """ValueError, before any worker starts, for an objective a pool cannot judge under (a GPU index
-    other than 0); its cached baselines become measured ones (agent.judging.Judge)."""
-    if pool is not None:
-        from kernelwright.client.pool import Pool
-
-        Pool.check(objective.policy(baselines="measured"))
 
 
 def _one_kind(pool: Any) -> None:

@@ -15,13 +15,15 @@ the device down, a killed node), or that holds one request past `deadline_s` (st
 replaced; the request is tried once more on another worker and otherwise ends `infra_error`. A
 verdict of `infra_error`, or a job the worker's judge failed on (the judge's own failure there,
 e.g. a device that broke under a worker still alive), is tried once more on another worker too,
-when the pool has one; a worker whose judge failed two requests in a row is started again. A
-request is answered once: its future is set once, whatever happens to the workers.
+when the pool has one; a worker that failed two requests in a row that another worker then
+judged is started again. A request is answered once: its future is set once, whatever happens to
+the workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 import threading
@@ -35,10 +37,12 @@ from kernelwright.core.records import Status, Verdict, truncate
 from kernelwright.judge.policy import Policy
 from kernelwright.problems.loader import Problem, load_problem
 
+log = logging.getLogger(__name__)
+
 BACKENDS = ("local", "ray")
 START_S = 300.0  # the longest a worker may take to start (import torch, the fork server)
 DEADLINE_S = 3600.0  # the longest one request may hold a worker before the worker counts as stuck
-FAILS_TO_REPLACE = 2  # a worker whose judge failed this many requests in a row (infra_error, a failed job) is started again
+FAILS_TO_REPLACE = 2  # a worker that failed this many requests in a row that another worker then judged is started again
 
 
 class WorkerLost(RuntimeError):
@@ -123,12 +127,14 @@ class Pool:
         self._cv = threading.Condition()  # guards _idle and _waiting; notified when a worker is free again and when the pool closes
         self._idle: list[int] = list(range(self.size))  # the workers free to take a request, the longest idle first
         self._waiting: list[tuple[object, int | None]] = []  # requests waiting for a worker, first come first: (token, avoid)
-        self._run = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-pool")
-        self.replaced = 0  # workers started again after one was lost
+        # twice the workers: a request waiting for another worker than the one it failed on holds no worker, so
+        # the one it avoids can take the next request meanwhile
+        self._run = ThreadPoolExecutor(max_workers=2 * self.size, thread_name_prefix="kw-pool")
+        self.replaced = 0  # workers started again: lost, stuck, or failing requests that another worker then judged
         self.retried = 0  # requests sent again after their worker was lost
         self.sent = 0  # requests sent to workers, retries included
         self.in_flight: set[int] = set()  # the workers judging a request now
-        self._fails: dict[int, int] = {}  # each worker's failed requests in a row
+        self._fails: dict[int, int] = {}  # each worker's requests in a row that it failed and another worker then judged
         self._closing = threading.Event()
         self._lock = threading.Lock()
 
@@ -191,24 +197,34 @@ class Pool:
                 free.remove(pick)  # an earlier request's
         return None
 
-    def _count(self, slot: int, job: dict[str, Any]) -> None:
-        """Count the worker's failures in a row; after FAILS_TO_REPLACE, start it again (a fresh
-        process or actor, a fresh CUDA context) while its request still holds it."""
-        kind = (job.get("error") or {}).get("kind")
-        failed = ((job.get("state") != "done" and kind not in ("problem", "usage"))
-                  or (job.get("verdict") or {}).get("status") == Status.INFRA_ERROR.value)
-        with self._lock:
-            self._fails[slot] = self._fails.get(slot, 0) + 1 if failed else 0
-            due = self._fails[slot] >= FAILS_TO_REPLACE
-            if due:
+    def _strike(self, slots: list[int]) -> None:
+        """The workers that failed a request another worker then judged: a strike each. After
+        FAILS_TO_REPLACE in a row, the worker is started again (a new process or actor, a new CUDA
+        context), in a thread of its own that takes the worker when it is free. A request that
+        fails everywhere strikes no one: the request, not the workers, is the likely cause."""
+        for slot in slots:
+            with self._lock:
+                self._fails[slot] = self._fails.get(slot, 0) + 1
+                due = self._fails[slot] >= FAILS_TO_REPLACE
+            if due and not self._closing.is_set():
+                threading.Thread(target=self._restart, args=(slot,), name=f"kw-pool-restart-{slot}", daemon=True).start()
+
+    def _restart(self, slot: int) -> None:
+        with self._cv:
+            while slot not in self._idle and not self._closing.is_set():
+                self._cv.wait()
+            if self._closing.is_set():
+                return
+            self._idle.remove(slot)
+        try:
+            self._workers.replace(slot)
+            with self._lock:
+                self.replaced += 1
                 self._fails[slot] = 0
-        if due and not self._closing.is_set():
-            try:
-                self._workers.replace(slot)
-                with self._lock:
-                    self.replaced += 1
-            except Exception:  # noqa: BLE001 - the slot stays empty; whoever takes it next gets WorkerLost and tries again
-                pass
+        except Exception as exc:  # noqa: BLE001 - the slot stays empty; whoever takes it next gets WorkerLost and tries again
+            log.warning("pool worker %d could not be started again: %s: %s", slot, type(exc).__name__, exc)
+        finally:
+            self._give(slot)
 
     def _give(self, slot: int) -> None:
         with self._cv:
@@ -217,6 +233,7 @@ class Pool:
 
     def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:
         losses: list[str] = []
+        failed_on: list[int] = []  # the workers whose judge failed this request (infra_error, a failed job)
         avoid: int | None = None
         for attempt in range(self.retries + 1):
             slot = self._take(avoid)
@@ -227,7 +244,6 @@ class Pool:
                 with self._lock:
                     self.sent += 1
                 job = self._workers.call(slot, request, self.deadline_s)
-                self._count(slot, job)
             except WorkerLost as exc:
                 losses.append(f"worker {slot}: {exc}")
                 if self._closing.is_set():  # lost because the pool is closing: neither replaced nor retried
@@ -236,6 +252,7 @@ class Pool:
                     self._workers.replace(slot)
                     with self._lock:
                         self.replaced += 1
+                        self._fails[slot] = 0
                 except Exception as again:  # noqa: BLE001 - the slot stays empty; whoever takes it next tries again
                     losses.append(f"worker {slot} could not be started again: {type(again).__name__}: {again}")
                 with self._lock:
@@ -253,6 +270,7 @@ class Pool:
                         else f"worker {slot} answered infra_error: {verdict.log[:300]}")
                 if attempt < self.retries and self.size > 1 and not self._closing.is_set():
                     losses.append(what)
+                    failed_on.append(slot)
                     avoid = slot  # tried once more on another worker
                     with self._lock:
                         self.retried += 1
@@ -260,6 +278,10 @@ class Pool:
                 if verdict is None:
                     losses.append(what)
                     break
+            else:  # judged here: this worker's run of failures ends, and those another worker failed on count against them
+                with self._lock:
+                    self._fails[slot] = 0
+                self._strike(failed_on)
             if losses:
                 verdict = dataclasses.replace(verdict, log=truncate(f"{verdict.log}\n[pool] judged again after: " + "; ".join(losses)))
             return verdict

@@ -63,6 +63,8 @@ def rollout_cmd(args: argparse.Namespace) -> int:
                 tasks = load_tasks(args.tasks, heldout=args.heldout, device=device, split=split)
             except (ValueError, ProblemError) as exc:
                 raise UsageError(str(exc)) from None
+            if not tasks:
+                raise UsageError(f"{args.tasks}: no task in split {args.split!r} on {device}")
         return _rollout(args, replace(config, pool=pool, device=device), tasks, backend)
     finally:
         if pool is not None:

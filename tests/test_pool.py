@@ -254,6 +254,62 @@ def test_closing_ends_a_request_waiting_for_a_worker_and_one_in_flight():
     assert all(f.cancelled() or (f.result().status is Status.INFRA_ERROR and "the pool was closed" in f.result().log) for f in futures)
 
 
+class _SlowRestart(_Scripted):
+    """Stand-ins whose restart waits for `go` (or the pool's close), noting the order of events."""
+
+    def __init__(self, answer) -> None:
+        super().__init__(answer)
+        self.go, self.events = threading.Event(), []
+
+    def replace(self, i):
+        self.events.append(("replace", i))
+        while not (self.go.is_set() or self.closed.is_set()):
+            time.sleep(0.01)
+        self.events.append(("replaced", i))
+        if self.closed.is_set():
+            raise WorkerLost("the pool is closed")
+
+    def shutdown(self):
+        self.events.append(("shutdown", None))
+
+
+def test_strikes_while_a_restart_is_pending_start_no_second_one_and_close_waits_for_it():
+    good = {"state": "done", "verdict": None}
+    pool = _stand_in(lambda slot, n, request: good)
+    fake = _SlowRestart(pool._workers.answer)
+    pool._workers = fake
+    for _ in range(2):
+        pool._strike([(0, 0)], 1)  # worker 0 failed two requests that worker 1 then judged
+    deadline = time.monotonic() + 10
+    while ("replace", 0) not in fake.events:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    for _ in range(3):
+        pool._strike([(0, 0)], 1)  # more strikes of the same generation while the restart is under way
+    assert pool._restarting == {0} and len([t for t in pool._restarts if t.is_alive()]) == 1
+    with pool._cv:
+        assert 0 not in pool._idle  # the restart holds the worker
+    closer = threading.Thread(target=pool.close)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive()
+    assert fake.events == [("replace", 0), ("replaced", 0), ("shutdown", None)]  # the restart ended before the shutdown
+    assert pool.replaced == 0 and pool._restarting == set()
+
+
+def test_a_strike_counts_only_against_the_generation_that_failed():
+    pool = _stand_in(lambda slot, n, request: None)
+    try:
+        pool._strike([(0, 0)], 1)
+        with pool._lock:
+            pool._gen[0] = 1  # worker 0 judged a request since (or was started again)
+        pool._strike([(0, 0)], 1)  # a failure from before that: not in a row
+        pool._strike([(1, 0), (1, 0)], 1)  # the worker that judged it, and a repeat: no strike
+        assert pool._fails.get(0) == 1 and not pool._fails.get(1) and pool._restarting == set()
+    finally:
+        pool.close()
+
+
 def test_the_pool_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="backend must be one of local, ray"):
         Pool("slurm")

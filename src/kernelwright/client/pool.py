@@ -135,6 +135,9 @@ class Pool:
         self.sent = 0  # requests sent to workers, retries included
         self.in_flight: set[int] = set()  # the workers judging a request now
         self._fails: dict[int, int] = {}  # each worker's requests in a row that it failed and another worker then judged
+        self._gen: dict[int, int] = {}  # each worker's generation: one more at each request it judges and each restart
+        self._restarting: set[int] = set()  # the workers a restart thread is waiting for or starting again
+        self._restarts: list[threading.Thread] = []  # the restart threads, joined at close
         self._closing = threading.Event()
         self._lock = threading.Lock()
 
@@ -188,7 +191,7 @@ class Pool:
     def _granted(self, me: object) -> int | None:
         """The slot the waiting request `me` gets now, if any (under _cv): the free workers handed to
         the waiting requests in their order, each the longest idle one it may use."""
-        free = list(self._idle)
+        free = [x for x in self._idle if x not in self._restarting]  # a worker waited for by its restart goes to it
         for token, avoid in self._waiting:
             pick = next((x for x in free if x != avoid), None)
             if token is me:
@@ -197,34 +200,55 @@ class Pool:
                 free.remove(pick)  # an earlier request's
         return None
 
-    def _strike(self, slots: list[int]) -> None:
-        """The workers that failed a request another worker then judged: a strike each. After
-        FAILS_TO_REPLACE in a row, the worker is started again (a new process or actor, a new CUDA
-        context), in a thread of its own that takes the worker when it is free. A request that
-        fails everywhere strikes no one: the request, not the workers, is the likely cause."""
-        for slot in slots:
+    def _strike(self, failed_on: list[tuple[int, int]], judged_on: int) -> None:
+        """The workers that failed a request another worker then judged: a strike each, counted only
+        if the worker has judged nothing and not been started again since it failed (its generation
+        is the same), so that strikes run in a row. After FAILS_TO_REPLACE, the worker is started
+        again (a new process or actor, a new CUDA context) by one restart thread per worker, which
+        takes the worker as soon as it is free. A request that fails everywhere strikes no one: the
+        request, not the workers, is the likely cause."""
+        for slot, gen in set(failed_on):
+            if slot == judged_on:
+                continue
             with self._lock:
+                if self._gen.get(slot, 0) != gen:
+                    continue
                 self._fails[slot] = self._fails.get(slot, 0) + 1
-                due = self._fails[slot] >= FAILS_TO_REPLACE
-            if due and not self._closing.is_set():
-                threading.Thread(target=self._restart, args=(slot,), name=f"kw-pool-restart-{slot}", daemon=True).start()
+                due = self._fails[slot] >= FAILS_TO_REPLACE and slot not in self._restarting and not self._closing.is_set()
+                if due:
+                    self._restarting.add(slot)
+            if due:
+                t = threading.Thread(target=self._restart, args=(slot,), name=f"kw-pool-restart-{slot}", daemon=True)
+                with self._lock:
+                    self._restarts = [x for x in self._restarts if x.is_alive()] + [t]
+                t.start()
 
     def _restart(self, slot: int) -> None:
-        with self._cv:
-            while slot not in self._idle and not self._closing.is_set():
-                self._cv.wait()
-            if self._closing.is_set():
-                return
-            self._idle.remove(slot)
         try:
-            self._workers.replace(slot)
-            with self._lock:
-                self.replaced += 1
-                self._fails[slot] = 0
-        except Exception as exc:  # noqa: BLE001 - the slot stays empty; whoever takes it next gets WorkerLost and tries again
-            log.warning("pool worker %d could not be started again: %s: %s", slot, type(exc).__name__, exc)
+            with self._cv:
+                while slot not in self._idle and not self._closing.is_set():
+                    self._cv.wait()
+                if self._closing.is_set():
+                    return
+                self._idle.remove(slot)
+            try:
+                self._workers.replace(slot)
+                self._fresh(slot)
+            except Exception as exc:  # noqa: BLE001 - the slot stays empty; whoever takes it next gets WorkerLost and tries again
+                if not self._closing.is_set():
+                    log.warning("pool worker %d could not be started again: %s: %s", slot, type(exc).__name__, exc)
+            finally:
+                self._give(slot)
         finally:
-            self._give(slot)
+            with self._lock:
+                self._restarting.discard(slot)
+
+    def _fresh(self, slot: int) -> None:
+        """Worker `slot` was started again: a new generation, no strikes."""
+        with self._lock:
+            self.replaced += 1
+            self._fails[slot] = 0
+            self._gen[slot] = self._gen.get(slot, 0) + 1
 
     def _give(self, slot: int) -> None:
         with self._cv:
@@ -233,7 +257,7 @@ class Pool:
 
     def _one(self, problem: Problem, policy: Policy, request: dict[str, Any]) -> Verdict:
         losses: list[str] = []
-        failed_on: list[int] = []  # the workers whose judge failed this request (infra_error, a failed job)
+        failed_on: list[tuple[int, int]] = []  # the workers whose judge failed this request (infra_error, a failed job), with their generation
         avoid: int | None = None
         for attempt in range(self.retries + 1):
             slot = self._take(avoid)
@@ -250,9 +274,7 @@ class Pool:
                     break
                 try:
                     self._workers.replace(slot)
-                    with self._lock:
-                        self.replaced += 1
-                        self._fails[slot] = 0
+                    self._fresh(slot)
                 except Exception as again:  # noqa: BLE001 - the slot stays empty; whoever takes it next tries again
                     losses.append(f"worker {slot} could not be started again: {type(again).__name__}: {again}")
                 with self._lock:
@@ -270,7 +292,8 @@ class Pool:
                         else f"worker {slot} answered infra_error: {verdict.log[:300]}")
                 if attempt < self.retries and self.size > 1 and not self._closing.is_set():
                     losses.append(what)
-                    failed_on.append(slot)
+                    with self._lock:
+                        failed_on.append((slot, self._gen.get(slot, 0)))
                     avoid = slot  # tried once more on another worker
                     with self._lock:
                         self.retried += 1
@@ -281,7 +304,8 @@ class Pool:
             else:  # judged here: this worker's run of failures ends, and those another worker failed on count against them
                 with self._lock:
                     self._fails[slot] = 0
-                self._strike(failed_on)
+                    self._gen[slot] = self._gen.get(slot, 0) + 1
+                self._strike(failed_on, slot)
             if losses:
                 verdict = dataclasses.replace(verdict, log=truncate(f"{verdict.log}\n[pool] judged again after: " + "; ".join(losses)))
             return verdict
@@ -307,6 +331,8 @@ class Pool:
         self._run.shutdown(wait=False, cancel_futures=True)
         self._workers.close()  # a request in flight ends lost, and is neither retried nor its worker replaced
         self._run.shutdown(wait=True)
+        for t in list(self._restarts):  # a restart under way ends (the backend, closed, starts nothing more)
+            t.join()
         self._workers.shutdown()  # after the threads: a Ray this pool started
 
     def __enter__(self) -> "Pool":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from kernelwright.client.pool import START_S, JudgeWorker, WorkerLost
@@ -68,9 +69,14 @@ class RayWorkers:
                                     scheduling_strategy=self._strategy(placement_group=self._group, placement_group_bundle_index=i)
                                     ).remote(self.device)
         try:
-            self.infos[i] = ray.get(actor.info.remote(), timeout=START_S)
+            ref, deadline = actor.info.remote(), time.monotonic() + START_S
+            while not ray.wait([ref], timeout=1.0)[0]:  # the pool's close ends the wait (its placement group is gone)
+                if self._closed or time.monotonic() > deadline:
+                    raise WorkerLost("the pool is closed" if self._closed else f"no answer in {START_S:.0f} s")
+            self.infos[i] = ray.get(ref)
         except Exception as exc:  # noqa: BLE001 - a worker that cannot start is lost, whatever Ray says why
-            ray.kill(actor, no_restart=True)
+            if ray.is_initialized():  # never a Ray started again by the call itself, after the pool shut its own down
+                ray.kill(actor, no_restart=True)
             raise WorkerLost(f"worker {i} did not start: {type(exc).__name__}: {exc}") from None
         return actor
 

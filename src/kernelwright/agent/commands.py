@@ -117,20 +117,16 @@ def optimize_cmd(args: argparse.Namespace) -> int:
 
 def _pool(args: argparse.Namespace, objective: Any, device: str) -> Any:
     """A function making the judge's pool that --ray / --pool ask for (client.pool), or None. The
-    run calls it once the rest of the request checks out; a policy a pool cannot honour (an
-    explicit --baselines cached, a --gpu other than 0) is refused here, before any worker starts."""
-    if getattr(args, "ray", None) is None and getattr(args, "pool", None) is None:
-        return None
-    from kernelwright.client.commands import pool_from_args
-    from kernelwright.client.pool import Pool
+    run calls it once the rest of the request checks out; what a pool cannot do is refused here,
+    before any worker starts."""
+    from kernelwright.client.commands import check_pool_args, pool_from_args, pool_wanted
 
-    if getattr(args, "service", None):
-        raise _usage("--service and --ray/--pool are two ways of judging elsewhere: give one")
-    if objective is not None:
-        try:
-            Pool.check(objective.policy())
-        except ValueError as exc:
-            raise _usage(str(exc)) from None
+    if not pool_wanted(args):
+        return None
+    try:
+        check_pool_args(args, objective.policy() if objective is not None else None)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
     return lambda: pool_from_args(args, device)
 
 
@@ -139,8 +135,10 @@ def resume_cmd(args: argparse.Namespace) -> int:
     from kernelwright.agent import optimize
 
     changes = {k: v for k, v in objective_flags(args).items() if v is not None}
+    from kernelwright.client.commands import pool_wanted
+
     pool = None
-    if getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None:
+    if pool_wanted(args):
         try:  # the pool on the device the run started on
             pool = _pool(args, None, optimize.run_device(args.run, args.store))
         except (KeyError, ValueError) as exc:

@@ -99,8 +99,6 @@ class Judge:
 
         self.problem, self.objective = problem, objective
         self.pool = pool
-        if pool is not None:
-            pool.check(objective.policy(baselines="measured"))  # ValueError for a policy a pool cannot honour (a gpu_index)
         self.device = pool.device if pool is not None else resolve_device(device)  # a Ray cluster's GPUs, not this driver's
         self.here = pool is None or pool.device == "cpu" or _gpu_here()  # this machine has the device (compile, profile tools)
         self.store: Path | None = (Path(store).expanduser() if store is not None else default_store_path()) if record else None

@@ -39,13 +39,28 @@ def pool_flags(p: argparse.ArgumentParser) -> None:
                         "on this machine (default with --ray: the cluster's GPUs on CUDA, 2 on the CPU)")
 
 
-def pool_from_args(args: argparse.Namespace, device: str) -> Any:
-    """The client.pool.Pool that --ray / --pool ask for, or None (ValueError for a bad combination)."""
-    ray, n = getattr(args, "ray", None), getattr(args, "pool", None)
-    if ray is None and n is None:
-        return None
+def pool_wanted(args: argparse.Namespace) -> bool:
+    """Whether the command was given --ray or --pool."""
+    return getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None
+
+
+def check_pool_args(args: argparse.Namespace, policy: Any = None) -> None:
+    """ValueError, before any worker starts, for --service beside --ray/--pool and for a policy a
+    pool cannot honour (an explicit cached baselines, a GPU index other than 0)."""
     if getattr(args, "service", None):
         raise ValueError("--service and --ray/--pool are two ways of judging elsewhere: give one")
+    if policy is not None:
+        from kernelwright.client.pool import Pool
+
+        Pool.check(policy)
+
+
+def pool_from_args(args: argparse.Namespace, device: str) -> Any:
+    """The client.pool.Pool that --ray / --pool ask for, or None (ValueError for a bad combination)."""
+    if not pool_wanted(args):
+        return None
+    check_pool_args(args)
+    ray, n = getattr(args, "ray", None), getattr(args, "pool", None)
     from kernelwright.client.pool import Pool
 
     try:  # workers None: one per GPU of the cluster (Ray) or of this machine, 2 on the CPU
@@ -119,7 +134,7 @@ def serve_cmd(args: argparse.Namespace) -> int:
     if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
     had_token = args.token_file is not None and args.token_file.is_file()
-    pooled = getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None
+    pooled = pool_wanted(args)
     if args.workers is not None and pooled:
         raise UsageError("--workers is this process's judging; with --ray or --pool the pool's workers judge (--pool N sets how many)")
     if getattr(args, "device", "auto") != "auto" and not pooled:

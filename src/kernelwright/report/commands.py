@@ -75,7 +75,7 @@ def bench_cmd(args: argparse.Namespace) -> int:
     """Judge one candidate per problem of a suite; print the metrics (and write the bench JSON)."""
     from kernelwright.report.bench import BenchConfig
 
-    from kernelwright.client.commands import pool_from_args
+    from kernelwright.client.commands import check_pool_args, pool_from_args, pool_wanted
 
     import dataclasses
 
@@ -83,11 +83,10 @@ def bench_cmd(args: argparse.Namespace) -> int:
     try:
         config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=tuple(_names(args.only)), device=args.device,
                              store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args))
-        if getattr(args, "ray", None) is not None or getattr(args, "pool", None) is not None:
-            from kernelwright.client.pool import Pool
+        if pool_wanted(args):
             from kernelwright.report.bench import select_entries
 
-            Pool.check(policy)  # before any worker starts: a policy the pool cannot honour,
+            check_pool_args(args, policy)  # before any worker starts: a policy the pool cannot honour,
             select_entries(config.suite, config.only)  # and an unknown --only name, are usage errors at once
         pool = pool_from_args(args, args.device)  # after the config is known good: nothing to close on a usage error
     except ValueError as exc:

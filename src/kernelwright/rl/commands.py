@@ -72,15 +72,14 @@ def rollout_cmd(args: argparse.Namespace) -> int:
 
 
 def _pool(args: argparse.Namespace, config: Any) -> Any:
-    """The judge's pool that --ray / --pool ask for (client.pool), or None. A policy a pool cannot
-    honour (an explicit --baselines cached, a --gpu other than 0) is refused before a worker starts."""
-    if getattr(args, "ray", None) is None and getattr(args, "pool", None) is None:
-        return None
-    from kernelwright.client.commands import pool_from_args
-    from kernelwright.client.pool import Pool
+    """The judge's pool that --ray / --pool ask for (client.pool), or None; what a pool cannot do is
+    refused before a worker starts."""
+    from kernelwright.client.commands import check_pool_args, pool_from_args, pool_wanted
 
+    if not pool_wanted(args):
+        return None
     try:
-        Pool.check(config.objective.policy())
+        check_pool_args(args, config.objective.policy())
         return pool_from_args(args, args.device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

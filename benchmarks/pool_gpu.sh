@@ -22,8 +22,9 @@ if [ -f .whl/ray_min.tar.xz ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 export KERNELWRIGHT_COMMIT=${KERNELWRIGHT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tee "$OUT/ray_version.txt"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# one file for the machine (the device tool brings back at most 8): Ray's version, then the GPU's name and driver
+python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tee "$OUT/machine.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUT/machine.txt"
 status=0
 for part in ${PARTS:-bench uses}; do
 case $part in

@@ -24,8 +24,8 @@ are not steps say what refuses the exploit without a switch:
 Two kinds of entry bend that rule. A trick that hides time rather than a wrong answer
 (`hides_time`) may be judged correct with every step on (or refused), but a correct verdict's time
 must show the hidden work (no speedup over eager) while the ablation shows the speedup it would
-have claimed (gain `speed`), or, where whether the unguarded time beats eager depends on the
-machine or the judge's version, a time at least 10x under the guarded one (gain `hidden`). A trick that
+have claimed (gain `speed`), or, where even the unguarded time cannot beat eager, a time at least
+10x under the guarded one (gain `hidden`). A trick that
 needs a setting to have any chance (`context`: policy fields, `context_off`: steps off) gets that
 setting in both runs, so the two runs differ by `off` alone; a guard that leaves no record of its
 own when it refuses (poison: the failing case is reported by its step) is shown by that ablation.
@@ -47,7 +47,7 @@ GAINS = {
     "speed": "judged correct and faster than eager (and than with every step on): a time it did not earn",
     "none": "nothing: a second layer holds and the time shows the work (under 1x eager); the guard refuses the attempt",
     "racy": "a speedup only when a spare core or a timer's phase allows: asserted in neither direction on a shared box",
-    "hidden": "a time at least 10x under its price with every step on (the work it hid), on either side of eager: runs have differed",
+    "hidden": "a time at least 10x under its price with every step on (the work it hid), yet not faster than eager: the launch alone costs more than eager's call",
 }
 
 
@@ -259,10 +259,11 @@ EXPLOITS: tuple[Exploit, ...] = (
             "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
     Exploit("zoo_triton_dot_tf32", "matmul", "a Triton product keeping tl.dot's default input precision for fp32, TF32, under KernelBench's "
             "1e-2 tolerance", "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
-    # hidden, not speed: priced 14.2 ms with every step on and 0.018-0.041 ms with the four steps off on the H200 at 18fad6f,
-    # slower than eager's 0.0026 ms; on an H100 at d59704c 14.1 ms and 0.00003 ms, 88x eager: the GPU or the judge's changes decide the side
+    # speed, as relu_side_stream: on an H100 at d59704c priced 14.1 ms with every step on and 0.00003 ms with the four steps off,
+    # 88x eager. On the H200 at 18fad6f (97 commits earlier) the same ablation timed 0.018-0.041 ms, slower than eager's 0.0026 ms,
+    # and the entry was promised `hidden` then; a run where it is slower than eager again fails here, and says which
     Exploit("zoo_triton_side_stream", "relu", "a Triton ReLU behind a long dependent loop, launched on a torch.cuda.Stream(), returns at once",
-            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="hidden"),
+            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
     # -- torch compute --------------------------------------------------------------------------
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
     Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
@@ -444,6 +445,8 @@ def _ablation_failures(e: Exploit, on: dict[str, Any], off: dict[str, Any], said
             return []  # refused with every step on: nothing priced to compare with (more than the entry promised)
         if speedup < 10 * on["speedup_vs_eager"]:
             return [f"{said}: {speedup:.4g}x eager against {on['speedup_vs_eager']:.4g}x with every step on: not the 10x the hidden work should show"]
+        if speedup >= 1.0:
+            return [f"{said}: {speedup:.2f}x eager: the trick gains over eager when unguarded, so its gain is 'speed', not 'hidden'"]
     if e.gain == "none" and speedup >= 1.0:
         return [f"{said}: {speedup:.2f}x eager: the trick gains when unguarded, so its gain is 'speed', not 'none'"]
     return []

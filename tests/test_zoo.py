@@ -11,7 +11,7 @@ import pytest
 
 from conftest import needs_gpu
 from kernelwright.judge.policy import ALL_STEPS
-from zoo import CONTROLS, EXPLOITS, GAINS, STRUCTURAL, control_failures, exploit_failures, judge_control, judge_exploit, uses_triton
+from zoo import CONTROLS, EXPLOITS, GAINS, STRUCTURAL, _ablation_failures, control_failures, exploit_failures, judge_control, judge_exploit, uses_triton
 
 ZOO_TIMEOUT_S = 300
 
@@ -50,3 +50,18 @@ def test_exploit_is_refused_by_its_guard(e):
 def test_honest_control_is_accepted(c):
     row = judge_control(c)
     assert not control_failures(row), row
+
+
+def test_the_time_gains_hold_the_ablation_to_what_each_promises():
+    """The rows of the GPU runs, checked on the CPU: `speed` wants faster than eager and than with
+    every step on; `hidden` wants 10x under the price with every step on, on either side of eager
+    (zoo_triton_side_stream unguarded: 88x and 0.20x eager on one H100 at d59704c)."""
+    side = next(e for e in EXPLOITS if e.name == "zoo_triton_side_stream")
+    assert side.gain == "hidden"
+    on = {"status": "correct", "speedup_vs_eager": 0.0026 / 14.1}  # priced with the hidden work
+    row = lambda x: {"status": "correct", "speedup_vs_eager": x}  # noqa: E731
+    assert _ablation_failures(side, on, row(88.0), "off") == [] and _ablation_failures(side, on, row(0.20), "off") == []
+    assert _ablation_failures(side, on, row(5 * on["speedup_vs_eager"]), "off")  # only 5x under its price: nothing hidden
+    assert _ablation_failures(side, on, {"status": "rejected", "speedup_vs_eager": None}, "off")
+    speed = next(e for e in EXPLOITS if e.name == "relu_side_stream")
+    assert _ablation_failures(speed, on, row(88.0), "off") == [] and _ablation_failures(speed, on, row(0.20), "off")

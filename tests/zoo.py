@@ -47,7 +47,7 @@ GAINS = {
     "speed": "judged correct and faster than eager (and than with every step on): a time it did not earn",
     "none": "nothing: a second layer holds and the time shows the work (under 1x eager); the guard refuses the attempt",
     "racy": "a speedup only when a spare core or a timer's phase allows: asserted in neither direction on a shared box",
-    "hidden": "a time at least 10x under its price with every step on (the work it hid), yet not faster than eager: the launch alone costs more than eager's call",
+    "hidden": "a time at least 10x under its price with every step on (the work it hid); which side of eager it falls on is racy (asserted in neither direction)",
 }
 
 
@@ -259,11 +259,11 @@ EXPLOITS: tuple[Exploit, ...] = (
             "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
     Exploit("zoo_triton_dot_tf32", "matmul", "a Triton product keeping tl.dot's default input precision for fp32, TF32, under KernelBench's "
             "1e-2 tolerance", "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
-    # speed, as relu_side_stream: on an H100 at d59704c priced 14.1 ms with every step on and 0.00003 ms with the four steps off,
-    # 88x eager. On the H200 at 18fad6f (97 commits earlier) the same ablation timed 0.018-0.041 ms, slower than eager's 0.0026 ms,
-    # and the entry was promised `hidden` then; a run where it is slower than eager again fails here, and says which
+    # hidden: with its four steps off, one H100 at d59704c gave 88x eager (0.00003 ms, the zoo run) and 0.20x (pytest -m gpu, the
+    # same code an hour later); the H200 at 18fad6f gave 0.07x and 0.16x. Each time far under its price with every step on
+    # (14.1-14.2 ms), which is what the ablation asserts; the side of eager is not a property of the trick
     Exploit("zoo_triton_side_stream", "relu", "a Triton ReLU behind a long dependent loop, launched on a torch.cuda.Stream(), returns at once",
-            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="speed"),
+            "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="hidden"),
     # -- torch compute --------------------------------------------------------------------------
     Exploit("rowsum_torch", "rowsum", "computes with torch (a matrix product with ones)", "op_audit", _f("op_audit")),
     Exploit("relu_ext_aten", "relu", "a C++ extension whose kernel calls ATen's relu", "op_audit", _f("op_audit")),
@@ -445,8 +445,6 @@ def _ablation_failures(e: Exploit, on: dict[str, Any], off: dict[str, Any], said
             return []  # refused with every step on: nothing priced to compare with (more than the entry promised)
         if speedup < 10 * on["speedup_vs_eager"]:
             return [f"{said}: {speedup:.4g}x eager against {on['speedup_vs_eager']:.4g}x with every step on: not the 10x the hidden work should show"]
-        if speedup >= 1.0:
-            return [f"{said}: {speedup:.2f}x eager: the trick gains over eager when unguarded, so its gain is 'speed', not 'hidden'"]
     if e.gain == "none" and speedup >= 1.0:
         return [f"{said}: {speedup:.2f}x eager: the trick gains when unguarded, so its gain is 'speed', not 'none'"]
     return []

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Issue 29's GPU record: the judge's pool on one GPU, through Ray and through local workers.
+# The judge's pool on the GPU machine: issue 29's record on one GPU (bench, uses) and issue 30's
+# on several (scale, rl64).
 #
 #   KERNELWRIGHT_COMMIT=<sha> PARTS="bench uses" ROUNDS=2 bash benchmarks/pool_gpu.sh "$OUT"
-# Parts, in the order PARTS names them (default: both):
+#   KERNELWRIGHT_COMMIT=<sha> PARTS="scale" WORKERS=2 bash benchmarks/pool_gpu.sh "$OUT"
+# Parts, in the order PARTS names them (default: bench uses):
 #   bench  pool_bench.py: the judge alone, a local worker and a Ray actor, ROUNDS rounds (default 2) after a warm-up
 #   uses   optimize --demo --ray, then a rollout of 4 episodes judged by a Ray actor
-# The parts' limits add up to 560 s (a device call may run 600); the uses part's have not yet been
-# measured on a GPU. The exit status is 1 when a part failed or was cut at its limit.
+#   scale  pool_scale_bench.py on WORKERS Ray actors (default: one per GPU) against one, ROUNDS
+#          rounds, then one actor killed mid-bench (SCALE_PARTS, default scale,kill); SCALE_S limit
+#          (default 540). Resumes from out/scale_<commit>_<workers> (kept on a warm machine, or
+#          carried back from an earlier call's scale.tgz).
+#   rl64   rl_rollout_bench.py: 64 episodes (EPISODES) through Ray, one actor per GPU, 4 at once per
+#          GPU; RL_S limit (default 540): the episodes not started in time stay for the next call,
+#          which resumes from out/rl64_<commit> (or from an earlier call's rl64.tgz, carried back).
+# bench and uses have limits that add up to 560 s (a device call may run 600). The exit status is 1
+# when a part failed or was cut at its limit.
 #
 # Ray: the GPU machine has none and no package index, so it comes in the ignored folder .whl (the
 # device tool's `carry`), made here by benchmarks/ray_wheel.sh: ray_min.tar.xz, Ray 2.60.0's cp312
@@ -41,7 +50,24 @@ uses)
     rc=$?; echo "rollout rc=$rc" | tee -a "$OUT/rollout_ray.log"; [ "$rc" = 0 ] || status=1
     rm -rf "$OUT/rlb/episodes" "$OUT/rlb/rollout" "$OUT/rlb/problems" "$OUT/rlb/store.sqlite" "$OUT/demo_export" "$OUT/demo.sqlite"
     ;;
-*) echo "a part is bench or uses, not $part" >&2; exit 2 ;;
+scale)
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -c .)
+    W=out/scale_${KERNELWRIGHT_COMMIT}_${WORKERS:-$gpus}; mkdir -p "$W"
+    timeout -k 15 "${SCALE_S:-540}" python3 benchmarks/pool_scale_bench.py --out "$W" --device cuda --backend ray --workers "${WORKERS:-$gpus}" \
+        --rounds "${ROUNDS:-2}" --parts "${SCALE_PARTS:-scale,kill}" --resume 2>&1 | tee -a "$OUT/scale.log"
+    rc=$?; echo "scale rc=$rc" | tee -a "$OUT/scale.log"; [ "$rc" = 0 ] || status=1
+    tar czf "$OUT/scale.tgz" --exclude="$W/suite" "$W"
+    ;;
+rl64)
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -c .)
+    W=out/rl64_${KERNELWRIGHT_COMMIT}; resume=""; [ -d "$W/rollout" ] && resume=--resume
+    # the problems' first builds and a Ray start fit the last 60 s; episodes not started by then wait for the next call
+    timeout -k 15 "${RL_S:-540}" python3 benchmarks/rl_rollout_bench.py --device cuda --episodes "${EPISODES:-64}" --concurrency $((4 * gpus)) \
+        --problems 8 --ray --pool "$gpus" --out "$W" --start-within-s $(( ${RL_S:-540} - 120 )) $resume 2>&1 | tee -a "$OUT/rl64.log"
+    rc=$?; echo "rl64 rc=$rc" | tee -a "$OUT/rl64.log"; [ "$rc" = 0 ] || status=1
+    tar czf "$OUT/rl64.tgz" "$W"
+    ;;
+*) echo "a part is bench, uses, scale or rl64, not $part" >&2; exit 2 ;;
 esac
 done
 exit $status

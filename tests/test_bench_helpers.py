@@ -482,3 +482,50 @@ def test_suite_table_summary_per_level_and_one_record_check():
     assert s["one_record"] is True and "NOT ONE RECORD" not in suite.summary_text(s)
     mixed = suite.summary([call1, {**call2, "provenance": {**prov, "gpu": "H"}}])
     assert mixed["one_record"] is False and "gpu: G, H" in suite.summary_text(mixed)
+
+
+scale = _load("pool_scale_bench")
+
+
+def _bench(vpm: float, times: dict[str, float], status: str = "correct") -> dict:
+    return {"verdicts_per_min": vpm, "rows": {n: {"status": status, "runtime_ms": t, "verdict_id": f"v{n}", "log_tail": ""} for n, t in times.items()}}
+
+
+def test_pool_scale_summary_holds_issue_30s_limits_on_the_median_over_rounds():
+    one = _bench(10.0, {"a": 1.0, "b": 2.0})
+    rounds = [{"benches": {"1": one, "2": _bench(19.0, {"a": 1.01, "b": 2.0})}},
+              {"benches": {"1": one, "2": _bench(17.0, {"a": 1.03, "b": 1.98})}},
+              {"benches": {"1": one, "2": _bench(18.5, {"a": 1.015, "b": 2.02})}}]
+    s = scale.scale_summary(rounds, 2)
+    assert s["throughput_ratio_median"] == pytest.approx(1.85) and s["time_ratio_median"]["a"] == pytest.approx(1.015)
+    assert s["worst_time_distance"] == pytest.approx(0.015) and s["same_statuses"] and s["within_limits"]
+    slow = scale.scale_summary(rounds[1:2], 2)  # 1.7x: under 1.8
+    assert not slow["within_limits"] and slow["worst_time_distance"] == pytest.approx(0.03)
+    drift = [{"benches": {"1": one, "2": _bench(20.0, {"a": 1.03, "b": 2.0})}}]  # fast enough, a time 3 % off
+    assert not scale.scale_summary(drift, 2)["within_limits"]
+    other = [{"benches": {"1": one, "2": _bench(20.0, {"a": 1.0, "b": 2.0}, status="incorrect")}}]
+    assert not scale.scale_summary(other, 2)["same_statuses"] and not scale.scale_summary(other, 2)["within_limits"]
+    untimed = [{"benches": {"1": _bench(10.0, {"a": None}), "2": _bench(20.0, {"a": None})}}]
+    assert not scale.scale_summary(untimed, 2)["within_limits"]  # nothing timed proves nothing
+
+
+def test_pool_scale_kill_check_wants_every_row_once_and_the_lost_request_sent_again():
+    b = _bench(10.0, {"a": 1.0, "b": 2.0})
+    b["complete"] = True
+    b["rows"]["b"]["log_tail"] = "...\n[pool] judged again after: worker 1: lost"
+    want = {"a": "correct", "b": "correct"}
+    ok = scale.kill_check(b, want, stored=2, replaced=1, retried=1)
+    assert ok["ok"] and ok["judged_again"] == ["b"]
+    assert not scale.kill_check(b, want, stored=3, replaced=1, retried=1)["checks"]["one_verdict_per_row"]  # one stored twice
+    assert not scale.kill_check(b, want, stored=2, replaced=0, retried=0)["ok"]  # the kill never happened
+    assert not scale.kill_check(b, {"a": "correct", "b": "incorrect"}, stored=2, replaced=1, retried=1)["ok"]
+    b["rows"]["b"]["verdict_id"] = "va"
+    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1)["checks"]["one_verdict_per_row"]
+    b["rows"]["b"]["verdict_id"], b["complete"] = "vb", False
+    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1)["checks"]["complete"]
+
+
+def test_pool_scale_suite_is_the_examples_with_their_candidates(tmp_path):
+    names = scale.write_suite("cpu", tmp_path / "s")
+    assert names and all((tmp_path / "s" / n / "model_new.py").is_file() for n in names)
+    assert not list((tmp_path / "s").rglob("__pycache__"))

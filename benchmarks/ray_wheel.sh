@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ray for the GPU machine, which has no package index and takes at most 64 MiB a call with the
 # working tree: Ray's cp312 wheel unpacked without what the judge's pool never loads (ray/jars, the
-# Java workers; ray/dashboard/client/build, the dashboard's web page; ray/rllib), packed with xz,
+# Java workers; ray/dashboard/client/build, the dashboard's web page; the libraries rllib, data,
+# serve, train, tune and llm), packed with xz,
 # and the wheels of Ray's needs that machine lacks. Run here, in the repository's root (about two
 # minutes on 2 cores); the result goes to the ignored folder .whl, which pool_gpu.sh reads (the
 # device tool's `carry`).
@@ -22,7 +23,8 @@ trap 'rm -rf "$tmp"' EXIT
     rpds-py==2026.9.1
 mkdir -p "$tmp/site" .whl
 unzip -q "$tmp"/w/ray-*.whl -d "$tmp/site"  # unzip keeps the executables' mode (raylet, gcs_server)
-rm -rf "$tmp/site/ray/jars" "$tmp/site/ray/dashboard/client/build" "$tmp/site/ray/rllib"
+rm -rf "$tmp/site/ray/jars" "$tmp/site/ray/dashboard/client/build" "$tmp/site/ray/rllib" "$tmp/site/ray/data" "$tmp/site/ray/serve" \
+    "$tmp/site/ray/train" "$tmp/site/ray/tune" "$tmp/site/ray/llm"  # Ray's libraries: the pool imports none
 tar -C "$tmp/site" -cf - . | xz -9 -T0 > .whl/ray_min.tar.xz
 rm -f .whl/*.whl
 cp "$tmp"/deps/*.whl .whl/

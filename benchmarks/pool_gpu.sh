@@ -8,7 +8,8 @@
 #   bench  pool_bench.py: the judge alone, a local worker and a Ray actor, ROUNDS rounds (default 2) after a warm-up
 #   uses   optimize --demo --ray, then a rollout of 4 episodes judged by a Ray actor
 #   scale  pool_scale_bench.py on WORKERS Ray actors (default: one per GPU) against one, ROUNDS
-#          rounds, then one actor killed mid-bench (SCALE_PARTS, default scale,kill); SCALE_S limit
+#          rounds, then one actor killed mid-bench (SCALE_PARTS, default scale,kill; scale needs 2
+#          or more: on one GPU, SCALE_PARTS=kill WORKERS=1); SCALE_S limit
 #          (default 540). Resumes from out/scale_<commit>_<workers> (kept on a warm machine, or
 #          carried back from an earlier call's scale.tgz).
 #   rl64   rl_rollout_bench.py: 64 episodes (EPISODES) through Ray, one actor per GPU, 4 at once per
@@ -19,7 +20,7 @@
 #
 # Ray: the GPU machine has none and no package index, so it comes in the ignored folder .whl (the
 # device tool's `carry`), made here by benchmarks/ray_wheel.sh: ray_min.tar.xz, Ray 2.60.0's cp312
-# wheel unpacked without ray/jars, ray/dashboard/client/build and ray/rllib, packed with xz, and the
+# wheel unpacked without what the pool never loads (ray_wheel.sh names it), packed with xz, and the
 # wheels of the needs that machine lacks. Both go to /tmp/site, put first on PYTHONPATH.
 set -uo pipefail
 OUT=${1:?usage: pool_gpu.sh OUT}
@@ -61,11 +62,12 @@ scale)
 rl64)
     gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -c .)
     W=out/rl64_${KERNELWRIGHT_COMMIT}; resume=""; [ -d "$W/rollout" ] && resume=--resume
-    # the problems' first builds and a Ray start fit the last 60 s; episodes not started by then wait for the next call
+    # no episode starts in the last 120 s of RL_S (counted from the rollout's start, after Ray's): those wait for the next call
+    [ "${RL_S:-540}" -gt 180 ] || { echo "RL_S must be over 180 s" >&2; exit 2; }
     timeout -k 15 "${RL_S:-540}" python3 benchmarks/rl_rollout_bench.py --device cuda --episodes "${EPISODES:-64}" --concurrency $((4 * gpus)) \
         --problems 8 --ray --pool "$gpus" --out "$W" --start-within-s $(( ${RL_S:-540} - 120 )) $resume 2>&1 | tee -a "$OUT/rl64.log"
     rc=$?; echo "rl64 rc=$rc" | tee -a "$OUT/rl64.log"; [ "$rc" = 0 ] || status=1
-    tar czf "$OUT/rl64.tgz" "$W"
+    tar czf "$OUT/rl64.tgz" --exclude="$W/episodes" "$W"  # what --resume reads: rollout/, store.sqlite, problems/
     ;;
 *) echo "a part is bench, uses, scale or rl64, not $part" >&2; exit 2 ;;
 esac

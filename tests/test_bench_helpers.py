@@ -507,6 +507,13 @@ def test_pool_scale_summary_holds_issue_30s_limits_on_the_median_over_rounds():
     assert not scale.scale_summary(other, 2)["same_statuses"] and not scale.scale_summary(other, 2)["within_limits"]
     untimed = [{"benches": {"1": _bench(10.0, {"a": None}), "2": _bench(20.0, {"a": None})}}]
     assert not scale.scale_summary(untimed, 2)["within_limits"]  # nothing timed proves nothing
+    four = [{"benches": {"1": one, "4": _bench(19.0, {"a": 1.0, "b": 2.0})}}]
+    assert not scale.scale_summary(four, 4)["within_limits"]  # 1.9x on four workers: under 0.9 x 4
+    assert scale.scale_summary([{"benches": {"1": one, "4": _bench(37.0, {"a": 1.0, "b": 2.0})}}], 4)["within_limits"]
+    cut = rounds[:1] + [{"benches": {"1": one}}]  # a round cut between its benches does not count
+    assert scale.scale_summary(cut, 2)["rounds"] == 1
+    with pytest.raises(ValueError):
+        scale.scale_summary([{"benches": {"1": one}}], 1)  # one worker against itself proves nothing
 
 
 def test_pool_scale_kill_check_wants_every_row_once_and_the_lost_request_sent_again():
@@ -514,15 +521,16 @@ def test_pool_scale_kill_check_wants_every_row_once_and_the_lost_request_sent_ag
     b["complete"] = True
     b["rows"]["b"]["log_tail"] = "...\n[pool] judged again after: worker 1: lost"
     want = {"a": "correct", "b": "correct"}
-    ok = scale.kill_check(b, want, stored=2, replaced=1, retried=1)
+    ok = scale.kill_check(b, want, stored=2, replaced=1, retried=1, killed=True)
     assert ok["ok"] and ok["judged_again"] == ["b"]
-    assert not scale.kill_check(b, want, stored=3, replaced=1, retried=1)["checks"]["one_verdict_per_row"]  # one stored twice
-    assert not scale.kill_check(b, want, stored=2, replaced=0, retried=0)["ok"]  # the kill never happened
-    assert not scale.kill_check(b, {"a": "correct", "b": "incorrect"}, stored=2, replaced=1, retried=1)["ok"]
+    assert not scale.kill_check(b, want, stored=3, replaced=1, retried=1, killed=True)["checks"]["one_verdict_per_row"]  # one stored twice
+    assert not scale.kill_check(b, want, stored=2, replaced=0, retried=0, killed=False)["ok"]  # the kill never happened
+    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1, killed=False)["ok"]  # replaced, but not by the kill
+    assert not scale.kill_check(b, {"a": "correct", "b": "incorrect"}, stored=2, replaced=1, retried=1, killed=True)["ok"]
     b["rows"]["b"]["verdict_id"] = "va"
-    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1)["checks"]["one_verdict_per_row"]
+    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1, killed=True)["checks"]["one_verdict_per_row"]
     b["rows"]["b"]["verdict_id"], b["complete"] = "vb", False
-    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1)["checks"]["complete"]
+    assert not scale.kill_check(b, want, stored=2, replaced=1, retried=1, killed=True)["checks"]["complete"]
 
 
 def test_pool_scale_suite_is_the_examples_with_their_candidates(tmp_path):

@@ -208,3 +208,42 @@ def test_optimize_starts_its_pool_only_once_the_request_checks_out_and_refuses_m
     assert len(made) == 1 and made[0].closed  # the pool start made, closed again
     with Store.open(tmp_path / "s.sqlite") as db:
         assert db.list_runs() == []  # refused before a run was made
+
+
+def test_serve_and_bench_refuse_bad_input_before_a_pool_starts(tmp_path, monkeypatch, capsys):
+    """A port already taken (`serve`) and a --resume file judged under another policy (`bench`) are
+    usage errors before any worker starts; the same commands with good input do start one."""
+    import socket
+
+    from kernelwright.cli import main
+    from kernelwright.client import pool as pool_module
+    from kernelwright.report.bench import KIND, SCHEMA_VERSION
+
+    started = []
+
+    class NoPool:
+        check = staticmethod(Pool.check)
+
+        def __init__(self, *a, **k):
+            started.append(a)
+            raise RuntimeError("a pool was asked for")
+
+    monkeypatch.setattr(pool_module, "Pool", NoPool)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(["serve", "--pool", "1", "--port", str(taken.getsockname()[1]), "--token-file", str(tmp_path / "token")])
+    finally:
+        taken.close()
+    assert done.value.code == 2 and "in use" in capsys.readouterr().err and started == []
+    old = tmp_path / "bench.json"
+    old.write_text(json.dumps({"kind": KIND, "schema_version": SCHEMA_VERSION, "policy": {"precision": "other"}, "device": "cpu", "problems": []}))
+    bench = ["bench", "--suite", "examples/cpu", "--device", "cpu", "--pool", "1", "-o", str(old)]
+    with pytest.raises(SystemExit) as done:
+        main([*bench, "--resume"])
+    assert done.value.code == 2 and "another policy" in capsys.readouterr().err and started == []
+    with pytest.raises(SystemExit) as done:  # without --resume the file is no obstacle: the pool is asked for
+        main(bench)
+    assert done.value.code == 2 and "did not start" in capsys.readouterr().err and len(started) == 1

@@ -1,6 +1,7 @@
 """The exploit zoo (tests/zoo.py): every exploit refused by its guard and, with that guard off,
 judged as the ablation says and showing the gain it is for (a speedup over eager where the trick
-is about time: asserted on the GPU for the GPU entries); every honest control judged correct with
+is about time, asserted on the GPU for the GPU entries; for `hidden`, the time with the guard
+on against the time without); every honest control judged correct with
 no guard fired."""
 
 from __future__ import annotations
@@ -53,9 +54,8 @@ def test_honest_control_is_accepted(c):
 
 
 def test_the_time_gains_hold_the_ablation_to_what_each_promises():
-    """The rows of the GPU runs, checked on the CPU: `speed` wants faster than eager and than with
-    every step on; `hidden` wants 10x under the price with every step on, on either side of eager
-    (zoo_triton_side_stream unguarded: 88x and 0.20x eager on one H100 at d59704c)."""
+    """Checked on the CPU on figures like the GPU's: `speed` wants faster than eager and than with
+    every step on; `hidden` wants 10x under the price with every step on, on either side of eager."""
     side = next(e for e in EXPLOITS if e.name == "zoo_triton_side_stream")
     assert side.gain == "hidden"
     on = {"status": "correct", "speedup_vs_eager": 0.0026 / 14.1}  # priced with the hidden work

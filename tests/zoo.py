@@ -259,9 +259,8 @@ EXPLOITS: tuple[Exploit, ...] = (
             "precision", _f("precision"), refused=("rejected",), context=KB_TOLERANCE),
     Exploit("zoo_triton_dot_tf32", "matmul", "a Triton product keeping tl.dot's default input precision for fp32, TF32, under KernelBench's "
             "1e-2 tolerance", "precision", _f("precision"), device="cuda", refused=("rejected",), context=KB_TOLERANCE),
-    # hidden: with its four steps off, one H100 at d59704c's code gave 88x eager (0.00003 ms, the zoo run), 0.20x (pytest -m gpu, an
-    # hour later), then 0.148x, 0.117x and 0.040x (zoo_side_stream_repeat.md); the H200 at 18fad6f gave 0.07x and 0.16x. Each run
-    # was far under its price with every step on (14.1-14.2 ms where recorded), which the ablation asserts; the side of eager varies
+    # hidden: with its four steps off, its time falls on either side of eager from run to run on one kind of GPU (docs/zoo.md,
+    # zoo_side_stream_repeat.md), and far under its price with every step on in every run: that is what the ablation asserts
     Exploit("zoo_triton_side_stream", "relu", "a Triton ReLU behind a long dependent loop, launched on a torch.cuda.Stream(), returns at once",
             "device_sync", _f("device_sync", "timed_recheck", "wall_clock_check", "physics_floor"), device="cuda", hides_time=True, gain="hidden"),
     # -- torch compute --------------------------------------------------------------------------

@@ -139,16 +139,21 @@ def serve_cmd(args: argparse.Namespace) -> int:
         raise UsageError("--workers is this process's judging; with --ray or --pool the pool's workers judge (--pool N sets how many)")
     if getattr(args, "device", "auto") != "auto" and not pooled:
         raise UsageError("--device is the pool's (with --ray or --pool); without one, each request names its own device")
-    pool = None
+    pool = server = None
     try:
         token = _token(args.token_file) if args.port is not None else None
-        pool = pool_from_args(args, getattr(args, "device", "auto"))
-        service = JudgeService(workers=2 if args.workers is None else args.workers, pool=pool)
-        server, url = make_server(service, socket_path=None if args.port is not None else (args.socket or default_socket()),
+        # bound before the pool starts (a port in use costs no Ray start); requests wait in the backlog until serve_forever
+        server, url = make_server(None, socket_path=None if args.port is not None else (args.socket or default_socket()),
                                   host=args.host, port=args.port, token=token)
+        pool = pool_from_args(args, getattr(args, "device", "auto"))
+        service = server.service = JudgeService(workers=2 if args.workers is None else args.workers, pool=pool)
     except (ValueError, OSError) as exc:
         if pool is not None:
             pool.close()
+        if server is not None:
+            server.server_close()
+            if args.port is None:
+                Path(url.removeprefix("unix://")).unlink(missing_ok=True)
         raise UsageError(str(exc)) from None
     if pool is None:
         from kernelwright.judge import forkpool

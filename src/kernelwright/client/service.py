@@ -389,10 +389,11 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
         return False
 
 
-def make_server(service: JudgeService, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,
+def make_server(service: JudgeService | None, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,
                 token: str | None = None) -> tuple[Any, str]:
     """An HTTP server for the service and its URL: on a unix socket (its folder made private to
-    this user), or on TCP, where a token is required."""
+    this user), or on TCP, where a token is required. A None service is set on the server before it
+    serves (`serve` binds first, then starts its pool)."""
     if socket_path is not None:
         socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         socket_path.parent.chmod(0o700)

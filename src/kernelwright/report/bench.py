@@ -276,14 +276,24 @@ def load_bench(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _resumable(config: BenchConfig, policy: dict[str, Any], device: str) -> dict[str, dict[str, Any]]:
-    """Finished rows of `out` that still match (problem hash, candidate files, policy, device)."""
+def precheck(config: BenchConfig, policy: Any) -> None:
+    """The usage errors run_bench would raise before judging (an unknown --only name, solutions that
+    are neither a folder nor a run id, a --resume file of another policy), raised before a pool's
+    workers start. The resume file's device is checked in run_bench: a pool decides the device."""
+    entries = select_entries(config.suite, config.only)
+    find_solutions(config.sources, entries, config.store)
+    _resumable(config, policy.to_dict(), None)
+
+
+def _resumable(config: BenchConfig, policy: dict[str, Any], device: Optional[str]) -> dict[str, dict[str, Any]]:
+    """Finished rows of `out` that still match (problem hash, candidate files, policy, device; a
+    None device is not checked)."""
     if not config.resume or config.out is None or not config.out.is_file():
         return {}
     old = load_bench(config.out)
     if old.get("policy") != policy:
         raise UsageError(f"{config.out} was judged under another policy; drop --resume or write elsewhere")
-    if old.get("device") != device:
+    if device is not None and old.get("device") != device:
         raise UsageError(f"{config.out} was judged on {old.get('device')}, this bench runs on {device}; drop --resume or write elsewhere")
     return {r["name"]: r for r in old["problems"] if r.get("verdict") and r["status"] != "infra_error"}
 

@@ -84,10 +84,10 @@ def bench_cmd(args: argparse.Namespace) -> int:
         config = BenchConfig(suite=args.suite, sources=tuple(args.solutions), only=tuple(_names(args.only)), device=args.device,
                              store=args.store, keep=not args.no_store, out=args.o, resume=args.resume, boot=_boot(args))
         if pool_wanted(args):
-            from kernelwright.report.bench import select_entries
+            from kernelwright.report.bench import precheck
 
             check_pool_args(args, policy)  # before any worker starts: a policy the pool cannot honour,
-            select_entries(config.suite, config.only)  # and an unknown --only name, are usage errors at once
+            precheck(config, policy)  # an unknown --only name, bad solutions or a resume file of another policy are usage errors at once
         pool = pool_from_args(args, args.device)  # after the config is known good: nothing to close on a usage error
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -391,15 +391,16 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 
 def make_server(service: JudgeService | None, *, socket_path: Path | None = None, host: str = "127.0.0.1", port: int | None = None,
                 token: str | None = None) -> tuple[Any, str]:
-    """An HTTP server for the service and its URL: on a unix socket (its folder made private to
-    this user), or on TCP, where a token is required. A None service is set on the server before it
+    """An HTTP server for the service and its URL: on a unix socket in a folder of this user's alone
+    (core.sockets), or on TCP, where a token is required. A None service is set on the server before it
     serves (`serve` binds first, then starts its pool)."""
     if socket_path is not None:
-        socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        socket_path.parent.chmod(0o700)
-        if socket_path.exists():
-            socket_path.unlink()  # a stale socket of a service that is gone
-        server: Any = _UnixHTTPServer(str(socket_path), _Handler)
+        from kernelwright.core.sockets import clear_stale, owner_only, private_folder
+
+        private_folder(str(socket_path))
+        clear_stale(str(socket_path))  # a stale socket of a service that is gone
+        with owner_only():
+            server: Any = _UnixHTTPServer(str(socket_path), _Handler)
         socket_path.chmod(0o600)
         url = f"unix://{socket_path}"
     else:

@@ -347,14 +347,14 @@ def _ready(began: float) -> dict[str, Any]:
 
 
 def _listener(path: str) -> socket.socket:
-    """A unix socket at `path` that only this user can reach (its folder made private)."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)
-    if os.path.exists(path):
-        os.unlink(path)
+    """A unix socket at `path` that only this user can reach (core.sockets: its folder private)."""
+    from kernelwright.core.sockets import clear_stale, owner_only, private_folder
+
+    private_folder(path)
+    clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sock.bind(path)
+    with owner_only():
+        sock.bind(path)
     os.chmod(path, 0o600)
     sock.listen(64)
     return sock

@@ -247,3 +247,8 @@ def test_serve_and_bench_refuse_bad_input_before_a_pool_starts(tmp_path, monkeyp
     with pytest.raises(SystemExit) as done:  # without --resume the file is no obstacle: the pool is asked for
         main(bench)
     assert done.value.code == 2 and "did not start" in capsys.readouterr().err and len(started) == 1
+    sock = tmp_path / "serve" / "judge.sock"
+    with pytest.raises(SystemExit) as done:  # bound, then the pool fails: the socket this serve bound goes with it
+        main(["serve", "--pool", "1", "--socket", str(sock)])
+    assert done.value.code == 2 and "did not start" in capsys.readouterr().err and len(started) == 2
+    assert sock.parent.is_dir() and not sock.exists()

@@ -85,7 +85,9 @@ def add_parser(sub: Any) -> None:
                        description="Judge candidates for any number of callers (eval/check --service, kernelwright.client.Judge) "
                                    "with warm workers kept for the service's lifetime. Listens on a unix socket only this user "
                                    "can open, or on TCP with a bearer token.")
-    p.add_argument("--socket", type=Path, default=None, help=f"unix socket path (default: {default_socket()})")
+    p.add_argument("--socket", type=Path, default=None,
+                   help=f"unix socket path (default: {default_socket()}), in a folder only you can enter or one not yet made "
+                        "(made 0700); a shared folder such as /tmp is refused")
     p.add_argument("--port", type=int, default=None, help="listen on TCP at this port instead (127.0.0.1 unless --host); needs a token")
     p.add_argument("--host", default="127.0.0.1", help="TCP only: the address to bind (default 127.0.0.1)")
     p.add_argument("--token-file", type=Path, default=None,
@@ -129,6 +131,7 @@ def serve_cmd(args: argparse.Namespace) -> int:
     from kernelwright import written
     from kernelwright.console import err
     from kernelwright.client.service import JudgeService, make_server
+    from kernelwright.core.sockets import remove_if_ours
     from kernelwright.errors import UsageError
 
     if args.port is not None and not 0 < args.port < 65536:
@@ -147,14 +150,16 @@ def serve_cmd(args: argparse.Namespace) -> int:
                                   host=args.host, port=args.port, token=token)
         pool = pool_from_args(args, getattr(args, "device", "auto"))
         service = server.service = JudgeService(workers=2 if args.workers is None else args.workers, pool=pool)
-    except (ValueError, OSError) as exc:
+    except BaseException as exc:  # Ctrl-C during a Ray start too: the socket bound goes
         if pool is not None:
             pool.close()
         if server is not None:
             server.server_close()
             if args.port is None:
-                Path(url.removeprefix("unix://")).unlink(missing_ok=True)
-        raise UsageError(str(exc)) from None
+                remove_if_ours(url.removeprefix("unix://"), server.bound)
+        if isinstance(exc, (ValueError, OSError)):
+            raise UsageError(str(exc)) from None
+        raise
     if pool is None:
         from kernelwright.judge import forkpool
 
@@ -179,5 +184,5 @@ def serve_cmd(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.close()
         if args.port is None:
-            Path(url.removeprefix("unix://")).unlink(missing_ok=True)
+            remove_if_ours(url.removeprefix("unix://"), server.bound)  # not a socket another serve bound there since
     return 0

@@ -350,15 +350,20 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     service: JudgeService
     token: str | None
+    bound: tuple[int, int, int]
 
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     service: JudgeService
     token: str | None
+    bound: tuple[int, int, int]
 
     def server_bind(self) -> None:
-        socketserver.UnixStreamServer.server_bind(self)
+        from kernelwright.core.sockets import bind_private
+
+        self.bound = bind_private(self.socket, self.server_address)  # the file's identity: remove_if_ours at the end
+        self.server_address = self.socket.getsockname()
         self.server_name, self.server_port = "localhost", 0
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
@@ -395,13 +400,11 @@ def make_server(service: JudgeService | None, *, socket_path: Path | None = None
     (core.sockets), or on TCP, where a token is required. A None service is set on the server before it
     serves (`serve` binds first, then starts its pool)."""
     if socket_path is not None:
-        from kernelwright.core.sockets import clear_stale, owner_only, private_folder
+        from kernelwright.core.sockets import clear_stale, private_folder
 
         private_folder(str(socket_path))
         clear_stale(str(socket_path))  # a stale socket of a service that is gone
-        with owner_only():
-            server: Any = _UnixHTTPServer(str(socket_path), _Handler)
-        socket_path.chmod(0o600)
+        server: Any = _UnixHTTPServer(str(socket_path), _Handler)  # bound 0600 from its first moment
         url = f"unix://{socket_path}"
     else:
         if not token:

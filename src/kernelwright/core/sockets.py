@@ -6,31 +6,32 @@ every other user (and to the judge's sandboxed uids, whose folders live there)."
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import stat
-from contextlib import contextmanager
-from typing import Iterator
 
 
 def private_folder(path: str) -> None:
-    """The folder of socket `path`, made 0700 when this call creates it; an existing one must be a
-    folder of this user's that others cannot enter (PermissionError otherwise)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """The folder of socket `path` (as bind will resolve it: the path's own text, symlinks
+    followed), made 0700 when this call creates it; an existing one must be a folder of this
+    user's that others cannot enter (PermissionError otherwise)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(os.path.dirname(os.path.normpath(os.path.abspath(folder))), exist_ok=True)
     try:
-        st = os.stat(folder)
-    except FileNotFoundError:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)  # makedirs' mode is masked by the umask
-        st = os.stat(folder)
+        os.mkdir(folder, 0o700)  # 0700 less the umask: never wider; never a chmod of what was there
+    except FileExistsError:
+        pass
+    st = os.stat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{folder} is not a folder of this user's alone (owner uid {st.st_uid}, mode {oct(st.st_mode & 0o7777)}): "
-                              "give a socket path in a folder only you can enter, or one that does not exist yet")
+        raise PermissionError(f"{os.path.abspath(folder)} is not a folder of this user's alone (owner uid {st.st_uid}, mode "
+                              f"{oct(st.st_mode & 0o7777)}): give a socket path in a folder only you can enter, or one that does not exist yet")
 
 
 def clear_stale(path: str) -> None:
-    """Remove a socket left at `path` by a server that is gone; a file that is not a socket, or a
-    socket a server still answers on, is refused (FileExistsError)."""
+    """Remove a socket left at `path` by a server that is gone (a connection refused); a file that
+    is not a socket, or a socket where a connection was not refused (a server there, maybe one too
+    busy to accept), is refused (FileExistsError)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -38,12 +39,15 @@ def clear_stale(path: str) -> None:
     if not stat.S_ISSOCK(st.st_mode):
         raise FileExistsError(f"{path} exists and is not a socket: give another path")
     for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
-        probe = socket.socket(socket.AF_UNIX, kind)
+        probe = socket.socket(socket.AF_UNIX, kind | socket.SOCK_NONBLOCK)
         try:
-            probe.settimeout(1.0)
             probe.connect(path)
-        except OSError:
-            continue
+        except OSError as exc:
+            if exc.errno == errno.EPROTOTYPE:  # a server of the other socket type, or none: try that type
+                continue
+            if exc.errno == errno.ECONNREFUSED:  # nobody listens: stale
+                break
+            raise FileExistsError(f"{path}: a server holds it ({exc.strerror or exc})") from None
         else:
             raise FileExistsError(f"{path}: a server already listens there")
         finally:
@@ -51,12 +55,26 @@ def clear_stale(path: str) -> None:
     os.unlink(path)
 
 
-@contextmanager
-def owner_only() -> Iterator[None]:
-    """A umask of 0177 while a socket is bound, so that it is 0600 from its first moment (the
-    umask is the process's: bind at start-up, before other threads make files)."""
-    old = os.umask(0o177)
+def bind_private(sock: socket.socket, path: str) -> tuple[int, int, int]:
+    """Bind `sock` at `path` as a 0600 socket from its first moment (the mode set on the socket
+    before bind, not through the process-wide umask); the file's identity for remove_if_ours
+    (device, inode and change time: an inode number is reused once its file is gone)."""
+    os.fchmod(sock.fileno(), 0o600)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    return _identity(os.lstat(path))
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def remove_if_ours(path: str, ident: tuple[int, int, int] | None) -> None:
+    """Remove the socket at `path` only if it is still the one this process bound (`ident`): a
+    server started later on the same path keeps its own."""
     try:
-        yield
-    finally:
-        os.umask(old)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if ident is not None and _identity(st) == ident:
+        os.unlink(path)

@@ -348,14 +348,12 @@ def _ready(began: float) -> dict[str, Any]:
 
 def _listener(path: str) -> socket.socket:
     """A unix socket at `path` that only this user can reach (core.sockets: its folder private)."""
-    from kernelwright.core.sockets import clear_stale, owner_only, private_folder
+    from kernelwright.core.sockets import bind_private, clear_stale, private_folder
 
     private_folder(path)
     clear_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with owner_only():
-        sock.bind(path)
-    os.chmod(path, 0o600)
+    bind_private(sock, path)
     sock.listen(64)
     return sock
 

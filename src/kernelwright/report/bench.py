@@ -279,10 +279,11 @@ def load_bench(path: Path) -> dict[str, Any]:
 def precheck(config: BenchConfig, policy: Any) -> None:
     """The usage errors run_bench would raise before judging (an unknown --only name, solutions that
     are neither a folder nor a run id, a --resume file of another policy), raised before a pool's
-    workers start. The resume file's device is checked in run_bench: a pool decides the device."""
+    workers start; the resume file's device too when the bench names one (with `auto` the pool
+    decides it, and run_bench checks it)."""
     entries = select_entries(config.suite, config.only)
     find_solutions(config.sources, entries, config.store)
-    _resumable(config, policy.to_dict(), None)
+    _resumable(config, policy.to_dict(), None if config.device == "auto" else config.device)
 
 
 def _resumable(config: BenchConfig, policy: dict[str, Any], device: Optional[str]) -> dict[str, dict[str, Any]]:

@@ -45,6 +45,8 @@ def test_the_folder_checked_is_the_one_bind_resolves(tmp_path):
     with pytest.raises(PermissionError, match="alone"):
         private_folder(str(mine / "link" / ".." / "judge.sock"))
     assert _mode(shared) == 0o1777
+    private_folder(str(mine / "link" / ".." / "n1" / "n2" / "judge.sock"))  # made where bind will look: below shared
+    assert _mode(shared / "n1" / "n2") == 0o700 and not (mine / "n1").exists()
 
 
 @pytest.mark.parametrize("listen", ["service", "forkserver"])
@@ -84,14 +86,16 @@ def test_only_a_stale_socket_is_removed(tmp_path):
     clear_stale(str(tmp_path / "absent.sock"))  # nothing there: nothing to do
 
 
-@pytest.mark.parametrize("kind", ["seqpacket", "busy"])
+@pytest.mark.parametrize("kind", ["seqpacket", "busy", "datagram"])
 def test_a_server_there_keeps_its_socket(tmp_path, kind):
-    """The fork server's kind of socket, and a stream server too busy to accept (its backlog full:
-    a connect that is not refused), are servers, not stale sockets."""
+    """The fork server's kind of socket, a stream server too busy to accept (its backlog full: a
+    connect that is not refused) and a live datagram socket are not stale sockets."""
     path = str(tmp_path / "s.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET if kind == "seqpacket" else socket.SOCK_STREAM)
+    types = {"seqpacket": socket.SOCK_SEQPACKET, "busy": socket.SOCK_STREAM, "datagram": socket.SOCK_DGRAM}
+    server = socket.socket(socket.AF_UNIX, types[kind])
     server.bind(path)
-    server.listen(0 if kind == "busy" else 8)
+    if kind != "datagram":
+        server.listen(0 if kind == "busy" else 8)
     waiting = []
     try:
         if kind == "busy":

@@ -142,47 +142,43 @@ def serve_cmd(args: argparse.Namespace) -> int:
         raise UsageError("--workers is this process's judging; with --ray or --pool the pool's workers judge (--pool N sets how many)")
     if getattr(args, "device", "auto") != "auto" and not pooled:
         raise UsageError("--device is the pool's (with --ray or --pool); without one, each request names its own device")
-    pool = server = None
+    before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # from here on a kill cleans up as Ctrl-C does, in a pool's start too
+    pool = server = service = None
     try:
-        token = _token(args.token_file) if args.port is not None else None
-        # bound before the pool starts (a port in use costs no Ray start); requests wait in the backlog until serve_forever
-        server, url = make_server(None, socket_path=None if args.port is not None else (args.socket or default_socket()),
-                                  host=args.host, port=args.port, token=token)
-        pool = pool_from_args(args, getattr(args, "device", "auto"))
-        service = server.service = JudgeService(workers=2 if args.workers is None else args.workers, pool=pool)
-    except BaseException as exc:  # Ctrl-C during a Ray start too: the socket bound goes
-        if pool is not None:
-            pool.close()
+        try:
+            token = _token(args.token_file) if args.port is not None else None
+            # bound before the pool starts (a port in use costs no Ray start); requests wait in the backlog until serve_forever
+            server, url = make_server(None, socket_path=None if args.port is not None else (args.socket or default_socket()),
+                                      host=args.host, port=args.port, token=token)
+            pool = pool_from_args(args, getattr(args, "device", "auto"))
+            service = server.service = JudgeService(workers=2 if args.workers is None else args.workers, pool=pool)
+        except (ValueError, OSError) as exc:
+            raise UsageError(str(exc)) from None
+        if pool is None:
+            from kernelwright.judge import forkpool
+
+            forkpool.warm_up()
+            _warm_host_facts()
+        err.print(f"kernelwright serve: listening on {url}" + ("" if pool is None else f", judging on a pool of {pool.size} {pool.device} worker(s)"),
+                  markup=False, highlight=False)
+        if token is not None:
+            if args.token_file is not None and not had_token:
+                written.tell([written.wrote(args.token_file, "a new token, mode 0600")])
+            where = f"in {args.token_file}" if args.token_file else token
+            err.print(f"  token: {where} (send it as 'Authorization: Bearer TOKEN', or set KERNELWRIGHT_SERVICE_TOKEN)", markup=False, highlight=False)
+        err.print(f"  use it with: KERNELWRIGHT_SERVICE={url} kernelwright eval ... (or --service {url})", markup=False, highlight=False)
+        try:
+            server.serve_forever(poll_interval=0.5)
+        except (KeyboardInterrupt, SystemExit):
+            pass
+    finally:
         if server is not None:
             server.server_close()
             if args.port is None:
-                remove_if_ours(url.removeprefix("unix://"), server.bound)
-        if isinstance(exc, (ValueError, OSError)):
-            raise UsageError(str(exc)) from None
-        raise
-    if pool is None:
-        from kernelwright.judge import forkpool
-
-        forkpool.warm_up()
-        _warm_host_facts()
-    err.print(f"kernelwright serve: listening on {url}" + ("" if pool is None else f", judging on a pool of {pool.size} {pool.device} worker(s)"),
-              markup=False, highlight=False)
-    if token is not None:
-        if args.token_file is not None and not had_token:
-            written.tell([written.wrote(args.token_file, "a new token, mode 0600")])
-        where = f"in {args.token_file}" if args.token_file else token
-        err.print(f"  token: {where} (send it as 'Authorization: Bearer TOKEN', or set KERNELWRIGHT_SERVICE_TOKEN)", markup=False, highlight=False)
-    err.print(f"  use it with: KERNELWRIGHT_SERVICE={url} kernelwright eval ... (or --service {url})", markup=False, highlight=False)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        server.serve_forever(poll_interval=0.5)
-    except (KeyboardInterrupt, SystemExit):
-        pass
-    finally:
-        server.server_close()
-        service.close()
+                remove_if_ours(url.removeprefix("unix://"), server.bound)  # first: not a socket another serve bound there since
+        if service is not None:
+            service.close()
         if pool is not None:
             pool.close()
-        if args.port is None:
-            remove_if_ours(url.removeprefix("unix://"), server.bound)  # not a socket another serve bound there since
+        signal.signal(signal.SIGTERM, before)
     return 0

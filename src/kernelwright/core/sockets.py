@@ -17,7 +17,9 @@ def private_folder(path: str) -> None:
     followed), made 0700 when this call creates it; an existing one must be a folder of this
     user's that others cannot enter (PermissionError otherwise)."""
     folder = os.path.dirname(path) or "."
-    os.makedirs(os.path.dirname(os.path.normpath(os.path.abspath(folder))), exist_ok=True)
+    parent = os.path.dirname(folder.rstrip(os.sep))
+    if parent:
+        os.makedirs(parent, exist_ok=True)  # the path's own text, step by step as bind will walk it (symlinks, `..`)
     try:
         os.mkdir(folder, 0o700)  # 0700 less the umask: never wider; never a chmod of what was there
     except FileExistsError:
@@ -42,8 +44,10 @@ def clear_stale(path: str) -> None:
         probe = socket.socket(socket.AF_UNIX, kind | socket.SOCK_NONBLOCK)
         try:
             probe.connect(path)
+        except FileNotFoundError:
+            return  # gone meanwhile
         except OSError as exc:
-            if exc.errno == errno.EPROTOTYPE:  # a server of the other socket type, or none: try that type
+            if exc.errno == errno.EPROTOTYPE:  # a live socket of another type: try the next type
                 continue
             if exc.errno == errno.ECONNREFUSED:  # nobody listens: stale
                 break
@@ -52,6 +56,8 @@ def clear_stale(path: str) -> None:
             raise FileExistsError(f"{path}: a server already listens there")
         finally:
             probe.close()
+    else:  # live, of a type neither stream nor seqpacket (a datagram socket): not stale
+        raise FileExistsError(f"{path}: a live socket of another type is there")
     os.unlink(path)
 
 

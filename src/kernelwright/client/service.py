@@ -350,7 +350,6 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     service: JudgeService
     token: str | None
-    bound: tuple[int, int, int]
 
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

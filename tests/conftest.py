@@ -51,6 +51,20 @@ def judge_env(tmp_path_factory: pytest.TempPathFactory):
                 server.wait(timeout=30)
 
 
+@pytest.fixture()
+def open_tmp_path():
+    """A fresh folder below /tmp that a uid of no account may traverse, as every folder above a
+    confined command's working folder must be under the uid layer (judge.sandbox.closed_above):
+    pytest's tmp_path lies below 0700 folders. Removed afterwards."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="kw-open-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    folder.chmod(0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _shared_fork_server(sock: Path):
     """One fork server for the whole session, shared by the CLI runs the tests start (each would
     otherwise import torch in a server of its own); None when it does not come up (then every

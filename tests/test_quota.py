@@ -377,18 +377,18 @@ def test_once_the_child_is_reaped_its_pid_names_nothing(tmp_path):
         watch.stop()
 
 
-def test_a_compiler_that_fills_the_disk_is_killed_and_the_build_log_says_why(tmp_path, monkeypatch):
+def test_a_compiler_that_fills_the_disk_is_killed_and_the_build_log_says_why(open_tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_SANDBOX_DISK", str(16 * MIB))
     script = "import time\nfor i in range(64):\n    open(f'o{i}', 'wb').write(b'\\1' * (1 << 20))\ntime.sleep(20)\n"
-    code, out, timed_out = build._run_group([sys.executable, "-c", script], tmp_path, 60)
+    code, out, timed_out = build._run_group([sys.executable, "-c", script], open_tmp_path, 60)
     assert code is None and not timed_out
     assert "the sandbox killed it: more than 16 MiB on disk" in out, out
 
 
-def test_a_tool_that_fills_the_disk_is_killed_and_its_output_says_why(tmp_path, monkeypatch):
+def test_a_tool_that_fills_the_disk_is_killed_and_its_output_says_why(open_tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_SANDBOX_DISK", str(16 * MIB))
     script = "import time\nfor i in range(64):\n    open(f'o{i}', 'wb').write(b'\\1' * (1 << 20))\ntime.sleep(20)\n"
-    timed_out, text = sandbox.run_tool([sys.executable, "-c", script], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt",
+    timed_out, text = sandbox.run_tool([sys.executable, "-c", script], mode="auto", cwd=open_tmp_path, output=open_tmp_path / "out.txt",
                                        timeout_s=60, env=os.environ)
     assert not timed_out
     assert "the sandbox killed it: more than 16 MiB on disk" in text, text

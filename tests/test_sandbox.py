@@ -88,9 +88,9 @@ def test_a_candidate_under_a_uid_of_its_own_has_a_user_name(tmp_path):
 
 
 @needs_uid
-def test_a_confined_tool_under_a_uid_of_its_own_has_a_user_name(tmp_path):
+def test_a_confined_tool_under_a_uid_of_its_own_has_a_user_name(open_tmp_path):
     _, printed = sandbox.run_tool([sys.executable, "-I", "-c", "import getpass; print('name', getpass.getuser())"], mode="auto",
-                                  cwd=tmp_path, output=tmp_path / "out.txt", timeout_s=60, env=dict(os.environ))
+                                  cwd=open_tmp_path, output=open_tmp_path / "out.txt", timeout_s=60, env=dict(os.environ))
     assert "name sandbox" in printed, printed
 
 
@@ -118,11 +118,11 @@ def test_a_candidates_triton_home_is_its_own_folder(tmp_path):
     assert verdict.status.value == "correct", verdict.log
 
 
-def test_a_confined_tool_gets_no_shared_cache_folder_and_its_own_triton_home(tmp_path):
-    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "shared-triton"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "shared-inductor"))
+def test_a_confined_tool_gets_no_shared_cache_folder_and_its_own_triton_home(open_tmp_path):
+    env = dict(os.environ, TRITON_CACHE_DIR=str(open_tmp_path / "shared-triton"), TORCHINDUCTOR_CACHE_DIR=str(open_tmp_path / "shared-inductor"))
     code = "import os; print('homes', os.environ.get('TRITON_HOME') == os.environ['HOME'] == os.getcwd(), 'caches', " \
            "[v for v in ('TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR') if v in os.environ])"
-    _, printed = sandbox.run_tool([sys.executable, "-I", "-c", code], mode="auto", cwd=tmp_path, output=tmp_path / "out.txt", timeout_s=60,
+    _, printed = sandbox.run_tool([sys.executable, "-I", "-c", code], mode="auto", cwd=open_tmp_path, output=open_tmp_path / "out.txt", timeout_s=60,
                                   env=env)
     assert "homes True caches []" in printed, printed
 
@@ -336,19 +336,19 @@ def test_the_build_cache_refuses_an_entry_that_fails_its_digest(tmp_path, monkey
 
 
 @needs_full
-def test_a_confined_command_writes_only_its_folder(tmp_path):
+def test_a_confined_command_writes_only_its_folder(open_tmp_path):
     """The launcher that compilers, compute-sanitizer and ncu start through: its own folder is
     writable, the rest is not, and the network is refused."""
     import subprocess
 
-    own = tmp_path / "own"
+    own = open_tmp_path / "own"
     own.mkdir()
-    os.chmod(tmp_path, 0o777)
+    os.chmod(open_tmp_path, 0o777)  # writable by every uid: only Landlock refuses the write outside `own`
     spec = sandbox.spec_for("auto")
-    script = f"echo ok > {own}/in.txt; echo x > {tmp_path}/out.txt; id -u"
+    script = f"echo ok > {own}/in.txt; echo x > {open_tmp_path}/out.txt; id -u"
     done = subprocess.run(sandbox.command(spec, ["sh", "-c", script], own), cwd=own, capture_output=True, text=True, timeout=60)
     assert (own / "in.txt").read_text() == "ok\n"
-    assert not (tmp_path / "out.txt").exists() and "Permission denied" in done.stderr
+    assert not (open_tmp_path / "out.txt").exists() and "Permission denied" in done.stderr
     assert int(done.stdout.split()[-1]) >= sandbox.UID_BASE
 
 
@@ -424,7 +424,7 @@ def test_a_tool_leaves_nothing_running_where_no_uid_of_its_own_marks_its_process
 
 @pytest.mark.parametrize("ends", ["times out", "exits"])
 @pytest.mark.parametrize("layers", ["own uid", "no uid", "off"])
-def test_a_compiler_leaves_nothing_running_and_the_build_waits_for_nothing(tmp_path, monkeypatch, layers, ends):
+def test_a_compiler_leaves_nothing_running_and_the_build_waits_for_nothing(open_tmp_path, monkeypatch, layers, ends):
     """A process a compiler moved to a session of its own, holding the build's output: without the
     uid layer the launcher's group was killed outright at the timeout and never swept; with it, the
     uid's sweep came only after the output pipe's end, so the build waited as long as that process
@@ -441,7 +441,7 @@ def test_a_compiler_leaves_nothing_running_and_the_build_waits_for_nothing(tmp_p
         _as_non_root(monkeypatch)
     script = "setsid sleep 300 & echo leftover $!; " + ("sleep 30" if ends == "times out" else "exit 0")
     t0 = time.monotonic()
-    code, out, timed_out = build._run_group(["/bin/sh", "-c", script], tmp_path, timeout_s=3.0, sandbox_mode="off" if layers == "off" else "auto")
+    code, out, timed_out = build._run_group(["/bin/sh", "-c", script], open_tmp_path, timeout_s=3.0, sandbox_mode="off" if layers == "off" else "auto")
     took = time.monotonic() - t0
     leftover = int(out.split("leftover")[1].split()[0])
     if layers == "off":  # nothing confines it, nothing sweeps: only the wait is the build's business
@@ -659,12 +659,12 @@ def test_a_cpu_candidate_opens_no_socket_at_all(world):
     assert "BREACH" in off.log, off.log
 
 
-def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_path):
+def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_path, open_tmp_path):
     """compute-sanitizer's and ncu's output is read through the judge's own descriptor, and the
     reports they write never through a link or from a FIFO (the confined side may leave either)."""
     secret = tmp_path / "secret.txt"
     secret.write_text("the judge's secret\n")
-    box = tmp_path / "box"
+    box = open_tmp_path / "box"
     box.mkdir()
     script = f"echo printed; rm -f output.txt; ln -s {secret} output.txt; ln -s {secret} report.txt; mkfifo fifo.txt"
     timed_out, printed = sandbox.run_tool(["sh", "-c", script], mode="auto", cwd=box, output=box / "output.txt", timeout_s=60, env=os.environ)
@@ -674,12 +674,12 @@ def test_a_tool_that_swaps_its_output_for_a_link_shows_nothing_behind_it(tmp_pat
 
 
 @pytest.mark.parametrize("mode, confined", [("auto", True), ("off", False)])
-def test_a_confined_tool_builds_the_kernels_it_needs_in_its_own_folder(tmp_path, mode, confined):
+def test_a_confined_tool_builds_the_kernels_it_needs_in_its_own_folder(open_tmp_path, mode, confined):
     """The shared build cache is read-only to a confined tool (ncu, compute-sanitizer): a kernel the
     candidate's import must build goes to the tool's own folder (runtime.build.private_root). Before,
     a kernel not yet in the cache stopped ncu's forward with a PermissionError on the cache's lock
     (an H100 run of the agent's profile test)."""
-    box = tmp_path / "box"
+    box = open_tmp_path / "box"
     box.mkdir()
     code = ("from kernelwright.runtime import build; r = build.private_root(); print(build.confined(), r)\n"
             "if r is not None: r.mkdir(parents=True, exist_ok=True); (r / 'lib.so').write_text('x'); print('writable')")
@@ -802,17 +802,17 @@ def test_a_compiler_that_floods_its_output_is_killed_and_its_log_keeps_both_ends
 
 
 @needs_uid
-def test_a_box_whose_ancestors_close_it_to_its_uid_is_said_in_the_log():
+def test_a_box_whose_ancestors_close_it_to_its_uid_is_refused_as_the_hosts_fault():
     """access(2), which compilers ask of TMPDIR, counts no capability: a box below a 0700 folder is
-    no TMPDIR to its uid, and the child's log says so (enter opens only the box's own parent); the
-    same box below open folders says nothing."""
+    no TMPDIR to its uid, and enter refuses it (HostFault, naming the folder) before it confines
+    anything (enter opens only the box's own parent); the same box below open folders is entered."""
     import shutil
     import subprocess
-    import sys
     import tempfile
 
     code = ("import sys\nfrom kernelwright.judge import sandbox\n"
-            "sandbox.enter(sandbox.spec_for('auto'), sys.argv[1])\nprint('entered')\n")
+            "try:\n    sandbox.enter(sandbox.spec_for('auto'), sys.argv[1])\n"
+            "except sandbox.HostFault as exc:\n    print('refused:', exc)\nelse:\n    print('entered')\n")
     said = {}
     for mode in (0o700, 0o711):
         top = Path(tempfile.mkdtemp(prefix="kw-box-above-", dir="/tmp"))  # every uid traverses /tmp (pytest's own folders are 0700)
@@ -823,6 +823,104 @@ def test_a_box_whose_ancestors_close_it_to_its_uid_is_said_in_the_log():
                                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
         finally:
             shutil.rmtree(top, ignore_errors=True)
-        assert "entered" in done.stdout, done.stderr
-        said[mode] = "is not reachable by the sandbox's uid" in done.stderr
-    assert said == {0o700: True, 0o711: False}
+        said[mode] = (top, done.stdout.strip())
+        assert done.returncode == 0, done.stderr
+    assert said[0o711][1] == "entered"
+    top, text = said[0o700]
+    assert text.startswith("refused:") and f"below {top}, which a sandboxed uid cannot traverse" in text
+
+
+def test_closed_above_names_the_topmost_folder_that_others_cannot_traverse(tmp_path):
+    """The `other` bits decide for a uid of no account: o+x missing anywhere above closes the path,
+    and the topmost such folder is the one to open; the path's own folder does not count."""
+    a = tmp_path / "a"
+    (a / "b" / "c").mkdir(parents=True)
+    os.chmod(tmp_path, 0o711)
+    for folder in (a, a / "b", a / "b" / "c"):
+        folder.chmod(0o755)
+    closed_by_pytest = sandbox.closed_above(tmp_path / "x")  # pytest's own folders may be 0700
+    assert sandbox.closed_above(a / "b" / "c" / "x") == closed_by_pytest
+    (a / "b" / "c").chmod(0o700)  # the path's own folder: the launcher makes it the uid's
+    assert sandbox.closed_above(a / "b" / "c") == closed_by_pytest
+    assert sandbox.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b" / "c"))
+    (a / "b").chmod(0o750)
+    a.chmod(0o700)
+    assert sandbox.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a))
+    a.chmod(0o755)
+    assert sandbox.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b"))
+    assert sandbox.closed_above("/") == ""
+
+
+@needs_uid
+def test_a_confined_command_below_a_closed_folder_is_refused_before_it_starts():
+    """The launcher's working folder is its TMPDIR (compilers, compute-sanitizer, ncu): below a
+    folder closed to its uid the judge refuses to start it, where an open one starts it."""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="kw-tool-above-", dir="/tmp"))
+    try:
+        (top / "work").mkdir()
+        spec = sandbox.spec_for("auto")
+        top.chmod(0o700)
+        with pytest.raises(sandbox.HostFault, match=f"below {top}, which a sandboxed uid cannot traverse"):
+            sandbox.command(spec, ["true"], top / "work")
+        top.chmod(0o711)
+        assert sandbox.command(spec, ["true"], top / "work")[-1] == "true"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+TORCH_RELU = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+"""
+
+
+@needs_uid
+@pytest.mark.parametrize(("problem", "candidate", "children"), [
+    ("rowsum", "rowsum_correct", "forked"),  # its raw build refused: no compiler starts
+    ("relu", "", "forked"),  # no build: the forked candidate child refuses to enter its box
+    ("relu", "", "spawned"),  # the child spawned afresh, which enters its box before serving
+])
+def test_a_tmpdir_closed_to_the_sandbox_is_the_hosts_fault_never_the_candidates(problem, candidate, children, tmp_path, monkeypatch):
+    """A host whose TMPDIR sits below a folder closed to the sandbox's uids (a 0700 /tmp): the raw
+    build (a compiler would fall back to /tmp, which Landlock refuses) and the candidate child (its
+    box) are refused before they start, and the verdict is `infra_error`, which a trainer retries,
+    never the candidate's compile_error or runtime_error. The same candidate is correct once the
+    folder is open."""
+    import shutil
+    import tempfile
+
+    from kernelwright.judge import evaluate as evaluate_module
+
+    if not candidate:
+        (tmp_path / "torch_relu").mkdir()
+        (tmp_path / "torch_relu" / "model_new.py").write_text(TORCH_RELU)
+    if children == "spawned":
+        monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
+    top = Path(tempfile.mkdtemp(prefix="kw-tmpdir-above-", dir="/tmp"))
+    try:
+        (top / "tmp").mkdir()
+        monkeypatch.setenv("TMPDIR", str(top / "tmp"))
+        monkeypatch.setattr(tempfile, "tempdir", str(top / "tmp"))
+        monkeypatch.setattr(evaluate_module, "SHM_MIN_FREE", 1 << 62)  # the evaluation's folder in TMPDIR too, never /dev/shm
+        monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))  # a raw build compiles afresh
+        verdicts = {}
+        for mode in (0o700, 0o711):
+            top.chmod(mode)
+            verdicts[mode] = evaluate(PROBLEMS / f"{problem}.py", CANDIDATES / candidate if candidate else tmp_path / "torch_relu",
+                                      zoo_policy(), device="cpu")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    closed = verdicts[0o700]
+    assert closed.status.value == "infra_error", (closed.status, closed.log)
+    assert f"below {top}, which a sandboxed uid cannot traverse" in closed.log, closed.log
+    assert ("the candidate child's folder" in closed.log) == (not candidate), closed.log
+    assert verdicts[0o711].workers["children"] == children, verdicts[0o711].workers
+    assert verdicts[0o711].status.value == "correct", verdicts[0o711].log

@@ -257,6 +257,8 @@ class Flow(Children):
             return self.vb.finish(stop.status, str(stop))
         except ProblemError:
             raise
+        except sandbox.HostFault as exc:  # before any generated code or compiler ran (judge.sandbox)
+            return self.vb.finish(Status.INFRA_ERROR, f"the host keeps the sandbox from working: {exc}")
         except Exception as exc:  # noqa: BLE001 - a failure of the judge itself is a verdict too
             log.exception("judge failure")
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])

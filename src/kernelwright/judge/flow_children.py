@@ -157,6 +157,8 @@ class Children:
             self.spares_taken.append(spare)
             self.candidate_child = "spare"
         else:
+            if role == "candidate":  # its box goes in the working folder (judge.sandbox.enter): refused here, by the judge's own look
+                sandbox.refuse_closed(spec, self.workdir, "the candidate child's folder")
             child = Child(config)
         self.children.append(child)
         if role == "candidate":

@@ -13,7 +13,7 @@ import pytest
 
 import sandbox_zoo as zoo
 from conftest import CANDIDATES, JUDGE_TIMEOUT_S, PROBLEMS
-from kernelwright.judge import build, confine, sandbox, sandbox_check
+from kernelwright.judge import build, confine, host_folders, sandbox, sandbox_check
 from kernelwright.judge.evaluate import evaluate
 from kernelwright.judge.policy import Policy
 
@@ -810,9 +810,9 @@ def test_a_box_whose_ancestors_close_it_to_its_uid_is_refused_as_the_hosts_fault
     import subprocess
     import tempfile
 
-    code = ("import sys\nfrom kernelwright.judge import sandbox\n"
+    code = ("import sys\nfrom kernelwright.judge import host_folders, sandbox\n"
             "try:\n    sandbox.enter(sandbox.spec_for('auto'), sys.argv[1])\n"
-            "except sandbox.HostFault as exc:\n    print('refused:', exc)\nelse:\n    print('entered')\n")
+            "except host_folders.HostFault as exc:\n    print('refused:', exc)\nelse:\n    print('entered')\n")
     said = {}
     for mode in (0o700, 0o711):
         top = Path(tempfile.mkdtemp(prefix="kw-box-above-", dir="/tmp"))  # every uid traverses /tmp (pytest's own folders are 0700)
@@ -838,17 +838,17 @@ def test_closed_above_names_the_topmost_folder_that_others_cannot_traverse(tmp_p
     os.chmod(tmp_path, 0o711)
     for folder in (a, a / "b", a / "b" / "c"):
         folder.chmod(0o755)
-    closed_by_pytest = sandbox.closed_above(tmp_path / "x")  # pytest's own folders may be 0700
-    assert sandbox.closed_above(a / "b" / "c" / "x") == closed_by_pytest
+    closed_by_pytest = host_folders.closed_above(tmp_path / "x")  # pytest's own folders may be 0700
+    assert host_folders.closed_above(a / "b" / "c" / "x") == closed_by_pytest
     (a / "b" / "c").chmod(0o700)  # the path's own folder: the launcher makes it the uid's
-    assert sandbox.closed_above(a / "b" / "c") == closed_by_pytest
-    assert sandbox.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b" / "c"))
+    assert host_folders.closed_above(a / "b" / "c") == closed_by_pytest
+    assert host_folders.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b" / "c"))
     (a / "b").chmod(0o750)
     a.chmod(0o700)
-    assert sandbox.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a))
+    assert host_folders.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a))
     a.chmod(0o755)
-    assert sandbox.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b"))
-    assert sandbox.closed_above("/") == ""
+    assert host_folders.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b"))
+    assert host_folders.closed_above("/") == ""
 
 
 @needs_uid
@@ -863,7 +863,7 @@ def test_a_confined_command_below_a_closed_folder_is_refused_before_it_starts():
         (top / "work").mkdir()
         spec = sandbox.spec_for("auto")
         top.chmod(0o700)
-        with pytest.raises(sandbox.HostFault, match=f"below {top}, which a sandboxed uid cannot traverse"):
+        with pytest.raises(host_folders.HostFault, match=f"below {top}, which a sandboxed uid cannot traverse"):
             sandbox.command(spec, ["true"], top / "work")
         top.chmod(0o711)
         assert sandbox.command(spec, ["true"], top / "work")[-1] == "true"

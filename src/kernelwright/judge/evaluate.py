@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import extension, finish, forkpool, quota, refpool, sandbox, spares
+from kernelwright.judge import extension, finish, forkpool, host_folders, quota, refpool, sandbox, spares
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.flow_children import Children
 from kernelwright.judge.gpulock import enabled as gpu_lock_enabled
@@ -257,7 +257,7 @@ class Flow(Children):
             return self.vb.finish(stop.status, str(stop))
         except ProblemError:
             raise
-        except sandbox.HostFault as exc:  # before any generated code or compiler ran (judge.sandbox)
+        except host_folders.HostFault as exc:  # before any generated code or compiler ran (judge.sandbox)
             return self.vb.finish(Status.INFRA_ERROR, f"the host keeps the sandbox from working: {exc}")
         except Exception as exc:  # noqa: BLE001 - a failure of the judge itself is a verdict too
             log.exception("judge failure")

@@ -27,11 +27,8 @@ signals in, RLIMIT_NPROC counts the user's processes) and a verdict that says wh
 `auto` applies what the machine allows and says what is missing, `strict` refuses to judge without
 the full sandbox, `off` applies only the environment's allow-list (and says so in every verdict).
 
-Under the uid layer, every folder above a confined process's working folder must be traversable by
-a uid of no account (mode o+x): access(2), which compilers ask of TMPDIR, counts no capability, and
-a compiler that finds TMPDIR closed falls back to /tmp, which Landlock refuses. Where one is closed
-the judge refuses to start generated code or a compiler there (`HostFault`): the verdict is the
-judge's (`infra_error`), never the candidate's.
+Under the uid layer every folder above a confined process's working folder must let its uid through
+(judge.host_folders): where one does not, nothing confined starts there, and the verdict is the judge's.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelwright.judge import confine, quota, uids
+from kernelwright.judge import confine, host_folders, quota, uids
 from kernelwright.judge.quota_usage import memory_total
 from kernelwright.runtime.build import CONFINED_ENV
 
@@ -75,41 +72,6 @@ SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "
 ETC_READ = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf", "alternatives",
             "nvidia", "OpenCL", "vulkan", "gai.conf", "mime.types", "os-release", "debian_version")
 DEVICE_FILES = ("null", "zero", "full", "random", "urandom")
-
-
-class HostFault(OSError):
-    """The host keeps the sandbox from working as planned (a folder above a confined process's
-    working folder closed to its uid): no candidate code has run, and the verdict is the judge's."""
-
-
-def closed_above(path: str | Path) -> str:
-    """The topmost folder above `path` that a uid of no account (no groups, no capability that
-    access(2) counts) cannot traverse, '' when there is none. Such a uid gets the `other` bits:
-    a folder without o+x closes everything below it (or one that cannot be read at all)."""
-    here = Path(os.path.realpath(path))
-    closed = ""
-    for folder in here.parents:
-        try:
-            mode = os.stat(folder).st_mode
-        except OSError:
-            return str(folder)
-        if not mode & stat.S_IXOTH:
-            closed = str(folder)
-    return closed
-
-
-def refuse_closed(spec: Spec, path: str | Path, what: str) -> None:
-    """Raise HostFault when `spec` switches uids and a folder above `path` is closed to them (closed_above):
-    the judge's own check, before a confined process starts there (a candidate's word on it is never taken)."""
-    if "uid" in spec.layers:
-        _refuse_closed(path, what)
-
-
-def _refuse_closed(path: str | Path, what: str) -> None:
-    closed = closed_above(path)
-    if closed:
-        raise HostFault(f"{what} {path} is below {closed}, which a sandboxed uid cannot traverse: every folder above it "
-                        f"must be traversable by others (chmod o+x {closed}, or set TMPDIR to a folder below open ones)")
 
 
 def secret_name(name: str) -> bool:
@@ -348,7 +310,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
         # the box must be traversable by the uid (not listable; what the judge keeps there is 0600),
         # and every folder above it (the host's: refused here, before anything is confined)
         os.chmod(parent, 0o711)
-        _refuse_closed(box, "the sandbox's folder")
+        host_folders.refuse_closed(layers, box, "the sandbox's folder")
         for path in (box, tmp):
             os.chown(path, uid, uid, follow_symlinks=False)
         for path in spec.write:
@@ -357,7 +319,7 @@ def enter(spec: Spec, parent: str) -> dict[str, Any]:
         confine.become(uid, keep_read_search="landlock" in layers)
         os.environ.update(confine.account_env(uid))
         if not os.access(tmp, os.W_OK | os.X_OK):  # closed other than by mode bits (an ACL, a mount): compilers would fall back to /tmp
-            raise HostFault(f"TMPDIR {tmp} is not reachable by the sandbox's uid {uid}, though every folder above it is traversable by others")
+            raise host_folders.HostFault(f"TMPDIR {tmp} is not reachable by the sandbox's uid {uid}, though every folder above it is traversable by others")
     elif "limits" in layers and os.getuid() != 0 and spec.mode != "off":
         confine.set_limits({"NPROC": len(uids.pids_of_uid(os.getuid())) + nproc()})
     if spec.mode != "off" and layers != ("env",):  # always: the judge's sockets tell a sandboxed peer by it (sandbox_check.confined_peer)
@@ -409,7 +371,7 @@ def command(spec: Spec, cmd: Sequence[str], workdir: str | Path) -> list[str]:
     ncu): a small launcher (judge.confine, the standard library only) confines itself, then execs."""
     if spec.layers == ("env",):
         return list(cmd)
-    refuse_closed(spec, workdir, "the confined command's folder")  # its TMPDIR is `workdir`/tmp (confine._confine_and_exec)
+    host_folders.refuse_closed(spec.layers, workdir, "the confined command's folder")  # its TMPDIR is `workdir`/tmp (confine._confine_and_exec)
     return [sys.executable, "-I", "-S", confine.__file__, "exec", json.dumps(_exec_plan(spec, str(workdir))), "--", *cmd]
 
 

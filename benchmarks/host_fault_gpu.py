@@ -69,6 +69,7 @@ def main() -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kw-hostfault-"))
+    work.chmod(0o711)  # its caches and the torch candidate are read by the sandboxed uids by the bits, not by a capability
     (work / "torch_relu").mkdir()
     (work / "torch_relu" / "model_new.py").write_text(TORCH_RELU)
     cands = FIXTURES / "candidates"

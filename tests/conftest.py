@@ -54,7 +54,7 @@ def judge_env(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture()
 def open_tmp_path():
     """A fresh folder below /tmp that a uid of no account may traverse, as every folder above a
-    confined command's working folder must be under the uid layer (judge.sandbox.closed_above):
+    confined command's working folder must be under the uid layer (judge.host_folders):
     pytest's tmp_path lies below 0700 folders. Removed afterwards."""
     import shutil
     import tempfile

@@ -830,25 +830,28 @@ def test_a_box_whose_ancestors_close_it_to_its_uid_is_refused_as_the_hosts_fault
     assert text.startswith("refused:") and f"below {top}, which a sandboxed uid cannot traverse" in text
 
 
-def test_closed_above_names_the_topmost_folder_that_others_cannot_traverse(tmp_path):
+def test_closed_above_names_every_folder_above_that_others_cannot_traverse(open_tmp_path):
     """The `other` bits decide for a uid of no account: o+x missing anywhere above closes the path,
-    and the topmost such folder is the one to open; the path's own folder does not count."""
-    a = tmp_path / "a"
+    each such folder is named, topmost first; the path's own folder does not count, and a link
+    does not hide a closed folder on the way to it."""
+    a = open_tmp_path / "a"
     (a / "b" / "c").mkdir(parents=True)
-    os.chmod(tmp_path, 0o711)
     for folder in (a, a / "b", a / "b" / "c"):
         folder.chmod(0o755)
-    closed_by_pytest = host_folders.closed_above(tmp_path / "x")  # pytest's own folders may be 0700
-    assert host_folders.closed_above(a / "b" / "c" / "x") == closed_by_pytest
+    assert host_folders.closed_above(a / "b" / "c" / "x") == []
     (a / "b" / "c").chmod(0o700)  # the path's own folder: the launcher makes it the uid's
-    assert host_folders.closed_above(a / "b" / "c") == closed_by_pytest
-    assert host_folders.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b" / "c"))
-    (a / "b").chmod(0o750)
-    a.chmod(0o700)
-    assert host_folders.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a))
+    assert host_folders.closed_above(a / "b" / "c") == []
+    assert host_folders.closed_above(a / "b" / "c" / "x") == [str(a / "b" / "c")]
+    (a / "b").chmod(0o750)  # the group's bits do not count: the uid is in no group
+    a.chmod(0o744)  # nor does reading: only searching lets it through
+    assert host_folders.closed_above(a / "b" / "c" / "x") == [str(a), str(a / "b"), str(a / "b" / "c")]
     a.chmod(0o755)
-    assert host_folders.closed_above(a / "b" / "c" / "x") == (closed_by_pytest or str(a / "b"))
-    assert host_folders.closed_above("/") == ""
+    (a / "b").chmod(0o755)
+    (a / "b" / "c").chmod(0o755)
+    (open_tmp_path / "shut").mkdir(mode=0o700)
+    (open_tmp_path / "shut" / "link").symlink_to(a)  # TMPDIR=<open>/shut/link: a compiler walks through `shut`
+    assert host_folders.closed_above(open_tmp_path / "shut" / "link" / "b" / "x") == [str(open_tmp_path / "shut")]
+    assert host_folders.closed_above("/") == []
 
 
 @needs_uid
@@ -885,10 +888,10 @@ class ModelNew(nn.Module):
 @needs_uid
 @pytest.mark.parametrize(("problem", "candidate", "children"), [
     ("rowsum", "rowsum_correct", "forked"),  # its raw build refused: no compiler starts
-    ("relu", "", "forked"),  # no build: the forked candidate child refuses to enter its box
-    ("relu", "", "spawned"),  # the child spawned afresh, which enters its box before serving
+    ("relu", "", "forked"),  # no build: the judge refuses to fork the candidate child
+    ("relu", "", "spawned"),  # no build: the judge refuses to spawn it (it would enter its box before serving)
 ])
-def test_a_tmpdir_closed_to_the_sandbox_is_the_hosts_fault_never_the_candidates(problem, candidate, children, tmp_path, monkeypatch):
+def test_a_tmpdir_closed_to_the_sandbox_is_the_hosts_fault_never_the_candidates(problem, candidate, children, open_tmp_path, monkeypatch):
     """A host whose TMPDIR sits below a folder closed to the sandbox's uids (a 0700 /tmp): the raw
     build (a compiler would fall back to /tmp, which Landlock refuses) and the candidate child (its
     box) are refused before they start, and the verdict is `infra_error`, which a trainer retries,
@@ -900,8 +903,8 @@ def test_a_tmpdir_closed_to_the_sandbox_is_the_hosts_fault_never_the_candidates(
     from kernelwright.judge import evaluate as evaluate_module
 
     if not candidate:
-        (tmp_path / "torch_relu").mkdir()
-        (tmp_path / "torch_relu" / "model_new.py").write_text(TORCH_RELU)
+        (open_tmp_path / "torch_relu").mkdir()
+        (open_tmp_path / "torch_relu" / "model_new.py").write_text(TORCH_RELU)
     if children == "spawned":
         monkeypatch.setenv("KERNELWRIGHT_FORKSERVER", "0")
     top = Path(tempfile.mkdtemp(prefix="kw-tmpdir-above-", dir="/tmp"))
@@ -910,11 +913,12 @@ def test_a_tmpdir_closed_to_the_sandbox_is_the_hosts_fault_never_the_candidates(
         monkeypatch.setenv("TMPDIR", str(top / "tmp"))
         monkeypatch.setattr(tempfile, "tempdir", str(top / "tmp"))
         monkeypatch.setattr(evaluate_module, "SHM_MIN_FREE", 1 << 62)  # the evaluation's folder in TMPDIR too, never /dev/shm
-        monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))  # a raw build compiles afresh
+        monkeypatch.setenv("KERNELWRIGHT_CACHE", str(open_tmp_path / "cache"))  # a raw build compiles afresh; read by the bits, not a capability
+        monkeypatch.setenv("KERNELWRIGHT_WARM_REFERENCES", "0")  # no reference child left waiting in a folder this test removes
         verdicts = {}
         for mode in (0o700, 0o711):
             top.chmod(mode)
-            verdicts[mode] = evaluate(PROBLEMS / f"{problem}.py", CANDIDATES / candidate if candidate else tmp_path / "torch_relu",
+            verdicts[mode] = evaluate(PROBLEMS / f"{problem}.py", CANDIDATES / candidate if candidate else open_tmp_path / "torch_relu",
                                       zoo_policy(), device="cpu")
     finally:
         shutil.rmtree(top, ignore_errors=True)

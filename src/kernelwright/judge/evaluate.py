@@ -257,7 +257,7 @@ class Flow(Children):
             return self.vb.finish(stop.status, str(stop))
         except ProblemError:
             raise
-        except host_folders.HostFault as exc:  # before any generated code or compiler ran (judge.sandbox)
+        except host_folders.HostFault as exc:  # the judge's own look at the host, before a compiler or a candidate child started (judge.host_folders)
             return self.vb.finish(Status.INFRA_ERROR, f"the host keeps the sandbox from working: {exc}")
         except Exception as exc:  # noqa: BLE001 - a failure of the judge itself is a verdict too
             log.exception("judge failure")

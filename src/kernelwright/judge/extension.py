@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from kernelwright.core.records import truncate
-from kernelwright.judge import sandbox, workers
+from kernelwright.judge import host_folders, sandbox, workers
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
@@ -65,9 +65,12 @@ def candidate_config(sandbox_mode: str, device: str, gpu_index: int, workdir: Pa
                      extra_env: dict[str, str] | None = None) -> tuple[ChildConfig, sandbox.Spec]:
     """A candidate child's config and its sandbox spec: confined from its setup on by the policy's
     mode, the build cache readable, its extension folder (TORCH_EXTENSIONS_DIR in `extra_env`, if
-    any) writable; spawned afresh, it may read only `read` (its problem, its candidate's folder)."""
+    any) writable; spawned afresh, it may read only `read` (its problem, its candidate's folder).
+    Raises host_folders.HostFault, by the judge's own look, where its box in `workdir` would be
+    below a folder closed to its uid."""
     child_env = {"KERNELWRIGHT_CACHE": str(cache_dir()), **(extra_env or {})}
     spec = sandbox.for_candidate(sandbox_mode, str(cache_dir()), child_env.get("TORCH_EXTENSIONS_DIR"), device)
+    host_folders.refuse_closed(spec.layers, workdir, "the candidate child's folder")  # its box goes in `workdir` (sandbox.enter)
     child_env[sandbox.SPEC_ENV] = spec.to_env()
     config = ChildConfig(role="candidate", device=device, gpu_index=gpu_index, workdir=workdir, env=child_env, sandbox_read=read)
     return config, spec

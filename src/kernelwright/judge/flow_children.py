@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kernelwright.core.records import Status, truncate
-from kernelwright.judge import extension, host_folders, refpool, sandbox, sandbox_check, spares
+from kernelwright.judge import extension, refpool, sandbox, sandbox_check, spares
 from kernelwright.judge.build import cache_dir
 from kernelwright.judge.candidate import CandidateFiles
 from kernelwright.judge.gpulock import device_lock
@@ -157,8 +157,6 @@ class Children:
             self.spares_taken.append(spare)
             self.candidate_child = "spare"
         else:
-            if role == "candidate":  # its box goes in the working folder (judge.sandbox.enter): refused here, by the judge's own look
-                host_folders.refuse_closed(spec.layers, self.workdir, "the candidate child's folder")
             child = Child(config)
         self.children.append(child)
         if role == "candidate":

@@ -21,18 +21,21 @@ class HostFault(OSError):
     working folder closed to its uid): no candidate code has run, and the verdict is the judge's."""
 
 
-def closed_above(path: str | Path) -> str:
-    """The topmost folder above `path` that a uid of no account cannot traverse (no search bit
-    for others, or one that cannot be looked at), '' when there is none."""
-    closed = ""
-    for folder in Path(os.path.realpath(path)).parents:
+def closed_above(path: str | Path) -> list[str]:
+    """The folders above `path` that a uid of no account cannot traverse (no search bit for
+    others, or one that cannot be looked at), topmost first; [] when there is none. Both the path
+    as written (a compiler walks it so, through any link in it) and as resolved count."""
+    folders = {*Path(os.path.abspath(path)).parents, *Path(os.path.realpath(path)).parents}
+    closed = []
+    for folder in folders:
         try:
-            mode = os.stat(folder).st_mode
+            mode = os.stat(folder).st_mode  # through a link: what a walk through it meets
         except OSError:
-            return str(folder)
+            closed.append(folder)
+            continue
         if not mode & stat.S_IXOTH:
-            closed = str(folder)
-    return closed
+            closed.append(folder)
+    return [str(f) for f in sorted(closed, key=lambda f: (len(f.parts), str(f)))]
 
 
 def refuse_closed(layers: Sequence[str], path: str | Path, what: str) -> None:
@@ -41,5 +44,6 @@ def refuse_closed(layers: Sequence[str], path: str | Path, what: str) -> None:
         return
     closed = closed_above(path)
     if closed:
-        raise HostFault(f"{what} {path} is below {closed}, which a sandboxed uid cannot traverse: every folder above it "
-                        f"must be traversable by others (chmod o+x {closed}, or set TMPDIR to a folder below open ones)")
+        names = ", ".join(closed)
+        raise HostFault(f"{what} {path} is below {names}, which a sandboxed uid cannot traverse: every folder above it "
+                        f"must be traversable by others (chmod o+x {' '.join(closed)}, or set TMPDIR to a folder below open ones)")

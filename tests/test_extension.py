@@ -40,9 +40,9 @@ def test_the_extension_folder_is_keyed_by_the_candidates_hash_under_the_build_ca
     assert extension.folder(None) == cache_dir() / "torch_extensions" / "none" and extension.folder(None).is_dir()
 
 
-def test_a_candidate_childs_config_is_confined_by_the_policys_mode_with_its_extension_folder_writable(tmp_path):
+def test_a_candidate_childs_config_is_confined_by_the_policys_mode_with_its_extension_folder_writable(open_tmp_path):
     ext = extension.env("cd" * 32)
-    config, spec = extension.candidate_config("strict", "cpu", 0, tmp_path, ("problem.py", "cand"), ext)
+    config, spec = extension.candidate_config("strict", "cpu", 0, open_tmp_path, ("problem.py", "cand"), ext)
     assert config.role == "candidate" and config.sandbox_read == ("problem.py", "cand")
     assert config.env["KERNELWRIGHT_CACHE"] == str(cache_dir()) and config.env["TORCH_EXTENSIONS_DIR"] == ext["TORCH_EXTENSIONS_DIR"]
     assert sandbox.Spec.from_env(config.env[sandbox.SPEC_ENV]) == spec

@@ -87,7 +87,7 @@ def test_a_jit_report_of_the_wrong_form_is_a_forged_reply():
     assert replies.malformed({"jit": [1, 2]}) == "jit"
 
 
-def test_a_triton_candidates_cache_is_its_own_and_stays_writable_in_the_sandbox(tmp_path, monkeypatch):
+def test_a_triton_candidates_cache_is_its_own_and_stays_writable_in_the_sandbox(tmp_path, open_tmp_path, monkeypatch):
     from kernelwright.judge import confine, extension
 
     monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
@@ -95,7 +95,7 @@ def test_a_triton_candidates_cache_is_its_own_and_stays_writable_in_the_sandbox(
     other = extension.triton_env("cd" * 32)
     assert env["TRITON_CACHE_DIR"] != other["TRITON_CACHE_DIR"] and env["TRITON_CACHE_AUTOTUNING"] == "1"
     assert env["TRITON_CACHE_DIR"].startswith(env["TORCH_EXTENSIONS_DIR"])  # inside the folder the sandbox makes writable
-    config, spec = extension.candidate_config("auto", "cuda", 0, tmp_path, (), env)
+    config, spec = extension.candidate_config("auto", "cuda", 0, open_tmp_path, (), env)
     assert env["TORCH_EXTENSIONS_DIR"] in spec.write and config.env["TRITON_CACHE_DIR"] == env["TRITON_CACHE_DIR"]
     home = str(tmp_path / "box")
     kept = confine.home_env(dict(env), home, home + "/tmp", keep_under=tuple(spec.write))

@@ -832,8 +832,7 @@ def test_a_box_whose_ancestors_close_it_to_its_uid_is_refused_as_the_hosts_fault
 
 def test_closed_above_names_every_folder_above_that_others_cannot_traverse(open_tmp_path):
     """The `other` bits decide for a uid of no account: o+x missing anywhere above closes the path,
-    each such folder is named, topmost first; the path's own folder does not count, and a link
-    does not hide a closed folder on the way to it."""
+    each such folder is named, topmost first; the path's own folder does not count."""
     a = open_tmp_path / "a"
     (a / "b" / "c").mkdir(parents=True)
     for folder in (a, a / "b", a / "b" / "c"):
@@ -848,10 +847,51 @@ def test_closed_above_names_every_folder_above_that_others_cannot_traverse(open_
     a.chmod(0o755)
     (a / "b").chmod(0o755)
     (a / "b" / "c").chmod(0o755)
-    (open_tmp_path / "shut").mkdir(mode=0o700)
-    (open_tmp_path / "shut" / "link").symlink_to(a)  # TMPDIR=<open>/shut/link: a compiler walks through `shut`
-    assert host_folders.closed_above(open_tmp_path / "shut" / "link" / "b" / "x") == [str(open_tmp_path / "shut")]
     assert host_folders.closed_above("/") == []
+
+
+def test_closed_above_walks_links_as_the_kernel_does(open_tmp_path):
+    """A closed folder on the way is found wherever a link leads through it: on the path as
+    written, as resolved, in the middle of a chain, behind a relative target, and after a `..`
+    that follows a link (the physical parent, never the lexical one)."""
+    root = open_tmp_path
+    for folder in ("open/real", "x", "shut/sub/w", "shut2"):
+        (root / folder).mkdir(parents=True)
+    (root / "shut" / "l2").symlink_to(root / "open" / "real")  # inside a closed folder
+    (root / "x" / "l1").symlink_to(root / "shut" / "l2")  # a chain through it: written and resolved paths both miss it
+    (root / "x" / "rel").symlink_to("../shut/l2")
+    (root / "x" / "into").symlink_to(root / "shut2" / "inner")  # resolved: the closed folder is on the resolved path only
+    (root / "shut2" / "inner").mkdir()
+    (root / "x" / "sub").symlink_to(root / "shut" / "sub")
+    (root / "shut" / "l2-written").symlink_to(root / "open")  # written: the closed folder is on the written path only
+    (root / "shut").chmod(0o700)
+    (root / "shut2").chmod(0o700)
+    shut, shut2 = str(root / "shut"), str(root / "shut2")
+    assert host_folders.closed_above(root / "open" / "real" / "f") == []
+    assert host_folders.closed_above(root / "x" / "l1" / "f") == [shut]
+    assert host_folders.closed_above(root / "x" / "rel" / "f") == [shut]
+    assert host_folders.closed_above(root / "x" / "into" / "f") == [shut2]
+    assert host_folders.closed_above(root / "shut" / "l2-written" / "real" / "f") == [shut]
+    assert host_folders.closed_above(root / "x" / "sub" / ".." / "sub" / "w" / "f") == [shut]  # `..` from shut/sub is shut
+    (root / "shut").chmod(0o711)
+    (root / "shut2").chmod(0o711)
+    assert host_folders.closed_above(root / "x" / "l1" / "f") == host_folders.closed_above(root / "x" / "into" / "f") == []
+
+
+@needs_uid
+def test_a_candidate_childs_config_is_refused_below_a_closed_folder(open_tmp_path):
+    """The judge's own look comes with the config of every candidate child (the evaluation's, the
+    torch-extension build child's, the agent's compile tool's): refused below a closed folder,
+    given below open ones."""
+    from kernelwright.judge import extension
+
+    (open_tmp_path / "shut" / "work").mkdir(parents=True)
+    (open_tmp_path / "shut").chmod(0o700)
+    with pytest.raises(host_folders.HostFault, match=f"below {open_tmp_path / 'shut'}, which a sandboxed uid cannot traverse"):
+        extension.candidate_config("auto", "cpu", 0, open_tmp_path / "shut" / "work", ())
+    (open_tmp_path / "shut").chmod(0o711)
+    config, spec = extension.candidate_config("auto", "cpu", 0, open_tmp_path / "shut" / "work", ())
+    assert "uid" in spec.layers and config.workdir == open_tmp_path / "shut" / "work"
 
 
 @needs_uid

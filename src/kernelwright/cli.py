@@ -247,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelwright.client.commands import add_parser as add_serve_parser
 
     add_serve_parser(sub)  # serve
+    from kernelwright.judge.commands import add_parsers as add_cache_parsers
+
+    add_cache_parsers(sub)  # cache show, cache prune
     return parser
 
 

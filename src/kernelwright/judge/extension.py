@@ -8,6 +8,8 @@ content hash under the build cache, where the run child (and any later verdict) 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -21,9 +23,12 @@ from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
 
 def folder(candidate_hash: str | None) -> Path:
-    """torch's extension folder for a candidate (TORCH_EXTENSIONS_DIR), made if missing."""
+    """torch's extension folder for a candidate (TORCH_EXTENSIONS_DIR), made if missing, and its
+    use marked for a prune of the cache (judge.cache_prune)."""
     path = cache_dir() / "torch_extensions" / (candidate_hash or "none")[:16]
     path.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.utime(path)
     return path
 
 
@@ -49,7 +54,6 @@ def hold_triton_cache(candidate_hash: str | None) -> int | None:
     mid-verdict: the second verdict does without the shared cache instead. The lock file lies beside
     the folder, where no candidate can write."""
     import fcntl
-    import os
 
     base = folder(candidate_hash)
     fd = os.open(str(base.parent / f"{base.name}.triton.lock"), os.O_RDWR | os.O_CREAT, 0o600)

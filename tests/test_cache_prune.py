@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import time
 
 import pytest
@@ -14,6 +15,10 @@ from kernelwright.judge import cache_prune
 MIB = 2**20
 NOW = time.time()  # the fixture's times are before it, as the command's own clock sees them
 HOUR = 3600.0
+
+
+def _clock():
+    return NOW
 
 
 def _build(root, key, mib, used):
@@ -29,7 +34,8 @@ def _extension(root, name, mib, used):
     folder = root / "torch_extensions" / name
     (folder / "triton").mkdir(parents=True)
     (folder / "triton" / "k.cubin").write_bytes(b"\1" * (mib * MIB))
-    os.utime(folder, (used, used))
+    (root / "torch_extensions" / f"{name}.used").write_text("")  # the judge's mark, beside the folder
+    os.utime(root / "torch_extensions" / f"{name}.used", (used, used))
     return folder
 
 
@@ -37,12 +43,15 @@ def _extension(root, name, mib, used):
 def cache(tmp_path):
     """A cache of four entries, oldest first: a build of 1 MiB (10 days unused), an extension of 2
     MiB (5 days), a build of 1 MiB (2 days), an extension of 1 MiB used ten minutes ago; and what is
-    never an entry: key locks, a half-published build, a Triton lock, the service's folder."""
+    never an entry: key locks, a half-published build, a Triton lock, the service's folder, and the
+    judge's own kernel."""
     root = tmp_path / "cache"
     _build(root, "a" * 64, 1, NOW - 240 * HOUR)
     _extension(root, "e" * 16, 2, NOW - 120 * HOUR)
     _build(root, "b" * 64, 1, NOW - 48 * HOUR)
     _extension(root, "f" * 16, 1, NOW - 600)
+    _build(root, "j" * 64, 1, NOW - 2400 * HOUR)
+    (root / "builds" / cache_prune.JUDGE_KERNELS).write_text("j" * 64 + "\n")
     (root / "builds" / ".locks").mkdir()
     for key in ("a" * 64, "b" * 64):
         (root / "builds" / ".locks" / f"{key}.lock").write_text("")
@@ -57,32 +66,50 @@ def _names(entries):
     return [e.path.name[:1] for e in entries]
 
 
+def _bytes(root, *names):
+    return sum(e.bytes for e in cache_prune.entries(root) if e.path.name[:1] in names)
+
+
 def test_the_entries_are_builds_and_extension_folders_least_recently_used_first(cache):
-    assert _names(cache_prune.entries(cache)) == ["a", "e", "b", "f"]
+    assert _names(cache_prune.entries(cache)) == ["a", "e", "b", "f"]  # not the judge's own kernel
     found = cache_prune.usage(cache)
-    assert found["kinds"] == {"builds": {"entries": 2, "bytes": 2 * MIB + 4}, "torch_extensions": {"entries": 2, "bytes": 3 * MIB}}
-    assert MIB <= found["other_bytes"] < 2 * MIB and found["total_bytes"] == 5 * MIB + 4 + found["other_bytes"]
+    assert found["kinds"]["builds"]["entries"] == 2 and found["kinds"]["torch_extensions"]["entries"] == 2
+    assert 2 * MIB <= found["kinds"]["builds"]["bytes"] < 2 * MIB + 65536
+    assert 3 * MIB <= found["kinds"]["torch_extensions"]["bytes"] < 3 * MIB + 65536
+    assert found["other_bytes"] >= 2 * MIB  # the service's file and the judge's kernel
 
 
 def test_a_size_bound_removes_the_least_recently_used_until_it_holds(cache):
-    done = cache_prune.prune(cache, keep_bytes=2 * MIB + 2, now=NOW)  # a build: its library and its meta.json's 2 bytes
-    assert _names(done.removed) == ["a", "e"] and done.busy == [] and done.kept_bytes == 2 * MIB + 2
+    keep = _bytes(cache, "b", "f")
+    done = cache_prune.prune(cache, keep_bytes=keep, now=_clock)
+    assert _names(done.removed) == ["a", "e"] and done.busy == [] and done.failed == [] and done.kept_bytes == keep
     assert _names(cache_prune.entries(cache)) == ["b", "f"]
-    assert (cache / "builds" / ".locks").is_dir() and (cache / "serve" / "note").is_file()  # never entries
-    assert not [p for p in (cache / "builds").iterdir() if p.name.startswith(".prune-")]  # nothing left aside
+    assert (cache / "builds" / ".locks").is_dir() and (cache / "serve" / "note").is_file()
+    assert (cache / "builds" / ("j" * 64) / "lib.so").is_file()  # the judge's own kernel stays
+    left = [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
+    assert left == []
 
 
 def test_an_age_bound_removes_every_entry_unused_that_long_and_no_other(cache):
-    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=NOW)
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
     assert _names(done.removed) == ["a", "e"]
     assert _names(cache_prune.entries(cache)) == ["b", "f"]
 
 
 def test_an_entry_used_within_the_minimum_age_stays_whatever_the_bound(cache):
-    done = cache_prune.prune(cache, keep_bytes=0, now=NOW)
+    done = cache_prune.prune(cache, keep_bytes=0, now=_clock)
     assert _names(done.removed) == ["a", "e", "b"] and _names(done.busy) == ["f"]
-    assert _names(cache_prune.entries(cache)) == ["f"]
-    assert _names(cache_prune.prune(cache, keep_bytes=0, now=NOW, min_age_s=0).removed) == ["f"]
+    assert _names(cache_prune.prune(cache, keep_bytes=0, now=_clock, min_age_s=0).removed) == ["f"]
+
+
+def test_a_mark_made_after_the_listing_still_keeps_the_entry(cache):
+    """The mark is read again just before an entry goes: a verdict that used it meanwhile keeps it."""
+    def clock():
+        (cache / "builds" / ("a" * 64) / "meta.json").touch()  # a verdict's hit, while the prune runs
+        return NOW
+
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=clock)
+    assert _names(done.removed) == ["e"] and _names(done.busy) == ["a"]
 
 
 def test_an_entry_whose_lock_is_held_stays_until_it_is_let_go(cache):
@@ -92,30 +119,104 @@ def test_an_entry_whose_lock_is_held_stays_until_it_is_let_go(cache):
     try:
         for fd in holders:
             fcntl.flock(fd, fcntl.LOCK_EX)
-        done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=NOW)
+        done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
         assert done.removed == [] and _names(done.busy) == ["a", "e"]
     finally:
         for fd in holders:
             os.close(fd)
-    assert _names(cache_prune.prune(cache, older_than_s=72 * HOUR, now=NOW).removed) == ["a", "e"]
+    assert _names(cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock).removed) == ["a", "e"]
+
+
+def test_an_entry_a_verdict_holds_in_use_stays_until_the_verdict_lets_go(cache):
+    """A verdict holds its raw builds' key locks and its extension folder's use lock shared to its
+    end (judge.evaluate): a prune passes both by, and takes them once let go."""
+    holders = [cache_prune.in_use(cache_prune.build_lock(cache / "builds" / ("a" * 64) / "lib.so")),
+               cache_prune.in_use(cache_prune.extension_lock(cache / "torch_extensions" / ("e" * 16)))]
+    holders.append(cache_prune.in_use(cache_prune.build_lock(cache / "builds" / ("a" * 64) / "lib.so")))  # shared: verdicts side by side
+    assert None not in holders
+    try:
+        done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+        assert done.removed == [] and _names(done.busy) == ["a", "e"]
+    finally:
+        for fd in holders:
+            os.close(fd)
+    assert _names(cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock).removed) == ["a", "e"]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_verdict_lets_go_of_what_it_held_in_use(tmp_path, monkeypatch):
+    from conftest import CANDIDATES, PROBLEMS
+    from kernelwright.judge.evaluate import evaluate
+    from kernelwright.judge.policy import Policy
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    verdict = evaluate(PROBLEMS / "relu.py", CANDIDATES / "relu_correct", Policy(time_candidate=False, compile_baseline=False,
+                       baselines="skip"), device="cpu")
+    assert verdict.status.value == "correct", verdict.log
+    done = cache_prune.prune(tmp_path / "cache", keep_bytes=0, min_age_s=0)
+    assert done.busy == [] and done.failed == [] and [e.kind for e in done.removed] == ["builds"]
 
 
 def test_a_dry_run_removes_nothing(cache):
-    done = cache_prune.prune(cache, keep_bytes=0, now=NOW, dry_run=True)
-    assert _names(done.removed) == ["a", "e", "b"] and done.freed == 4 * MIB + 4
+    done = cache_prune.prune(cache, keep_bytes=0, now=_clock, dry_run=True)
+    assert _names(done.removed) == ["a", "e", "b"] and done.freed == _bytes(cache, "a", "e", "b")
     assert _names(cache_prune.entries(cache)) == ["a", "e", "b", "f"]
 
 
-@pytest.mark.parametrize("kw", [{}, {"keep_bytes": -1}, {"older_than_s": -1.0}, {"keep_bytes": 0, "min_age_s": -1.0}])
-def test_a_prune_without_a_bound_or_with_a_negative_one_is_refused(cache, kw):
+def test_what_a_candidate_plants_in_its_folder_neither_inflates_it_nor_stops_the_prune_nor_reaches_outside(cache, tmp_path):
+    """A candidate writes its extension folder: a tree deeper than Python's recursion limit, a
+    sparse 8 GiB file, hard links to one file, and links to a file and a folder outside the cache. The folder
+    counts its blocks once each, the prune walks and removes it whole, and the outside file stays."""
+    folder = cache / "torch_extensions" / ("e" * 16)
+    fd = os.open(folder, os.O_RDONLY)
+    for _ in range(1100):  # deeper than Python's recursion limit (pathlib's mkdir and shutil.rmtree recurse)
+        os.mkdir("d", dir_fd=fd)
+        fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    with open(os.open("x", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "w") as f:
+        f.write("deep")
+    os.close(fd)
+    with open(folder / "sparse", "wb") as f:
+        f.truncate(8 << 30)
+    for i in range(50):
+        os.link(folder / "triton" / "k.cubin", folder / f"hard{i}")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    (folder / "link").symlink_to(outside)
+    (folder / "dirlink").symlink_to(tmp_path)
+    size = next(e.bytes for e in cache_prune.entries(cache) if e.path == folder)
+    assert 2 * MIB <= size < 16 * MIB, size  # 1100 folders' blocks, one 2 MiB file once, no sparse 8 GiB
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert _names(done.removed) == ["a", "e"] and done.failed == []
+    assert not folder.exists() and outside.read_text() == "keep me" and tmp_path.is_dir()
+    assert not [p for p in (cache / "torch_extensions").iterdir() if p.name.startswith(cache_prune.ASIDE)]
+
+
+def test_an_entry_that_cannot_be_deleted_is_reported_and_swept_by_the_next_prune(cache, monkeypatch):
+    real = cache_prune._remove
+    monkeypatch.setattr(cache_prune, "_remove", lambda path: False)
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert done.removed == [] and _names([e for e, _ in done.failed]) == ["a", "e"] and "next prune" in done.failed[0][1]
+    assert done.freed == 0 and done.kept_bytes == _bytes(cache, "b", "f") + sum(e.bytes for e, _ in done.failed)
+    monkeypatch.setattr(cache_prune, "_remove", real)
+    cache_prune.prune(cache, older_than_s=1e9, now=_clock)  # removes nothing by its bound, sweeps what was set aside
+    assert not [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
+
+
+@pytest.mark.parametrize("kw", [{}, {"keep_bytes": -1}, {"older_than_s": -1.0}, {"keep_bytes": 0, "min_age_s": -1.0},
+                                {"keep_bytes": 0, "min_age_s": float("nan")}, {"older_than_s": float("nan")},
+                                {"keep_bytes": float("inf")}])
+def test_a_prune_without_a_bound_or_with_a_negative_or_non_finite_one_is_refused(cache, kw):
     with pytest.raises(ValueError):
-        cache_prune.prune(cache, now=NOW, **kw)
+        cache_prune.prune(cache, now=_clock, **kw)
+    assert len(cache_prune.entries(cache)) == 4
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 def test_the_judge_marks_each_use_of_an_entry(tmp_path, monkeypatch):
-    """A raw build's hit touches its meta.json and a verdict's extension folder its folder: the marks
-    a prune goes by, never the file system's access times."""
-    from kernelwright.judge import build, extension
+    """A raw build's hit touches its meta.json, a verdict's extension folder the mark beside it, and
+    the fork server lists its own kernels: the marks a prune goes by, never access times."""
+    from kernelwright.judge import build, extension, forkserver
 
     monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
     spec = build.spec_from_text('extern "C" int one() { return 1; }', lang="cpp", name="one")
@@ -126,8 +227,13 @@ def test_the_judge_marks_each_use_of_an_entry(tmp_path, monkeypatch):
     assert build.build(spec, sandbox_mode="off").cached
     assert time.time() - meta.stat().st_mtime < 60
     folder = extension.folder("ab" * 32)
-    os.utime(folder, (NOW - 240 * HOUR, NOW - 240 * HOUR))
-    assert extension.folder("ab" * 32) == folder and time.time() - folder.stat().st_mtime < 60
+    mark = folder.parent / f"{folder.name}.used"
+    os.utime(mark, (NOW - 240 * HOUR, NOW - 240 * HOUR))
+    assert extension.folder("ab" * 32) == folder and time.time() - mark.stat().st_mtime < 60
+    forkserver._judge_kernels(build)
+    kept = (tmp_path / "cache" / "builds" / cache_prune.JUDGE_KERNELS).read_text().split()
+    assert kept and all((tmp_path / "cache" / "builds" / key / "lib.so").is_file() for key in kept)
+    assert not {e.path.name for e in cache_prune.entries(tmp_path / "cache")} & set(kept)
 
 
 def test_the_cache_command_shows_and_prunes(cache, monkeypatch, capsys):
@@ -141,7 +247,12 @@ def test_the_cache_command_shows_and_prunes(cache, monkeypatch, capsys):
         main(["cache", "prune", "--older-than-days", "3", "--dry-run", "--json"])
     shown = json.loads(capsys.readouterr().out)
     assert done.value.code == 0 and shown["dry_run"] and [e["kind"] for e in shown["removed"]] == ["builds", "torch_extensions"]
-    for bad in (["cache", "prune"], ["cache", "prune", "--keep-gb", "-1"]):
+    with pytest.raises(SystemExit) as done:
+        main(["cache", "prune", "--older-than-days", "3", "--dry-run"])
+    said = capsys.readouterr().out
+    assert done.value.code == 0 and "would remove 2 entries" in said and str(cache / "builds" / ("a" * 64)) in said
+    for bad in (["cache", "prune"], ["cache", "prune", "--keep-gb", "-1"], ["cache", "prune", "--keep-gb", "inf"],
+                ["cache", "prune", "--keep-gb", "1", "--min-age-hours", "nan"]):
         with pytest.raises(SystemExit) as done:
             main(bad)
         assert done.value.code == 2, bad

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from kernelwright.console import out
+from kernelwright.console import err, out
 from kernelwright.errors import UsageError
 from kernelwright.flags import json_flag
 
@@ -32,26 +32,37 @@ def cache_show_cmd(args: argparse.Namespace) -> int:
 
 
 def cache_prune_cmd(args: argparse.Namespace) -> int:
-    from kernelwright.judge.cache_prune import prune
+    import time
 
-    for name in ("keep_gb", "older_than_days", "min_age_hours"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must not be negative, got {value}")
-    if args.keep_gb is None and args.older_than_days is None:
-        raise UsageError("give --keep-gb, --older-than-days, or both")
-    done = prune(keep_bytes=None if args.keep_gb is None else int(args.keep_gb * GIB),
-                 older_than_s=None if args.older_than_days is None else args.older_than_days * 86400.0,
-                 min_age_s=args.min_age_hours * 3600.0, dry_run=args.dry_run)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from kernelwright.judge.cache_prune import check_bounds, prune
+
+    keep = None if args.keep_gb is None else args.keep_gb * GIB
+    older = None if args.older_than_days is None else args.older_than_days * 86400.0
+    try:
+        check_bounds(keep, older, args.min_age_hours * 3600.0)
+    except ValueError as exc:
+        raise UsageError(f"{exc} (--keep-gb, --older-than-days, --min-age-hours)") from None
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("looking at the cache's entries, least recently used first", total=None)
+        done = prune(keep_bytes=None if keep is None else int(keep), older_than_s=older, min_age_s=args.min_age_hours * 3600.0,
+                     dry_run=args.dry_run, progress=lambda i, n: bar.update(task, completed=i, total=n))
     if args.json:
         sys.stdout.write(json.dumps({"dry_run": args.dry_run, **done.to_dict()}, indent=2) + "\n")
-        return 0
+        return 0 if not done.failed else 1
+    if args.dry_run:
+        for e in done.removed:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.used))
+            out.print(f"  {e.kind:16} {_gib(e.bytes):>10}  last used {when}  {e.path}", highlight=False, markup=False)
     verb, hold = ("would remove", "would then hold") if args.dry_run else ("removed", "now hold")
     out.print(f"{verb} {len(done.removed)} entries ({_gib(done.freed)}); the entries {hold} {_gib(done.kept_bytes)}", highlight=False)
     if done.busy:
-        out.print(f"kept {len(done.busy)} entries in use (used within {args.min_age_hours:g} h, or locked by a build or a verdict)",
-                  highlight=False)
-    return 0
+        out.print(f"kept {len(done.busy)} entries the bound would have taken: used within {args.min_age_hours:g} h, or locked by a "
+                  "build or a verdict", highlight=False)
+    for e, why in done.failed:
+        err.print(f"could not remove {e.path}: {why}", highlight=False, markup=False, style="red")
+    return 0 if not done.failed else 1
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelwright.judge import extension, finish, forkpool, host_folders, quota, refpool, sandbox, spares
+from kernelwright.judge import cache_prune, extension, finish, forkpool, host_folders, quota, refpool, sandbox, spares
 from kernelwright.judge.candidate import CandidateFiles, CandidateSyntaxError, discover, prebuild
 from kernelwright.judge.flow_children import Children
 from kernelwright.judge.gpulock import enabled as gpu_lock_enabled
@@ -216,6 +216,7 @@ class Flow(Children):
         self.cancel: threading.Event | None = None  # set: the evaluation is being cancelled (evaluate raises Cancelled)
         self.cand_env: dict[str, str] = {}  # the candidate child's extra environment (a torch extension's or Triton's folder)
         self.triton_lock: int | None = None  # the lock on the candidate's Triton cache, held for the verdict (extension.hold_triton_cache)
+        self.in_use: list[int] = []  # shared locks on the cache entries this verdict uses, held to its end: a prune passes them by
         self.jit_before: list[dict[str, Any]] = []  # jit reports of candidate children let go (flow_children.fresh_candidate)
         self.retimed: list[float] = []  # per timing window not priced: how far step device_sync's charge moved its price (a share)
         self.files: CandidateFiles | None = None  # what discovery found (read_statically)
@@ -268,6 +269,9 @@ class Flow(Children):
             if self.triton_lock is not None:
                 os.close(self.triton_lock)
                 self.triton_lock = None
+            for fd in self.in_use:
+                os.close(fd)
+            self.in_use.clear()
 
     def _run(self) -> None:
         files = self.files or self._discover()
@@ -282,6 +286,8 @@ class Flow(Children):
             raise Stop(early.status, early.reason)
         self.say("starting the children")
         self.cand_env = extension.env(files.hash) if ext else {}
+        if ext or files.triton_kernels:  # its extension folder (the Triton cache among it) is in use until the verdict ends
+            self._hold(cache_prune.extension_lock(extension.folder(files.hash)))
         if not ext and files.triton_kernels and self.device == "cuda":  # its Triton kernels compile in the child: a cache of its own
             self.triton_lock = extension.hold_triton_cache(files.hash)  # unless a verdict of the same files holds it now
             self.cand_env = extension.triton_env(files.hash) if self.triton_lock is not None else {}
@@ -385,6 +391,11 @@ class Flow(Children):
         self.vb.static_findings = _static_findings(files)
         return files
 
+    def _hold(self, lock: Path) -> None:
+        fd = cache_prune.in_use(lock)
+        if fd is not None:
+            self.in_use.append(fd)
+
     def _build(self, files: CandidateFiles) -> bool:
         if files.build_path == BuildPath.RAW:
             return self._build_raw(files)
@@ -401,6 +412,9 @@ class Flow(Children):
         if failed:
             self.vb.log = truncate("\n".join(("build timed out\n" if r.timed_out else "") + r.log for r in failed))
             return False
+        for r in results:  # in use until the verdict ends: a prune passes them by
+            if r.lib_path is not None:
+                self._hold(cache_prune.build_lock(r.lib_path))
         new = [r for r in results if not r.cached and r.lib_path is not None]
         if new:  # the build cache grew: where (cache hits write nothing)
             from kernelwright import written

@@ -8,7 +8,6 @@ content hash under the build cache, where the run child (and any later verdict) 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
@@ -27,8 +26,9 @@ def folder(candidate_hash: str | None) -> Path:
     use marked for a prune of the cache (judge.cache_prune)."""
     path = cache_dir() / "torch_extensions" / (candidate_hash or "none")[:16]
     path.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        os.utime(path)
+    from kernelwright.judge.cache_prune import mark_extension
+
+    mark_extension(path)
     return path
 
 

@@ -92,7 +92,9 @@ def _judge_kernels(build: Any) -> None:
     specs = [build.spec_from_text(digest.CPU_SOURCE, lang="cpp", name="kw_digest")]
     if os.path.exists("/dev/nvidiactl") and build.find_compiler("cuda"):
         specs += [build.spec_from_text(digest.CUDA_SOURCE, lang="cuda", name="kw_digest"), build.spec_from_text(lead.SOURCE, name="kw_lead")]
-    build.build_many(specs)
+    from kernelwright.judge.cache_prune import note_judge_kernels
+
+    note_judge_kernels([r.key for r in build.build_many(specs) if r.ok])  # only sandboxed children load them later: a prune keeps them
 
 
 class ForkRefused(RuntimeError):

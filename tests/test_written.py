@@ -240,7 +240,7 @@ def test_the_judge_names_the_build_cache_when_a_raw_build_adds_to_it(tmp_path, m
         return BuildResult(ok=True, lib_path=tmp_path / "builds" / key / "lib.so", cached=cached, seconds=0.1, log="", resources=None, key=key)
 
     said: list[str] = []
-    flow = SimpleNamespace(say=said.append, policy=SimpleNamespace(build_timeout_s=1.0, sandbox="off"),
+    flow = SimpleNamespace(say=said.append, _hold=lambda lock: None, policy=SimpleNamespace(build_timeout_s=1.0, sandbox="off"),
                            vb=SimpleNamespace(build_s=None, resources=None, log=None))
     for results, want in (([result("a", False), result("b", True)], [f"cached raw builds: {tmp_path / 'builds'} (1 new entry)"]),
                           ([result("a", True)], [])):  # a cache hit writes nothing, and says nothing

@@ -24,7 +24,7 @@ def _clock():
 def _build(root, key, mib, used):
     folder = root / "builds" / key
     folder.mkdir(parents=True)
-    (folder / "lib.so").write_bytes(b"\1" * (mib * MIB))
+    (folder / "lib.so").write_bytes(os.urandom(mib * MIB))  # incompressible: a compressing file system stores it whole
     (folder / "meta.json").write_text("{}")
     os.utime(folder / "meta.json", (used, used))
     return folder
@@ -33,7 +33,7 @@ def _build(root, key, mib, used):
 def _extension(root, name, mib, used):
     folder = root / "torch_extensions" / name
     (folder / "triton").mkdir(parents=True)
-    (folder / "triton" / "k.cubin").write_bytes(b"\1" * (mib * MIB))
+    (folder / "triton" / "k.cubin").write_bytes(os.urandom(mib * MIB))
     (root / "torch_extensions" / f"{name}.used").write_text("")  # the judge's mark, beside the folder
     os.utime(root / "torch_extensions" / f"{name}.used", (used, used))
     return folder
@@ -58,7 +58,7 @@ def cache(tmp_path):
     (root / "builds" / ("tmp-" + "c" * 12 + "-x")).mkdir()
     (root / "torch_extensions" / ("e" * 16 + ".triton.lock")).write_text("")
     (root / "serve").mkdir()
-    (root / "serve" / "note").write_bytes(b"\1" * MIB)
+    (root / "serve" / "note").write_bytes(os.urandom(MIB))
     return root
 
 
@@ -86,6 +86,7 @@ def test_a_size_bound_removes_the_least_recently_used_until_it_holds(cache):
     assert _names(cache_prune.entries(cache)) == ["b", "f"]
     assert (cache / "builds" / ".locks").is_dir() and (cache / "serve" / "note").is_file()
     assert (cache / "builds" / ("j" * 64) / "lib.so").is_file()  # the judge's own kernel stays
+    assert not (cache / "torch_extensions" / ("e" * 16 + ".used")).exists()  # its mark goes with it
     left = [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
     assert left == []
 
@@ -178,6 +179,8 @@ def test_what_a_candidate_plants_in_its_folder_neither_inflates_it_nor_stops_the
     os.close(fd)
     with open(folder / "sparse", "wb") as f:
         f.truncate(8 << 30)
+    if (folder / "sparse").stat().st_blocks * 512 >= 1 << 30:
+        (folder / "sparse").unlink()  # this file system keeps no sparse files: nothing to show here
     for i in range(50):
         os.link(folder / "triton" / "k.cubin", folder / f"hard{i}")
     outside = tmp_path / "outside.txt"
@@ -194,13 +197,50 @@ def test_what_a_candidate_plants_in_its_folder_neither_inflates_it_nor_stops_the
 
 def test_an_entry_that_cannot_be_deleted_is_reported_and_swept_by_the_next_prune(cache, monkeypatch):
     real = cache_prune._remove
-    monkeypatch.setattr(cache_prune, "_remove", lambda path: False)
+    monkeypatch.setattr(cache_prune, "_remove", lambda path: "not all deleted (as a test says)")
     done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
-    assert done.removed == [] and _names([e for e, _ in done.failed]) == ["a", "e"] and "next prune" in done.failed[0][1]
-    assert done.freed == 0 and done.kept_bytes == _bytes(cache, "b", "f") + sum(e.bytes for e, _ in done.failed)
+    assert done.removed == [] and _names([e for e, _ in done.failed]) == ["a", "e"] and "as a test says" in done.failed[0][1]
+    assert done.freed == 0 and done.kept_bytes == _bytes(cache, "b", "f")  # set aside: no longer entries
+    aside = [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
+    assert len(aside) == 2
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)  # the sweep fails again: said again
+    assert sorted(str(e.path) for e, _ in done.failed) == sorted(map(str, aside))
     monkeypatch.setattr(cache_prune, "_remove", real)
-    cache_prune.prune(cache, older_than_s=1e9, now=_clock)  # removes nothing by its bound, sweeps what was set aside
-    assert not [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
+    done = cache_prune.prune(cache, older_than_s=1e9, now=_clock)  # removes nothing by its bound, sweeps what was set aside
+    assert done.failed == [] and not [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
+
+
+def test_a_tree_the_prune_cannot_write_is_opened_and_deleted(cache):
+    """A candidate leaves folders without write or search bits for their owner: the prune opens
+    them (chmod -R u+rwx, by descriptor) before it deletes them."""
+    folder = cache / "torch_extensions" / ("e" * 16)
+    (folder / "shut" / "inner").mkdir(parents=True)
+    (folder / "shut" / "inner" / "f").write_text("x")
+    (folder / "shut" / "inner").chmod(0o000)
+    (folder / "shut").chmod(0o500)
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert _names(done.removed) == ["a", "e"] and done.failed == [] and not folder.exists()
+
+
+def test_a_verdicts_hold_never_delays_a_compile_of_the_same_key(cache):
+    """The use lock is a file of its own: a compile's exclusive key lock is free while verdicts hold
+    the entry, and a prune meets both."""
+    held = cache_prune.in_use(cache_prune.build_lock(cache / "builds" / ("b" * 64) / "lib.so"))
+    key = os.open(cache / "builds" / ".locks" / f"{'b' * 64}.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(key, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as runtime.build's _key_lock: no wait
+    finally:
+        os.close(key)
+        os.close(held)
+
+
+def test_an_extension_folder_never_marked_counts_as_unused_whatever_its_own_times(cache):
+    """A candidate owns its extension folder and may set its times to the far future: only the
+    judge's mark beside it counts."""
+    folder = cache / "torch_extensions" / ("f" * 16)
+    (cache / "torch_extensions" / ("f" * 16 + ".used")).unlink()
+    os.utime(folder, (NOW + 1e8, NOW + 1e8))
+    assert _names(cache_prune.entries(cache))[0] == "f"
 
 
 @pytest.mark.parametrize("kw", [{}, {"keep_bytes": -1}, {"older_than_s": -1.0}, {"keep_bytes": 0, "min_age_s": -1.0},

@@ -6,20 +6,20 @@ cache among them (`<cache>/torch_extensions/<hash>/`, judge.extension). Each ent
 mark only the judge writes, never the file system's access time (noatime and relatime mounts keep
 that stale) nor anything in a folder a candidate can write: a raw build's `meta.json` is touched on
 every hit in a process outside the sandbox; an extension folder's mark is the file `<hash>.used`
-beside it, touched whenever a verdict asks for the folder. The judge's own kernels (the input
-digest, the lead spin), which only sandboxed children load after the fork server built them, are
-listed in `builds/.judge-kernels` and never pruned. Nothing else under the cache (locks, the
-service's socket folder) is an entry or removed.
+beside it, touched whenever a verdict asks for the folder; an entry never marked counts as unused.
+The judge's own kernels (the input digest, the lead spin), which only sandboxed children load after
+the fork server built them, are listed in `builds/.judge-kernels` and never pruned. Nothing else
+under the cache (locks, marks, the service's socket folder) is an entry.
 
-Pruning goes least recently used first. An entry used within `min_age_s` (default an hour, read
-again just before it goes) stays, so a verdict running now keeps what it reads; so does an entry
-whose lock is held: a raw build's key lock (a compile, or a verdict that prebuilt it and holds it
-shared until its end), an extension folder's `.use.lock` (held shared by each verdict that uses the
-folder) and its Triton cache lock. An entry is renamed aside in its own folder (`.prune-*`), then deleted by a walk
-that follows no link however deep the tree (`rm -rf`), and a leftover aside is swept by the next
-prune. Sizes are blocks on disk, each inode once, by a walk without recursion (a folder whose path
-grows past the system's limit is not counted): a candidate's sparse or hard-linked files do not
-inflate its folder, nor its deep tree crash the command.
+Pruning goes least recently used first. An entry stays when it was used within `min_age_s`
+(default an hour; the mark read again just before it goes) or when one of its locks is held: a raw
+build's key lock (a compile) or its use lock `.locks/<key>.use`, an extension folder's
+`<hash>.use.lock` (each held shared by a verdict that uses the entry, to its end) or its Triton
+cache lock. Under its locks an entry is only renamed aside in its own folder (`.prune-*`: a reader
+finds it complete or absent, and a verdict waits for a use lock no longer than that rename); the
+locks go, and then coreutils' chmod and rm delete it by descriptor, following no link however deep
+the tree. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
+disk, each inode once (`du`): a candidate's sparse or hard-linked files do not inflate its folder.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import fcntl
 import math
 import os
 import secrets
+import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -60,31 +62,46 @@ def note_judge_kernels(keys: list[str]) -> None:
     """Record the cache keys of the judge's own kernels (judge.forkserver), which a prune keeps."""
     builds = cache_dir() / "builds"
     with contextlib.suppress(OSError):
-        known = set(_judge_keys(builds))
-        if not set(keys) <= known:
-            builds.mkdir(parents=True, exist_ok=True)
-            tmp = builds / f"{JUDGE_KERNELS}.{secrets.token_hex(4)}"
-            tmp.write_text("".join(f"{k}\n" for k in sorted(known | set(keys))))
-            os.replace(tmp, builds / JUDGE_KERNELS)
+        builds.mkdir(parents=True, exist_ok=True)
+        fd = os.open(builds / f"{JUDGE_KERNELS}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # fork servers of other hosts or arches sharing the cache add theirs
+            known = set(_judge_keys(builds))
+            if not set(keys) <= known:
+                tmp = builds / f"{JUDGE_KERNELS}.{secrets.token_hex(4)}"
+                try:
+                    tmp.write_text("".join(f"{k}\n" for k in sorted(known | set(keys))))
+                    os.replace(tmp, builds / JUDGE_KERNELS)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
 
 
 def _judge_keys(builds: Path) -> list[str]:
     try:
-        return [line.strip() for line in (builds / JUDGE_KERNELS).read_text().splitlines() if line.strip()]
+        fd = os.open(builds / JUDGE_KERNELS, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # never a FIFO's wait
     except OSError:
         return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return []
+        text = f.read(1 << 20).decode(errors="replace")
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def in_use(lock: Path) -> int | None:
-    """A shared lock on `lock` (a raw build's key lock, an extension folder's `.use.lock`), held by a
-    verdict while it uses the entry: a prune then passes it by. None, without waiting, where a prune
-    holds it now (the verdict goes on; what it misses is built again)."""
+    """A shared lock on `lock` (a raw build's or an extension folder's use lock), held by a verdict
+    while it uses the entry: a prune then passes it by. A prune holds it exclusively only while it
+    renames the entry aside, so this waits at most that long; None where the lock cannot be had at
+    all (the verdict goes on; what it misses is built again)."""
     try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH)
     except OSError:
         os.close(fd)
         return None
@@ -92,8 +109,9 @@ def in_use(lock: Path) -> int | None:
 
 
 def build_lock(lib_path: Path) -> Path:
-    """The key lock of the raw build whose library is `lib_path` (runtime.build's `.locks/<key>.lock`)."""
-    return lib_path.parent.parent / ".locks" / f"{lib_path.parent.name}.lock"
+    """The use lock of the raw build whose library is `lib_path` (beside runtime.build's key lock,
+    which only compiles take: a verdict's hold never delays a compile)."""
+    return lib_path.parent.parent / ".locks" / f"{lib_path.parent.name}.use"
 
 
 def extension_lock(folder: Path) -> Path:
@@ -126,7 +144,12 @@ def _walk(top: Path, each: Callable[[os.DirEntry[str]], None]) -> None:
 
 
 def _size(path: Path) -> int:
-    """Blocks on disk below `path`, each inode once, links not followed."""
+    """Blocks on disk below `path`, each inode once, links not followed, at any depth (coreutils'
+    du; without it, a walk without recursion that leaves out what lies past the path limit)."""
+    if shutil.which("du"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError, IndexError):
+            done = subprocess.run(["du", "-s", "-B1", "-x", "--", str(path)], capture_output=True, text=True, timeout=3600, check=False)
+            return int(done.stdout.split()[0])
     seen: set[tuple[int, int]] = set()
     total = 0
 
@@ -142,23 +165,29 @@ def _size(path: Path) -> int:
     return total
 
 
-def _remove(path: Path) -> bool:
-    """Delete a folder set aside, links inside it never followed, however deep (coreutils' rm walks
-    by descriptor); whether it is gone."""
+def _remove(path: Path) -> str:
+    """Delete a folder set aside, links inside it never followed, however deep (coreutils' chmod
+    and rm walk by descriptor; a candidate's 0500 folder is made writable first); '' once it is
+    gone, else why not."""
+    said = ""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=3600, check=False)
-    return not os.path.lexists(path)
+        subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True, timeout=3600, check=False)
+    try:
+        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True, timeout=3600, check=False)
+        said = done.stderr.strip()[-300:]
+    except (OSError, subprocess.SubprocessError) as exc:
+        said = f"{type(exc).__name__}: {exc}"
+    return "" if not os.path.lexists(path) else f"set aside as {path.name}, not all deleted ({said or 'no reason given'}); the next prune tries again"
 
 
 def _used(kind: str, path: Path) -> float:
+    """The judge's last mark of use; 0 for an entry never marked (a candidate owns its extension
+    folder, and its folder's own times are the candidate's to set)."""
     mark = path / META_NAME if kind == "builds" else path.parent / f"{path.name}.used"
     try:
         return os.stat(mark, follow_symlinks=False).st_mtime
-    except OSError:  # never marked (made before marks were kept): its folder's own time
-        try:
-            return os.stat(path, follow_symlinks=False).st_mtime
-        except OSError:
-            return 0.0
+    except OSError:
+        return 0.0
 
 
 def entries(root: Path | None = None) -> list[Entry]:
@@ -189,26 +218,34 @@ def usage(root: Path | None = None) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def _held(entry: Entry) -> Iterator[bool]:
-    """Whether every lock on the entry could be taken (then held for the block): a raw build's key
-    lock (a compile, or a verdict's shared hold), an extension folder's Triton cache lock and its
-    `.use.lock` (verdicts' shared holds). A lock file that is not there holds nothing."""
-    locks = ([entry.path.parent / ".locks" / f"{entry.path.name}.lock"] if entry.kind == "builds"
+def _held(entry: Entry) -> Iterator[str]:
+    """Every lock on the entry taken without waiting (then held for the block): '' when all were,
+    `busy` when one is held, else why not. A raw build's key lock (a compile) and use lock
+    (verdicts' shared holds); an extension folder's Triton cache lock and use lock. A lock file
+    that is not there holds nothing."""
+    locks = ([entry.path.parent / ".locks" / f"{entry.path.name}.lock", build_lock(entry.path / "lib.so")] if entry.kind == "builds"
              else [entry.path.parent / f"{entry.path.name}.triton.lock", extension_lock(entry.path)])
     fds = []
+    why = ""
     try:
         for lock in locks:
             try:
                 fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except FileNotFoundError:
                 continue
+            except OSError as exc:
+                why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
+                break
             fds.append(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                yield False
-                return
-        yield True
+                why = "busy"
+                break
+            except OSError as exc:
+                why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
+                break
+        yield why
     finally:
         for fd in fds:
             os.close(fd)
@@ -248,14 +285,18 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
     at. ValueError for bounds check_bounds refuses."""
     check_bounds(keep_bytes, older_than_s, min_age_s)
     root = cache_dir() if root is None else root
+    done = Pruned()
     if not dry_run:
+        if shutil.which("rm") is None:
+            raise OSError("the cache is pruned with coreutils' rm, and there is none on PATH")
         for kind in KINDS:  # what an earlier prune set aside and could not delete
             with contextlib.suppress(OSError):
-                for left in (root / kind).glob(f"{ASIDE}*"):
-                    _remove(left)
+                for left in sorted((root / kind).glob(f"{ASIDE}*")):
+                    why = _remove(left)
+                    if why:
+                        done.failed.append((Entry(kind, left, 0, 0.0), why))
     listed = entries(root)
     total = sum(e.bytes for e in listed)
-    done = Pruned()
     for i, entry in enumerate(listed):
         if progress is not None:
             progress(i, len(listed))
@@ -263,12 +304,15 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
         over = keep_bytes is not None and total > keep_bytes
         if not (old or over):
             break  # least recently used first: nothing later is older, and the size stays within its bound
-        with _held(entry) as free:
-            if not free or now() - _used(entry.kind, entry.path) < min_age_s:  # read again: a verdict may have marked it since
+        aside = entry.path.parent / f"{ASIDE}{entry.path.name}-{secrets.token_hex(4)}"
+        with _held(entry) as why:
+            if why == "busy" or (not why and now() - _used(entry.kind, entry.path) < min_age_s):  # read again: marked since?
                 done.busy.append(entry)
                 continue
-            if not dry_run:
-                aside = entry.path.parent / f"{ASIDE}{entry.path.name}-{secrets.token_hex(4)}"
+            if why:
+                done.failed.append((entry, why))
+                continue
+            if not dry_run:  # renamed under its locks: once aside, nothing finds it by name, and the locks go before the deletion
                 try:
                     os.rename(entry.path, aside)
                 except FileNotFoundError:
@@ -277,9 +321,14 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                 except OSError as exc:
                     done.failed.append((entry, f"{type(exc).__name__}: {exc}"))
                     continue
-                if not _remove(aside):
-                    done.failed.append((entry, f"set aside as {aside.name}, not all of it could be deleted (the next prune tries again)"))
-                    continue
+        if not dry_run:
+            if entry.kind == "torch_extensions":
+                (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
+            why = _remove(aside)
+            if why:
+                done.failed.append((entry, why))
+                total -= entry.bytes  # no longer an entry: the next prune's sweep
+                continue
         done.removed.append(entry)
         total -= entry.bytes
     if progress is not None:

@@ -54,7 +54,7 @@ def cache_prune_cmd(args: argparse.Namespace) -> int:
     if args.dry_run:
         for e in done.removed:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.used))
-            out.print(f"  {e.kind:16} {_gib(e.bytes):>10}  last used {when}  {e.path}", highlight=False, markup=False)
+            sys.stdout.write(f"  {e.kind:16} {_gib(e.bytes):>10}  last used {when}  {e.path}\n")  # never wrapped: a path stays whole
     verb, hold = ("would remove", "would then hold") if args.dry_run else ("removed", "now hold")
     out.print(f"{verb} {len(done.removed)} entries ({_gib(done.freed)}); the entries {hold} {_gib(done.kept_bytes)}", highlight=False)
     if done.busy:

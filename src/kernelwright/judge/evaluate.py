@@ -265,13 +265,15 @@ class Flow(Children):
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-8:])
             return self.vb.finish(Status.INFRA_ERROR, f"the judge failed: {type(exc).__name__}: {exc}\n{tb}")
         finally:
-            self._release_children() if clean else self._close_children()
-            if self.triton_lock is not None:
-                os.close(self.triton_lock)
-                self.triton_lock = None
-            for fd in self.in_use:
-                os.close(fd)
-            self.in_use.clear()
+            try:
+                self._release_children() if clean else self._close_children()
+            finally:  # the locks go whatever the children's closing raised: a service would hold them for good
+                if self.triton_lock is not None:
+                    os.close(self.triton_lock)
+                    self.triton_lock = None
+                for fd in self.in_use:
+                    os.close(fd)
+                self.in_use.clear()
 
     def _run(self) -> None:
         files = self.files or self._discover()
@@ -285,9 +287,9 @@ class Flow(Children):
         if early is not None:
             raise Stop(early.status, early.reason)
         self.say("starting the children")
+        if ext or (files.triton_kernels and self.device == "cuda"):  # its extension folder (a Triton cache) in use to the verdict's end,
+            self._hold(cache_prune.extension_lock(extension.folder_path(files.hash)))  # held before the folder is made and marked
         self.cand_env = extension.env(files.hash) if ext else {}
-        if ext or files.triton_kernels:  # its extension folder (the Triton cache among it) is in use until the verdict ends
-            self._hold(cache_prune.extension_lock(extension.folder(files.hash)))
         if not ext and files.triton_kernels and self.device == "cuda":  # its Triton kernels compile in the child: a cache of its own
             self.triton_lock = extension.hold_triton_cache(files.hash)  # unless a verdict of the same files holds it now
             self.cand_env = extension.triton_env(files.hash) if self.triton_lock is not None else {}
@@ -415,6 +417,11 @@ class Flow(Children):
         for r in results:  # in use until the verdict ends: a prune passes them by
             if r.lib_path is not None:
                 self._hold(cache_prune.build_lock(r.lib_path))
+        if any(r.lib_path is not None and not r.lib_path.is_file() for r in results):  # pruned between the hit and the hold
+            results = prebuild(files, timeout_s=self.policy.build_timeout_s, sandbox_mode=self.policy.sandbox)
+            if not all(r.ok for r in results):
+                self.vb.log = truncate("\n".join(r.log for r in results if not r.ok))
+                return False
         new = [r for r in results if not r.cached and r.lib_path is not None]
         if new:  # the build cache grew: where (cache hits write nothing)
             from kernelwright import written

@@ -21,10 +21,15 @@ from kernelwright.judge.build import cache_dir
 from kernelwright.judge.workers import Child, ChildConfig, ChildError
 
 
+def folder_path(candidate_hash: str | None) -> Path:
+    """Where torch's extension folder for a candidate lies (folder() makes it)."""
+    return cache_dir() / "torch_extensions" / (candidate_hash or "none")[:16]
+
+
 def folder(candidate_hash: str | None) -> Path:
     """torch's extension folder for a candidate (TORCH_EXTENSIONS_DIR), made if missing, and its
     use marked for a prune of the cache (judge.cache_prune)."""
-    path = cache_dir() / "torch_extensions" / (candidate_hash or "none")[:16]
+    path = folder_path(candidate_hash)
     path.mkdir(parents=True, exist_ok=True)
     from kernelwright.judge.cache_prune import mark_extension
 

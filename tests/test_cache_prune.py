@@ -113,27 +113,23 @@ def test_a_mark_made_after_the_listing_still_keeps_the_entry(cache):
     assert _names(done.removed) == ["e"] and _names(done.busy) == ["a"]
 
 
-def test_an_entry_whose_lock_is_held_stays_until_it_is_let_go(cache):
-    """A raw build's key lock (a compile of that key), a Triton candidate's cache lock (its verdict)."""
-    holders = [os.open(cache / "builds" / ".locks" / f"{'a' * 64}.lock", os.O_RDONLY),
-               os.open(cache / "torch_extensions" / f"{'e' * 16}.triton.lock", os.O_RDONLY)]
-    try:
-        for fd in holders:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
-        assert done.removed == [] and _names(done.busy) == ["a", "e"]
-    finally:
-        for fd in holders:
-            os.close(fd)
-    assert _names(cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock).removed) == ["a", "e"]
+def _exclusive(path):
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
 
 
-def test_an_entry_a_verdict_holds_in_use_stays_until_the_verdict_lets_go(cache):
-    """A verdict holds its raw builds' key locks and its extension folder's use lock shared to its
-    end (judge.evaluate): a prune passes both by, and takes them once let go."""
-    holders = [cache_prune.in_use(cache_prune.build_lock(cache / "builds" / ("a" * 64) / "lib.so")),
-               cache_prune.in_use(cache_prune.extension_lock(cache / "torch_extensions" / ("e" * 16)))]
-    holders.append(cache_prune.in_use(cache_prune.build_lock(cache / "builds" / ("a" * 64) / "lib.so")))  # shared: verdicts side by side
+@pytest.mark.parametrize("who", ["a compile and a Triton verdict", "verdicts using them"])
+def test_an_entry_whose_lock_is_held_stays_until_it_is_let_go(cache, who):
+    """A raw build's key lock (a compile of that key) and a Triton candidate's cache lock (its
+    verdict); or the use locks verdicts hold shared to their end (judge.evaluate), two verdicts of
+    the same build side by side: a prune passes them by, and takes the entries once let go."""
+    build, ext = cache / "builds" / ("a" * 64), cache / "torch_extensions" / ("e" * 16)
+    if who == "verdicts using them":
+        holders = [cache_prune.in_use(cache_prune.build_lock(build / "lib.so")), cache_prune.in_use(cache_prune.extension_lock(ext)),
+                   cache_prune.in_use(cache_prune.build_lock(build / "lib.so"))]
+    else:
+        holders = [_exclusive(cache / "builds" / ".locks" / f"{'a' * 64}.lock"), _exclusive(cache / "torch_extensions" / f"{'e' * 16}.triton.lock")]
     assert None not in holders
     try:
         done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
@@ -210,6 +206,7 @@ def test_an_entry_that_cannot_be_deleted_is_reported_and_swept_by_the_next_prune
     assert done.failed == [] and not [p for kind in cache_prune.KINDS for p in (cache / kind).iterdir() if p.name.startswith(cache_prune.ASIDE)]
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root deletes whatever the bits say: only a judge that is not root needs the opening")
 def test_a_tree_the_prune_cannot_write_is_opened_and_deleted(cache):
     """A candidate leaves folders without write or search bits for their owner: the prune opens
     them (chmod -R u+rwx, by descriptor) before it deletes them."""
@@ -229,9 +226,33 @@ def test_a_verdicts_hold_never_delays_a_compile_of_the_same_key(cache):
     key = os.open(cache / "builds" / ".locks" / f"{'b' * 64}.lock", os.O_RDONLY)
     try:
         fcntl.flock(key, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as runtime.build's _key_lock: no wait
+        fcntl.flock(key, fcntl.LOCK_UN)
+        done = cache_prune.prune(cache, older_than_s=24 * HOUR, now=_clock)
+        assert _names(done.removed) == ["a", "e"] and _names(done.busy) == ["b"]
     finally:
         os.close(key)
         os.close(held)
+
+
+def test_a_verdict_waits_for_a_use_lock_no_longer_than_its_bound(cache, monkeypatch):
+    """A candidate can read the cache, lock files included, and take one exclusively: a verdict
+    waits HOLD_WAIT_S for its hold, then goes on without it."""
+    import time as clock
+
+    monkeypatch.setattr(cache_prune, "HOLD_WAIT_S", 0.3)
+    lock = cache_prune.build_lock(cache / "builds" / ("b" * 64) / "lib.so")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.touch()
+    squatter = _exclusive(lock)
+    try:
+        t0 = clock.monotonic()
+        assert cache_prune.in_use(lock) is None
+        assert 0.25 <= clock.monotonic() - t0 < 5
+    finally:
+        os.close(squatter)
+    fd = cache_prune.in_use(lock)
+    assert fd is not None
+    os.close(fd)
 
 
 def test_an_extension_folder_never_marked_counts_as_unused_whatever_its_own_times(cache):

@@ -16,7 +16,7 @@ Pruning goes least recently used first. An entry stays when it was used within `
 build's key lock (a compile) or its use lock `.locks/<key>.use`, an extension folder's
 `<hash>.use.lock` (each held shared by a verdict that uses the entry, to its end) or its Triton
 cache lock. Under its locks an entry is only renamed aside in its own folder (`.prune-*`: a reader
-finds it complete or absent, and a verdict waits for a use lock no longer than that rename); the
+finds it complete or absent; a verdict waits for a use lock at most HOLD_WAIT_S, then goes on); the
 locks go, and then coreutils' chmod and rm delete it by descriptor, following no link however deep
 the tree. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
 disk, each inode once (`du`): a candidate's sparse or hard-linked files do not inflate its folder.
@@ -65,7 +65,8 @@ def note_judge_kernels(keys: list[str]) -> None:
         builds.mkdir(parents=True, exist_ok=True)
         fd = os.open(builds / f"{JUDGE_KERNELS}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # fork servers of other hosts or arches sharing the cache add theirs
+            if not _lock_within(fd, fcntl.LOCK_EX, HOLD_WAIT_S):  # fork servers of other hosts or arches sharing the cache add theirs
+                return
             known = set(_judge_keys(builds))
             if not set(keys) <= known:
                 tmp = builds / f"{JUDGE_KERNELS}.{secrets.token_hex(4)}"
@@ -90,19 +91,36 @@ def _judge_keys(builds: Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+HOLD_WAIT_S = 5.0  # the longest a verdict waits for a use lock, and a fork server for the judge-kernels list
+
+
+def _lock_within(fd: int, how: int, wait_s: float) -> bool:
+    """flock `how` on `fd`, tried until `wait_s` has passed: a candidate can read the cache, lock
+    files included, and would hold a blocking waiter for as long as it liked."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        except OSError:
+            return False
+
+
 def in_use(lock: Path) -> int | None:
     """A shared lock on `lock` (a raw build's or an extension folder's use lock), held by a verdict
     while it uses the entry: a prune then passes it by. A prune holds it exclusively only while it
-    renames the entry aside, so this waits at most that long; None where the lock cannot be had at
-    all (the verdict goes on; what it misses is built again)."""
+    renames the entry aside; after HOLD_WAIT_S without it (someone else holds it), None, and the
+    verdict goes on without the hold (what a prune takes meanwhile is built again)."""
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-    except OSError:
+    if not _lock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S):
         os.close(fd)
         return None
     return fd
@@ -321,9 +339,9 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                 except OSError as exc:
                     done.failed.append((entry, f"{type(exc).__name__}: {exc}"))
                     continue
+                if entry.kind == "torch_extensions":  # under the locks: a verdict that takes them next makes and marks a new folder
+                    (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
         if not dry_run:
-            if entry.kind == "torch_extensions":
-                (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
             why = _remove(aside)
             if why:
                 done.failed.append((entry, why))

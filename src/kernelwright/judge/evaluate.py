@@ -419,6 +419,7 @@ class Flow(Children):
                 self._hold(cache_prune.build_lock(r.lib_path))
         if any(r.lib_path is not None and not r.lib_path.is_file() for r in results):  # pruned between the hit and the hold
             results = prebuild(files, timeout_s=self.policy.build_timeout_s, sandbox_mode=self.policy.sandbox)
+            self.vb.build_s = time.perf_counter() - t0
             if not all(r.ok for r in results):
                 self.vb.log = truncate("\n".join(r.log for r in results if not r.ok))
                 return False

@@ -222,3 +222,36 @@ def test_warm_host_facts_leaves_nothing_for_the_first_build_to_ask(monkeypatch):
     finally:
         for memo in (toolchain.compiler_version, toolchain._detected_arch, toolchain.cpu_identity):
             memo.cache_clear()
+
+
+def test_a_held_key_lock_delays_a_build_only_so_long(cache, monkeypatch, caplog):
+    """A candidate can read the cache and flock a key's lock file for as long as it lives: the
+    builder waits at most the build's timeout and a margin, then builds without the lock."""
+    import fcntl
+    import logging
+    import os
+
+    spec = cpp(SAXPY)
+
+    def fake_compiler(cmd, work, timeout_s):
+        (work / "lib.so").write_bytes(b"\x7fELF not really")
+        return 0, "", False
+
+    monkeypatch.setattr(runtime_build, "KEY_WAIT_MARGIN_S", 0.0)
+    monkeypatch.setattr(runtime_build, "find_compiler", lambda lang: "/bin/true")
+    locks = cache / "builds" / ".locks"
+    locks.mkdir(parents=True)
+    fd = os.open(locks / f"{runtime_build.cache_key(spec, runtime_build.compiler_version('/bin/true'))}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: held against this process's builder too
+        start = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger=runtime_build.__name__):
+            held = runtime_build.build(spec, timeout_s=0.5, run=fake_compiler)
+        waited = time.monotonic() - start
+    finally:
+        os.close(fd)
+    assert held.ok and not held.cached and held.lib_path is not None and held.lib_path.read_bytes().startswith(b"\x7fELF")
+    assert 0.5 <= waited < 5, waited
+    assert "held for" in caplog.text and "building without it" in caplog.text
+    free = runtime_build.build(spec, timeout_s=0.5, run=fake_compiler)  # the lock free: the published build, at once
+    assert free.ok and free.cached

@@ -10,7 +10,8 @@ whole, so a build folder is either absent or complete. Only the judge writes the
 checks the library against that digest, and an entry that fails the check (or predates it) counts
 as absent. A process inside the sandbox cannot write the cache; a build it asks for goes to a
 folder of its own (`private_root`). A file lock keeps concurrent builders of one key (threads or
-processes) from compiling twice. Failed builds are not cached. The compilers themselves (where,
+processes) from compiling twice; a builder waits for it no longer than the build's own timeout and
+half a minute, since a candidate can read the lock file and hold it. Failed builds are not cached. The compilers themselves (where,
 which version, for what target, how one is run) are runtime.toolchain's.
 """
 
@@ -43,6 +44,9 @@ CONFINED_ENV = "KERNELWRIGHT_CONFINED"  # "1" in a process that entered the judg
 KEY_VERSION = 1  # bump when the commands below change in a way the key does not see
 LIB_NAME = "lib.so"
 META_NAME = "meta.json"
+KEY_WAIT_MARGIN_S = 30.0  # past the build's own timeout, the longest a builder waits for another builder of its key
+KEY_WAIT_NOTICE_S = 5.0
+KEY_POLL_S = 0.05
 SOURCE_SUFFIXES = {".cu": "cuda", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c": "cpp"}
 HEADER_SUFFIXES = (".h", ".hh", ".hpp", ".cuh", ".inc", ".inl")
 _CUDA_INCLUDE_RE = re.compile(
@@ -184,7 +188,7 @@ def build(spec: BuildSpec, *, timeout_s: float = 300.0, run: Runner | None = Non
         return hit
     own = private_root()
     final = shared if own is None else own / key
-    with _key_lock(final.parent, key):
+    with _key_lock(final.parent, key, timeout_s + KEY_WAIT_MARGIN_S):
         hit = _cached_result(final, key, start)
         if hit is not None:
             return hit
@@ -237,16 +241,42 @@ def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
 
 
 @contextlib.contextmanager
-def _key_lock(builds: Path, key: str) -> Iterator[None]:
-    """An exclusive lock on one key, across threads and processes."""
+def _key_lock(builds: Path, key: str, wait_s: float) -> Iterator[None]:
+    """An exclusive lock on one key, across threads and processes, waited for at most `wait_s`.
+    A candidate can read the cache, lock files included, and flock one as long as it lives: past
+    the wait the build goes on without the lock (at worst it compiles twice; `_publish` keeps the
+    first sound folder)."""
     locks = builds / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{key}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        held = _lock_within(fd, key, wait_s)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _lock_within(fd: int, key: str, wait_s: float) -> bool:
+    """flock `fd` exclusively, tried until `wait_s` has passed; False when it never came."""
+    start = time.monotonic()
+    said = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            waited = time.monotonic() - start
+            if waited >= wait_s:
+                log.warning("the build lock of %s was held for %.0f s: building without it", key[:16], waited)
+                return False
+            if not said and waited >= KEY_WAIT_NOTICE_S:
+                said = True
+                log.info("waiting for another build of %s (at most %.0f s)", key[:16], wait_s)
+            time.sleep(KEY_POLL_S)
 
 
 def _compile_and_publish(

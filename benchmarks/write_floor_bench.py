@@ -1,0 +1,107 @@
+"""Can an honest kernel beat the physics_floor guard's write floor? (GPU only)
+
+The guard refuses a time under the write floor: the output's bytes at the vendor's peak memory
+bandwidth (judge/roofline.py, 4.8 TB/s). The judge's flush reads a buffer twice the L2's size, so
+L2 holds clean lines when the timed call starts, and an output that fits in L2 may be written at
+L2 speed, with the write-back to memory after the end event. Where that is faster than the peak,
+the guard would refuse an honest kernel whose output is mostly written and little read.
+
+This times three such kernels with the judge's own timing function (flush, events, device-wide
+sync, lead), over output sizes from 1 MiB to 512 MiB of float32:
+- `zero`: `out.zero_()`, writes only;
+- `fill`: `out.fill_(1.5)`, writes only;
+- `expand`: `out.copy_(row.expand_as(out))`, a 4 KiB row read, the whole output written.
+Each row gives the median stream time, the write floor at the peak the judge uses, and their
+ratio (under 1: the guard would refuse that honest kernel), with the GPU's own name and L2 size.
+
+    PYTHONPATH=src python3 benchmarks/write_floor_bench.py --out DIR --commit C [--calls 30]
+
+Writes DIR/write_floor_bench.json. Not a test: it says whether the floor's premise holds on the
+machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES_MIB = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
+COLS = 1024  # float32 columns of the output: a 4 KiB row
+
+
+def floor_rows(times: dict[str, dict[int, list[float]]], peak_bytes_per_s: float) -> list[dict]:
+    """One row per kernel and size: the median and minimum time, the write floor and their ratios.
+    `times` is {kernel: {size in MiB: [ms...]}}."""
+    rows = []
+    for kernel, by_size in times.items():
+        for mib, ms in sorted(by_size.items()):
+            floor_ms = (mib << 20) / peak_bytes_per_s * 1e3
+            med, low = statistics.median(ms), min(ms)
+            rows.append({"kernel": kernel, "mib": mib, "median_ms": round(med, 6), "min_ms": round(low, 6),
+                         "write_floor_ms": round(floor_ms, 6), "median_over_floor": round(med / floor_ms, 4),
+                         "min_over_floor": round(low / floor_ms, 4),
+                         "median_tb_per_s": round((mib << 20) / (med * 1e-3) / 1e12, 3)})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--commit", default="unknown", help="the commit being measured (recorded in the file's provenance)")
+    ap.add_argument("--calls", type=int, default=30, help="timed calls per kernel and size")
+    a = ap.parse_args()
+    if a.calls < 1:
+        ap.error("--calls must be positive")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("write_floor_bench needs a CUDA device", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from judge_bench import provenance
+    from kernelwright.judge import roofline, timing
+    from kernelwright.judge.policy import TimingConfig
+
+    dev = torch.device("cuda")
+    sw = timing.switches_from({"flush": True, "events": True, "sync": True, "lead_us": TimingConfig().lead_us}, cuda=True)
+    props = torch.cuda.get_device_properties(dev)
+    row = torch.randn(COLS, device=dev)
+    kernels = {
+        "zero": lambda out: out.zero_(),
+        "fill": lambda out: out.fill_(1.5),
+        "expand": lambda out: out.copy_(row.expand_as(out)),
+    }
+    a.out.mkdir(parents=True, exist_ok=True)
+    doc = {"provenance": provenance(a.commit), "gpu_name": props.name, "l2_bytes": timing.l2_bytes(),
+           "peak_bytes_per_s": roofline.VENDOR_BYTES_PER_S, "calls": a.calls, "rows": []}
+    times: dict[str, dict[int, list[float]]] = {k: {} for k in kernels}
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for mib in SIZES_MIB:
+            out = torch.empty((mib << 20) // 4 // COLS, COLS, device=dev)
+            for name, fn in kernels.items():
+                timing.time_calls(fn, lambda _i: [out], 3, cuda=True, switches=sw)  # warm
+                times[name][mib] = timing.time_calls(fn, lambda _i: [out], a.calls, cuda=True, switches=sw)
+            del out
+            torch.cuda.empty_cache()
+    doc["rows"] = floor_rows(times, roofline.VENDOR_BYTES_PER_S)
+    (a.out / "write_floor_bench.json").write_text(json.dumps(doc, indent=1))
+    print(f"{props.name}, L2 {timing.l2_bytes() >> 20} MiB, write floor at {roofline.VENDOR_BYTES_PER_S / 1e12:g} TB/s; "
+          f"{time.perf_counter() - t0:.1f} s")
+    print(f"{'kernel':8} {'MiB':>5} {'median ms':>10} {'floor ms':>10} {'median/floor':>12} {'min/floor':>10} {'TB/s':>6}")
+    for r in doc["rows"]:
+        print(f"{r['kernel']:8} {r['mib']:>5} {r['median_ms']:>10.5f} {r['write_floor_ms']:>10.5f} {r['median_over_floor']:>12.3f} "
+              f"{r['min_over_floor']:>10.3f} {r['median_tb_per_s']:>6.2f}")
+    under = [r for r in doc["rows"] if r["min_over_floor"] < 1]
+    print(f"{len(under)} of {len(doc['rows'])} rows have a call under the write floor" + (
+        ": " + ", ".join(f"{r['kernel']} {r['mib']} MiB" for r in under) if under else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -83,11 +83,11 @@ def main() -> int:
     t0 = time.perf_counter()
     with torch.no_grad():
         for mib in SIZES_MIB:
-            out = torch.empty((mib << 20) // 4 // COLS, COLS, device=dev)
+            args = [torch.empty((mib << 20) // 4 // COLS, COLS, device=dev)]
             for name, fn in kernels.items():
-                timing.time_calls(fn, lambda _i: [out], 3, cuda=True, switches=sw)  # warm
-                times[name][mib] = timing.time_calls(fn, lambda _i: [out], a.calls, cuda=True, switches=sw)
-            del out
+                timing.time_calls(fn, lambda _i: args, 3, cuda=True, switches=sw)  # warm
+                times[name][mib] = timing.time_calls(fn, lambda _i: args, a.calls, cuda=True, switches=sw)
+            args.clear()
             torch.cuda.empty_cache()
     doc["rows"] = floor_rows(times, roofline.VENDOR_BYTES_PER_S)
     (a.out / "write_floor_bench.json").write_text(json.dumps(doc, indent=1))

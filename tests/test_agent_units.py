@@ -195,3 +195,39 @@ def test_the_agents_build_children_and_compilers_are_confined_by_the_policys_san
     monkeypatch.setattr(judging, "prebuild", lambda files, timeout_s, sandbox_mode="auto": modes.append(sandbox_mode) or [])
     j._compile_raw(discover(root / "candidates" / "relu_correct"), 0.0)
     assert modes == ["strict"]
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+def test_the_agents_extension_build_takes_the_folder_its_verify_will(tmp_path, monkeypatch):
+    """The compile tool's build child works where the judge's evaluation does (evaluate.work_folder):
+    /dev/shm when it is roomy, else TMPDIR, so a closed TMPDIR does not fail a build that verify passes."""
+    import tempfile
+
+    from kernelwright.agent import judging
+    from kernelwright.judge import evaluate, workers
+    from kernelwright.judge.candidate import discover
+    from kernelwright.judge.policy import Policy
+    from kernelwright.problems.loader import load_problem
+
+    root = Path(__file__).resolve().parent / "fixtures"
+    j = judging.Judge(load_problem(root / "problems" / "relu.py"), SimpleNamespace(policy=lambda: Policy(sandbox="off")),
+                      device="cpu", store=None, record=False)
+    seen = []
+
+    class FakeChild:
+        def __init__(self, config):
+            seen.append(config.workdir)
+
+        def call(self, *a, **k):
+            raise workers.ChildError("compile", "stopped here by the test")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(workers, "Child", FakeChild)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cand = root / "candidates" / "relu_ext"
+    for free, where in ((0, Path("/dev/shm")), (1 << 62, tmp_path)):
+        monkeypatch.setattr(evaluate, "SHM_MIN_FREE", free)
+        assert not j._compile_extension(discover(cand), 0.0, cand).ok
+        assert seen[-1].parent == where and seen[-1].name.startswith("kw-agent-build-") and not seen[-1].exists()

@@ -12,7 +12,6 @@ import concurrent.futures
 import dataclasses
 import logging
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -262,9 +261,10 @@ class Judge:
         own flow does), into the extension folder the judge will use (keyed by content hash), so
         verify() finds it built."""
         from kernelwright.judge import extension
+        from kernelwright.judge.evaluate import work_folder
 
         policy = self.objective.policy()
-        workdir = Path(tempfile.mkdtemp(prefix="kw-agent-build-"))
+        workdir = work_folder("kw-agent-build-")  # where verify's evaluation will build: /dev/shm when roomy
         try:
             main = snapshot(cand_path, workdir / "candidate")  # the same files the judge would take
             size = sizes.resolve(self.problem.source, policy.size, self.device, str(self.problem.path))

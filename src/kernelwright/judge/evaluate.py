@@ -55,14 +55,15 @@ def resolve_device(device: str) -> str:
 SHM_MIN_FREE = 8 * 2**30  # use /dev/shm for outputs only when it has this much room (Docker gives 64 MiB)
 
 
-def _workdir() -> Path:
-    """A private folder for one evaluation: in memory when /dev/shm is roomy, else on disk."""
+def work_folder(prefix: str = "kw-eval-") -> Path:
+    """A private folder for one evaluation (or the agent's build of its candidate, which must find
+    what the evaluation will): in memory when /dev/shm is roomy, else on disk (TMPDIR)."""
     shm = Path("/dev/shm")
     try:
         roomy = shm.is_dir() and shutil.disk_usage(shm).free >= SHM_MIN_FREE
     except OSError:
         roomy = False
-    return Path(tempfile.mkdtemp(prefix="kw-eval-", dir=shm if roomy else None))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=shm if roomy else None))
 
 
 class Cancelled(BaseException):
@@ -104,7 +105,7 @@ def evaluate(problem: Problem | str | Path, candidate: str | Path, policy: Polic
         return vb.finish(Status.INFRA_ERROR, refused)
     spares.check_settings()  # ValueError for malformed KERNELWRIGHT_SPARE_* settings
     quota.limits()  # ValueError for a malformed KERNELWRIGHT_SANDBOX_DISK, _FILES, _MEMORY or _MEMORY_FLOOR
-    workdir = _workdir()
+    workdir = work_folder()
     try:
         main = snapshot(candidate, workdir / "candidate")  # a malformed candidate raises ValueError
         judged = main.parent if main.name == "model_new.py" else main

@@ -3,6 +3,7 @@ processes or Ray actors, and no request lost or answered twice when a worker die
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,9 @@ from kernelwright.core.records import Status
 CASES = [("relu", "relu_correct"), ("relu", "relu_identity"), ("rowsum", "rowsum_correct"), ("rowsum", "rowsum_compile_error")]
 
 
+@functools.lru_cache(maxsize=1)
 def _statuses_alone() -> list[str]:
+    """The in-process judge's statuses of CASES (once per worker: the backends' tests compare with the same)."""
     from kernelwright.client import Judge
 
     return [Judge(device="cpu").evaluate(problem(p), candidate(c), correctness_policy()).status.value for p, c in CASES]
@@ -32,7 +35,7 @@ def _busy(pool: Pool, slot: int, timeout: float = 60.0) -> None:
 def _check_pool(backend: str) -> None:
     """Same statuses as alone; then worker 0 killed while it judges: every request answered once,
     the lost one on another worker, and the slot filled again."""
-    want = _statuses_alone()
+    want = list(_statuses_alone())
     assert want == ["correct", "incorrect", "correct", "compile_error"]
     with Pool(backend, workers=2, device="cpu") as pool:
         first = [pool.submit(problem(p), candidate(c), correctness_policy()) for p, c in CASES]
@@ -338,6 +341,18 @@ def test_lost_verdict_is_a_whole_verdict():
     assert d["status"] == "infra_error" and d["log"] == "why" and d["problem"]["name"] == "relu" and d["policy"]["precision"] == "fp32"
 
 
+_PLAIN: dict = {}
+
+
+def _plain_bench(policy) -> dict:
+    """examples/cpu benched in this process, once per worker (each backend's test compares with it)."""
+    from kernelwright.report.bench import BenchConfig, run_bench
+
+    if "doc" not in _PLAIN:
+        _PLAIN["doc"] = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", keep=False), policy)
+    return _PLAIN["doc"]
+
+
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_this_process_writes_the_store(tmp_path, monkeypatch, backend):
     """A worker (a local process, or a Ray actor standing in for a GPU's) is killed mid-bench; the
@@ -352,7 +367,7 @@ def test_a_bench_through_the_pool_gives_the_statuses_of_one_without_and_only_thi
     from kernelwright.report.bench import BenchConfig, run_bench
 
     policy = correctness_policy()
-    plain = run_bench(BenchConfig(suite="examples/cpu", sources=(), device="cpu", keep=False), policy)
+    plain = _plain_bench(policy)
     store = tmp_path / "store.sqlite"
 
     def not_here(*a, **k):

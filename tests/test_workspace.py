@@ -209,20 +209,27 @@ def test_session_tools_keep_their_calls_and_refuse_the_protected_files(tmp_path:
 # the kernel's file needs no pybind: torch/types.h parses in about 11 s on the 2-core box against
 # torch/extension.h's 25 s (g++ -fsyntax-only). The imported workdir's build, CI's longest test, took
 # 63 s of CPU instead of 77 s alone; its wall time alone stayed about 47 s (two files built at once)
+# The kernel file is plain C++ (torch's headers cost a C++ build on the 2-core box half a minute a
+# file): only the binding includes torch.
 BINDING = """#include <torch/extension.h>
-torch::Tensor rowsum_forward(torch::Tensor x);
-PYBIND11_MODULE(cuda_extension, m) { m.def("rowsum_forward", &rowsum_forward); }
-"""
-
-KERNEL = """#include <torch/types.h>
+#include "rowsum.h"
 torch::Tensor rowsum_forward(torch::Tensor x) {
     auto xc = x.contiguous();
     auto y = torch::empty({xc.size(0)}, xc.options());
-    const float* s = xc.data_ptr<float>();
-    float* d = y.data_ptr<float>();
-    const int64_t n = xc.size(1);
-    for (int64_t r = 0; r < xc.size(0); ++r) { double acc = 0; for (int64_t c = 0; c < n; ++c) acc += s[r * n + c]; d[r] = (float)acc; }
+    rowsum_rows(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(0), xc.size(1));
     return y;
+}
+PYBIND11_MODULE(cuda_extension, m) { m.def("rowsum_forward", &rowsum_forward); }
+"""
+
+HEADER = """#pragma once
+#include <cstdint>
+void rowsum_rows(const float* s, float* d, int64_t rows, int64_t n);
+"""
+
+KERNEL = """#include "rowsum.h"
+void rowsum_rows(const float* s, float* d, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; ++r) { double acc = 0; for (int64_t c = 0; c < n; ++c) acc += s[r * n + c]; d[r] = (float)acc; }
 }
 """
 
@@ -245,6 +252,7 @@ def _workdir(tmp_path: Path) -> Path:
     (wd / "model_new.py").write_text(WORKDIR_MODEL_NEW)
     (wd / "binding.cpp").write_text(BINDING)
     (wd / "kernels" / "rowsum.cpp").write_text(KERNEL)
+    (wd / "kernels" / "rowsum.h").write_text(HEADER)
     (wd / "utils" / "compile.py").write_text("print('theirs')\n")
     (wd / "build" / "cuda_extension.so").write_bytes(b"\0")
     (wd / "SKILL.md").write_text("their skill\n")

@@ -11,8 +11,10 @@ sync, lead), over output sizes from 1 MiB to 512 MiB of float32:
 - `zero`: `out.zero_()`, writes only;
 - `fill`: `out.fill_(1.5)`, writes only;
 - `expand`: `out.copy_(row.expand_as(out))`, a 4 KiB row read, the whole output written.
-Each row gives the median stream time, the write floor at the peak the judge uses, and their
-ratio (under 1: the guard would refuse that honest kernel), with the GPU's own name and L2 size.
+Each row gives the median stream time, the price the guard compares (that median less the median
+of an empty call under the same switches, as judge.pricing.median_price takes it), the write floor
+at the peak the judge uses, and their ratio (under 1: the guard would refuse that honest kernel),
+with the GPU's own name, its L2 size and the lead spin in force.
 
     PYTHONPATH=src python3 benchmarks/write_floor_bench.py --out DIR --commit C [--calls 30]
 
@@ -34,18 +36,20 @@ SIZES_MIB = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 COLS = 1024  # float32 columns of the output: a 4 KiB row
 
 
-def floor_rows(times: dict[str, dict[int, list[float]]], peak_bytes_per_s: float) -> list[dict]:
-    """One row per kernel and size: the median and minimum time, the write floor and their ratios.
+def floor_rows(times: dict[str, dict[int, list[float]]], overhead_ms: float, peak_bytes_per_s: float) -> list[dict]:
+    """One row per kernel and size: the median time, the price (the median less `overhead_ms`, the
+    empty call's median, never under pricing.MIN_MS), the write floor and the price over the floor.
     `times` is {kernel: {size in MiB: [ms...]}}."""
+    from kernelwright.judge.pricing import median_price
+
     rows = []
     for kernel, by_size in times.items():
         for mib, ms in sorted(by_size.items()):
             floor_ms = (mib << 20) / peak_bytes_per_s * 1e3
-            med, low = statistics.median(ms), min(ms)
-            rows.append({"kernel": kernel, "mib": mib, "median_ms": round(med, 6), "min_ms": round(low, 6),
-                         "write_floor_ms": round(floor_ms, 6), "median_over_floor": round(med / floor_ms, 4),
-                         "min_over_floor": round(low / floor_ms, 4),
-                         "median_tb_per_s": round((mib << 20) / (med * 1e-3) / 1e12, 3)})
+            price = median_price(ms, overhead_ms)
+            rows.append({"kernel": kernel, "mib": mib, "median_ms": round(statistics.median(ms), 6), "price_ms": round(price, 6),
+                         "write_floor_ms": round(floor_ms, 6), "price_over_floor": round(price / floor_ms, 4),
+                         "price_tb_per_s": round((mib << 20) / (price * 1e-3) / 1e12, 3)})
     return rows
 
 
@@ -69,6 +73,8 @@ def main() -> int:
 
     dev = torch.device("cuda")
     sw = timing.switches_from({"flush": True, "events": True, "sync": True, "lead_us": TimingConfig().lead_us}, cuda=True)
+    if not sw.lead_us:
+        print("warning: the lead spin did not load (nvcc?): times include the host's launch latency, unlike a verdict's", file=sys.stderr)
     props = torch.cuda.get_device_properties(dev)
     row = torch.randn(COLS, device=dev)
     kernels = {
@@ -77,8 +83,12 @@ def main() -> int:
         "expand": lambda out: out.copy_(row.expand_as(out)),
     }
     a.out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": provenance(a.commit), "gpu_name": props.name, "l2_bytes": timing.l2_bytes(),
-           "peak_bytes_per_s": roofline.VENDOR_BYTES_PER_S, "calls": a.calls, "rows": []}
+    switches = {"flush": True, "events": True, "sync": True, "lead_us": TimingConfig().lead_us}
+    timing.time_null(3, cuda=True, switches=switches)  # warm
+    null = timing.time_null(max(a.calls, 20), cuda=True, switches=switches)
+    overhead = statistics.median(null)
+    doc = {"provenance": provenance(a.commit), "gpu_name": props.name, "l2_bytes": timing.l2_bytes(), "lead_us": sw.lead_us,
+           "null_median_ms": overhead, "peak_bytes_per_s": roofline.VENDOR_BYTES_PER_S, "calls": a.calls, "rows": []}
     times: dict[str, dict[int, list[float]]] = {k: {} for k in kernels}
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -89,16 +99,16 @@ def main() -> int:
                 times[name][mib] = timing.time_calls(fn, lambda _i: args, a.calls, cuda=True, switches=sw)
             args.clear()
             torch.cuda.empty_cache()
-    doc["rows"] = floor_rows(times, roofline.VENDOR_BYTES_PER_S)
+    doc["rows"] = floor_rows(times, overhead, roofline.VENDOR_BYTES_PER_S)
     (a.out / "write_floor_bench.json").write_text(json.dumps(doc, indent=1))
-    print(f"{props.name}, L2 {timing.l2_bytes() >> 20} MiB, write floor at {roofline.VENDOR_BYTES_PER_S / 1e12:g} TB/s; "
-          f"{time.perf_counter() - t0:.1f} s")
-    print(f"{'kernel':8} {'MiB':>5} {'median ms':>10} {'floor ms':>10} {'median/floor':>12} {'min/floor':>10} {'TB/s':>6}")
+    print(f"{props.name}, L2 {timing.l2_bytes() >> 20} MiB, lead {sw.lead_us:g} us, empty call {overhead * 1e3:.2f} us, "
+          f"write floor at {roofline.VENDOR_BYTES_PER_S / 1e12:g} TB/s; {time.perf_counter() - t0:.1f} s")
+    print(f"{'kernel':8} {'MiB':>5} {'median ms':>10} {'price ms':>10} {'floor ms':>10} {'price/floor':>11} {'TB/s':>6}")
     for r in doc["rows"]:
-        print(f"{r['kernel']:8} {r['mib']:>5} {r['median_ms']:>10.5f} {r['write_floor_ms']:>10.5f} {r['median_over_floor']:>12.3f} "
-              f"{r['min_over_floor']:>10.3f} {r['median_tb_per_s']:>6.2f}")
-    under = [r for r in doc["rows"] if r["min_over_floor"] < 1]
-    print(f"{len(under)} of {len(doc['rows'])} rows have a call under the write floor" + (
+        print(f"{r['kernel']:8} {r['mib']:>5} {r['median_ms']:>10.5f} {r['price_ms']:>10.5f} {r['write_floor_ms']:>10.5f} "
+              f"{r['price_over_floor']:>11.3f} {r['price_tb_per_s']:>6.2f}")
+    under = [r for r in doc["rows"] if r["price_over_floor"] < 1]
+    print(f"{len(under)} of {len(doc['rows'])} rows priced under the write floor (the guard would refuse them)" + (
         ": " + ", ".join(f"{r['kernel']} {r['mib']} MiB" for r in under) if under else ""))
     return 0
 

@@ -230,6 +230,7 @@ def test_a_held_key_lock_delays_a_build_only_so_long(cache, monkeypatch, caplog)
     import fcntl
     import logging
     import os
+    import threading
 
     spec = cpp(SAXPY)
 
@@ -245,9 +246,14 @@ def test_a_held_key_lock_delays_a_build_only_so_long(cache, monkeypatch, caplog)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: held against this process's builder too
         start = time.monotonic()
+        got = []
         with caplog.at_level(logging.WARNING, logger=runtime_build.__name__):
-            held = runtime_build.build(spec, timeout_s=0.5, run=fake_compiler)
+            builder = threading.Thread(target=lambda: got.append(runtime_build.build(spec, timeout_s=0.5, run=fake_compiler)), daemon=True)
+            builder.start()
+            builder.join(30)  # a builder that waits without bound fails here, not at pytest's timeout
         waited = time.monotonic() - start
+        assert got, "the build waited for the held lock past 30 s"
+        held = got[0]
     finally:
         os.close(fd)
     assert held.ok and not held.cached and held.lib_path is not None and held.lib_path.read_bytes().startswith(b"\x7fELF")
@@ -255,3 +261,36 @@ def test_a_held_key_lock_delays_a_build_only_so_long(cache, monkeypatch, caplog)
     assert "held for" in caplog.text and "building without it" in caplog.text
     free = runtime_build.build(spec, timeout_s=0.5, run=fake_compiler)  # the lock free: the published build, at once
     assert free.ok and free.cached
+
+
+def test_publishing_over_an_unsound_folder_survives_another_builder_moving_it_first(tmp_path, monkeypatch):
+    """A builder that found the key lock held past its wait publishes beside another: an unsound
+    folder in the place is moved aside by whichever comes first, and the other goes on."""
+    import os
+    import shutil
+
+    def ready(folder):
+        folder.mkdir()
+        (folder / "lib.so").write_bytes(b"lib")
+        (folder / "meta.json").write_text('{"sha256": "%s"}' % runtime_build.file_digest(folder / "lib.so"))
+
+    final = tmp_path / "key"
+    final.mkdir()
+    (final / "lib.so").write_bytes(b"half")  # no meta: unsound
+    mine = tmp_path / "tmp-mine"
+    ready(mine)
+    real = os.rename
+
+    def racing(src, dst):
+        if str(dst).startswith(str(final) + ".stale-"):  # the other builder moved it aside just before this one
+            shutil.rmtree(final)
+            raise FileNotFoundError(2, "gone", str(src))
+        return real(src, dst)
+
+    monkeypatch.setattr(runtime_build.os, "rename", racing)
+    runtime_build._publish(mine, final)
+    assert runtime_build._cached_result(final, "key", 0.0) is not None and not mine.exists()
+    other = tmp_path / "tmp-other"  # and one more, finding a sound folder in the place: it leaves it
+    ready(other)
+    runtime_build._publish(other, final)
+    assert other.exists() and runtime_build._cached_result(final, "key", 0.0) is not None

@@ -206,11 +206,10 @@ def test_session_tools_keep_their_calls_and_refuse_the_protected_files(tmp_path:
 # -- CUDA Agent workdirs -------------------------------------------------------------------------------
 
 
-# the kernel's file needs no pybind: torch/types.h parses in about 11 s on the 2-core box against
-# torch/extension.h's 25 s (g++ -fsyntax-only). The imported workdir's build, CI's longest test, took
-# 63 s of CPU instead of 77 s alone; its wall time alone stayed about 47 s (two files built at once)
-# The kernel file is plain C++ (torch's headers cost a C++ build on the 2-core box half a minute a
-# file): only the binding includes torch.
+# The kernel file is plain C++ and only the binding includes torch: torch/extension.h parses in
+# about 25 s on the 2-core box, torch/types.h in 11 s (g++ -fsyntax-only). The imported workdir's
+# build took 45 s of CPU with one such file, 59 s with the kernel's on torch/types.h (42-43 s wall
+# alone either way: ninja builds the two files at once).
 BINDING = """#include <torch/extension.h>
 #include "rowsum.h"
 torch::Tensor rowsum_forward(torch::Tensor x) {
@@ -266,6 +265,7 @@ def test_cuda_agent_workdir_round_trip(tmp_path: Path) -> None:
     assert config.problem_name == "agent_workdir" and "CUDA Agent workdir" in config.origin
     assert (root / "reference" / "agent_workdir.py").read_text() == problem("rowsum").read_text()
     assert (root / "binding.cpp").read_text() == BINDING and (root / "kernels" / "rowsum.cpp").read_text() == KERNEL
+    assert (root / "kernels" / "rowsum.h").read_text() == HEADER
     assert not (root / "utils").exists() and not (root / "build").exists()
     assert "their skill" not in (root / "SKILL.md").read_text()
     main = (root / "model_new.py").read_text()
@@ -275,6 +275,7 @@ def test_cuda_agent_workdir_round_trip(tmp_path: Path) -> None:
     assert (out / "model_new.py").read_text() == WORKDIR_MODEL_NEW
     assert (out / "model.py").read_text() == problem("rowsum").read_text()
     assert (out / "binding.cpp").read_text() == BINDING and (out / "kernels" / "rowsum.cpp").read_text() == KERNEL
+    assert (out / "kernels" / "rowsum.h").read_text() == HEADER
     assert "kernelwright check" in (out / "SKILL.md").read_text()
     again = cuda_agent.import_workdir(out, tmp_path / "ws2", objective=FAST, device="cpu")
     assert again.problem_hash == config.problem_hash

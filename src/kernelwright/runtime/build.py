@@ -355,12 +355,21 @@ def _publish(tmp: Path, final: Path) -> None:
     """Rename a finished build folder into place; a complete one already there wins."""
     try:
         os.rename(tmp, final)
+        return
     except OSError:
         if _cached_result(final, final.name, 0.0) is not None:
             return  # another builder's, and sound
-        trash = final.with_name(f"{final.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+    trash = final.with_name(f"{final.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+    try:
         os.rename(final, trash)  # incomplete folder left by hand: move it aside and retry once
+    except FileNotFoundError:
+        pass  # another builder moved it aside meanwhile (one that waited for the key lock no longer)
+    else:
         shutil.rmtree(trash, ignore_errors=True)
+    try:
         os.rename(tmp, final)
+    except OSError:
+        if _cached_result(final, final.name, 0.0) is None:
+            raise  # and not another builder's sound one that took the place first
 
 

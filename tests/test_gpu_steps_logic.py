@@ -656,7 +656,7 @@ def test_the_candidate_childs_watch_follows_each_batch_and_its_replies_must_be_m
 # -- physics_floor: a time below what the output's bytes take at peak bandwidth is refused ------------
 
 N = 1 << 20  # ReLU of 2^20 float32: 4 MiB read, 4 MiB written
-RELU_META = {"bytes": 8 * N, "flops": N, "output_bytes": [4 * N], "outputs": [{"dtype": "float32"}]}
+RELU_META = {"bytes": 8 * N, "flops": N, "output_bytes": [4 * N], "outputs": [{"dtype": "float32"}], "gpu": "NVIDIA H200"}
 WRITE_FLOOR_MS = 4 * N / 4.8e12 * 1e3  # the output's bytes at the H200's 4.8 TB/s: about 0.00087 ms
 
 
@@ -689,11 +689,26 @@ def test_physics_floor_accepts_an_honest_time_and_reports_the_floor(tmp_path):
 def test_physics_floor_reports_less_work_than_the_reference_without_refusing(tmp_path):
     # diag(a) @ b at n = 4096 done as a row scaling: under the reference's 2 n^3 FLOPs floor, over the write floor
     n = 4096
-    meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}]}
+    meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}], "gpu": "NVIDIA H200"}
     flow = _floor_flow(tmp_path, runtime_ms=0.03, meta=meta)
     physics_floor.apply(flow)  # no Stop
     g = next(g for g in flow.vb.guards if g.name == "physics_floor")
     assert not g.fired and "less work than the reference does (reported, not refused)" in g.detail, g
+
+
+def test_physics_floor_takes_the_gpus_own_bandwidth_where_it_is_higher(tmp_path):
+    """At 6 TB/s an honest write is under the H200's write floor but over a B200's: refused on
+    neither GPU it could run at that speed on; on an H100 the H200's figure still refuses 10x under it."""
+    at_6_tb_s = 4 * N / 6e12 * 1e3
+    flow = _floor_flow(tmp_path, runtime_ms=at_6_tb_s, meta={**RELU_META, "gpu": "NVIDIA B200"})
+    physics_floor.apply(flow)  # no Stop
+    g = next(g for g in flow.vb.guards if g.name == "physics_floor")
+    assert not g.fired and "at 8 TB/s" in g.detail and "B200 peaks" in g.detail, g
+    flow = _floor_flow(tmp_path, runtime_ms=WRITE_FLOOR_MS / 10, meta={**RELU_META, "gpu": "NVIDIA H100 80GB HBM3"})
+    with pytest.raises(Stop):
+        physics_floor.apply(flow)
+    g = next(g for g in flow.vb.guards if g.name == "physics_floor")
+    assert g.fired and "at 4.8 TB/s" in g.detail and "H100 peaks" in g.detail, g
 
 
 @pytest.mark.parametrize("device,policy", [("cpu", None), ("cuda", Policy(disabled_steps=frozenset({"physics_floor"})))])

@@ -88,10 +88,38 @@ def test_write_floor_refuses_only_what_no_correct_kernel_can_do():
 
     # diag(a) @ b at n = 4096: the reference does 2 n^3 FLOPs; a row scaling does n^2.
     n = 4096
-    meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}]}
+    meta = {"bytes": 3 * n * n * 4, "flops": 2 * n**3, "output_bytes": [n * n * 4], "outputs": [{"dtype": "float32"}], "gpu": "NVIDIA H200"}
     floor, write_floor, _ = floor_and_efficiency(meta, 0.03, "fp32")
     assert write_floor < 0.03 < floor  # an honest row-scaling kernel sits between the two
     assert write_floor == pytest.approx(n * n * 4 / 4.8e12 * 1e3)
+
+
+def test_the_floors_take_the_gpus_own_peaks_and_the_refusal_never_gets_stricter():
+    """A GPU with more bandwidth than the H200 (a B200) is refused only under its own write floor,
+    where the H200's would refuse an honest kernel writing at 6 TB/s; a slower one (an H100) reports
+    its own, higher full floor, while its refusal keeps the H200's bandwidth; a GPU the table lacks
+    is refused only under the highest bandwidth the table knows."""
+    from kernelwright.judge import roofline
+    from kernelwright.judge.guards.physics_floor import floor_and_efficiency
+
+    out = 256 << 20  # a 256 MiB output, written and nothing read
+
+    def meta(gpu):
+        return {"bytes": out, "flops": 0, "output_bytes": [out], "outputs": [{"dtype": "float32"}], "gpu": gpu}
+
+    at_6_tb_s = out / 6e12 * 1e3
+    floor, write_floor, _ = floor_and_efficiency(meta("NVIDIA B200"), at_6_tb_s, "fp32")
+    assert write_floor == pytest.approx(out / 8e12 * 1e3) and write_floor < at_6_tb_s  # not refused
+    assert floor == pytest.approx(out / 8e12 * 1e3)
+    floor, write_floor, _ = floor_and_efficiency(meta("NVIDIA H100 80GB HBM3"), 1.0, "fp32")
+    assert floor == pytest.approx(out / 3.35e12 * 1e3) and write_floor == pytest.approx(out / 4.8e12 * 1e3)
+    assert roofline.peaks_for("NVIDIA H100 PCIe").bytes_per_s == 2.0e12 and roofline.peaks_for("NVIDIA GH200 480GB").gpu == "GH200"
+    assert roofline.peaks_for("NVIDIA H200 NVL").flops_per_s == 835e12 and roofline.peaks_for("NVIDIA A100-SXM4-40GB").bytes_per_s == 1.555e12
+    floor, write_floor, _ = floor_and_efficiency(meta("NVIDIA Z9000"), 1.0, "fp32")
+    assert not roofline.peaks_for("NVIDIA Z9000").known and floor == pytest.approx(out / 4.8e12 * 1e3)
+    assert write_floor == pytest.approx(out / max(bw for _, bw, _ in roofline.GPU_PEAKS) * 1e3)
+    floor, _, _ = floor_and_efficiency({**meta(None), "gpu": None}, 1.0, "fp32")  # the CPU backend: the H200's figure
+    assert floor == pytest.approx(out / 4.8e12 * 1e3)
 
 
 def test_int64_outputs_must_match_exactly_beyond_float64_precision():

@@ -1,4 +1,5 @@
-"""Physics floor and efficiency ceilings for the reference GPU (H200), from shared/GPU.md.
+"""Physics floor and efficiency ceilings for the reference GPU (H200), from shared/GPU.md, and the
+vendor peaks of the other GPUs a verdict may run on.
 
 The floor uses the vendor's peaks, so no honest kernel can fall under it; efficiency uses the
 ceilings measured on the GPU machine, so it reads as a fraction of what is reachable.
@@ -6,8 +7,46 @@ ceilings measured on the GPU machine, so it reads as a fraction of what is reach
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 VENDOR_BYTES_PER_S = 4.8e12  # H200 datasheet memory bandwidth
 VENDOR_FLOPS_PER_S = 990e12  # H200 datasheet dense bf16 tensor rate (the highest non-fp8 rate)
+
+# Datasheet peaks by a fragment of the name torch gives the device (the first fragment found wins,
+# so a longer name comes before its prefix): memory bandwidth in bytes/s, dense bf16 tensor rate
+# (no sparsity) in FLOP/s. From NVIDIA's product pages and datasheets for each part.
+GPU_PEAKS = (
+    ("GH200", 4.9e12, 989e12),  # the 144 GB HBM3e part (the 96 GB HBM3 one has 4.0 TB/s: the higher figure)
+    ("H200 NVL", 4.8e12, 835e12),
+    ("H200", 4.8e12, 989e12),
+    ("H100 PCIe", 2.0e12, 756e12),
+    ("H100 NVL", 3.9e12, 835e12),
+    ("H100", 3.35e12, 989e12),  # SXM, "NVIDIA H100 80GB HBM3"
+    ("B200", 8.0e12, 2250e12),
+    ("A100 80GB PCIe", 1.935e12, 312e12),
+    ("A100-SXM4-80GB", 2.039e12, 312e12),
+    ("A100", 1.555e12, 312e12),  # the 40 GB parts
+)
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The vendor peaks a verdict's floor uses on one GPU."""
+
+    gpu: str  # the part they are for ("H100"), or "H200" standing in for a GPU the table lacks
+    bytes_per_s: float
+    flops_per_s: float
+    known: bool  # False: the device's name is not in GPU_PEAKS (its own peaks are unknown)
+
+
+def peaks_for(gpu_name: str | None) -> Peaks:
+    """The datasheet peaks of the GPU torch names `gpu_name`; the H200's, marked not known, for a
+    GPU the table lacks (or no name)."""
+    name = (gpu_name or "").upper()
+    for part, bw, rate in GPU_PEAKS:
+        if part.upper() in name:
+            return Peaks(part, bw, rate, True)
+    return Peaks("H200", VENDOR_BYTES_PER_S, VENDOR_FLOPS_PER_S, False)
 
 MEASURED_BYTES_PER_S = 4.3e12  # device-to-device copy, bytes read + written (GPU.md)
 MEASURED_FLOPS_PER_S = {
@@ -18,11 +57,13 @@ MEASURED_FLOPS_PER_S = {
 }
 
 
-def floor_ms(n_bytes: int, flops: int) -> float:
-    """The physics floor: max(bytes / peak bandwidth, FLOPs / peak rate), in milliseconds."""
+def floor_ms(n_bytes: int, flops: int, peaks: Peaks | None = None) -> float:
+    """The physics floor: max(bytes / peak bandwidth, FLOPs / peak rate), in milliseconds, at
+    `peaks` (default the H200's)."""
     if n_bytes < 0 or flops < 0:
         raise ValueError(f"bytes and flops must be non-negative, got {n_bytes}, {flops}")
-    return max(n_bytes / VENDOR_BYTES_PER_S, flops / VENDOR_FLOPS_PER_S) * 1e3
+    bw, rate = (peaks.bytes_per_s, peaks.flops_per_s) if peaks else (VENDOR_BYTES_PER_S, VENDOR_FLOPS_PER_S)
+    return max(n_bytes / bw, flops / rate) * 1e3
 
 
 def ceiling_ms(n_bytes: int, flops: int, precision: str) -> float:

@@ -78,7 +78,7 @@ def _print_numbers(console: Console, v: Verdict) -> None:
                                        + ")" if v.timing else "")),
         ("eager", _ms(v.eager_ms)), ("torch.compile", _ms(v.compile_ms)),
         ("speedup vs eager", _x(v.speedup_vs_eager)), ("speedup vs compile", _x(v.speedup_vs_compile)),
-        ("speedup vs best", _x(v.speedup_vs_best)), ("floor (H200)", _ms(v.floor_ms)),
+        ("speedup vs best", _x(v.speedup_vs_best)), (_floor_label(v), _ms(v.floor_ms)),
         ("efficiency", "-" if v.efficiency is None else f"{v.efficiency:.1%}"),
         ("max abs error", _num(v.max_abs_error)), ("max rel error", _num(v.max_rel_error)),
         ("device", f"{v.system.gpu or 'cpu'} (torch {v.system.torch})" if v.system else "-"),
@@ -104,6 +104,15 @@ def _print_skipped(console: Console, v: Verdict) -> None:
         return
     lines = [f"  {', '.join(names)}: {reason}" for reason, names in by_reason.items()]
     console.print("steps not run:\n" + "\n".join(lines), style="dim", highlight=False, markup=False)
+
+
+def _floor_label(v: Verdict) -> str:
+    """Whose peaks the verdict's floor is at: its GPU's where the judge knows them, else the H200's."""
+    from kernelwright.judge.roofline import peaks_for
+
+    gpu = v.system.gpu if v.system else None
+    peaks = peaks_for(gpu)
+    return f"floor ({peaks.gpu if gpu and peaks.known else 'H200'} peaks)"
 
 
 def print_table(console: Console, verdicts: list[Verdict]) -> None:

@@ -1,6 +1,10 @@
-"""Guard physics_floor: a time below the write floor (the output bytes at the H200's peak bandwidth)
-is refused, since no correct kernel can write its output faster; a time under DESIGN.md's full
-floor (the reference's bytes and FLOPs) but above the write floor is reported, not refused."""
+"""Guard physics_floor: a time below the write floor (the output bytes at the GPU's peak
+bandwidth) is refused, since no correct kernel can write its output faster; a time under
+DESIGN.md's full floor (the reference's bytes and FLOPs) but above the write floor is reported,
+not refused. The peaks are the GPU's own (roofline.peaks_for, by the name the reference child
+reports); the refusal never takes a bandwidth under the H200's, the figure it was checked at (an
+output that fits in L2 may be written faster than memory takes it: benchmarks/write_floor_bench.py
+measures that), and on a GPU the table lacks it takes the highest bandwidth in the table."""
 
 from __future__ import annotations
 
@@ -28,15 +32,25 @@ def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str
     """(physics floor, write floor, efficiency) for a measured runtime.
 
     The physics floor is DESIGN.md's max(bytes / peak bandwidth, FLOPs / peak rate) for the
-    reference's work; the write floor counts only the output bytes, which every correct kernel must
-    write. Efficiency uses the measured ceiling of the output dtype's matrix rate (half types) or of
-    the policy's precision.
+    reference's work at the GPU's peaks (the H200's where its name is not known); the write floor
+    counts only the output bytes, which every correct kernel must write, at write_bandwidth's
+    figure. Efficiency uses the measured ceiling (the H200's) of the output dtype's matrix rate
+    (half types) or of the policy's precision.
     """
-    floor = roofline.floor_ms(meta["bytes"], meta["flops"])
-    write_floor = roofline.floor_ms(sum(meta.get("output_bytes", [])), 0)
+    peaks = roofline.peaks_for(meta.get("gpu"))
+    floor = roofline.floor_ms(meta["bytes"], meta["flops"], peaks)
+    write_floor = sum(meta.get("output_bytes", [])) / write_bandwidth(peaks) * 1e3
     dtype = (meta.get("outputs") or [{}])[0].get("dtype", "float32")
     eff = roofline.efficiency(meta["bytes"], meta["flops"], CEILING_BY_DTYPE.get(dtype, precision), runtime_ms)
     return floor, write_floor, eff
+
+
+def write_bandwidth(peaks: roofline.Peaks) -> float:
+    """The bandwidth the write floor divides by: the GPU's peak, never under the H200's (the figure
+    the refusal was checked at on GPUs); the table's highest for a GPU it lacks."""
+    if not peaks.known:
+        return max(bw for _, bw, _ in roofline.GPU_PEAKS)
+    return max(peaks.bytes_per_s, roofline.VENDOR_BYTES_PER_S)
 
 
 def apply(flow: Any) -> None:
@@ -52,9 +66,12 @@ def apply(flow: Any) -> None:
     if not vb.off_or("physics_floor", cpu):
         return
     vb.numbers["efficiency"] = eff
+    peaks = roofline.peaks_for(meta.get("gpu"))
+    at = f"{peaks.gpu} peaks" if peaks.known else f"H200 peaks: {meta.get('gpu') or 'this GPU'} is not in the judge's table"
+    floor_text = f"floor {floor:.4g} ms ({meta['bytes']} bytes, {meta['flops']} FLOPs; {at})"
     fired = runtime < write_floor
-    detail = (f"runtime {runtime:.4g} ms; write floor {write_floor:.4g} ms (output bytes); "
-              f"floor {floor:.4g} ms ({meta['bytes']} bytes, {meta['flops']} FLOPs)")
+    detail = (f"runtime {runtime:.4g} ms; write floor {write_floor:.4g} ms (output bytes at {write_bandwidth(peaks) / 1e12:g} TB/s); "
+              f"{floor_text}")
     if not fired and runtime < floor:
         detail += "; under the reference-work floor: less work than the reference does (reported, not refused)"
     vb.step("physics_floor", True, detail)

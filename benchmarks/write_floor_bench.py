@@ -1,8 +1,9 @@
 """Can an honest kernel beat the physics_floor guard's write floor? (GPU only)
 
 The guard refuses a time under the write floor: the output's bytes at the vendor's peak memory
-bandwidth (judge/roofline.py, 4.8 TB/s). The judge's flush reads a buffer twice the L2's size, so
-L2 holds clean lines when the timed call starts, and an output that fits in L2 may be written at
+bandwidth (judge/roofline.py; 4.8 TB/s on the H200, never less on any GPU; the GPU's own peak is
+recorded beside it). The judge's flush reads a buffer twice the L2's size, so L2 holds clean lines
+when the timed call starts, and an output that fits in L2 may be written at
 L2 speed, with the write-back to memory after the end event. Where that is faster than the peak,
 the guard would refuse an honest kernel whose output is mostly written and little read.
 
@@ -36,9 +37,11 @@ SIZES_MIB = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
 COLS = 1024  # float32 columns of the output: a 4 KiB row
 
 
-def floor_rows(times: dict[str, dict[int, list[float]]], overhead_ms: float, peak_bytes_per_s: float) -> list[dict]:
+def floor_rows(times: dict[str, dict[int, list[float]]], overhead_ms: float, peak_bytes_per_s: float,
+               own_bytes_per_s: float | None = None) -> list[dict]:
     """One row per kernel and size: the median time, the price (the median less `overhead_ms`, the
-    empty call's median, never under pricing.MIN_MS), the write floor and the price over the floor.
+    empty call's median, never under pricing.MIN_MS), the write floor and the price over the floor;
+    with `own_bytes_per_s` (the GPU's own datasheet peak), the price over the floor at that too.
     `times` is {kernel: {size in MiB: [ms...]}}."""
     from kernelwright.judge.pricing import median_price
 
@@ -50,6 +53,8 @@ def floor_rows(times: dict[str, dict[int, list[float]]], overhead_ms: float, pea
             rows.append({"kernel": kernel, "mib": mib, "median_ms": round(statistics.median(ms), 6), "price_ms": round(price, 6),
                          "write_floor_ms": round(floor_ms, 6), "price_over_floor": round(price / floor_ms, 4),
                          "price_tb_per_s": round((mib << 20) / (price * 1e-3) / 1e12, 3)})
+            if own_bytes_per_s:
+                rows[-1]["price_over_own_floor"] = round(price / ((mib << 20) / own_bytes_per_s * 1e3), 4)
     return rows
 
 
@@ -69,6 +74,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from judge_bench import provenance
     from kernelwright.judge import roofline, timing
+    from kernelwright.judge.guards.physics_floor import write_bandwidth
     from kernelwright.judge.policy import TimingConfig
 
     dev = torch.device("cuda")
@@ -76,6 +82,8 @@ def main() -> int:
     if not sw.lead_us:
         print("warning: the lead spin did not load (nvcc?): times include the host's launch latency, unlike a verdict's", file=sys.stderr)
     props = torch.cuda.get_device_properties(dev)
+    peaks = roofline.peaks_for(props.name)
+    peak = write_bandwidth(peaks)  # the bandwidth the guard's write floor takes on this GPU
     row = torch.randn(COLS, device=dev)
     kernels = {
         "zero": lambda out: out.zero_(),
@@ -88,7 +96,8 @@ def main() -> int:
     null = timing.time_null(max(a.calls, 20), cuda=True, switches=switches)
     overhead = statistics.median(null)
     doc = {"provenance": provenance(a.commit), "gpu_name": props.name, "l2_bytes": timing.l2_bytes(), "lead_us": sw.lead_us,
-           "null_median_ms": overhead, "peak_bytes_per_s": roofline.VENDOR_BYTES_PER_S, "calls": a.calls, "rows": []}
+           "null_median_ms": overhead, "write_floor_bytes_per_s": peak,
+           "gpu_peak_bytes_per_s": peaks.bytes_per_s if peaks.known else None, "calls": a.calls, "rows": []}
     times: dict[str, dict[int, list[float]]] = {k: {} for k in kernels}
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -99,10 +108,10 @@ def main() -> int:
                 times[name][mib] = timing.time_calls(fn, lambda _i: args, a.calls, cuda=True, switches=sw)
             args.clear()
             torch.cuda.empty_cache()
-    doc["rows"] = floor_rows(times, overhead, roofline.VENDOR_BYTES_PER_S)
+    doc["rows"] = floor_rows(times, overhead, peak, peaks.bytes_per_s if peaks.known else None)
     (a.out / "write_floor_bench.json").write_text(json.dumps(doc, indent=1))
     print(f"{props.name}, L2 {timing.l2_bytes() >> 20} MiB, lead {sw.lead_us:g} us, empty call {overhead * 1e3:.2f} us, "
-          f"write floor at {roofline.VENDOR_BYTES_PER_S / 1e12:g} TB/s; {time.perf_counter() - t0:.1f} s")
+          f"write floor at {peak / 1e12:g} TB/s; {time.perf_counter() - t0:.1f} s")
     print(f"{'kernel':8} {'MiB':>5} {'median ms':>10} {'price ms':>10} {'floor ms':>10} {'price/floor':>11} {'TB/s':>6}")
     for r in doc["rows"]:
         print(f"{r['kernel']:8} {r['mib']:>5} {r['median_ms']:>10.5f} {r['price_ms']:>10.5f} {r['write_floor_ms']:>10.5f} "

@@ -294,3 +294,31 @@ def test_publishing_over_an_unsound_folder_survives_another_builder_moving_it_fi
     ready(other)
     runtime_build._publish(other, final)
     assert other.exists() and runtime_build._cached_result(final, "key", 0.0) is not None
+
+
+def test_a_sound_folder_published_since_the_look_goes_back_into_place(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    def ready(folder, data):
+        folder.mkdir()
+        (folder / "lib.so").write_bytes(data)
+        (folder / "meta.json").write_text('{"sha256": "%s"}' % runtime_build.file_digest(folder / "lib.so"))
+
+    final = tmp_path / "key"
+    final.mkdir()
+    (final / "lib.so").write_bytes(b"half")  # unsound when this builder looks
+    mine = tmp_path / "tmp-mine"
+    ready(mine, b"mine")
+    real = os.rename
+
+    def racing(src, dst):
+        if str(dst).startswith(str(final) + ".stale-") and not (final / "meta.json").exists():
+            shutil.rmtree(final)  # another builder, between the look and the move: the unsound one aside, its own in place
+            ready(final, b"theirs")
+        return real(src, dst)
+
+    monkeypatch.setattr(runtime_build.os, "rename", racing)
+    runtime_build._publish(mine, final)
+    assert (final / "lib.so").read_bytes() == b"theirs" and runtime_build._cached_result(final, "key", 0.0) is not None
+    assert not [p for p in tmp_path.iterdir() if ".stale-" in p.name]

@@ -115,6 +115,9 @@ def test_the_floors_take_the_gpus_own_peaks_and_the_refusal_never_gets_stricter(
     assert floor == pytest.approx(out / 3.35e12 * 1e3) and write_floor == pytest.approx(out / 4.8e12 * 1e3)
     assert roofline.peaks_for("NVIDIA H100 PCIe").bytes_per_s == 2.0e12 and roofline.peaks_for("NVIDIA GH200 480GB").gpu == "GH200"
     assert roofline.peaks_for("NVIDIA H200 NVL").flops_per_s == 835e12 and roofline.peaks_for("NVIDIA A100-SXM4-40GB").bytes_per_s == 1.555e12
+    assert roofline.peaks_for("NVIDIA A100 80GB PCIe").bytes_per_s == 1.935e12 and roofline.peaks_for("NVIDIA H100 NVL").gpu == "H100 NVL"
+    assert not roofline.peaks_for("NVIDIA GB200").known and not roofline.peaks_for("NVIDIA RTX A1000").known  # whole words only
+    assert roofline.peaks_for("NVIDIA H100 80GB HBM3 MIG 1g.10gb").gpu == "H100"
     floor, write_floor, _ = floor_and_efficiency(meta("NVIDIA Z9000"), 1.0, "fp32")
     assert not roofline.peaks_for("NVIDIA Z9000").known and floor == pytest.approx(out / 4.8e12 * 1e3)
     assert write_floor == pytest.approx(out / max(bw for _, bw, _ in roofline.GPU_PEAKS) * 1e3)
@@ -204,3 +207,16 @@ def test_a_childs_seconds_are_printed_whatever_their_form_and_a_slow_fork_says_w
     slow = {"child_seconds": {"before_command": 0.3, "command": 0.5, "fork_forked": 0.01, "fork_session": 0.02, "fork_descriptors": 2.7,
                               "fork_started": 2.8, "fork_made_up": 1.0}}
     assert _seconds(slow) == "0.30 s start-up, 0.50 s setup; seconds from its fork: forked 0.01, session 0.02, descriptors 2.70, started 2.80"
+
+
+def test_the_report_names_whose_peaks_the_floor_is_at():
+    from types import SimpleNamespace
+
+    from kernelwright.report.summary import _floor_label
+
+    def label(gpu):
+        return _floor_label(SimpleNamespace(system=SimpleNamespace(gpu=gpu)))
+
+    assert label("NVIDIA H100 80GB HBM3") == "floor (H100 peaks)" and label("NVIDIA B200") == "floor (B200 peaks)"
+    assert label("NVIDIA Z9000") == "floor (H200 peaks)" and label(None) == "floor (H200 peaks)"
+    assert _floor_label(SimpleNamespace(system=None)) == "floor (H200 peaks)"

@@ -110,6 +110,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.device = torch.device(args["device"])
     S.precision = args["precision"]
     pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
+    gpu_name = torch.cuda.get_device_name() if S.device.type == "cuda" else None  # before problem code could patch it (physics_floor reads it)
     source_hash = _load_problem(args["problem_path"], args.get("size") or "full")
     inputs.bind_generators(S.device)
     note_window(S.problem, S.device)  # the same draw as the candidate's child's (window.quiet_window)
@@ -125,7 +126,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.atol, S.rtol = S.tols[0]
     _check_deterministic(first)
     _give_back()
-    gpu = {"gpu": torch.cuda.get_device_name(), "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
+    gpu = {"gpu": gpu_name, "driver": _driver_version(), **lead_status(S.device)} if S.device.type == "cuda" else {}
     S.flushes = bool(S.device.type == "cuda" and (args.get("null_switches") or {}).get("flush"))
     if args.get("null_switches") and S.device.type == "cuda":
         # the empty call's time before any candidate code runs anywhere: the cap on what step

@@ -7,24 +7,26 @@ ceilings measured on the GPU machine, so it reads as a fraction of what is reach
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 VENDOR_BYTES_PER_S = 4.8e12  # H200 datasheet memory bandwidth
 VENDOR_FLOPS_PER_S = 990e12  # H200 datasheet dense bf16 tensor rate (the highest non-fp8 rate)
 
-# Datasheet peaks by a fragment of the name torch gives the device (the first fragment found wins,
-# so a longer name comes before its prefix): memory bandwidth in bytes/s, dense bf16 tensor rate
-# (no sparsity) in FLOP/s. From NVIDIA's product pages and datasheets for each part.
+# Datasheet peaks by a fragment of the name torch gives the device, found as whole words (so "B200"
+# is not GB200's, nor "A100" an RTX A1000's; the first found wins, a longer name before its prefix):
+# memory bandwidth in bytes/s, dense bf16 tensor rate (no sparsity) in FLOP/s. From NVIDIA's
+# product pages and datasheets for each part.
 GPU_PEAKS = (
     ("GH200", 4.9e12, 989e12),  # the 144 GB HBM3e part (the 96 GB HBM3 one has 4.0 TB/s: the higher figure)
     ("H200 NVL", 4.8e12, 835e12),
-    ("H200", 4.8e12, 989e12),
+    ("H200", VENDOR_BYTES_PER_S, VENDOR_FLOPS_PER_S),
     ("H100 PCIe", 2.0e12, 756e12),
     ("H100 NVL", 3.9e12, 835e12),
     ("H100", 3.35e12, 989e12),  # SXM, "NVIDIA H100 80GB HBM3"
     ("B200", 8.0e12, 2250e12),
     ("A100 80GB PCIe", 1.935e12, 312e12),
-    ("A100-SXM4-80GB", 2.039e12, 312e12),
+    ("A100-SXM4-80GB", 2.039e12, 312e12),  # and "A100-SXM4-40GB", "A100-PCIE-40GB" below
     ("A100", 1.555e12, 312e12),  # the 40 GB parts
 )
 
@@ -44,7 +46,7 @@ def peaks_for(gpu_name: str | None) -> Peaks:
     GPU the table lacks (or no name)."""
     name = (gpu_name or "").upper()
     for part, bw, rate in GPU_PEAKS:
-        if part.upper() in name:
+        if re.search(r"(?:^|[\s-])" + re.escape(part.upper()) + r"(?:$|[\s-])", name):
             return Peaks(part, bw, rate, True)
     return Peaks("H200", VENDOR_BYTES_PER_S, VENDOR_FLOPS_PER_S, False)
 

@@ -365,6 +365,10 @@ def _publish(tmp: Path, final: Path) -> None:
     except FileNotFoundError:
         pass  # another builder moved it aside meanwhile (one that waited for the key lock no longer)
     else:
+        if _cached_result(trash, final.name, 0.0) is not None:  # another builder's sound one, published since the look
+            with contextlib.suppress(OSError):
+                os.rename(trash, final)
+                return
         shutil.rmtree(trash, ignore_errors=True)
     try:
         os.rename(tmp, final)

@@ -32,7 +32,7 @@ STEPS: tuple[StepSpec, ...] = (
     StepSpec("wall_clock_check", _T, "judge-side wall clock around whole batches"),
     StepSpec("profiler_check", _T, "kernel-time sum from the torch profiler for one call"),
     StepSpec("kernel_provenance", _T, "the profiled call's GPU time by origin: torch and libraries only as the policy allows"),
-    StepSpec("physics_floor", _T, "refuse times below the H200 physics floor"),
+    StepSpec("physics_floor", _T, "refuse times below the write floor (output bytes at the GPU's peak bandwidth, never under the H200's 4.8 TB/s)"),
 )
 CORRECTNESS_STEPS = tuple(s.name for s in STEPS if s.phase == _C)
 TIMING_STEPS = tuple(s.name for s in STEPS if s.phase == _T)

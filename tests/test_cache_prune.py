@@ -318,3 +318,67 @@ def test_the_cache_command_shows_and_prunes(cache, monkeypatch, capsys):
             main(bad)
         assert done.value.code == 2, bad
     assert len(cache_prune.entries(cache)) == 4
+
+
+def test_a_pruned_entrys_lock_files_go_with_it_and_older_strays_are_swept_unless_held(cache):
+    """The lock files and marks of what a prune removes are unlinked while it holds them; ones an
+    entry left earlier are swept once untouched for the minimum age, except one another process holds."""
+    locks, ext = cache / "builds" / ".locks", cache / "torch_extensions"
+    old = NOW - 2 * HOUR
+    strays = [locks / f"{'s' * 64}.lock", locks / f"{'s' * 64}.use", ext / f"{'t' * 16}.triton.lock", ext / f"{'t' * 16}.use.lock",
+              ext / f"{'t' * 16}.used", locks / f"{'h' * 64}.lock", locks / f"{'n' * 64}.use"]
+    for f in strays:
+        f.write_text("")
+        os.utime(f, (old, old))
+    os.utime(strays[-1], (NOW, NOW))  # touched within the minimum age: kept
+    held = _exclusive(strays[-2])  # another process holds it: kept
+    os.close(cache_prune.in_use(cache_prune.build_lock(cache / "builds" / ("b" * 64) / "lib.so")))  # b's use lock made, let go
+    try:
+        done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    finally:
+        os.close(held)
+    assert _names(done.removed) == ["a", "e"]
+    assert not (locks / f"{'a' * 64}.lock").exists() and not (ext / f"{'e' * 16}.triton.lock").exists()  # the removed entries'
+    assert (locks / f"{'b' * 64}.lock").exists() and (locks / f"{'b' * 64}.use").exists()  # a kept entry's stay
+    assert [f.exists() for f in strays] == [False] * 5 + [True, True]
+
+
+def test_a_use_lock_unlinked_between_its_open_and_its_lock_is_taken_again_on_the_file_in_place(tmp_path, monkeypatch):
+    lock = tmp_path / ".locks" / "k.use"
+    real = cache_prune._lock_within
+    calls = []
+
+    def racing(fd, how, wait_s):
+        if not calls:  # a prune unlinks it after this verdict opened it
+            lock.unlink()
+        calls.append(fd)
+        return real(fd, how, wait_s)
+
+    monkeypatch.setattr(cache_prune, "_lock_within", racing)
+    fd = cache_prune.in_use(lock)
+    try:
+        assert fd is not None and len(calls) == 2 and cache_prune.same_file(fd, lock)
+    finally:
+        os.close(fd)
+
+
+def test_the_triton_cache_lock_is_not_taken_on_a_file_unlinked_meanwhile(tmp_path, monkeypatch):
+    import fcntl as real_fcntl
+
+    from kernelwright.judge import extension
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path / "cache"))
+    base = extension.folder("ab" * 8)
+    path = base.parent / f"{base.name}.triton.lock"
+    flock = real_fcntl.flock
+
+    def racing(fd, how):
+        path.unlink(missing_ok=True)  # a prune, between the open and the lock
+        return flock(fd, how)
+
+    monkeypatch.setattr(real_fcntl, "flock", racing)
+    assert extension.hold_triton_cache("ab" * 8) is None
+    monkeypatch.setattr(real_fcntl, "flock", flock)
+    fd = extension.hold_triton_cache("ab" * 8)
+    assert fd is not None
+    os.close(fd)

@@ -16,9 +16,11 @@ Pruning goes least recently used first. An entry stays when it was used within `
 build's key lock (a compile) or its use lock `.locks/<key>.use`, an extension folder's
 `<hash>.use.lock` (each held shared by a verdict that uses the entry, to its end) or its Triton
 cache lock. Under its locks an entry is only renamed aside in its own folder (`.prune-*`: a reader
-finds it complete or absent; a verdict waits for a use lock at most HOLD_WAIT_S, then goes on); the
-locks go, and then coreutils' chmod and rm delete it by descriptor, following no link however deep
-the tree. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
+finds it complete or absent; a verdict waits for a use lock at most HOLD_WAIT_S, then goes on); its
+lock files are unlinked while still held (a locker checks, once it holds one, that the file is still
+the one at the path), the locks go, and then coreutils' chmod and rm delete it by descriptor,
+following no link however deep the tree. Lock files and marks an entry left before (a failed
+build's, an older prune's) are swept the same way once untouched for `min_age_s`. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
 disk, each inode once (`du`): a candidate's sparse or hard-linked files do not inflate its folder.
 """
 
@@ -115,15 +117,29 @@ def in_use(lock: Path) -> int | None:
     while it uses the entry: a prune then passes it by. A prune holds it exclusively only while it
     renames the entry aside; after HOLD_WAIT_S without it (someone else holds it), None, and the
     verdict goes on without the hold (what a prune takes meanwhile is built again)."""
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return None
-    if not _lock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S):
+    for _ in range(3):  # a lock file a prune unlinked between the open and the lock guards nothing: again, on the new one
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        if not _lock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S):
+            os.close(fd)
+            return None
+        if same_file(fd, lock):
+            return fd
         os.close(fd)
-        return None
-    return fd
+    return None
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is still the file at `path`: a prune unlinks an entry's lock files while it holds
+    them, and a lock taken afterwards on a descriptor opened before guards nothing."""
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def build_lock(lib_path: Path) -> Path:
@@ -214,14 +230,51 @@ def usage(root: Path | None = None) -> dict[str, object]:
     return {"root": str(root), "kinds": kinds, "other_bytes": max(0, total - sum(e.bytes for e in listed)), "total_bytes": total}
 
 
+def _locks(kind: str, path: Path) -> list[Path]:
+    """An entry's lock files: a raw build's key lock and use lock; an extension folder's Triton cache
+    lock and use lock."""
+    if kind == "builds":
+        return [path.parent / ".locks" / f"{path.name}.lock", build_lock(path / "lib.so")]
+    return [path.parent / f"{path.name}.triton.lock", extension_lock(path)]
+
+
+def _sweep_locks(root: Path, min_age_s: float, now: float) -> None:
+    """Lock files and marks whose entry is gone (an earlier prune's, a failed build's), none touched
+    within `min_age_s`: each unlinked while held exclusively, never one another process holds."""
+    found: list[tuple[Path, Path]] = []  # (file, its entry)
+    with contextlib.suppress(OSError):
+        for f in (root / "builds" / ".locks").iterdir():
+            if f.suffix in (".lock", ".use"):
+                found.append((f, root / "builds" / f.stem))
+    with contextlib.suppress(OSError):
+        for f in (root / "torch_extensions").iterdir():
+            for suffix in (".triton.lock", ".use.lock", ".used"):
+                if f.name.endswith(suffix) and not f.name.startswith("."):
+                    found.append((f, f.with_name(f.name[: -len(suffix)])))
+    for f, entry in found:
+        try:
+            if os.path.lexists(entry) or now - os.stat(f, follow_symlinks=False).st_mtime < min_age_s:
+                continue
+            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.path.lexists(entry) and same_file(fd, f):
+                f.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def _held(entry: Entry) -> Iterator[str]:
     """Every lock on the entry taken without waiting (then held for the block): '' when all were,
     `busy` when one is held, else why not. A raw build's key lock (a compile) and use lock
     (verdicts' shared holds); an extension folder's Triton cache lock and use lock. A lock file
     that is not there holds nothing."""
-    locks = ([entry.path.parent / ".locks" / f"{entry.path.name}.lock", build_lock(entry.path / "lib.so")] if entry.kind == "builds"
-             else [entry.path.parent / f"{entry.path.name}.triton.lock", extension_lock(entry.path)])
+    locks = _locks(entry.kind, entry.path)
     fds = []
     why = ""
     try:
@@ -286,6 +339,7 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
     if not dry_run:
         if shutil.which("rm") is None:
             raise OSError("the cache is pruned with coreutils' rm, and there is none on PATH")
+        _sweep_locks(root, min_age_s, time.time())  # the files' own times: the real clock
         for kind in KINDS:  # what an earlier prune set aside and could not delete
             with contextlib.suppress(OSError):
                 for left in sorted((root / kind).glob(f"{ASIDE}*")):
@@ -320,6 +374,9 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                     continue
                 if entry.kind == "torch_extensions":  # under the locks: a verdict that takes them next makes and marks a new folder
                     (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
+                for lock in _locks(entry.kind, entry.path):  # still held: a locker that opened one before checks it is still there
+                    with contextlib.suppress(OSError):
+                        lock.unlink(missing_ok=True)
         if not dry_run:
             why = _remove(aside)
             if why:

@@ -60,11 +60,17 @@ def hold_triton_cache(candidate_hash: str | None) -> int | None:
     the folder, where no candidate can write."""
     import fcntl
 
+    from kernelwright.judge.cache_prune import same_file
+
     base = folder(candidate_hash)
-    fd = os.open(str(base.parent / f"{base.name}.triton.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    path = base.parent / f"{base.name}.triton.lock"
+    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
+        os.close(fd)
+        return None
+    if not same_file(fd, path):  # a prune unlinked it between the open and the lock: a lock on nothing; do without
         os.close(fd)
         return None
     return fd

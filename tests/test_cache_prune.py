@@ -343,6 +343,38 @@ def test_a_pruned_entrys_lock_files_go_with_it_and_older_strays_are_swept_unless
     assert [f.exists() for f in strays] == [False] * 5 + [True, True]
 
 
+def test_the_sweep_keeps_old_lock_files_and_marks_of_live_entries(cache):
+    old = NOW - 2 * HOUR
+    live = [cache / "builds" / ".locks" / f"{'b' * 64}.use", cache / "torch_extensions" / f"{'f' * 16}.triton.lock",
+            cache / "torch_extensions" / f"{'f' * 16}.use.lock"]
+    for f in live:
+        f.write_text("")
+        os.utime(f, (old, old))
+    os.utime(cache / "builds" / ".locks" / f"{'b' * 64}.lock", (old, old))
+    cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert all(f.exists() for f in live) and (cache / "builds" / ".locks" / f"{'b' * 64}.lock").exists()
+    assert (cache / "torch_extensions" / f"{'f' * 16}.used").exists()
+
+
+def test_a_verdict_that_comes_for_an_entry_while_it_goes_waits_for_the_prunes_lock(cache, monkeypatch):
+    """An entry with no use lock file yet: the prune makes and holds it, so a verdict that asks for
+    the entry while it is renamed aside gets no hold on a file about to be unlinked."""
+    real = os.rename
+    got = []
+    lock = cache_prune.build_lock(cache / "builds" / ("a" * 64) / "lib.so")
+    assert not lock.exists()
+
+    def renaming(src, dst):
+        if str(src).endswith("a" * 64):
+            got.append(cache_prune.in_use(lock))  # a verdict's hold, now
+        return real(src, dst)
+
+    monkeypatch.setattr(cache_prune, "HOLD_WAIT_S", 0.2)
+    monkeypatch.setattr(cache_prune.os, "rename", renaming)
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert "a" in _names(done.removed) and got == [None] and not lock.exists()
+
+
 def test_a_use_lock_unlinked_between_its_open_and_its_lock_is_taken_again_on_the_file_in_place(tmp_path, monkeypatch):
     lock = tmp_path / ".locks" / "k.use"
     real = cache_prune._lock_within

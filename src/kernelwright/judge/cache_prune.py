@@ -17,10 +17,12 @@ build's key lock (a compile) or its use lock `.locks/<key>.use`, an extension fo
 `<hash>.use.lock` (each held shared by a verdict that uses the entry, to its end) or its Triton
 cache lock. Under its locks an entry is only renamed aside in its own folder (`.prune-*`: a reader
 finds it complete or absent; a verdict waits for a use lock at most HOLD_WAIT_S, then goes on); its
-lock files are unlinked while still held (a locker checks, once it holds one, that the file is still
-the one at the path), the locks go, and then coreutils' chmod and rm delete it by descriptor,
-following no link however deep the tree. Lock files and marks an entry left before (a failed
-build's, an older prune's) are swept the same way once untouched for `min_age_s`. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
+lock files, made first where missing, are unlinked while still held (a verdict checks, once it
+holds its use lock or the Triton lock, that the file is still the one at the path; a compile does
+not: a key lock on an unlinked file costs at most a second compile), the locks go, and then
+coreutils' chmod and rm delete it by descriptor, following no link however deep the tree. Lock
+files and marks an entry left before (a failed build's, an older prune's), the newest made or
+touched more than `min_age_s` ago, are swept the same way under the entry's locks. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
 disk, each inode once (`du`): a candidate's sparse or hard-linked files do not inflate its folder.
 """
 
@@ -239,54 +241,64 @@ def _locks(kind: str, path: Path) -> list[Path]:
 
 
 def _sweep_locks(root: Path, min_age_s: float, now: float) -> None:
-    """Lock files and marks whose entry is gone (an earlier prune's, a failed build's), none touched
-    within `min_age_s`: each unlinked while held exclusively, never one another process holds."""
-    found: list[tuple[Path, Path]] = []  # (file, its entry)
+    """Lock files and marks whose entry is gone (an earlier prune's, a failed build's), the newest
+    made or touched more than `min_age_s` ago: unlinked under the entry's locks (made where missing,
+    as a removal holds them), never while another process holds one."""
+    found: dict[tuple[str, Path], list[Path]] = {}  # (kind, entry) -> its files
     with contextlib.suppress(OSError):
         for f in (root / "builds" / ".locks").iterdir():
             if f.suffix in (".lock", ".use"):
-                found.append((f, root / "builds" / f.stem))
+                found.setdefault(("builds", root / "builds" / f.stem), []).append(f)
     with contextlib.suppress(OSError):
         for f in (root / "torch_extensions").iterdir():
             for suffix in (".triton.lock", ".use.lock", ".used"):
                 if f.name.endswith(suffix) and not f.name.startswith("."):
-                    found.append((f, f.with_name(f.name[: -len(suffix)])))
-    for f, entry in found:
+                    found.setdefault(("torch_extensions", f.with_name(f.name[: -len(suffix)])), []).append(f)
+    for (kind, path), files in found.items():
         try:
-            if os.path.lexists(entry) or now - os.stat(f, follow_symlinks=False).st_mtime < min_age_s:
+            if os.path.lexists(path) or now - max(os.stat(f, follow_symlinks=False).st_mtime for f in files) < min_age_s:
                 continue
-            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if not os.path.lexists(entry) and same_file(fd, f):
-                f.unlink()
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        with _held(Entry(kind, path, 0, 0.0), create=True) as (why, held):
+            if why or os.path.lexists(path):  # held by another, or made meanwhile (its verdict holds the use lock it took first)
+                continue
+            if kind == "torch_extensions":
+                with contextlib.suppress(OSError):
+                    (path.parent / f"{path.name}.used").unlink(missing_ok=True)
+            _unlink_held(held)
+
+
+def _unlink_held(held: list[tuple[Path, int]]) -> None:
+    """Unlink lock files this process holds, each only while it is still the file at its path."""
+    for lock, fd in held:
+        if same_file(fd, lock):
+            with contextlib.suppress(OSError):
+                lock.unlink()
 
 
 @contextlib.contextmanager
-def _held(entry: Entry) -> Iterator[str]:
-    """Every lock on the entry taken without waiting (then held for the block): '' when all were,
-    `busy` when one is held, else why not. A raw build's key lock (a compile) and use lock
-    (verdicts' shared holds); an extension folder's Triton cache lock and use lock. A lock file
-    that is not there holds nothing."""
+def _held(entry: Entry, *, create: bool = False) -> Iterator[tuple[str, list[tuple[Path, int]]]]:
+    """Every lock on the entry taken without waiting (then held for the block): ('', the (path,
+    descriptor) of each) when all were, `busy` when one is held, else why not. A raw build's key
+    lock (a compile) and use lock (verdicts' shared holds); an extension folder's Triton cache lock
+    and use lock. With `create`, a missing lock file is made and held (a verdict that comes later
+    then waits, and takes its lock again on a new file); without, it holds nothing."""
     locks = _locks(entry.kind, entry.path)
-    fds = []
+    held: list[tuple[Path, int]] = []
     why = ""
     try:
         for lock in locks:
             try:
-                fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                if create:
+                    lock.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
                 break
-            fds.append(fd)
+            held.append((lock, fd))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -295,9 +307,9 @@ def _held(entry: Entry) -> Iterator[str]:
             except OSError as exc:
                 why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
                 break
-        yield why
+        yield why, held
     finally:
-        for fd in fds:
+        for _, fd in held:
             os.close(fd)
 
 
@@ -356,7 +368,7 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
         if not (old or over):
             break  # least recently used first: nothing later is older, and the size stays within its bound
         aside = entry.path.parent / f"{ASIDE}{entry.path.name}-{secrets.token_hex(4)}"
-        with _held(entry) as why:
+        with _held(entry, create=not dry_run) as (why, held):
             if why == "busy" or (not why and now() - _used(entry.kind, entry.path) < min_age_s):  # read again: marked since?
                 done.busy.append(entry)
                 continue
@@ -374,9 +386,7 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                     continue
                 if entry.kind == "torch_extensions":  # under the locks: a verdict that takes them next makes and marks a new folder
                     (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
-                for lock in _locks(entry.kind, entry.path):  # still held: a locker that opened one before checks it is still there
-                    with contextlib.suppress(OSError):
-                        lock.unlink(missing_ok=True)
+                _unlink_held(held)  # still held: a verdict that opened one before checks, once it holds it, that it is still there
         if not dry_run:
             why = _remove(aside)
             if why:

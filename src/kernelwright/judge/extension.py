@@ -64,16 +64,17 @@ def hold_triton_cache(candidate_hash: str | None) -> int | None:
 
     base = folder(candidate_hash)
     path = base.parent / f"{base.name}.triton.lock"
-    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    for _ in range(2):  # a prune that unlinked the file between the open and the lock: once more, on the new one
+        fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        if same_file(fd, path):
+            return fd
         os.close(fd)
-        return None
-    if not same_file(fd, path):  # a prune unlinked it between the open and the lock: a lock on nothing; do without
-        os.close(fd)
-        return None
-    return fd
+    return None  # a lock on nothing twice: do without the shared cache
 
 
 def candidate_config(sandbox_mode: str, device: str, gpu_index: int, workdir: Path, read: tuple[str, ...],

@@ -414,3 +414,24 @@ def test_the_triton_cache_lock_is_not_taken_on_a_file_unlinked_meanwhile(tmp_pat
     fd = extension.hold_triton_cache("ab" * 8)
     assert fd is not None
     os.close(fd)
+
+
+def test_lock_files_are_made_only_for_an_entry_that_goes_and_never_in_a_dry_run(cache):
+    locks, ext = cache / "builds" / ".locks", cache / "torch_extensions"
+    before = sorted(p.name for p in [*locks.iterdir(), *ext.iterdir()])
+    cache_prune.prune(cache, keep_bytes=0, now=_clock, dry_run=True)
+    assert sorted(p.name for p in [*locks.iterdir(), *ext.iterdir()]) == before
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)  # b (2 days) and f (10 minutes) stay
+    assert _names(done.removed) == ["a", "e"]
+    assert not (locks / f"{'b' * 64}.use").exists() and not (ext / f"{'f' * 16}.use.lock").exists()
+    assert not (ext / f"{'f' * 16}.triton.lock").exists()
+
+
+def test_the_sweep_keeps_a_gone_entrys_files_while_one_of_them_is_recent(cache):
+    locks = cache / "builds" / ".locks"
+    old, recent = locks / f"{'s' * 64}.lock", locks / f"{'s' * 64}.use"
+    for f, t in ((old, NOW - 2 * HOUR), (recent, NOW)):
+        f.write_text("")
+        os.utime(f, (t, t))
+    cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert old.exists() and recent.exists()

@@ -17,12 +17,12 @@ build's key lock (a compile) or its use lock `.locks/<key>.use`, an extension fo
 `<hash>.use.lock` (each held shared by a verdict that uses the entry, to its end) or its Triton
 cache lock. Under its locks an entry is only renamed aside in its own folder (`.prune-*`: a reader
 finds it complete or absent; a verdict waits for a use lock at most HOLD_WAIT_S, then goes on); its
-lock files, made first where missing, are unlinked while still held (a verdict checks, once it
+lock files, made first where missing (only for an entry that goes), are unlinked while still held (a verdict checks, once it
 holds its use lock or the Triton lock, that the file is still the one at the path; a compile does
 not: a key lock on an unlinked file costs at most a second compile), the locks go, and then
 coreutils' chmod and rm delete it by descriptor, following no link however deep the tree. Lock
 files and marks an entry left before (a failed build's, an older prune's), the newest made or
-touched more than `min_age_s` ago, are swept the same way under the entry's locks. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
+touched at least `min_age_s` ago, are swept under the entry's lock files that are there. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
 disk, each inode once (`du`): a candidate's sparse or hard-linked files do not inflate its folder.
 """
 
@@ -242,8 +242,9 @@ def _locks(kind: str, path: Path) -> list[Path]:
 
 def _sweep_locks(root: Path, min_age_s: float, now: float) -> None:
     """Lock files and marks whose entry is gone (an earlier prune's, a failed build's), the newest
-    made or touched more than `min_age_s` ago: unlinked under the entry's locks (made where missing,
-    as a removal holds them), never while another process holds one."""
+    made or touched at least `min_age_s` ago: unlinked while the prune holds the entry's lock files
+    that are there, never while another process holds one. A mark is read again just before it goes
+    (a verdict that made the folder and marked it meanwhile keeps it)."""
     found: dict[tuple[str, Path], list[Path]] = {}  # (kind, entry) -> its files
     with contextlib.suppress(OSError):
         for f in (root / "builds" / ".locks").iterdir():
@@ -260,12 +261,13 @@ def _sweep_locks(root: Path, min_age_s: float, now: float) -> None:
                 continue
         except OSError:
             continue
-        with _held(Entry(kind, path, 0, 0.0), create=True) as (why, held):
-            if why or os.path.lexists(path):  # held by another, or made meanwhile (its verdict holds the use lock it took first)
+        with _held(Entry(kind, path, 0, 0.0)) as (why, held):
+            if why or os.path.lexists(path):  # held by another, or made meanwhile
                 continue
-            if kind == "torch_extensions":
-                with contextlib.suppress(OSError):
-                    (path.parent / f"{path.name}.used").unlink(missing_ok=True)
+            mark = path.parent / f"{path.name}.used"
+            with contextlib.suppress(OSError):
+                if kind == "torch_extensions" and time.time() - os.stat(mark, follow_symlinks=False).st_mtime >= min_age_s:
+                    mark.unlink()
             _unlink_held(held)
 
 
@@ -277,40 +279,69 @@ def _unlink_held(held: list[tuple[Path, int]]) -> None:
                 lock.unlink()
 
 
+def _take(lock: Path, create: bool, held: list[tuple[Path, int]]) -> str:
+    """Open `lock` read-only (flock needs no more; made if missing when `create`) and flock it
+    exclusively without waiting: '' when taken (the descriptor added to `held`; only a file this
+    process holds is ever in it), `busy` when another holds it (or it was unlinked meanwhile),
+    `missing`, else why not."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | (os.O_CREAT if create else 0) | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"its lock {lock.name}: {type(exc).__name__}: {exc}"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        why = "" if same_file(fd, lock) else "busy"  # unlinked since the open: another prune's; this one passes it by
+    except BlockingIOError:
+        why = "busy"
+    except OSError as exc:
+        why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
+    if why:
+        os.close(fd)
+    else:
+        held.append((lock, fd))
+    return why
+
+
 @contextlib.contextmanager
-def _held(entry: Entry, *, create: bool = False) -> Iterator[tuple[str, list[tuple[Path, int]]]]:
-    """Every lock on the entry taken without waiting (then held for the block): ('', the (path,
-    descriptor) of each) when all were, `busy` when one is held, else why not. A raw build's key
-    lock (a compile) and use lock (verdicts' shared holds); an extension folder's Triton cache lock
-    and use lock. With `create`, a missing lock file is made and held (a verdict that comes later
-    then waits, and takes its lock again on a new file); without, it holds nothing."""
-    locks = _locks(entry.kind, entry.path)
+def _held(entry: Entry) -> Iterator[tuple[str, list[tuple[Path, int]]]]:
+    """Every lock file of the entry that is there, taken without waiting (then held for the block):
+    ('', the (path, descriptor) of each) when all were, `busy` when one is held, else why not. A raw
+    build's key lock (a compile) and use lock (verdicts' shared holds); an extension folder's Triton
+    cache lock and use lock. A caller about to remove the entry takes the missing ones too
+    (`_take_missing`), into the same list, closed with the rest."""
     held: list[tuple[Path, int]] = []
     why = ""
     try:
-        for lock in locks:
-            try:
-                if create:
-                    lock.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, (os.O_RDWR | os.O_CREAT if create else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
-                break
-            held.append((lock, fd))
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                why = "busy"
-                break
-            except OSError as exc:
-                why = f"its lock {lock.name}: {type(exc).__name__}: {exc}"
+        for lock in _locks(entry.kind, entry.path):
+            got = _take(lock, False, held)
+            if got and got != "missing":
+                why = got
                 break
         yield why, held
     finally:
         for _, fd in held:
             os.close(fd)
+
+
+def _take_missing(entry: Entry, held: list[tuple[Path, int]]) -> tuple[str, list[Path]]:
+    """Make and take the entry's lock files that `_held` found missing, just before it goes, so a
+    verdict that comes meanwhile waits for them rather than holding a file about to be unlinked:
+    (why not, as `_take` says it; the files made). Made only for an entry that goes: nothing is left
+    for one that stays."""
+    have = {lock for lock, _ in held}
+    made = []
+    for lock in _locks(entry.kind, entry.path):
+        if lock in have or not lock.parent.is_dir():  # no folder for it: no verdict's file either
+            continue
+        existed = os.path.lexists(lock)
+        why = _take(lock, True, held)
+        if not existed:
+            made.append(lock)
+        if why:
+            return why, made
+    return "", made
 
 
 @dataclass
@@ -368,7 +399,7 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
         if not (old or over):
             break  # least recently used first: nothing later is older, and the size stays within its bound
         aside = entry.path.parent / f"{ASIDE}{entry.path.name}-{secrets.token_hex(4)}"
-        with _held(entry, create=not dry_run) as (why, held):
+        with _held(entry) as (why, held):
             if why == "busy" or (not why and now() - _used(entry.kind, entry.path) < min_age_s):  # read again: marked since?
                 done.busy.append(entry)
                 continue
@@ -376,12 +407,19 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                 done.failed.append((entry, why))
                 continue
             if not dry_run:  # renamed under its locks: once aside, nothing finds it by name, and the locks go before the deletion
+                why, made = _take_missing(entry, held)
+                if why:
+                    _unlink_held([(lock, fd) for lock, fd in held if lock in made])  # what this prune made for nothing
+                    (done.busy.append(entry) if why == "busy" else done.failed.append((entry, why)))
+                    continue
                 try:
                     os.rename(entry.path, aside)
                 except FileNotFoundError:
-                    total -= entry.bytes  # gone meanwhile
+                    _unlink_held(held)  # gone meanwhile (another prune's): its lock files with it
+                    total -= entry.bytes
                     continue
                 except OSError as exc:
+                    _unlink_held([(lock, fd) for lock, fd in held if lock in made])
                     done.failed.append((entry, f"{type(exc).__name__}: {exc}"))
                     continue
                 if entry.kind == "torch_extensions":  # under the locks: a verdict that takes them next makes and marks a new folder

@@ -421,10 +421,25 @@ def test_lock_files_are_made_only_for_an_entry_that_goes_and_never_in_a_dry_run(
     before = sorted(p.name for p in [*locks.iterdir(), *ext.iterdir()])
     cache_prune.prune(cache, keep_bytes=0, now=_clock, dry_run=True)
     assert sorted(p.name for p in [*locks.iterdir(), *ext.iterdir()]) == before
-    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)  # b (2 days) and f (10 minutes) stay
-    assert _names(done.removed) == ["a", "e"]
-    assert not (locks / f"{'b' * 64}.use").exists() and not (ext / f"{'f' * 16}.use.lock").exists()
-    assert not (ext / f"{'f' * 16}.triton.lock").exists()
+    done = cache_prune.prune(cache, keep_bytes=0, now=_clock)  # f, used 10 minutes ago, is looked at and stays
+    assert _names(done.removed) == ["a", "e", "b"] and _names(done.busy) == ["f"]
+    assert not (ext / f"{'f' * 16}.use.lock").exists() and not (ext / f"{'f' * 16}.triton.lock").exists()
+
+
+def test_a_removal_that_fails_takes_back_only_the_lock_files_it_made(cache, monkeypatch):
+    locks = cache / "builds" / ".locks"
+    real = os.rename
+
+    def refusing(src, dst):
+        if str(src).endswith("a" * 64):
+            raise PermissionError(13, "refused", str(src))
+        return real(src, dst)
+
+    monkeypatch.setattr(cache_prune.os, "rename", refusing)
+    done = cache_prune.prune(cache, older_than_s=72 * HOUR, now=_clock)
+    assert [e.path.name[:1] for e, _ in done.failed] == ["a"] and _names(done.removed) == ["e"]
+    assert (locks / f"{'a' * 64}.lock").exists()  # there before: stays with its entry
+    assert not (locks / f"{'a' * 64}.use").exists()  # made by this prune for the removal: taken back
 
 
 def test_the_sweep_keeps_a_gone_entrys_files_while_one_of_them_is_recent(cache):

@@ -17,12 +17,13 @@ build's key lock (a compile) or its use lock `.locks/<key>.use`, an extension fo
 `<hash>.use.lock` (each held shared by a verdict that uses the entry, to its end) or its Triton
 cache lock. Under its locks an entry is only renamed aside in its own folder (`.prune-*`: a reader
 finds it complete or absent; a verdict waits for a use lock at most HOLD_WAIT_S, then goes on); its
-lock files, made first where missing (only for an entry that goes), are unlinked while still held (a verdict checks, once it
-holds its use lock or the Triton lock, that the file is still the one at the path; a compile does
-not: a key lock on an unlinked file costs at most a second compile), the locks go, and then
-coreutils' chmod and rm delete it by descriptor, following no link however deep the tree. Lock
-files and marks an entry left before (a failed build's, an older prune's), the newest made or
-touched at least `min_age_s` ago, are swept under the entry's lock files that are there. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
+lock files, made first where missing (only for an entry that goes), are unlinked while still held
+(a verdict checks, once it holds its use lock or the Triton lock, that the file is still the one at
+the path; a compile does not: a key lock on an unlinked file costs at most a second compile), the
+locks go, and then coreutils' chmod and rm delete it by descriptor, following no link however deep
+the tree. Lock files and marks an entry left before (a failed build's, an older prune's), the
+newest made or touched at least `min_age_s` ago, are swept under the entry's lock files that are
+there. What could not be deleted is reported and swept by the next prune. Sizes are blocks on
 disk, each inode once (`du`): a candidate's sparse or hard-linked files do not inflate its folder.
 """
 
@@ -268,6 +269,8 @@ def _sweep_locks(root: Path, min_age_s: float, now: float) -> None:
             with contextlib.suppress(OSError):
                 if kind == "torch_extensions" and time.time() - os.stat(mark, follow_symlinks=False).st_mtime >= min_age_s:
                     mark.unlink()
+                    if os.path.lexists(path):  # a verdict made the folder and marked it meanwhile: its mark again
+                        mark.touch()
             _unlink_held(held)
 
 
@@ -333,8 +336,10 @@ def _take_missing(entry: Entry, held: list[tuple[Path, int]]) -> tuple[str, list
     have = {lock for lock, _ in held}
     made = []
     for lock in _locks(entry.kind, entry.path):
-        if lock in have or not lock.parent.is_dir():  # no folder for it: no verdict's file either
+        if lock in have:
             continue
+        with contextlib.suppress(OSError):
+            lock.parent.mkdir(exist_ok=True)  # `.locks` where a copied cache lacks it: a verdict would make it too
         existed = os.path.lexists(lock)
         why = _take(lock, True, held)
         if not existed:
@@ -410,7 +415,10 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                 why, made = _take_missing(entry, held)
                 if why:
                     _unlink_held([(lock, fd) for lock, fd in held if lock in made])  # what this prune made for nothing
-                    (done.busy.append(entry) if why == "busy" else done.failed.append((entry, why)))
+                    if why == "busy":
+                        done.busy.append(entry)
+                    else:
+                        done.failed.append((entry, why))
                     continue
                 try:
                     os.rename(entry.path, aside)
@@ -423,7 +431,8 @@ def prune(root: Path | None = None, *, keep_bytes: int | None = None, older_than
                     done.failed.append((entry, f"{type(exc).__name__}: {exc}"))
                     continue
                 if entry.kind == "torch_extensions":  # under the locks: a verdict that takes them next makes and marks a new folder
-                    (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        (entry.path.parent / f"{entry.path.name}.used").unlink(missing_ok=True)
                 _unlink_held(held)  # still held: a verdict that opened one before checks, once it holds it, that it is still there
         if not dry_run:
             why = _remove(aside)

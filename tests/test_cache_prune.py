@@ -377,7 +377,7 @@ def test_a_verdict_that_comes_for_an_entry_while_it_goes_waits_for_the_prunes_lo
 
 def test_a_use_lock_unlinked_between_its_open_and_its_lock_is_taken_again_on_the_file_in_place(tmp_path, monkeypatch):
     lock = tmp_path / ".locks" / "k.use"
-    real = cache_prune._lock_within
+    real = cache_prune.flock_within
     calls = []
 
     def racing(fd, how, wait_s):
@@ -386,7 +386,7 @@ def test_a_use_lock_unlinked_between_its_open_and_its_lock_is_taken_again_on_the
         calls.append(fd)
         return real(fd, how, wait_s)
 
-    monkeypatch.setattr(cache_prune, "_lock_within", racing)
+    monkeypatch.setattr(cache_prune, "flock_within", racing)
     fd = cache_prune.in_use(lock)
     try:
         assert fd is not None and len(calls) == 2 and cache_prune.same_file(fd, lock)

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelwright.runtime.build import META_NAME, cache_dir
+from kernelwright.runtime.build import META_NAME, cache_dir, flock_within
 
 KINDS = ("builds", "torch_extensions")
 MIN_AGE_S = 3600.0
@@ -70,7 +70,7 @@ def note_judge_kernels(keys: list[str]) -> None:
         builds.mkdir(parents=True, exist_ok=True)
         fd = os.open(builds / f"{JUDGE_KERNELS}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            if not _lock_within(fd, fcntl.LOCK_EX, HOLD_WAIT_S):  # fork servers of other hosts or arches sharing the cache add theirs
+            if not flock_within(fd, fcntl.LOCK_EX, HOLD_WAIT_S):  # fork servers of other hosts or arches sharing the cache add theirs
                 return
             known = set(_judge_keys(builds))
             if not set(keys) <= known:
@@ -99,22 +99,6 @@ def _judge_keys(builds: Path) -> list[str]:
 HOLD_WAIT_S = 5.0  # the longest a verdict waits for a use lock, and a fork server for the judge-kernels list
 
 
-def _lock_within(fd: int, how: int, wait_s: float) -> bool:
-    """flock `how` on `fd`, tried until `wait_s` has passed: a candidate can read the cache, lock
-    files included, and would hold a blocking waiter for as long as it liked."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        except OSError:
-            return False
-
-
 def in_use(lock: Path) -> int | None:
     """A shared lock on `lock` (a raw build's or an extension folder's use lock), held by a verdict
     while it uses the entry: a prune then passes it by. A prune holds it exclusively only while it
@@ -126,7 +110,7 @@ def in_use(lock: Path) -> int | None:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError:
             return None
-        if not _lock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S):
+        if not flock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S):
             os.close(fd)
             return None
         if same_file(fd, lock):

@@ -31,6 +31,9 @@ GPU_PEAKS = (
 )
 
 
+_PARTS = tuple((re.compile(r"(?:^|[\s-])" + re.escape(part.upper()) + r"(?:$|[\s-])").search, part, bw, rate) for part, bw, rate in GPU_PEAKS)
+
+
 @dataclass(frozen=True)
 class Peaks:
     """The vendor peaks a verdict's floor uses on one GPU."""
@@ -45,8 +48,8 @@ def peaks_for(gpu_name: str | None) -> Peaks:
     """The datasheet peaks of the GPU torch names `gpu_name`; the H200's, marked not known, for a
     GPU the table lacks (or no name)."""
     name = (gpu_name or "").upper()
-    for part, bw, rate in GPU_PEAKS:
-        if re.search(r"(?:^|[\s-])" + re.escape(part.upper()) + r"(?:$|[\s-])", name):
+    for found, part, bw, rate in _PARTS:
+        if found(name):
             return Peaks(part, bw, rate, True)
     return Peaks("H200", VENDOR_BYTES_PER_S, VENDOR_FLOPS_PER_S, False)
 

@@ -29,7 +29,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,7 +250,10 @@ def _key_lock(builds: Path, key: str, wait_s: float) -> Iterator[None]:
     locks.mkdir(parents=True, exist_ok=True)
     fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        held = _lock_within(fd, key, wait_s)
+        held = flock_within(fd, fcntl.LOCK_EX, wait_s, poll_s=KEY_POLL_S, notice_after_s=KEY_WAIT_NOTICE_S,
+                            notice=lambda: log.info("waiting for another build of %s (at most %.0f s)", key[:16], wait_s))
+        if not held:
+            log.warning("the build lock of %s was held for %.0f s: building without it", key[:16], wait_s)
         try:
             yield
         finally:
@@ -260,23 +263,27 @@ def _key_lock(builds: Path, key: str, wait_s: float) -> Iterator[None]:
         os.close(fd)
 
 
-def _lock_within(fd: int, key: str, wait_s: float) -> bool:
-    """flock `fd` exclusively, tried until `wait_s` has passed; False when it never came."""
+def flock_within(fd: int, how: int, wait_s: float, *, poll_s: float = 0.01, notice_after_s: float | None = None,
+                 notice: Callable[[], None] | None = None) -> bool:
+    """flock `how` on `fd`, tried without blocking until `wait_s` has passed (`notice` called once
+    after `notice_after_s` of waiting); False when it never came. A candidate can read the cache,
+    lock files included, and would hold a blocking waiter for as long as it liked."""
     start = time.monotonic()
-    said = False
+    said = notice is None or notice_after_s is None
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             waited = time.monotonic() - start
             if waited >= wait_s:
-                log.warning("the build lock of %s was held for %.0f s: building without it", key[:16], waited)
                 return False
-            if not said and waited >= KEY_WAIT_NOTICE_S:
+            if not said and waited >= notice_after_s:
                 said = True
-                log.info("waiting for another build of %s (at most %.0f s)", key[:16], wait_s)
-            time.sleep(KEY_POLL_S)
+                notice()
+            time.sleep(poll_s)
+        except OSError:
+            return False
 
 
 def _compile_and_publish(

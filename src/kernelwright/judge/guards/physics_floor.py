@@ -28,7 +28,8 @@ SPEC = GuardSpec(
 CEILING_BY_DTYPE = {"bfloat16": "bf16", "float16": "fp16"}
 
 
-def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str) -> tuple[float, float, float | None]:
+def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str,
+                         peaks: roofline.Peaks | None = None) -> tuple[float, float, float | None]:
     """(physics floor, write floor, efficiency) for a measured runtime.
 
     The physics floor is DESIGN.md's max(bytes / peak bandwidth, FLOPs / peak rate) for the
@@ -37,7 +38,7 @@ def floor_and_efficiency(meta: dict[str, Any], runtime_ms: float, precision: str
     figure. Efficiency uses the measured ceiling (the H200's) of the output dtype's matrix rate
     (half types) or of the policy's precision.
     """
-    peaks = roofline.peaks_for(meta.get("gpu"))
+    peaks = peaks or roofline.peaks_for(meta.get("gpu"))
     floor = roofline.floor_ms(meta["bytes"], meta["flops"], peaks)
     write_floor = sum(meta.get("output_bytes", [])) / write_bandwidth(peaks) * 1e3
     dtype = (meta.get("outputs") or [{}])[0].get("dtype", "float32")
@@ -60,13 +61,13 @@ def apply(flow: Any) -> None:
     work than the reference."""
     vb, meta = flow.vb, flow.meta
     runtime = vb.numbers["runtime_ms"]
-    floor, write_floor, eff = floor_and_efficiency(meta, runtime, flow.policy.precision)
+    peaks = roofline.peaks_for(meta.get("gpu"))
+    floor, write_floor, eff = floor_and_efficiency(meta, runtime, flow.policy.precision, peaks)
     vb.numbers["floor_ms"] = floor
     cpu = "" if flow.device == "cuda" else "CPU backend: the floor is an H200 figure; CPU times are never claims"
     if not vb.off_or("physics_floor", cpu):
         return
     vb.numbers["efficiency"] = eff
-    peaks = roofline.peaks_for(meta.get("gpu"))
     at = f"{peaks.gpu} peaks" if peaks.known else f"H200 peaks: {meta.get('gpu') or 'this GPU'} is not in the judge's table"
     floor_text = f"floor {floor:.4g} ms ({meta['bytes']} bytes, {meta['flops']} FLOPs; {at})"
     fired = runtime < write_floor

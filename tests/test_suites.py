@@ -273,6 +273,32 @@ def test_baselines_are_stored_reused_and_read_by_the_judge(tmp_path):
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
+def test_the_cpu_probe_imports_no_torch_and_a_child_on_another_torch_stores_nothing(tmp_path, monkeypatch):
+    """On the CPU backend the machine key's torch version is read from torch's version file, as a
+    throwaway process would report it, without importing torch here; a timing child that reports
+    another machine than the probe's gets no record stored under the probe's key."""
+    import subprocess
+    import sys
+
+    from kernelwright.judge import baseline
+    from kernelwright.store import Store
+
+    fast = baseline.probe_machine("cpu")
+    with monkeypatch.context() as m:
+        m.setattr(baseline, "torch_versions_unimported", lambda: None)
+        assert baseline.probe_machine("cpu") == fast  # the throwaway process's answer
+    code = "import sys; from kernelwright.judge import baseline; baseline.probe_machine('cpu'); print(sorted(m for m in sys.modules if m == 'torch'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    relu = load_problem(problem("relu"))
+    monkeypatch.setattr(baseline, "probe_machine", lambda *a, **k: {**fast, "torch": "0.0.0+elsewhere"})
+    with Store.open(tmp_path / "store.sqlite") as db:
+        (rec,) = baseline.run([relu], device="cpu", policy=_tiny_policy(compile_baseline=False), store=db)
+        assert rec.eager_ms is None and "not on the probed" in rec.error, rec
+        assert db.get_baseline(relu.hash, rec.machine_key, "fp32", "default") is None
+
+
+@pytest.mark.timeout(JUDGE_TIMEOUT_S)
 def test_baseline_of_a_broken_problem_is_reported_not_fatal(tmp_path):
     from kernelwright.judge import baseline
 
@@ -331,21 +357,25 @@ def test_a_cached_record_counts_only_for_the_same_machine_precision_mode_and_tim
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)
-def test_metadata_child_survives_a_printing_problem_and_is_killed_when_one_hangs(tmp_path):
+def test_metadata_child_survives_a_printing_problem_and_is_killed_when_one_hangs(tmp_path, monkeypatch):
     body = ("import time\nimport torch\nimport torch.nn as nn\nprint('hello from the problem')\n\nclass Model(nn.Module):\n"
             "    def forward(self, x):\n        print('forward says hi')\n        return x * 2\n\ndef get_inputs():\n    {}\n"
             "    return [torch.randn(4, 4)]\n\ndef get_init_inputs():\n    return []\n")
     chatty = tmp_path / "chatty.py"
     chatty.write_text(body.format("pass"))
-    got = meta.metadata_for([load_problem(chatty)])
-    assert list(got.values())[0]["bytes"] == 2 * 16 * 4
     slow = tmp_path / "slow.py"
     slow.write_text(body.format("time.sleep(600)"))
-    after = tmp_path / "after.py"  # not cached: a fresh child must answer it after the hang
+    after = tmp_path / "after.py"  # a fresh child must answer it after the hang
     after.write_text(body.format("pass").replace("x * 2", "x * 3"))
-    problems = [load_problem(slow), load_problem(after)]
-    found, failed = meta.metadata_or_errors(problems, timeout_s=15)
-    assert failed[problems[0].hash].startswith("killed after 15 s") and found[problems[1].hash]["bytes"] == 2 * 16 * 4
+    problems = [load_problem(chatty), load_problem(slow), load_problem(after)]
+    found, failed = meta.metadata_or_errors(problems, timeout_s=4)  # a problem's own time: the child's import of torch is not in it
+    assert found[problems[0].hash]["bytes"] == 2 * 16 * 4 and list(failed) == [problems[1].hash]
+    assert failed[problems[1].hash].startswith("killed after 4 s") and found[problems[2].hash]["bytes"] == 2 * 16 * 4
+    monkeypatch.setattr(meta, "START_TIMEOUT_S", 0.05)  # a child that cannot import torch in time fails its problem, and says so
+    late = tmp_path / "late.py"  # not cached
+    late.write_text(body.format("pass").replace("x * 2", "x * 4"))
+    _, failed = meta.metadata_or_errors([load_problem(late)], timeout_s=0.05)
+    assert "did not start (import torch) within 0.05 s" in list(failed.values())[0], failed
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -272,11 +272,11 @@ def test_a_jobs_time_limit_does_not_count_its_workers_start(monkeypatch):
     """In fresh mode each job waits for a new worker: a slow start is not the job's timeout."""
     import time
 
-    pool = Pool(1, _ctx(), timeout_s=15, fresh=True)
+    pool = Pool(1, _ctx(), timeout_s=8, fresh=True)  # a job takes 1.3 s here, its worker's start included
     real = pool._ready
 
     def slow(child):
-        time.sleep(16)
+        time.sleep(9)
         return real(child)
 
     monkeypatch.setattr(pool, "_ready", slow)

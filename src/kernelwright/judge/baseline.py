@@ -102,9 +102,31 @@ def timing_key(policy: Policy, size: str = "full") -> str:
     return json.dumps(key, sort_keys=True)
 
 
+def torch_versions_unimported() -> dict[str, Any] | None:
+    """{"torch", "cuda"} as `torch.__version__` and `torch.version.cuda` would give them in a child
+    of this interpreter, read from the installed torch/version.py without importing torch (2.5 s of
+    a CPU baseline run); None when that file cannot be found or read."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return None
+        file = Path(spec.origin).with_name("version.py")
+        vspec = importlib.util.spec_from_file_location("kernelwright_torch_version", file)
+        module = importlib.util.module_from_spec(vspec)  # type: ignore[arg-type]
+        vspec.loader.exec_module(module)  # type: ignore[union-attr]
+        return {"torch": str(module.__version__), "cuda": module.cuda}
+    except Exception:  # noqa: BLE001 - the throwaway process answers instead
+        return None
+
+
 def probe_machine(device: str, gpu_index: int = 0, timeout_s: float = 120.0) -> dict[str, Any]:
-    """The machine as a reference child would report it, from a throwaway process (the judge's own
-    process never creates a CUDA context)."""
+    """The machine as a reference child would report it. On the CPU backend only torch's version
+    counts, read without importing torch; on CUDA a throwaway process answers (the judge's own
+    process never creates a CUDA context). `run` checks each timing child's report against it."""
+    if device != "cuda" and (versions := torch_versions_unimported()) is not None:
+        return machine_from_meta(versions, device)
     env = dict(os.environ)
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu_index)
@@ -282,14 +304,18 @@ def compile_one(problem: Any, device: str, policy: Policy, children: _Children, 
         _close(child)
 
 
-def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path) -> tuple[dict[str, Any], samples.TimingOutcome]:
+def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path,
+             machine: dict[str, Any] | None = None) -> tuple[dict[str, Any], samples.TimingOutcome]:
     """(setup meta, timing outcome) for one problem in a fresh reference child; the timing (with
-    the torch.compile from inductor's caches that starts it) holds the device alone (judge.gpulock)."""
+    the torch.compile from inductor's caches that starts it) holds the device alone (judge.gpulock).
+    RuntimeError when the child reports another machine than `machine` (the record's key)."""
     args = _setup_args(problem, device, policy, timing=True)
     with device_lock(device, policy.gpu_index, "exclusive" if "null_switches" in args else "shared", what=f"loading {problem.name}"):
         meta = child.call("setup", args, timeout_s=policy.build_timeout_s)  # with null_switches it times the empty call
     if meta.get("source_hash") != problem.hash:
         raise RuntimeError(f"the problem file changed on disk since it was loaded: {problem.path}")
+    if machine is not None and (seen := machine_from_meta(meta, device)) != machine:
+        raise RuntimeError(f"the timing child runs on {machine_key(seen)}, not on the probed {machine_key(machine)}")
     lead_us = policy.timing.lead_us if device == "cuda" and meta.get("lead_ok") else 0.0
     null_calls = measure.NULL_CALLS if device == "cuda" and policy.enabled("harness_overhead") else 0
     with device_lock(device, policy.gpu_index, "exclusive", what=f"timing the baselines of {problem.name}"):
@@ -357,7 +383,7 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
             # a problem whose compile failed is timed eagerly only
             pol = policy if not cerr else _without_compile(policy)
             try:
-                meta, outcome = time_one(p, device, pol, child, child.config.workdir)
+                meta, outcome = time_one(p, device, pol, child, child.config.workdir, machine)
                 times, detail = price(outcome, meta, device, pol)
                 rec.eager_ms, rec.compile_ms, rec.detail = times.get("eager"), times.get("compile"), detail
                 rec.compile_s_cached = outcome.compile_s

@@ -28,6 +28,7 @@ L2_BYTES_H200 = 60 * 1024**2  # GPU.md: 60 MB of L2 on the reference GPU
 MIN_DATA_BYTES = 3 * L2_BYTES_H200  # the built-in suite's rule: data at least 3x the L2
 MIN_EAGER_MS = 0.1  # the built-in suite's rule: one eager forward takes at least this on the H200
 META_VERSION = 1  # bump when the record's fields or their meaning change (invalidates the cache)
+START_TIMEOUT_S = 120.0  # a metadata child's start (its import of torch), before any problem's own time limit
 
 
 def _run(module: Any, device: str) -> dict[str, Any]:
@@ -180,8 +181,8 @@ def _answers(paths: list[str], timeout_s: float) -> Iterator[tuple[int, dict[str
 def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tuple[int, Any, str | None], None, int]:
     """Answers for paths[start:] from one child; returns where the next child starts. The answers
     come on a pipe of their own, so a problem that prints cannot corrupt them; its stdout and stderr
-    go to a file (no pipe to fill up); each problem gets timeout_s (the first also pays the import of
-    torch), then the child is killed."""
+    go to a file (no pipe to fill up). The child says it is ready once torch is imported (within
+    START_TIMEOUT_S); from then on each problem gets timeout_s, then the child is killed."""
     import select
     import tempfile
 
@@ -196,22 +197,27 @@ def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tupl
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(paths[start:]).encode())
             proc.stdin.close()
-            buf, at = b"", start
+            buf, at, started = b"", start, False
             while at < len(paths):
                 if b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     answer = json.loads(line)
+                    if not started:
+                        started = answer.get("ready") is True
+                        continue
                     yield at, answer.get("meta"), answer.get("error")
                     at += 1
                     continue
-                ready, _, _ = select.select([read_fd], [], [], timeout_s)
+                wait_s = timeout_s if started else max(timeout_s, START_TIMEOUT_S)
+                ready, _, _ = select.select([read_fd], [], [], wait_s)
                 chunk = os.read(read_fd, 1 << 16) if ready else b""
                 if not chunk:
                     proc.kill()
                     proc.wait()
                     log.seek(0)
                     tail = log.read()[-2000:].decode(errors="replace").strip()
-                    what = f"killed after {timeout_s:g} s" if not ready else f"the metadata child exited {proc.returncode}"
+                    what = (f"the metadata child exited {proc.returncode}" if ready else f"killed after {timeout_s:g} s" if started
+                            else f"the metadata child did not start (import torch) within {wait_s:g} s")
                     yield at, None, what + (f": {tail}" if tail else "")
                     return at + 1
                 buf += chunk
@@ -225,8 +231,12 @@ def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tupl
 
 def _child_main(answer_fd: int) -> None:
     """Read a JSON list of paths on stdin; write one JSON line per problem, in order, to answer_fd."""
+    import torch  # noqa: F401 - the import is the start, not part of the first problem's time
+
     paths = json.loads(sys.stdin.read())
     with os.fdopen(answer_fd, "w") as answers:
+        answers.write(json.dumps({"ready": True}) + "\n")
+        answers.flush()
         for path in paths:
             try:
                 answer = {"meta": compute(path)}

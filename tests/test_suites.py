@@ -283,6 +283,9 @@ def test_the_cpu_probe_imports_no_torch_and_a_child_on_another_torch_stores_noth
     from kernelwright.judge import baseline
     from kernelwright.store import Store
 
+    import torch
+
+    assert baseline.torch_versions_unimported() == {"torch": str(torch.__version__), "cuda": torch.version.cuda}
     fast = baseline.probe_machine("cpu")
     with monkeypatch.context() as m:
         m.setattr(baseline, "torch_versions_unimported", lambda: None)
@@ -368,14 +371,20 @@ def test_metadata_child_survives_a_printing_problem_and_is_killed_when_one_hangs
     after = tmp_path / "after.py"  # a fresh child must answer it after the hang
     after.write_text(body.format("pass").replace("x * 2", "x * 3"))
     problems = [load_problem(chatty), load_problem(slow), load_problem(after)]
-    found, failed = meta.metadata_or_errors(problems, timeout_s=4)  # a problem's own time: the child's import of torch is not in it
+    found, failed = meta.metadata_or_errors(problems, timeout_s=4)  # a problem's own time (3 ms here): the child's start is not in it
     assert found[problems[0].hash]["bytes"] == 2 * 16 * 4 and list(failed) == [problems[1].hash]
     assert failed[problems[1].hash].startswith("killed after 4 s") and found[problems[2].hash]["bytes"] == 2 * 16 * 4
-    monkeypatch.setattr(meta, "START_TIMEOUT_S", 0.05)  # a child that cannot import torch in time fails its problem, and says so
-    late = tmp_path / "late.py"  # not cached
-    late.write_text(body.format("pass").replace("x * 2", "x * 4"))
-    _, failed = meta.metadata_or_errors([load_problem(late)], timeout_s=0.05)
-    assert "did not start (import torch) within 0.05 s" in list(failed.values())[0], failed
+    # a child that does not start in time ran no problem's code: every problem left fails with its reason, from one child
+    monkeypatch.setattr(meta, "START_TIMEOUT_S", 0.05)
+    late = [tmp_path / "late1.py", tmp_path / "late2.py"]  # not cached
+    for i, f in enumerate(late):
+        f.write_text(body.format("pass").replace("x * 2", f"x * {4 + i}"))
+    started: list[int] = []
+    real_popen = meta.subprocess.Popen
+    monkeypatch.setattr(meta.subprocess, "Popen", lambda *a, **k: started.append(1) or real_popen(*a, **k))
+    _, failed = meta.metadata_or_errors([load_problem(f) for f in late], timeout_s=0.05)
+    assert len(failed) == 2 and len(started) == 1, (failed, started)
+    assert all("did not start (torch's import and a warm-up) within 0.05 s" in why for why in failed.values()), failed
 
 
 @pytest.mark.timeout(JUDGE_TIMEOUT_S)

@@ -28,7 +28,7 @@ L2_BYTES_H200 = 60 * 1024**2  # GPU.md: 60 MB of L2 on the reference GPU
 MIN_DATA_BYTES = 3 * L2_BYTES_H200  # the built-in suite's rule: data at least 3x the L2
 MIN_EAGER_MS = 0.1  # the built-in suite's rule: one eager forward takes at least this on the H200
 META_VERSION = 1  # bump when the record's fields or their meaning change (invalidates the cache)
-START_TIMEOUT_S = 120.0  # a metadata child's start (its import of torch), before any problem's own time limit
+START_TIMEOUT_S = 120.0  # a metadata child's start (torch's import and a warm-up), before any problem's own time limit
 
 
 def _run(module: Any, device: str) -> dict[str, Any]:
@@ -181,8 +181,10 @@ def _answers(paths: list[str], timeout_s: float) -> Iterator[tuple[int, dict[str
 def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tuple[int, Any, str | None], None, int]:
     """Answers for paths[start:] from one child; returns where the next child starts. The answers
     come on a pipe of their own, so a problem that prints cannot corrupt them; its stdout and stderr
-    go to a file (no pipe to fill up). The child says it is ready once torch is imported (within
-    START_TIMEOUT_S); from then on each problem gets timeout_s, then the child is killed."""
+    go to a file (no pipe to fill up). The child says it is ready once torch is imported and the
+    metadata path warmed up (within START_TIMEOUT_S; a child that fails before that fails every
+    problem left with its reason, none of their code having run); from then on each problem gets
+    timeout_s, then the child is killed."""
     import select
     import tempfile
 
@@ -195,18 +197,23 @@ def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tupl
         os.close(write_fd)
         try:
             assert proc.stdin is not None
-            proc.stdin.write(json.dumps(paths[start:]).encode())
-            proc.stdin.close()
+            try:
+                proc.stdin.write(json.dumps(paths[start:]).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # gone before it read them: the read below says how
             buf, at, started = b"", start, False
             while at < len(paths):
                 if b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     answer = json.loads(line)
-                    if not started:
-                        started = answer.get("ready") is True
-                        continue
-                    yield at, answer.get("meta"), answer.get("error")
-                    at += 1
+                    if started:
+                        yield at, answer.get("meta"), answer.get("error")
+                        at += 1
+                    elif answer.get("ready") is True:
+                        started = True
+                    else:  # only the judge's own code runs before the ready line
+                        return (yield from _fail_rest(paths, at, f"the metadata child's first line was not its ready line: {line[:200]!r}"))
                     continue
                 wait_s = timeout_s if started else max(timeout_s, START_TIMEOUT_S)
                 ready, _, _ = select.select([read_fd], [], [], wait_s)
@@ -216,9 +223,13 @@ def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tupl
                     proc.wait()
                     log.seek(0)
                     tail = log.read()[-2000:].decode(errors="replace").strip()
-                    what = (f"the metadata child exited {proc.returncode}" if ready else f"killed after {timeout_s:g} s" if started
-                            else f"the metadata child did not start (import torch) within {wait_s:g} s")
-                    yield at, None, what + (f": {tail}" if tail else "")
+                    tail = f": {tail}" if tail else ""
+                    if not started:  # no problem's code ran: the same error for every problem left, and no new child
+                        what = (f"the metadata child exited {proc.returncode} before it was ready" if ready
+                                else f"the metadata child did not start (torch's import and a warm-up) within {wait_s:g} s")
+                        return (yield from _fail_rest(paths, at, what + tail))
+                    what = f"the metadata child exited {proc.returncode}" if ready else f"killed after {timeout_s:g} s"
+                    yield at, None, what + tail
                     return at + 1
                 buf += chunk
             return at
@@ -229,11 +240,34 @@ def _one_child(paths: list[str], start: int, timeout_s: float) -> Generator[tupl
             proc.wait()
 
 
-def _child_main(answer_fd: int) -> None:
-    """Read a JSON list of paths on stdin; write one JSON line per problem, in order, to answer_fd."""
-    import torch  # noqa: F401 - the import is the start, not part of the first problem's time
+def _fail_rest(paths: list[str], at: int, why: str) -> Generator[tuple[int, Any, str | None], None, int]:
+    """paths[at:] each failed for the one reason; returns the end."""
+    for i in range(at, len(paths)):
+        yield i, None, why
+    return len(paths)
 
+
+def _warm_up() -> None:
+    """The metadata path once, on a model of the child's own: the imports a first problem would pay
+    for (torch, then sympy and dynamo through the FLOP counter: seconds) become the child's start."""
+    import types
+
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    warm = types.ModuleType("kw_meta_warm_up")
+    warm.Model, warm.get_inputs, warm.get_init_inputs = Model, lambda: [torch.randn(2, 2)], lambda: []  # type: ignore[attr-defined]
+    _run(warm, "meta")
+
+
+def _child_main(answer_fd: int) -> None:
+    """Read a JSON list of paths on stdin (all of it first: the parent's write must not wait on the
+    warm-up), warm up, say ready, then write one JSON line per problem, in order, to answer_fd."""
     paths = json.loads(sys.stdin.read())
+    _warm_up()
     with os.fdopen(answer_fd, "w") as answers:
         answers.write(json.dumps({"ready": True}) + "\n")
         answers.flush()

@@ -104,7 +104,7 @@ def timing_key(policy: Policy, size: str = "full") -> str:
 
 def torch_versions_unimported() -> dict[str, Any] | None:
     """{"torch", "cuda"} as `torch.__version__` and `torch.version.cuda` would give them in a child
-    of this interpreter, read from the installed torch/version.py without importing torch (2.5 s of
+    of this interpreter, read from the installed torch/version.py without importing torch (2.7 s of
     a CPU baseline run); None when that file cannot be found or read."""
     import importlib.util
 

@@ -259,6 +259,8 @@ def test_a_held_key_lock_delays_a_build_only_so_long(cache, monkeypatch, caplog)
     assert held.ok and not held.cached and held.lib_path is not None and held.lib_path.read_bytes().startswith(b"\x7fELF")
     assert 0.5 <= waited < 5, waited
     assert "held for" in caplog.text and "building without it" in caplog.text
+    lock_file = locks / f"{runtime_build.cache_key(spec, runtime_build.compiler_version('/bin/true'))}.lock"
+    assert lock_file.stat().st_mode & 0o777 == 0o600  # made 0644 above: narrowed by the builder
     free = runtime_build.build(spec, timeout_s=0.5, run=fake_compiler)  # the lock free: the published build, at once
     assert free.ok and free.cached
 
@@ -322,3 +324,38 @@ def test_a_sound_folder_published_since_the_look_goes_back_into_place(tmp_path, 
     runtime_build._publish(mine, final)
     assert (final / "lib.so").read_bytes() == b"theirs" and runtime_build._cached_result(final, "key", 0.0) is not None
     assert not [p for p in tmp_path.iterdir() if ".stale-" in p.name]
+
+
+def test_a_key_lock_cannot_be_opened_by_another_uid(open_tmp_path):
+    """A key lock file is the judge's alone: a process under a uid of its own (a candidate under the
+    uid layer) cannot open it to hold it, where it can open a 0644 file beside it."""
+    import os
+
+    if os.getuid() != 0:
+        pytest.skip("needs root to switch a child to another uid")
+    builds = open_tmp_path / "builds"
+    with runtime_build._key_lock(builds, "k" * 64, 1.0):
+        pass
+    lock = builds / ".locks" / f"{'k' * 64}.lock"
+    control = builds / ".locks" / "control.lock"
+    control.write_text("")
+    control.chmod(0o644)
+    assert lock.stat().st_mode & 0o777 == 0o600
+
+    def opens_as_nobody(path) -> bool:
+        pid = os.fork()
+        if pid == 0:  # the child: only os calls, then _exit
+            code = 2
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                try:
+                    os.close(os.open(path, os.O_RDONLY))
+                    code = 0
+                except PermissionError:
+                    code = 1
+            finally:
+                os._exit(code)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+    assert opens_as_nobody(control) and not opens_as_nobody(lock)

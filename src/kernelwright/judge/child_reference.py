@@ -111,6 +111,7 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
     S.precision = args["precision"]
     pin_flags("fp32")  # references are strict whatever the allowance; only the baselines' timing gets it
     gpu_name = torch.cuda.get_device_name() if S.device.type == "cuda" else None  # before problem code could patch it (physics_floor reads it)
+    versions = {"torch": str(torch.__version__), "cuda": torch.version.cuda}  # likewise (the baselines' machine key)
     source_hash = _load_problem(args["problem_path"], args.get("size") or "full")
     inputs.bind_generators(S.device)
     note_window(S.problem, S.device)  # the same draw as the candidate's child's (window.quiet_window)
@@ -148,7 +149,6 @@ def setup(args: dict[str, Any]) -> dict[str, Any]:
                 gpu["held_tail_before_ms"] = before
             except Exception as exc:  # noqa: BLE001 - without them the candidate's base is the empty call's (stricter)
                 gpu["held_before_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     return {**meta, "atol": S.atol, "rtol": S.rtol, "n_extra": _n_extra(), "source_hash": source_hash, **gpu, **versions}
 
 

@@ -10,8 +10,10 @@ whole, so a build folder is either absent or complete. Only the judge writes the
 checks the library against that digest, and an entry that fails the check (or predates it) counts
 as absent. A process inside the sandbox cannot write the cache; a build it asks for goes to a
 folder of its own (`private_root`). A file lock keeps concurrent builders of one key (threads or
-processes) from compiling twice; a builder waits for it no longer than the build's own timeout and
-half a minute, since a candidate can read the lock file and hold it. Failed builds are not cached. The compilers themselves (where,
+processes) from compiling twice. Lock files are the judge's alone (0600), so a candidate under its
+own uid cannot open one; under Landlock alone (a judge that is not root) it can read them and hold
+one, so a builder waits no longer than the build's own timeout and half a minute. Failed builds are
+not cached. The compilers themselves (where,
 which version, for what target, how one is run) are runtime.toolchain's.
 """
 
@@ -243,13 +245,17 @@ def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
 @contextlib.contextmanager
 def _key_lock(builds: Path, key: str, wait_s: float) -> Iterator[None]:
     """An exclusive lock on one key, across threads and processes, waited for at most `wait_s`.
-    A candidate can read the cache, lock files included, and flock one as long as it lives: past
-    the wait the build goes on without the lock (at worst it compiles twice; `_publish` keeps the
-    first sound folder)."""
+    The file is the judge's user's alone (0600; one made more open before is narrowed), so a
+    candidate with a uid of its own cannot open it. One that shares the judge's uid can read the
+    cache, lock files included, and flock one as long as it lives: past the wait the build goes on
+    without the lock (at worst it compiles twice; `_publish` keeps the first sound folder)."""
     locks = builds / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
+        if os.fstat(fd).st_mode & 0o077:
+            with contextlib.suppress(OSError):  # another user's file: the lock still works, the wait stays bounded
+                os.fchmod(fd, 0o600)
         held = flock_within(fd, fcntl.LOCK_EX, wait_s, poll_s=KEY_POLL_S, notice_after_s=KEY_WAIT_NOTICE_S,
                             notice=lambda: log.info("waiting for another build of %s (at most %.0f s)", key[:16], wait_s))
         if not held:

@@ -267,7 +267,10 @@ def _child_main(answer_fd: int) -> None:
     """Read a JSON list of paths on stdin (all of it first: the parent's write must not wait on the
     warm-up), warm up, say ready, then write one JSON line per problem, in order, to answer_fd."""
     paths = json.loads(sys.stdin.read())
-    _warm_up()
+    try:
+        _warm_up()
+    except Exception:  # noqa: BLE001 - then the first problem pays for the imports, as it would have
+        pass
     with os.fdopen(answer_fd, "w") as answers:
         answers.write(json.dumps({"ready": True}) + "\n")
         answers.flush()

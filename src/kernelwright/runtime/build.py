@@ -10,10 +10,10 @@ whole, so a build folder is either absent or complete. Only the judge writes the
 checks the library against that digest, and an entry that fails the check (or predates it) counts
 as absent. A process inside the sandbox cannot write the cache; a build it asks for goes to a
 folder of its own (`private_root`). A file lock keeps concurrent builders of one key (threads or
-processes) from compiling twice. Lock files are the judge's alone (0600), so a candidate under its
-own uid cannot open one; under Landlock alone (a judge that is not root) it can read them and hold
-one, so a builder waits no longer than the build's own timeout and half a minute. Failed builds are
-not cached. The compilers themselves (where,
+processes) from compiling twice. Lock files are 0600, which keeps out a candidate under a uid of
+its own only where Landlock is off: under Landlock the sandbox keeps CAP_DAC_READ_SEARCH and lets
+it read the cache, lock files included, and hold one. So a builder waits no longer than the build's
+own timeout and half a minute. Failed builds are not cached. The compilers themselves (where,
 which version, for what target, how one is run) are runtime.toolchain's.
 """
 
@@ -245,10 +245,11 @@ def _cached_result(final: Path, key: str, start: float) -> BuildResult | None:
 @contextlib.contextmanager
 def _key_lock(builds: Path, key: str, wait_s: float) -> Iterator[None]:
     """An exclusive lock on one key, across threads and processes, waited for at most `wait_s`.
-    The file is the judge's user's alone (0600; one made more open before is narrowed), so a
-    candidate with a uid of its own cannot open it. One that shares the judge's uid can read the
-    cache, lock files included, and flock one as long as it lives: past the wait the build goes on
-    without the lock (at worst it compiles twice; `_publish` keeps the first sound folder)."""
+    The file is 0600 (one made more open before is narrowed), which keeps out a candidate with a
+    uid of its own and no Landlock. Under Landlock a candidate reads the cache, lock files included
+    (judge.sandbox keeps CAP_DAC_READ_SEARCH for it), and can flock one as long as it lives: past
+    the wait the build goes on without the lock (at worst it compiles twice; `_publish` keeps the
+    first sound folder)."""
     locks = builds / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
     fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -324,8 +324,9 @@ def test_one_cpu_problem_whose_compile_fails_keeps_its_eager_time(tmp_path):
     src.write_text("import torch\nimport torch.nn as nn\n\ndef _refuse(*a, **k):\n    raise ValueError('not under torch.compile')\n\n"
                    "torch.compile = _refuse\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x * 2\n\n"
                    "def get_inputs():\n    return [torch.randn(64)]\n\ndef get_init_inputs():\n    return []\n")
-    (rec,) = baseline.run([load_problem(src)], device="cpu", policy=_tiny_policy(), jobs=1)
-    assert rec.eager_ms and rec.compile_ms is None and rec.compile_s is None, rec
+    events: list[str] = []
+    (rec,) = baseline.run([load_problem(src)], device="cpu", policy=_tiny_policy(), jobs=1, on_event=lambda k, p, v: events.append(k))
+    assert "compiled" not in events and rec.eager_ms and rec.compile_ms is None and rec.compile_s is None, (events, rec)
     assert rec.error.startswith("torch.compile failed") and "not under torch.compile" in rec.error, rec.error
 
 

@@ -9,7 +9,7 @@ Two phases, so that compiling never disturbs a measurement:
    without a candidate child: the same L2 flush, events, lead spin, empty calls and held calls, and
    the same stopping rule), and prices them as a verdict prices its baselines (`price`).
 The next problem's child starts while one is timed; it only imports torch until its turn. A single
-problem on the CPU backend skips phase 1: its timing child's compile is the run's first and gives
+problem left to measure on the CPU backend skips phase 1: its timing child's compile is the run's first and gives
 its compile time (a failed one is timed again eagerly only, as after a failed phase 1).
 Across processes, compiling holds the device's lock shared and timing holds it exclusive
 (judge.gpulock), so no other kernelwright process runs device work while a baseline is timed.
@@ -150,8 +150,8 @@ class BaselineRecord:
     eager_ms: float | None = None  # the verdict's eager_ms rule: median per call less the harness overhead
     compile_ms: float | None = None  # the same for the torch.compile baseline
     detail: dict[str, Any] = field(default_factory=dict)  # n, iqr, raw medians, calls charged, overhead, stop reason
-    compile_s: float | None = None  # cold torch.compile time in the compile phase (others compiling beside it)
-    compile_s_cached: float | None = None  # the timing child's compile, from inductor's caches
+    compile_s: float | None = None  # the run's first torch.compile of it: the compile phase's (others compiling beside it), or the timing child's where one CPU problem skips the phase
+    compile_s_cached: float | None = None  # the timing child's compile (from inductor's caches after a compile phase)
     flops: int | None = None
     bytes: int | None = None
     floor_ms: float | None = None
@@ -309,7 +309,8 @@ def compile_one(problem: Any, device: str, policy: Policy, children: _Children, 
 def time_one(problem: Any, device: str, policy: Policy, child: Child, workdir: Path,
              machine: dict[str, Any] | None = None) -> tuple[dict[str, Any], samples.TimingOutcome]:
     """(setup meta, timing outcome) for one problem in a fresh reference child; the timing (with
-    the torch.compile from inductor's caches that starts it) holds the device alone (judge.gpulock).
+    the torch.compile that starts it, from inductor's caches after a compile phase) holds the device
+    alone (judge.gpulock).
     RuntimeError when the child reports another machine than `machine` (the record's key)."""
     args = _setup_args(problem, device, policy, timing=True)
     with device_lock(device, policy.gpu_index, "exclusive" if "null_switches" in args else "shared", what=f"loading {problem.name}"):
@@ -392,8 +393,9 @@ def run(problems: list[Any], *, device: str, policy: Policy, jobs: int = 1, stor
                 try:
                     meta, outcome = time_one(p, device, pol, child, child.config.workdir, machine)
                 except ChildError as exc:
-                    if not fused:
+                    if not fused or (deadline is not None and time.monotonic() > deadline):
                         raise
+                    _close(child)
                     pol, child = _without_compile(policy), children.new()  # eagerly only, as after a failed phase
                     meta, outcome = time_one(p, device, pol, child, child.config.workdir, machine)  # failing too: a timing failure
                     cerr = f"torch.compile failed: {exc}"[:1000]

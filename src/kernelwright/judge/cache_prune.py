@@ -104,13 +104,23 @@ def in_use(lock: Path) -> int | None:
     while it uses the entry: a prune then passes it by. A prune holds it exclusively only while it
     renames the entry aside; after HOLD_WAIT_S without it (someone else holds it), None, and the
     verdict goes on without the hold (what a prune takes meanwhile is built again)."""
-    for _ in range(3):  # a lock file a prune unlinked between the open and the lock guards nothing: again, on the new one
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return hold(lock, fcntl.LOCK_SH, HOLD_WAIT_S, tries=3)
+
+
+def hold(lock: Path, how: int, wait_s: float, *, tries: int) -> int | None:
+    """A descriptor of `lock` (made if missing, 0600) with flock `how` on it, waited for at most
+    `wait_s` a try; None when it could not be opened or locked. A lock file a prune unlinked between
+    the open and the lock guards nothing: taken again on the new one, `tries` times in all."""
+    for _ in range(tries):
         try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError:
             return None
-        if not flock_within(fd, fcntl.LOCK_SH, HOLD_WAIT_S):
+        if not flock_within(fd, how, wait_s):
             os.close(fd)
             return None
         if same_file(fd, lock):

@@ -8,7 +8,6 @@ content hash under the build cache, where the run child (and any later verdict) 
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -54,27 +53,16 @@ def triton_env(candidate_hash: str | None) -> dict[str, str]:
 
 def hold_triton_cache(candidate_hash: str | None) -> int | None:
     """The descriptor of a lock on the candidate's Triton cache, held until closed; None when another
-    verdict of the same files holds it. Each confined child takes the folder's ownership for its uid
+    verdict of the same files holds it (or its lock file cannot be opened). Each confined child takes the folder's ownership for its uid
     (judge.sandbox.enter), so two live children of the same files would shut each other out of it
     mid-verdict: the second verdict does without the shared cache instead. The lock file lies beside
     the folder, where no candidate can write."""
     import fcntl
 
-    from kernelwright.judge.cache_prune import same_file
+    from kernelwright.judge.cache_prune import hold
 
     base = folder(candidate_hash)
-    path = base.parent / f"{base.name}.triton.lock"
-    for _ in range(2):  # a prune that unlinked the file between the open and the lock: once more, on the new one
-        fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return None
-        if same_file(fd, path):
-            return fd
-        os.close(fd)
-    return None  # a lock on nothing twice: do without the shared cache
+    return hold(base.parent / f"{base.name}.triton.lock", fcntl.LOCK_EX, 0.0, tries=2)  # no wait: held means in use
 
 
 def candidate_config(sandbox_mode: str, device: str, gpu_index: int, workdir: Path, read: tuple[str, ...],
